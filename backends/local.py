@@ -1,0 +1,198 @@
+"""Local backend: commands run as subprocesses of this machine, each in its own session."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from backends.base import (
+    TIMEOUT_EXIT,
+    BackendContext,
+    CwdState,
+    ExecResult,
+    OutputBuffer,
+    default_shell,
+    new_nonce,
+    scrub_env,
+    split_marker,
+    wrap_command,
+)
+from runner.errors import BackendError
+
+KILL_GRACE_S = 0.5
+
+
+class LocalBackend:
+    def __init__(self, ctx: BackendContext):
+        self.ctx = ctx
+        self.workdir = str(ctx.workdir)
+        self._cwd = CwdState(self.workdir)
+        self._nonce = new_nonce()
+        self._shell = default_shell()
+        self._lock = threading.Lock()
+        self._groups: set[int] = set()
+        self._closed = False
+        self._base_env = scrub_env(
+            os.environ, passthrough=ctx.env_passthrough, secret_values=ctx.secret_values
+        )
+        if not Path(self.workdir).is_dir():
+            raise BackendError(f"local backend: workdir {self.workdir} does not exist")
+
+    # -- protocol -------------------------------------------------------------------------
+    def run(
+        self,
+        command: str,
+        *,
+        cwd: str | None = None,
+        timeout: float,
+        env: Mapping[str, str] | None = None,
+    ) -> ExecResult:
+        if self._closed:
+            raise BackendError("local backend is closed")
+        start = time.monotonic()
+        here = self._resolve_cwd(cwd)
+        child_env = dict(self._base_env)
+        if env:
+            child_env.update(env)
+        script = wrap_command(command, here, self._nonce)
+        try:
+            proc = subprocess.Popen(
+                [self._shell, "-c", script],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=child_env,
+                cwd=self.workdir,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise BackendError(f"local backend: cannot start {self._shell}: {exc}") from exc
+        with self._lock:
+            self._groups.add(proc.pid)
+        buf = OutputBuffer(self.ctx.output_cap)
+        reader = threading.Thread(target=_pump, args=(proc, buf), daemon=True)
+        reader.start()
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc.pid)
+            proc.wait()
+        # background children may keep the pipe open; do not wait for them
+        reader.join(timeout=0.2 if not timed_out else 1.0)
+        if timed_out:
+            with self._lock:
+                self._groups.discard(proc.pid)
+        elif _group_alive(proc.pid) is False:
+            with self._lock:
+                self._groups.discard(proc.pid)
+        text, new_cwd = split_marker(buf.text(), self._nonce)
+        if not timed_out:
+            with self._lock:
+                self._cwd.update(new_cwd)
+        code = TIMEOUT_EXIT if timed_out else proc.returncode
+        if code is not None and code < 0:
+            code = 128 - code
+        return ExecResult(
+            exit_code=int(code if code is not None else -1),
+            output=text,
+            timed_out=timed_out,
+            duration_s=time.monotonic() - start,
+            cwd=self._cwd.cwd,
+        )
+
+    def read_file(self, path: str) -> bytes:
+        try:
+            return Path(self._abs(path)).read_bytes()
+        except FileNotFoundError:
+            raise
+        except IsADirectoryError:
+            raise
+        except OSError as exc:
+            raise BackendError(f"local backend: cannot read {path}: {exc}") from exc
+
+    def write_file(self, path: str, data: bytes) -> None:
+        target = Path(self._abs(path))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{new_nonce()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, target)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with self._lock:
+            groups, self._groups = set(self._groups), set()
+        for pgid in groups:
+            _kill_group(pgid, grace=0.0)
+
+    def __enter__(self) -> LocalBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- helpers --------------------------------------------------------------------------
+    @property
+    def cwd(self) -> str:
+        return self._cwd.cwd
+
+    def _resolve_cwd(self, cwd: str | None) -> str:
+        if cwd is None:
+            return self._cwd.cwd
+        return cwd if os.path.isabs(cwd) else os.path.join(self._cwd.cwd, cwd)
+
+    def _abs(self, path: str) -> str:
+        return path if os.path.isabs(path) else os.path.join(self._cwd.cwd, path)
+
+
+def _pump(proc: subprocess.Popen[bytes], buf: OutputBuffer) -> None:
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    while True:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        buf.feed(chunk)
+    proc.stdout.close()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _kill_group(pgid: int, grace: float = KILL_GRACE_S) -> None:
+    try:
+        os.killpg(pgid, signal.SIGTERM if grace else signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace
+    while grace and time.monotonic() < deadline:
+        if not _group_alive(pgid):
+            return
+        time.sleep(0.02)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def from_spec(spec: dict[str, Any], *, ctx: BackendContext) -> LocalBackend:
+    unknown = set(spec) - {"type"}
+    if unknown:
+        raise BackendError(f"local backend takes no options (got {', '.join(sorted(unknown))})")
+    return LocalBackend(ctx)

@@ -1,0 +1,58 @@
+"""One error base for everything runner raises on purpose.
+
+Each subclass also subclasses the matching builtin, so callers that only know Python's
+exceptions still catch them. The CLI maps ``exit_code`` to the process exit status and
+prints ``str(error)`` as one line; anything that is not a RunnerError is a bug and keeps
+its traceback.
+"""
+
+from __future__ import annotations
+
+
+class RunnerError(Exception):
+    """Base of all deliberate runner errors."""
+
+    exit_code = 1
+
+
+class UsageError(RunnerError, ValueError):
+    """Bad input from the person: arguments, job names, files. Exit code 2."""
+
+    exit_code = 2
+
+
+class ConfigError(UsageError):
+    """jobs.yaml or config.yaml is invalid. Carries every problem found, one per line."""
+
+    def __init__(self, problems: list[str] | str):
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class TemplateError(UsageError):
+    """A prompt template is missing, broken or uses an undefined variable."""
+
+
+class BackendError(RunnerError, OSError):
+    """The terminal backend itself failed (daemon down, host unreachable, image missing)."""
+
+
+class ModelError(RunnerError, RuntimeError):
+    """The model provider refused or failed in a way retries did not fix."""
+
+    def __init__(self, message: str, *, reason: str = "model_error", status: int | None = None):
+        super().__init__(message)
+        self.reason = reason
+        self.status = status
+
+
+class CassetteError(RunnerError, RuntimeError):
+    """A replay cassette is missing, invalid or exhausted."""
+
+
+class StoreError(RunnerError, RuntimeError):
+    """The SQLite store could not be opened or migrated."""
+
+
+class AlreadyRunning(UsageError):
+    """Another process holds an exclusive lock (e.g. a second ``runner serve``)."""
