@@ -1,0 +1,85 @@
+"""The ``runner`` command line.
+
+Commands live one module per group in this package (``runner/cli/*.py``); each module
+defines ``COMMANDS``, a list of click commands or groups. They are discovered from this
+folder, so there is no hand-kept list to drift. Modules keep heavy imports inside the
+command bodies so ``runner --help`` and ``runner jobs list`` stay fast.
+
+Errors: a ``RunnerError`` becomes one line on stderr and its ``exit_code`` (2 for bad input,
+1 for a failed run); Ctrl-C exits 130; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+from pathlib import Path
+
+import click
+
+from runner.errors import RunnerError
+
+
+class RunnerGroup(click.Group):
+    """Top-level group whose subcommands are discovered from this package."""
+
+    _loaded = False
+
+    def _load(self) -> None:
+        if self._loaded:
+            return
+        self._loaded = True
+        for info in sorted(pkgutil.iter_modules([str(Path(__file__).parent)]), key=lambda m: m.name):
+            if info.name.startswith("_"):
+                continue
+            module = importlib.import_module(f"{__name__}.{info.name}")
+            for command in getattr(module, "COMMANDS", []):
+                self.add_command(command)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        self._load()
+        return super().list_commands(ctx)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        self._load()
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=RunnerGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--jobs", "jobs_path", type=click.Path(dir_okay=False), help="jobs.yaml to use")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="config.yaml to use")
+@click.option("--home", "home", type=click.Path(file_okay=False), help="state folder (RUNNER_HOME)")
+@click.version_option(package_name="runner")
+@click.pass_context
+def cli(ctx: click.Context, jobs_path: str | None, config_path: str | None, home: str | None) -> None:
+    """Scheduled batch automation runner for LLM agents."""
+    from runner.context import Settings
+
+    ctx.obj = Settings.from_options(jobs=jobs_path, config=config_path, home=home)
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        cli.main(args=argv, prog_name="runner", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except click.UsageError as exc:
+        exc.show()
+        sys.exit(2)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except RunnerError as exc:
+        for line in str(exc).splitlines() or [type(exc).__name__]:
+            click.echo(f"error: {line}", err=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+    sys.exit(0)
