@@ -40,14 +40,14 @@ def parse_spec(spec: str | dict[str, Any]) -> dict[str, Any]:
         if not userhost:
             userhost, port = rest, ""
         user, _, host = userhost.rpartition("@")
-        out: dict[str, Any] = {"type": "ssh", "host": host}
+        ssh: dict[str, Any] = {"type": "ssh", "host": host}
         if user:
-            out["user"] = user
+            ssh["user"] = user
         if port:
             if not port.isdigit():
                 raise UsageError(f"backend spec {spec!r}: port must be a number")
-            out["port"] = int(port)
-        return out
+            ssh["port"] = int(port)
+        return ssh
     raise UsageError(
         f"unknown backend spec {spec!r}; known types: {', '.join(known_types())} "
         "(forms: local, docker:IMAGE, ssh:user@host:port)"

@@ -29,6 +29,8 @@ KILL_GRACE_S = 0.5
 
 
 class LocalBackend:
+    is_local = True
+
     def __init__(self, ctx: BackendContext):
         self.ctx = ctx
         self.workdir = str(ctx.workdir)
@@ -38,9 +40,7 @@ class LocalBackend:
         self._lock = threading.Lock()
         self._groups: set[int] = set()
         self._closed = False
-        self._base_env = scrub_env(
-            os.environ, passthrough=ctx.env_passthrough, secret_values=ctx.secret_values
-        )
+        self._base_env = scrub_env(os.environ, passthrough=ctx.env_passthrough, secret_values=ctx.secret_values)
         if not Path(self.workdir).is_dir():
             raise BackendError(f"local backend: workdir {self.workdir} does not exist")
 
@@ -87,10 +87,7 @@ class LocalBackend:
             proc.wait()
         # background children may keep the pipe open; do not wait for them
         reader.join(timeout=0.2 if not timed_out else 1.0)
-        if timed_out:
-            with self._lock:
-                self._groups.discard(proc.pid)
-        elif _group_alive(proc.pid) is False:
+        if timed_out or _group_alive(proc.pid) is False:
             with self._lock:
                 self._groups.discard(proc.pid)
         text, new_cwd = split_marker(buf.text(), self._nonce)

@@ -34,9 +34,7 @@ class Settings:
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def from_options(
-        cls, *, jobs: str | None = None, config: str | None = None, home: str | None = None
-    ) -> Settings:
+    def from_options(cls, *, jobs: str | None = None, config: str | None = None, home: str | None = None) -> Settings:
         home_path = Path(home).expanduser() if home else default_home()
         jobs_path = Path(jobs).expanduser() if jobs else default_jobs_path()
         config_path = Path(config).expanduser() if config else home_path / "config.yaml"

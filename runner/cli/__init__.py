@@ -6,7 +6,8 @@ folder, so there is no hand-kept list to drift. Modules keep heavy imports insid
 command bodies so ``runner --help`` and ``runner jobs list`` stay fast.
 
 Errors: a ``RunnerError`` becomes one line on stderr and its ``exit_code`` (2 for bad input,
-1 for a failed run); Ctrl-C exits 130; anything else is a bug and keeps its traceback.
+1 for a failed run); click usage errors exit 2; Ctrl-C exits 130; anything else is a bug and
+keeps its traceback.
 """
 
 from __future__ import annotations
@@ -45,6 +46,18 @@ class RunnerGroup(click.Group):
         self._load()
         return super().get_command(ctx, cmd_name)
 
+    def invoke(self, ctx: click.Context) -> object:
+        """Turn deliberate errors into one line and an exit code, here, at the edge."""
+        try:
+            return super().invoke(ctx)
+        except RunnerError as exc:
+            for line in str(exc).splitlines() or [type(exc).__name__]:
+                click.echo(f"error: {line}", err=True)
+            raise click.exceptions.Exit(exc.exit_code) from None
+        except (KeyboardInterrupt, click.Abort):
+            click.echo("interrupted", err=True)
+            raise click.exceptions.Exit(130) from None
+
 
 @click.group(cls=RunnerGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--jobs", "jobs_path", type=click.Path(dir_okay=False), help="jobs.yaml to use")
@@ -61,25 +74,7 @@ def cli(ctx: click.Context, jobs_path: str | None, config_path: str | None, home
 
 def main(argv: list[str] | None = None) -> None:
     try:
-        cli.main(args=argv, prog_name="runner", standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.Abort:
-        click.echo("interrupted", err=True)
-        sys.exit(130)
-    except click.UsageError as exc:
-        exc.show()
-        sys.exit(2)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except RunnerError as exc:
-        for line in str(exc).splitlines() or [type(exc).__name__]:
-            click.echo(f"error: {line}", err=True)
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        sys.exit(130)
-    except BrokenPipeError:
+        cli.main(args=argv, prog_name="runner")
+    except BrokenPipeError:  # `runner runs list | head`
+        sys.stderr.close()
         sys.exit(0)
-    sys.exit(0)

@@ -1,0 +1,272 @@
+"""The agent loop: a function of (messages, tools, llm, limits).
+
+Ask the model; run the tool calls it makes, in order, each result going back as a message;
+stop on a final text answer. Limits end the loop with a recorded reason through small
+exception classes; tool problems become tool results the model can act on; infrastructure
+errors (BackendError, ModelError) propagate and end the run.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from runner.agent.schema import check_args
+from runner.agent.types import LLM, Message, ToolCall, Usage
+from runner.tools import ToolEntry, ToolError
+from runner.tools.context import ToolContext
+
+Emit = Callable[[str, dict[str, Any]], None]
+
+GRACE_PROMPT = (
+    "You have reached the limit for this run ({why}). Do not call any tools. Reply now with your "
+    "final answer: what you found and did so far, and what is left undone."
+)
+LOOP_REPEATS = 3
+PREVIEW_CHARS = 2000
+
+
+class LoopExit(Exception):
+    """Ends the loop early with a recorded reason."""
+
+    status = "failed"
+    grace = False
+
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(detail or reason)
+        self.reason = reason
+        self.detail = detail or reason
+
+
+class LimitsExceeded(LoopExit):
+    grace = True
+
+
+class TimedOut(LoopExit):
+    status = "timed_out"
+
+
+class LoopDetected(LoopExit):
+    pass
+
+
+class Interrupted(LoopExit):
+    status = "interrupted"
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_iterations: int = 30
+    deadline: float | None = None  # time.monotonic() when the run must end
+    idle_timeout: float | None = None
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+
+
+@dataclass(frozen=True)
+class Pricing:
+    input_per_mtok: float = 0.0
+    output_per_mtok: float = 0.0
+
+    def cost(self, usage: Usage) -> float:
+        return (usage.prompt_tokens * self.input_per_mtok + usage.completion_tokens * self.output_per_mtok) / 1e6
+
+
+@dataclass(frozen=True)
+class LoopResult:
+    status: str  # succeeded | failed | timed_out | interrupted
+    output: str
+    iterations: int
+    usage: Usage
+    cost_usd: float
+    reason: str | None = None
+    error: str | None = None
+
+
+@dataclass
+class _Totals:
+    prompt: int = 0
+    completion: int = 0
+    cost: float = 0.0
+    iterations: int = 0
+    last_progress: float = field(default_factory=time.monotonic)
+
+    def usage(self) -> Usage:
+        return Usage(self.prompt, self.completion)
+
+
+def run_loop(
+    messages: list[dict[str, Any]],
+    tools: Sequence[ToolEntry],
+    ctx: ToolContext,
+    llm: LLM,
+    limits: Limits,
+    *,
+    emit: Emit,
+    pricing: Pricing = Pricing(),
+    stop: threading.Event | None = None,
+) -> LoopResult:
+    """Run the conversation in ``messages`` (mutated in place) to a final answer or a limit."""
+    stop = stop or threading.Event()
+    by_name = {t.name: t for t in tools}
+    schemas = [t.schema() for t in tools]
+    totals = _Totals()
+    recent_failures: list[str] = []
+    try:
+        while True:
+            _check(limits, totals, stop)
+            if totals.iterations >= limits.max_iterations:
+                raise LimitsExceeded("max_iterations", f"reached max_iterations ({limits.max_iterations})")
+            reply = _ask(llm, messages, schemas, limits, totals, emit, pricing)
+            messages.append(reply.to_dict())
+            if not reply.tool_calls:
+                return _done("succeeded", reply.content or "", totals)
+            for call in reply.tool_calls:
+                if stop.is_set():
+                    result, failed = "not run: the run was interrupted", True
+                else:
+                    result, failed = _run_tool(call, by_name, ctx, emit)
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+                totals.last_progress = time.monotonic()
+                recent_failures = _track_loop(recent_failures, call, failed)
+            _check(limits, totals, stop)
+    except LoopExit as exit_:
+        emit("limit", {"reason": exit_.reason, "detail": exit_.detail})
+        output = ""
+        if exit_.grace:
+            output = _grace(llm, messages, limits, totals, emit, pricing, exit_.detail)
+        return _done(exit_.status, output, totals, reason=exit_.reason, error=exit_.detail)
+
+
+def _done(status: str, output: str, totals: _Totals, **kw: Any) -> LoopResult:
+    return LoopResult(status, output, totals.iterations, totals.usage(), round(totals.cost, 6), **kw)
+
+
+def _check(limits: Limits, totals: _Totals, stop: threading.Event) -> None:
+    now = time.monotonic()
+    if stop.is_set():
+        raise Interrupted("interrupted", "the run was interrupted by a signal")
+    if limits.deadline is not None and now >= limits.deadline:
+        raise TimedOut("timeout", "the run's wall-clock timeout was reached")
+    if limits.idle_timeout is not None and now - totals.last_progress >= limits.idle_timeout:
+        raise TimedOut("idle_timeout", f"no model or tool progress for {limits.idle_timeout:.0f}s")
+    if limits.max_tokens is not None and totals.prompt + totals.completion >= limits.max_tokens:
+        raise LoopExit("budget_tokens", f"token budget of {limits.max_tokens} used up")
+    if limits.max_cost_usd is not None and totals.cost >= limits.max_cost_usd:
+        raise LoopExit("budget_cost", f"cost budget of ${limits.max_cost_usd:.2f} used up")
+
+
+def _ask(
+    llm: LLM,
+    messages: list[dict[str, Any]],
+    schemas: list[dict[str, Any]],
+    limits: Limits,
+    totals: _Totals,
+    emit: Emit,
+    pricing: Pricing,
+) -> Message:
+    timeout = None
+    if limits.deadline is not None:
+        timeout = max(1.0, limits.deadline - time.monotonic())
+    emit("request", {"iteration": totals.iterations + 1, "messages": len(messages), "tools": len(schemas)})
+    started = time.monotonic()
+    reply = llm.complete(messages, schemas, timeout=timeout)
+    totals.iterations += 1
+    totals.prompt += reply.usage.prompt_tokens
+    totals.completion += reply.usage.completion_tokens
+    totals.cost += pricing.cost(reply.usage)
+    totals.last_progress = time.monotonic()
+    emit(
+        "response",
+        {
+            "iteration": totals.iterations,
+            "content": reply.content,
+            "tool_calls": [{"name": c.name, "arguments": c.arguments} for c in reply.tool_calls],
+            "finish_reason": reply.finish_reason,
+            "prompt_tokens": reply.usage.prompt_tokens,
+            "completion_tokens": reply.usage.completion_tokens,
+            "cost_usd": round(pricing.cost(reply.usage), 6),
+            "seconds": round(time.monotonic() - started, 3),
+        },
+    )
+    if reply.finish_reason == "length":
+        emit("truncated", {"iteration": totals.iterations, "detail": "the model hit its output token limit"})
+    return reply
+
+
+def _run_tool(call: ToolCall, by_name: dict[str, ToolEntry], ctx: ToolContext, emit: Emit) -> tuple[str, bool]:
+    emit("tool_call", {"id": call.id, "name": call.name, "arguments": call.arguments})
+    started = time.monotonic()
+    failed = True
+    entry = by_name.get(call.name)
+    if entry is None:
+        result = f"error: unknown tool {call.name!r}; available: {', '.join(sorted(by_name)) or '(none)'}"
+    else:
+        try:
+            args = json.loads(call.arguments or "{}")
+        except ValueError as exc:
+            args, result = None, f"error: arguments are not valid JSON ({exc}); send a JSON object"
+        if args is not None:
+            problem = check_args(entry.parameters, args)
+            if problem:
+                result = f"error: {problem}"
+            else:
+                try:
+                    result = entry.handler(args, ctx)
+                    failed = result.startswith(("exit code ", "blocked:")) and not result.startswith("exit code 0")
+                except ToolError as exc:
+                    result = f"error: {exc}"
+    emit(
+        "tool_result",
+        {
+            "id": call.id,
+            "name": call.name,
+            "result": _preview(result),
+            "chars": len(result),
+            "failed": failed,
+            "seconds": round(time.monotonic() - started, 3),
+        },
+    )
+    return result, failed
+
+
+def _track_loop(recent: list[str], call: ToolCall, failed: bool) -> list[str]:
+    key = f"{call.name}\x00{_canonical(call.arguments)}"
+    if not failed:
+        return []
+    recent = [*recent, key] if recent and recent[-1] == key else [key]
+    if len(recent) >= LOOP_REPEATS:
+        raise LoopDetected("loop", f"the same failing call to {call.name} was made {LOOP_REPEATS} times in a row")
+    return recent
+
+
+def _canonical(arguments: str) -> str:
+    try:
+        return json.dumps(json.loads(arguments), sort_keys=True)
+    except ValueError:
+        return arguments
+
+
+def _grace(
+    llm: LLM, messages: list[dict[str, Any]], limits: Limits, totals: _Totals, emit: Emit, pricing: Pricing, why: str
+) -> str:
+    messages.append({"role": "user", "content": GRACE_PROMPT.format(why=why)})
+    relaxed = Limits(deadline=limits.deadline)
+    try:
+        reply = _ask(llm, messages, [], relaxed, totals, emit, pricing)
+    except Exception as exc:  # the grace call is best effort; the limit is already the outcome
+        emit("grace_failed", {"error": str(exc)})
+        return ""
+    messages.append(reply.to_dict())
+    return reply.content or ""
+
+
+def _preview(text: str) -> str:
+    if len(text) <= PREVIEW_CHARS:
+        return text
+    half = PREVIEW_CHARS // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half} characters not recorded ...]\n{text[-half:]}"

@@ -1,0 +1,85 @@
+"""Typed values that cross the LLM seam."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # raw JSON text exactly as the model sent it
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class Message:
+    """One assistant turn."""
+
+    content: str | None
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish_reason: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    model: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [c.to_dict() for c in self.tool_calls]
+        return out
+
+    def to_record(self) -> dict[str, Any]:
+        """The cassette form of this turn."""
+        out: dict[str, Any] = {"content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.tool_calls]
+        out["finish_reason"] = self.finish_reason
+        out["usage"] = {"prompt_tokens": self.usage.prompt_tokens, "completion_tokens": self.usage.completion_tokens}
+        return out
+
+    @classmethod
+    def from_record(cls, data: dict[str, Any]) -> Message:
+        calls = tuple(
+            ToolCall(str(c.get("id") or f"call_{i}"), str(c["name"]), _args_text(c.get("arguments", "{}")))
+            for i, c in enumerate(data.get("tool_calls") or [])
+        )
+        usage = data.get("usage") or {}
+        return cls(
+            content=data.get("content"),
+            tool_calls=calls,
+            finish_reason=data.get("finish_reason") or ("tool_calls" if calls else "stop"),
+            usage=Usage(int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))),
+        )
+
+
+def _args_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    import json
+
+    return json.dumps(value)
+
+
+class LLM(Protocol):
+    """The model seam: anything with this method can drive the loop."""
+
+    model: str
+
+    def complete(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]], *, timeout: float | None = None
+    ) -> Message: ...

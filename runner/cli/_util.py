@@ -1,0 +1,66 @@
+"""Small helpers shared by the command modules: tables, JSON, the Settings object."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from runner.context import Settings
+
+
+def settings() -> Settings:
+    ctx = click.get_current_context()
+    obj = ctx.find_root().obj
+    assert isinstance(obj, Settings)
+    return obj
+
+
+def echo_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> None:
+    cells = [[("" if c is None else str(c)) for c in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        for i, c in enumerate(row):
+            widths[i] = max(widths[i], len(c))
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    click.echo(fmt.format(*headers).rstrip())
+    for row in cells:
+        click.echo(fmt.format(*row).rstrip())
+
+
+def ago(text: str | None, now: datetime | None = None) -> str:
+    if not text:
+        return ""
+    then = datetime.fromisoformat(text)
+    seconds = ((now or datetime.now(UTC)) - then).total_seconds()
+    from runner.timeparse import format_duration
+
+    return f"{format_duration(abs(seconds))} {'ago' if seconds >= 0 else 'from now'}"
+
+
+def local_time(text: str | None) -> str:
+    if not text:
+        return ""
+    return datetime.fromisoformat(text).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def is_tty() -> bool:
+    return sys.stdout.isatty()
+
+
+def parse_vars(pairs: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise click.UsageError(f"--var {pair!r}: expected KEY=VALUE")
+        out[key.strip()] = value
+    return out

@@ -1,0 +1,79 @@
+"""``runner run-job NAME``: run one job now, in this process."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import click
+
+from runner.cli._util import echo_json, parse_vars, settings
+
+
+@click.command("run-job")
+@click.argument("name")
+@click.option("--var", "var_pairs", multiple=True, metavar="KEY=VALUE", help="override a template variable")
+@click.option("--replay", type=click.Path(dir_okay=False, path_type=Path), help="answer the model from a cassette")
+@click.option("--record", type=click.Path(dir_okay=False, path_type=Path), help="record model turns to a cassette")
+@click.option("--json", "as_json", is_flag=True, help="print the run summary as JSON")
+def run_job(name: str, var_pairs: tuple[str, ...], replay: Path | None, record: Path | None, as_json: bool) -> None:
+    """Run job NAME now and exit with its status (0 ok, 1 failed, 2 bad input, 130 interrupted)."""
+    from runner.worker import RunRequest, execute
+
+    if replay and record:
+        raise click.UsageError("--replay and --record cannot be used together")
+    s = settings()
+    job = s.jobs.get(name)
+    if replay is not None and not replay.is_absolute() and not replay.exists():
+        candidate = s.jobs.base_dir / replay
+        replay = candidate if candidate.exists() else replay
+    stop = threading.Event()
+    req = RunRequest(
+        job=job,
+        trigger="manual",
+        vars_override=parse_vars(var_pairs),
+        replay=replay,
+        record=record,
+        stdout=sys.stderr if as_json else sys.stdout,
+        stop=stop,
+    )
+    previous = _install_signals(stop)
+    try:
+        outcome = execute(s, req)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if as_json:
+        echo_json(outcome.as_dict())
+    else:
+        line = f"run {outcome.run_id}: {outcome.status}"
+        if outcome.reason and outcome.status != "succeeded":
+            line += f" ({outcome.reason})"
+        if outcome.error and outcome.status != "succeeded":
+            line += f": {outcome.error}"
+        if outcome.silent:
+            line += " [SILENT: nothing delivered]"
+        if outcome.output_path:
+            line += f"\noutput: {outcome.output_path}"
+        click.echo(line, err=True)
+    sys.exit(outcome.exit_code)
+
+
+def _install_signals(stop: threading.Event) -> dict[int, Any]:
+    """First SIGINT/SIGTERM: finish the current step, start nothing new. Second: stop hard."""
+    previous: dict[int, Any] = {}
+
+    def handler(signum: int, frame: Any) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous[sig] = signal.signal(sig, handler)
+    return previous
+
+
+COMMANDS = [run_job]

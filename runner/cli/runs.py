@@ -1,0 +1,169 @@
+"""``runner runs list | show | logs``: the run ledger and each run's steps."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import click
+
+from runner.cli._util import echo_json, local_time, settings, table
+
+STATUSES = ["queued", "running", "succeeded", "failed", "timed_out", "interrupted", "skipped", "missed", "unknown"]
+
+
+@click.group("runs")
+def runs_group() -> None:
+    """The run ledger."""
+
+
+def _duration(row: dict[str, Any]) -> str:
+    from datetime import datetime
+
+    if not row.get("started_at") or not row.get("ended_at"):
+        return ""
+    secs = (datetime.fromisoformat(row["ended_at"]) - datetime.fromisoformat(row["started_at"])).total_seconds()
+    return f"{secs:.1f}s"
+
+
+@runs_group.command("list")
+@click.option("--job", help="only this job")
+@click.option("--status", type=click.Choice(STATUSES), help="only runs with this status")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 100000))
+@click.option("--json", "as_json", is_flag=True)
+def runs_list(job: str | None, status: str | None, limit: int, as_json: bool) -> None:
+    """List recent runs, newest first."""
+    from runner.runs import list_runs
+
+    rows = list_runs(settings().store, job=job, status=status, limit=limit)
+    if as_json:
+        echo_json(rows)
+        return
+    if not rows:
+        click.echo("no runs")
+        return
+    table(
+        [
+            [
+                r["id"],
+                r["job"],
+                r["trigger"],
+                r["status"],
+                r["reason"] or "",
+                local_time(r["started_at"] or r["created_at"]),
+                _duration(r),
+                r["iterations"],
+                f"{(r['prompt_tokens'] or 0) + (r['completion_tokens'] or 0)}",
+                f"{r['cost_usd'] or 0:.4f}",
+            ]
+            for r in rows
+        ],
+        ["RUN", "JOB", "TRIGGER", "STATUS", "REASON", "STARTED", "TOOK", "TURNS", "TOKENS", "COST$"],
+    )
+
+
+def _load(run_id: str) -> dict[str, Any]:
+    from runner.errors import UsageError
+    from runner.runs import get_run
+
+    row = get_run(settings().store, run_id)
+    if row is None:
+        raise UsageError(f"no run {run_id!r} (see: runner runs list)")
+    return row
+
+
+def format_event(ev: dict[str, Any], *, width: int = 400) -> str:
+    payload = json.loads(ev["payload"]) if isinstance(ev["payload"], str) else ev["payload"]
+    kind = ev["kind"]
+    ts = local_time(ev["ts"])[11:]
+    if kind == "response":
+        calls = ", ".join(f"{c['name']}({_short(c['arguments'], 120)})" for c in payload.get("tool_calls", []))
+        text = f"model turn {payload.get('iteration')}: {payload.get('prompt_tokens')}+{payload.get('completion_tokens')} tokens"
+        if payload.get("cost_usd"):
+            text += f", ${payload['cost_usd']:.5f}"
+        if calls:
+            text += f"\n    calls: {calls}"
+        if payload.get("content"):
+            text += f"\n    says: {_short(payload['content'], width)}"
+        return f"{ts}  {text}"
+    if kind == "tool_call":
+        return f"{ts}  -> {payload.get('name')} {_short(payload.get('arguments', ''), width)}"
+    if kind == "tool_result":
+        mark = "BLOCKED " if str(payload.get("result", "")).startswith("blocked:") else ""
+        flag = " (failed)" if payload.get("failed") else ""
+        return f"{ts}  <- {mark}{payload.get('name')}{flag}: {_short(payload.get('result', ''), width)}"
+    if kind == "request":
+        return f"{ts}  request {payload.get('iteration')}: {payload.get('messages')} messages, {payload.get('tools')} tools"
+    return f"{ts}  {kind}: {_short(json.dumps(payload, ensure_ascii=False), width)}"
+
+
+def _short(text: str, width: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+@runs_group.command("show")
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True)
+def runs_show(run_id: str, as_json: bool) -> None:
+    """Show a run: summary, then each step (model turns, tool calls and results, tokens, cost)."""
+    from runner.runs import events
+
+    row = _load(run_id)
+    evs = events(settings().store, row["id"])
+    if as_json:
+        echo_json({"run": row, "events": [{**e, "payload": json.loads(e["payload"])} for e in evs]})
+        return
+    click.echo(f"run      {row['id']}")
+    click.echo(f"job      {row['job']}  (trigger: {row['trigger']}{', slot ' + row['slot'] if row['slot'] else ''})")
+    click.echo(f"status   {row['status']}{'  reason: ' + row['reason'] if row['reason'] else ''}")
+    if row["error"]:
+        click.echo(f"error    {row['error']}")
+    click.echo(f"started  {local_time(row['started_at'])}   took {_duration(row)}")
+    click.echo(
+        f"model    {row['model'] or '-'}   turns {row['iterations']}   tokens "
+        f"{row['prompt_tokens']}+{row['completion_tokens']}   cost ${row['cost_usd'] or 0:.5f}"
+    )
+    if row["output_path"]:
+        click.echo(f"output   {row['output_path']}")
+    if row["delivery"]:
+        sinks = json.loads(row["delivery"])
+        click.echo(
+            "delivery " + ", ".join(f"{d['sink']}={'ok' if d['ok'] else 'FAILED ' + d['detail']}" for d in sinks)
+        )
+    click.echo("")
+    click.echo("steps:")
+    for ev in evs:
+        click.echo(format_event(ev))
+
+
+@runs_group.command("logs")
+@click.argument("run_id")
+@click.option("--follow", "-f", is_flag=True, help="keep printing new events until the run ends")
+@click.option("--json", "as_json", is_flag=True, help="JSON lines")
+def runs_logs(run_id: str, follow: bool, as_json: bool) -> None:
+    """Print a run's events as they arrive."""
+    from runner.runs import events, get_run
+
+    store = settings().store
+    row = _load(run_id)
+    seq = 0
+    while True:
+        for ev in events(store, row["id"], after=seq):
+            seq = ev["seq"]
+            if as_json:
+                click.echo(json.dumps({**ev, "payload": json.loads(ev["payload"])}, ensure_ascii=False))
+            else:
+                click.echo(format_event(ev))
+        if not follow:
+            return
+        current = get_run(store, row["id"])
+        if current is None or current["status"] not in ("queued", "running"):
+            for ev in events(store, row["id"], after=seq):
+                click.echo(json.dumps(ev) if as_json else format_event(ev))
+            return
+        time.sleep(0.3)
+
+
+COMMANDS = [runs_group]

@@ -1,0 +1,162 @@
+"""Durations (``30s``, ``20m``, ``1h30m``, ``1d``) and schedules (cron, ``every``, ``in``, ISO-8601).
+
+Schedules are small objects with one pure method, ``next_fire(prev, now)``: the next fire
+time strictly after ``prev`` (or at/after ``now`` when there is no previous fire), or None
+when the schedule will never fire again. Time is always passed in.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta, tzinfo
+from typing import Any, Protocol
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_DURATION = re.compile(r"^\s*(?:(\d+)\s*([smhdw]))+\s*$")
+_PART = re.compile(r"(\d+)\s*([smhdw])")
+
+
+def parse_duration(value: str | int | float) -> float:
+    """Seconds in ``value``: a number (seconds) or ``30s``, ``20m``, ``2h``, ``1d``, ``1h30m``."""
+    if isinstance(value, bool):
+        raise ValueError("a duration must be a number of seconds or text like 30s, 20m, 2h, 1d")
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ValueError(f"duration {value} is negative")
+        return float(value)
+    text = str(value).strip().lower()
+    if text.isdigit():
+        return float(text)
+    if not _DURATION.match(text):
+        raise ValueError(f"invalid duration {value!r} (use e.g. 30s, 20m, 2h, 1d, 1h30m)")
+    return float(sum(int(n) * _UNITS[u] for n, u in _PART.findall(text)))
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds == 0:
+        return "0s"
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size:
+            n, seconds = divmod(seconds, size)
+            parts.append(f"{n}{unit}")
+    return "".join(parts)
+
+
+def parse_timezone(name: str) -> ZoneInfo:
+    try:
+        if not name or name.startswith(("/", ".")) or ".." in name:
+            raise ZoneInfoNotFoundError(name)
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValueError(f"unknown timezone {name!r} (use an IANA name like Europe/Berlin or UTC)") from exc
+
+
+class Schedule(Protocol):
+    @property
+    def text(self) -> str: ...
+
+    def next_fire(self, prev: datetime | None, now: datetime) -> datetime | None: ...
+
+
+@dataclass(frozen=True)
+class CronSchedule:
+    text: str
+    tz: tzinfo
+
+    def _trigger(self) -> Any:
+        from apscheduler.triggers.cron import CronTrigger
+
+        return CronTrigger.from_crontab(self.text, timezone=self.tz)
+
+    def next_fire(self, prev: datetime | None, now: datetime) -> datetime | None:
+        trigger = self._trigger()
+        start = now if prev is None else max(prev + timedelta(seconds=1), now)
+        # APScheduler returns the first time >= start; we want strictly after prev
+        result: datetime | None = trigger.get_next_fire_time(prev, start)
+        if result is not None and prev is not None and result <= prev:
+            result = trigger.get_next_fire_time(prev, prev + timedelta(seconds=1))
+        return result
+
+    def period(self, now: datetime) -> float | None:
+        first = self.next_fire(None, now)
+        if first is None:
+            return None
+        second = self.next_fire(first, first)
+        return (second - first).total_seconds() if second else None
+
+
+@dataclass(frozen=True)
+class IntervalSchedule:
+    text: str
+    seconds: float
+    anchor: datetime | None = None  # first fire; default: now when first seen
+
+    def next_fire(self, prev: datetime | None, now: datetime) -> datetime | None:
+        if prev is None:
+            return self.anchor or now
+        nxt = prev + timedelta(seconds=self.seconds)
+        return nxt
+
+
+@dataclass(frozen=True)
+class OneShotSchedule:
+    text: str
+    at: datetime | None  # None for "in 2h" until serve resolves it
+    delay: float | None = None
+
+    def resolved(self, first_seen: datetime) -> OneShotSchedule:
+        if self.at is not None:
+            return self
+        return OneShotSchedule(self.text, first_seen + timedelta(seconds=self.delay or 0), self.delay)
+
+    def next_fire(self, prev: datetime | None, now: datetime) -> datetime | None:
+        if prev is not None:
+            return None
+        return self.at if self.at is not None else now + timedelta(seconds=self.delay or 0)
+
+
+def parse_schedule(text: str, tz: tzinfo, *, now: datetime | None = None) -> Schedule:
+    """Parse a jobs.yaml ``schedule:`` value; raise ValueError with a clear message."""
+    raw = str(text).strip()
+    lowered = raw.lower()
+    if lowered.startswith("every "):
+        seconds = parse_duration(lowered[6:])
+        if seconds < 1:
+            raise ValueError("an interval must be at least 1s")
+        return IntervalSchedule(raw, seconds)
+    if lowered.startswith("in "):
+        return OneShotSchedule(raw, None, parse_duration(lowered[3:]))
+    fields = raw.split()
+    if len(fields) == 5:
+        return _parse_cron(raw, tz, now)
+    if re.match(r"^\d{4}-\d{2}-\d{2}", raw):
+        try:
+            at = datetime.fromisoformat(raw)
+        except ValueError as exc:
+            raise ValueError(f"invalid ISO-8601 time {raw!r}") from exc
+        if at.tzinfo is None:
+            at = at.replace(tzinfo=tz)
+        return OneShotSchedule(raw, at)
+    raise ValueError(
+        f"invalid schedule {raw!r}: use a 5-field cron ('0 2 * * *'), 'every 30m', 'in 2h' "
+        "or an ISO-8601 time ('2026-12-01T09:00')"
+    )
+
+
+def _parse_cron(raw: str, tz: tzinfo, now: datetime | None) -> CronSchedule:
+    from apscheduler.triggers.cron import CronTrigger
+
+    try:
+        trigger = CronTrigger.from_crontab(raw, timezone=tz)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"invalid cron {raw!r}: {exc}") from exc
+    start = now or datetime.now(tz)
+    # A cron that cannot fire within ~28 years (the leap-year/weekday cycle) never will.
+    nxt = trigger.get_next_fire_time(None, start)
+    if nxt is None or (nxt - start) > timedelta(days=366 * 29):
+        raise ValueError(f"cron {raw!r} can never fire")
+    return CronSchedule(raw, tz)

@@ -1,0 +1,115 @@
+"""Tool registry: the tools a model may call, grouped in toolsets.
+
+Each module in this package defines ``register(registry)`` and adds its entries; ``discover()``
+imports every module here, so a new tool file is picked up without a hand-kept list. The
+registry is an object (not a module-level global), so tests build their own.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from runner.tools.context import ToolContext
+
+Handler = Callable[[dict[str, Any], "ToolContext"], str]
+CheckFn = Callable[["ToolContext"], bool]
+
+TOOLSETS = ("terminal", "files", "web", "skills", "kanban")
+
+
+class ToolError(Exception):
+    """A problem the model should hear about (bad path, no match); not an infrastructure failure."""
+
+
+@dataclass(frozen=True)
+class ToolEntry:
+    name: str
+    toolset: str
+    description: str
+    parameters: dict[str, Any]
+    handler: Handler
+    check_fn: CheckFn | None = None
+
+    def schema(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+    def available(self, ctx: ToolContext) -> bool:
+        return self.check_fn is None or bool(self.check_fn(ctx))
+
+
+@dataclass
+class Registry:
+    entries: dict[str, ToolEntry] = field(default_factory=dict)
+    modules: list[str] = field(default_factory=list)
+
+    def add(self, entry: ToolEntry) -> None:
+        if entry.name in self.entries:
+            raise ValueError(f"tool {entry.name!r} registered twice")
+        if entry.toolset not in TOOLSETS:
+            raise ValueError(f"tool {entry.name!r}: unknown toolset {entry.toolset!r}")
+        self.entries[entry.name] = entry
+
+    def tool(
+        self,
+        name: str,
+        toolset: str,
+        description: str,
+        parameters: dict[str, Any],
+        check_fn: CheckFn | None = None,
+    ) -> Callable[[Handler], Handler]:
+        """Decorator form of ``add``."""
+
+        def wrap(fn: Handler) -> Handler:
+            self.add(ToolEntry(name, toolset, description, parameters, fn, check_fn))
+            return fn
+
+        return wrap
+
+    def names(self) -> set[str]:
+        return set(self.entries) | set(TOOLSETS)
+
+    def select(self, toolsets: Iterable[str], ctx: ToolContext) -> list[ToolEntry]:
+        """Entries picked by a job's ``toolsets:`` (toolset or tool names) whose check passes."""
+        wanted = set(toolsets)
+        picked = [e for e in self.entries.values() if (e.toolset in wanted or e.name in wanted) and e.available(ctx)]
+        return sorted(picked, key=lambda e: (TOOLSETS.index(e.toolset), e.name))
+
+
+def discover() -> Registry:
+    """A fresh registry holding every tool defined in this package."""
+    registry = Registry()
+    for info in sorted(pkgutil.iter_modules([str(Path(__file__).parent)]), key=lambda m: m.name):
+        if info.name.startswith("_") or info.name == "context":
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        register = getattr(module, "register", None)
+        if register is None:
+            continue
+        register(registry)
+        registry.modules.append(info.name)
+    return registry
+
+
+_NAMES: set[str] | None = None
+
+
+def known_toolset_names() -> set[str]:
+    """Toolset and tool names accepted in jobs.yaml ``toolsets:`` (computed once per process)."""
+    global _NAMES
+    if _NAMES is None:
+        _NAMES = discover().names()
+    return _NAMES
+
+
+def compact_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)

@@ -1,0 +1,293 @@
+"""One run of one job, start to finish: the flow DESIGN §2 draws.
+
+ledger row -> backend -> pre_run -> prompt -> loop (LLM <-> tools) -> output file -> delivery
+-> final status. The row exists before any work and gets its final status in ``finally``.
+Bad input (unknown provider, broken template, unreadable cassette) is found before the row is
+written, so a mistake costs nothing and leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from backends.base import BackendContext
+from runner.agent.loop import Limits, LoopResult, Pricing, run_loop
+from runner.agent.types import LLM
+from runner.context import Settings
+from runner.delivery import deliver, is_silent, write_private
+from runner.errors import RunnerError, TemplateError
+from runner.jobs import Job
+from runner.redact import Redactor
+from runner.runs import Recorder, create_run, finish_run, last_output, mark_started, update_run
+from runner.store import dumps, utcnow
+
+EXIT_CODES = {"succeeded": 0, "skipped": 0, "interrupted": 130}
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    run_id: str
+    status: str
+    output: str = ""
+    reason: str | None = None
+    error: str | None = None
+    output_path: str | None = None
+    silent: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES.get(self.status, 1)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "reason": self.reason,
+            "error": self.error,
+            "output_path": self.output_path,
+            "silent": self.silent,
+            "output": self.output,
+        }
+
+
+@dataclass
+class RunRequest:
+    job: Job
+    trigger: str = "manual"
+    run_id: str | None = None  # an existing queued row (scheduler, kanban) to start
+    slot: datetime | None = None
+    vars_override: dict[str, str] = field(default_factory=dict)
+    replay: Path | None = None
+    record: Path | None = None
+    stdout: TextIO | None = None
+    stop: threading.Event = field(default_factory=threading.Event)
+    task_id: str | None = None
+    workdir: Path | None = None
+    extra_tools: dict[str, Any] = field(default_factory=dict)
+    llm: LLM | None = None  # tests and embedders may pass their own model seam
+
+
+def prepare_llm(settings: Settings, req: RunRequest, redactor: Redactor) -> tuple[Any, Pricing, list[str]]:
+    """Resolve the model before the run row exists: bad config is exit 2 with nothing written.
+
+    Returns (factory(emit) -> LLM, pricing, key values for redaction).
+    """
+    job = req.job
+    if req.llm is not None:
+        llm = req.llm
+        return (lambda emit: llm), Pricing(), []
+    if req.replay is not None:
+        from runner.agent.cassette import ReplayLLM
+
+        replay = ReplayLLM(req.replay)
+        return (lambda emit: replay), Pricing(), []
+    from runner.models import build_client, choose, key_source
+
+    choice = choose(settings.config, job.models[0], job=job.name)
+    keys = key_source(choice, job=job.name)
+    redactor.add(*keys.values())
+
+    def factory(emit: Any) -> LLM:
+        client = build_client(choice, keys, emit=emit)
+        if req.record is not None:
+            from runner.agent.cassette import RecordingLLM
+
+            return RecordingLLM(client, req.record, job=job.name, redact=redactor.redact_obj)
+        return client
+
+    return factory, choice.pricing, keys.values()
+
+
+def execute(settings: Settings, req: RunRequest) -> RunOutcome:
+    job = req.job
+    redactor = Redactor()
+    make_llm: Any = None
+    pricing, key_values = Pricing(), list[str]()
+    if job.spec.agent:
+        from runner.prompt import check_syntax
+
+        check_syntax(job)
+        make_llm, pricing, key_values = prepare_llm(settings, req, redactor)
+    store = settings.store
+    now = utcnow()
+    if req.run_id is None:
+        run_id = create_run(store, job=job.name, trigger=req.trigger, slot=req.slot, task_id=req.task_id, now=now)
+    else:
+        run_id = req.run_id
+        mark_started(store, run_id, now=now)
+    emit = Recorder(store, run_id, redactor)
+    started = time.monotonic()
+    deadline = started + job.spec.timeout
+    status, reason, error, output, out_path, silent = "failed", None, None, "", None, False
+    backend = None
+    try:
+        emit("run_started", {"job": job.name, "trigger": req.trigger, "pid": os.getpid()})
+        import backends
+
+        workdir = req.workdir or job.workdir
+        spec = job.spec.backend.model_dump(exclude_none=True)
+        backend = backends.resolve(
+            spec,
+            ctx=BackendContext(
+                workdir=workdir,
+                home=settings.home,
+                run_id=run_id,
+                job=job.name,
+                env_passthrough=tuple(job.spec.env_passthrough),
+                secret_values=tuple(key_values),
+            ),
+        )
+        run_vars = {"id": run_id, "slot": req.slot.isoformat() if req.slot else None, "trigger": req.trigger}
+        pre = None
+        if job.spec.pre_run:
+            from runner.prerun import run_pre
+
+            pre = run_pre(job, backend, run_id=run_id)
+            emit("pre_run", {"exit_code": pre.exit_code, "timed_out": pre.timed_out, "stdout": pre.stdout[-4000:]})
+            if not pre.wake:
+                status, reason = "skipped", "wake_false"
+                return _outcome(run_id, status, reason=reason)
+            if pre.timed_out or (pre.exit_code != 0 and not job.spec.agent):
+                status, reason = "failed", "pre_run"
+                error = f"pre_run exited {pre.exit_code}" + (" (timed out)" if pre.timed_out else "")
+                return _outcome(run_id, status, reason=reason, error=error)
+        if not job.spec.agent:
+            output = pre.stdout if pre else ""
+            status = "succeeded"
+        else:
+            assert make_llm is not None
+            result = _agent(
+                settings, req, job, backend, emit, make_llm(emit), pricing, redactor, run_vars, pre, deadline, run_id
+            )
+            status, reason, error, output = result.status, result.reason, result.error, result.output
+            update_run(
+                store,
+                run_id,
+                iterations=result.iterations,
+                prompt_tokens=result.usage.prompt_tokens,
+                completion_tokens=result.usage.completion_tokens,
+                cost_usd=result.cost_usd,
+            )
+        silent = is_silent(output) or (not job.spec.agent and not output.strip())
+        output = redactor(output)
+        if output or silent:
+            path = settings.home / "outputs" / job.name / f"{run_id}.md"
+            write_private(path, output)
+            out_path = str(path)
+        if output and not silent:
+            from runner.prompt import variables
+
+            tvars = variables(
+                job, now=now, run=run_vars, vars_override=req.vars_override, pre_run=pre.as_vars() if pre else None
+            )
+            delivered = deliver(
+                job,
+                run_id=run_id,
+                status=status,
+                output=output,
+                output_path=Path(out_path) if out_path else None,
+                variables=tvars,
+                redact=redactor,
+                stdout=req.stdout,
+            )
+            emit("delivered", {"sinks": [d.as_dict() for d in delivered]})
+            update_run(store, run_id, delivery=dumps([d.as_dict() for d in delivered]))
+        return _outcome(run_id, status, output=output, reason=reason, error=error, output_path=out_path, silent=silent)
+    except KeyboardInterrupt:
+        status, reason, error = "interrupted", "interrupted", "interrupted by the user"
+        return _outcome(run_id, status, reason=reason, error=error)
+    except RunnerError as exc:
+        status = "failed"
+        reason = getattr(exc, "reason", None) or type(exc).__name__.lower().replace("error", "") or "error"
+        if isinstance(exc, TemplateError):
+            reason = "template"
+        error = redactor(str(exc))
+        emit("error", {"reason": reason, "error": error})
+        return _outcome(run_id, status, reason=reason, error=error)
+    finally:
+        if backend is not None:
+            backend.close()
+        finish_run(store, run_id, status, reason=reason, error=error, output_path=out_path)
+        emit("run_finished", {"status": status, "reason": reason, "seconds": round(time.monotonic() - started, 3)})
+
+
+def _outcome(run_id: str, status: str, **kw: Any) -> RunOutcome:
+    return RunOutcome(run_id=run_id, status=status, **kw)
+
+
+def _agent(
+    settings: Settings,
+    req: RunRequest,
+    job: Job,
+    backend: Any,
+    emit: Recorder,
+    llm: LLM,
+    pricing: Pricing,
+    redactor: Redactor,
+    run_vars: dict[str, Any],
+    pre: Any,
+    deadline: float,
+    run_id: str,
+) -> LoopResult:
+    from runner.prompt import job_template, render, system_prompt, variables
+    from runner.tools import discover
+    from runner.tools.context import ToolContext
+
+    source, name = job_template(job)
+    tvars = variables(
+        job,
+        now=utcnow(),
+        run=run_vars,
+        vars_override=req.vars_override,
+        pre_run=pre.as_vars() if pre else None,
+        last_output=last_output(settings.store, job.name),
+    )
+    user_prompt = render(source, tvars, name=name, base=job.base_dir)
+    ctx = ToolContext(
+        backend=backend,
+        run_id=run_id,
+        job_name=job.name,
+        allow_paths=tuple(job.spec.allow_paths),
+        approve=_approval(job, emit),
+        emit=emit,
+        deadline=deadline,
+        extras=dict(req.extra_tools),
+    )
+    tools = discover().select(job.spec.toolsets, ctx)
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": system_prompt(job)},
+        {"role": "user", "content": user_prompt},
+    ]
+    emit(
+        "prompt",
+        {
+            "system_chars": len(messages[0]["content"]),
+            "user": user_prompt[:4000],
+            "tools": [t.name for t in tools],
+            "model": llm.model,
+        },
+    )
+    update_run(settings.store, run_id, model=llm.model)
+    limits = Limits(
+        max_iterations=job.spec.max_iterations,
+        deadline=deadline,
+        idle_timeout=job.spec.idle_timeout,
+        max_tokens=job.spec.budget.max_tokens,
+        max_cost_usd=job.spec.budget.max_cost_usd,
+    )
+    return run_loop(messages, tools, ctx, llm, limits, emit=emit, pricing=pricing, stop=req.stop)
+
+
+def _approval(job: Job, emit: Recorder) -> Any:
+    from runner.tools.context import ApprovalResult
+
+    def approve(command: str) -> ApprovalResult:
+        return ApprovalResult(True)
+
+    return approve

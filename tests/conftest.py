@@ -1,0 +1,102 @@
+"""Shared fixtures: a temp RUNNER_HOME, a project folder with jobs.yaml, the fake model server,
+and ways to call the CLI (in-process with click's CliRunner, or as a real subprocess)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from tests.fakeopenai import FakeOpenAI
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Nothing from the developer's own environment may leak into tests.
+for _name in list(os.environ):
+    if _name.startswith(("OPENAI_", "RUNNER_")):
+        del os.environ[_name]
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    h = tmp_path / "home"
+    monkeypatch.setenv("RUNNER_HOME", str(h))
+    return h
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeOpenAI]:
+    server = FakeOpenAI().start()
+    yield server
+    server.stop()
+
+
+@dataclass
+class Project:
+    root: Path
+    home: Path
+    base_url: str
+
+    @property
+    def jobs_path(self) -> Path:
+        return self.root / "jobs.yaml"
+
+    def write_jobs(self, text: str) -> Path:
+        self.jobs_path.write_text(textwrap.dedent(text))
+        return self.jobs_path
+
+    def write(self, rel: str, text: str, mode: int | None = None) -> Path:
+        path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+        if mode is not None:
+            path.chmod(mode)
+        return path
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RUNNER_"))}
+        env.update(
+            RUNNER_HOME=str(self.home),
+            RUNNER_JOBS=str(self.jobs_path),
+            OPENAI_BASE_URL=self.base_url,
+            OPENAI_API_KEY="sk-test-key-0123456789abcdef",
+            PYTHONPATH=str(REPO),
+        )
+        env.update(extra)
+        return env
+
+    def cli(self, *args: str, env: dict[str, str] | None = None, input: str | None = None) -> Any:
+        """Run the CLI in-process (click's CliRunner); returns the click Result."""
+        from runner.cli import cli
+
+        runner = CliRunner()
+        return runner.invoke(cli, list(args), env=env or self.env(), input=input, catch_exceptions=False)
+
+    def run(
+        self, *args: str, env: dict[str, str] | None = None, timeout: float = 60, **kw: Any
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``python -m runner ARGS`` as a real subprocess."""
+        return subprocess.run(
+            [sys.executable, "-m", "runner", *args],
+            env=env or self.env(),
+            cwd=self.root,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            **kw,
+        )
+
+
+@pytest.fixture
+def project(tmp_path: Path, home: Path, fake: FakeOpenAI) -> Project:
+    root = tmp_path / "proj"
+    root.mkdir()
+    return Project(root=root, home=home, base_url=fake.base_url)
