@@ -113,6 +113,7 @@ def execute(settings: Settings, req: RunRequest) -> RunOutcome:
         from runner.prompt import check_syntax
 
         check_syntax(job)
+        _dry_render(job, req)
         make_llm, pricing, key_values = prepare_llm(settings, req, redactor)
     store = settings.store
     now = utcnow()
@@ -215,6 +216,18 @@ def execute(settings: Settings, req: RunRequest) -> RunOutcome:
             backend.close()
         finish_run(store, run_id, status, reason=reason, error=error, output_path=out_path)
         emit("run_finished", {"status": status, "reason": reason, "seconds": round(time.monotonic() - started, 3)})
+
+
+def _dry_render(job: Job, req: RunRequest) -> None:
+    """Render the prompt with placeholder run values so a missing variable is exit 2, before any row."""
+    from runner.prompt import job_template, render, variables
+
+    source, name = job_template(job)
+    placeholder = {"id": "dry-run", "slot": None, "trigger": req.trigger}
+    tvars = variables(
+        job, now=utcnow(), run=placeholder, vars_override=req.vars_override, pre_run={"stdout": "", "exit_code": 0}
+    )
+    render(source, tvars, name=name, base=job.base_dir)
 
 
 def _outcome(run_id: str, status: str, **kw: Any) -> RunOutcome:

@@ -1,0 +1,107 @@
+"""The loop as a function: messages, tools, a scripted model (the edge), limits."""
+
+import threading
+
+from backends.base import BackendContext
+from backends.local import LocalBackend
+from runner.agent.loop import Limits, run_loop
+from runner.agent.types import Message, ToolCall, Usage
+from runner.tools import discover
+from runner.tools.context import ApprovalResult, ToolContext
+
+
+class Scripted:
+    """A deterministic model: answers from a list (the loop's tests need nothing more)."""
+
+    model = "scripted"
+
+    def __init__(self, *turns):
+        self.turns = list(turns)
+        self.seen = []
+
+    def complete(self, messages, tools, *, timeout=None):
+        self.seen.append((list(messages), list(tools)))
+        return self.turns.pop(0)
+
+
+def tc(name, args, i=0):
+    return Message(None, (ToolCall(f"c{i}", name, args),), "tool_calls", Usage(10, 5))
+
+
+def setup(tmp_path):
+    backend = LocalBackend(BackendContext(workdir=tmp_path, home=tmp_path))
+    ctx = ToolContext(backend=backend, approve=lambda c: ApprovalResult(True))
+    tools = discover().select(["terminal", "files"], ctx)
+    events = []
+    return ctx, tools, events, lambda k, p: events.append((k, p))
+
+
+def test_multi_call_turn_results_in_order(tmp_path):
+    ctx, tools, events, emit = setup(tmp_path)
+    turn = Message(
+        None,
+        (ToolCall("a", "terminal", '{"command": "echo one"}'), ToolCall("b", "terminal", '{"command": "echo two"}')),
+        "tool_calls",
+    )
+    llm = Scripted(turn, Message("fin"))
+    msgs = [{"role": "user", "content": "go"}]
+    result = run_loop(msgs, tools, ctx, llm, Limits(), emit=emit)
+    assert result.status == "succeeded" and result.output == "fin"
+    tool_msgs = [m for m in msgs if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in tool_msgs] == ["a", "b"]
+    assert "one" in tool_msgs[0]["content"] and "two" in tool_msgs[1]["content"]
+
+
+def test_bad_arguments_and_unknown_tools_go_back_to_the_model(tmp_path):
+    ctx, tools, events, emit = setup(tmp_path)
+    llm = Scripted(
+        tc("terminal", "{not json"),
+        tc("teleport", "{}"),
+        tc("terminal", '{"cmd": "ls"}'),
+        tc("read_file", '{"path": 5}'),
+        Message("ok"),
+    )
+    msgs = [{"role": "user", "content": "go"}]
+    result = run_loop(msgs, tools, ctx, llm, Limits(), emit=emit)
+    assert result.status == "succeeded"
+    outs = [m["content"] for m in msgs if m["role"] == "tool"]
+    assert "not valid JSON" in outs[0]
+    assert "unknown tool 'teleport'" in outs[1]
+    assert "missing required argument 'command'" in outs[2]
+    assert "must be of type string" in outs[3]
+
+
+def test_same_failing_call_three_times_is_a_loop(tmp_path):
+    ctx, tools, events, emit = setup(tmp_path)
+    llm = Scripted(*[tc("terminal", '{"command": "false"}', i) for i in range(5)])
+    result = run_loop([{"role": "user", "content": "go"}], tools, ctx, llm, Limits(), emit=emit)
+    assert result.status == "failed" and result.reason == "loop"
+    assert len(llm.seen) == 3
+
+
+def test_budget_tokens_stops(tmp_path):
+    ctx, tools, events, emit = setup(tmp_path)
+    llm = Scripted(*[tc("terminal", f'{{"command": "echo {i}"}}', i) for i in range(10)])
+    result = run_loop([{"role": "user", "content": "go"}], tools, ctx, llm, Limits(max_tokens=40), emit=emit)
+    assert result.reason == "budget_tokens" and result.iterations == 3
+
+
+def test_stop_event_interrupts_between_steps(tmp_path):
+    ctx, tools, events, emit = setup(tmp_path)
+    stop = threading.Event()
+    stop.set()
+    llm = Scripted(Message("never"))
+    result = run_loop([{"role": "user", "content": "go"}], tools, ctx, llm, Limits(), emit=emit, stop=stop)
+    assert result.status == "interrupted" and llm.seen == []
+
+
+def test_registry_discovers_every_module():
+    import pkgutil
+    from pathlib import Path
+
+    import runner.tools
+
+    reg = discover()
+    modules = {m.name for m in pkgutil.iter_modules([str(Path(runner.tools.__file__).parent)])} - {"context"}
+    assert set(reg.modules) == {m for m in modules if not m.startswith("_")}
+    assert {"terminal", "read_file", "write_file", "edit_file", "search_files", "list_dir"} <= set(reg.entries)
