@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -64,22 +64,71 @@ class Schedule(Protocol):
 
 @dataclass(frozen=True)
 class CronSchedule:
+    """5-field cron read in wall-clock time of ``tz``.
+
+    DST: a wall time that does not exist (spring forward, 02:30 in America/New_York on
+    2025-03-09) fires at the same distance past the gap, 03:30 local; a wall time that occurs
+    twice (fall back) fires once, at its first occurrence, unless the hour field is ``*``
+    (then every matching minute fires in both hours, so ``*/15 * * * *`` keeps its real-time
+    rhythm). APScheduler's trigger is used only to match fields on naive wall-clock times; the
+    mapping to instants is done here because APScheduler 3.x repeats the same instant forever
+    inside a fall-back hour.
+    """
+
     text: str
     tz: tzinfo
 
-    def _trigger(self) -> Any:
-        from apscheduler.triggers.cron import CronTrigger
+    def _wall_trigger(self) -> Any:
+        trigger = self.__dict__.get("_wall")
+        if trigger is None:
+            from apscheduler.triggers.cron import CronTrigger
 
-        return CronTrigger.from_crontab(self.text, timezone=self.tz)
+            trigger = CronTrigger.from_crontab(self.text, timezone=UTC)
+            object.__setattr__(self, "_wall", trigger)
+        return trigger
+
+    def _next_wall(self, wall: datetime) -> datetime | None:
+        """First naive wall-clock time >= ``wall`` matching the fields (no DST involved)."""
+        found = self._wall_trigger().get_next_fire_time(None, wall.replace(tzinfo=UTC))
+        return found.replace(tzinfo=None) if found is not None else None
+
+    def _instants(self, wall: datetime) -> list[datetime]:
+        first = wall.replace(tzinfo=self.tz, fold=0).astimezone(UTC)
+        second = wall.replace(tzinfo=self.tz, fold=1).astimezone(UTC)
+        if first == second or first.astimezone(self.tz).replace(tzinfo=None) != wall:
+            return [first]  # an ordinary time, or a time in a gap (read with the offset before it)
+        return [first, second] if self.text.split()[1] == "*" else [first]
+
+    def _stable(self, at: datetime) -> bool:
+        """No UTC-offset change within 3 h either side of ``at``."""
+        span = timedelta(hours=3)
+        return (at - span).astimezone(self.tz).utcoffset() == (at + span).astimezone(self.tz).utcoffset()
+
+    def first_at_or_after(self, start: datetime) -> datetime | None:
+        wall = start.astimezone(self.tz).replace(tzinfo=None)
+        cand = self._next_wall(wall)
+        if cand is None:
+            return None
+        fast = self._instants(cand)[0]
+        if fast >= start and self._stable(start) and self._stable(fast):
+            return fast
+        # Near a DST change: look at every candidate from 3 h before, keep the earliest instant.
+        span = timedelta(hours=3)
+        best: datetime | None = None
+        probe = self._next_wall(wall - span)
+        while probe is not None:
+            for at in self._instants(probe):
+                if at >= start and (best is None or at < best):
+                    best = at
+            limit = best.astimezone(self.tz).replace(tzinfo=None) + span if best is not None else None
+            if limit is not None and probe > limit:
+                break
+            probe = self._next_wall(probe + timedelta(seconds=1))
+        return best
 
     def next_fire(self, prev: datetime | None, now: datetime) -> datetime | None:
-        trigger = self._trigger()
         start = now if prev is None else max(prev + timedelta(seconds=1), now)
-        # APScheduler returns the first time >= start; we want strictly after prev
-        result: datetime | None = trigger.get_next_fire_time(prev, start)
-        if result is not None and prev is not None and result <= prev:
-            result = trigger.get_next_fire_time(prev, prev + timedelta(seconds=1))
-        return result
+        return self.first_at_or_after(start)
 
     def period(self, now: datetime) -> float | None:
         first = self.next_fire(None, now)
