@@ -53,8 +53,9 @@ class Provider(Strict):
 
 class ServeConfig(Strict):
     max_parallel: int = Field(4, ge=1)
-    shutdown_grace: float = 30.0
-    heartbeat_s: float = 5.0
+    shutdown_grace: float = Field(30.0, ge=0)
+    heartbeat_s: float = Field(5.0, gt=0)
+    kill_grace: float = Field(5.0, ge=0)  # SIGTERM -> SIGKILL for a timed-out or replaced run
 
 
 class CuratorConfig(Strict):
