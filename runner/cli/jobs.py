@@ -24,40 +24,61 @@ def _backend_label(spec: Any) -> str:
     return "local"
 
 
-def _next_fire(job: Any, now: datetime) -> str | None:
-    sched = job.schedule_obj
-    if sched is None or not job.spec.enabled:
+def _states(s: Any) -> dict[str, Any]:
+    """Scheduler state from the store (none yet when runner.db does not exist)."""
+    if not (s.home / "runner.db").exists():
+        return {}
+    from runner.jobstate import load_states
+
+    return load_states(s.store)
+
+
+def _next_fire(job: Any, state: Any, now: datetime) -> str | None:
+    from runner.scheduler import JobState, upcoming
+
+    if job.schedule_obj is None or not job.spec.enabled or (state is not None and state.paused):
         return None
-    nxt = sched.next_fire(None, now)
-    return nxt.astimezone(UTC).isoformat(timespec="seconds") if nxt else None
+    fires = upcoming(job, state or JobState(job=job.name), now, 1)
+    return fires[0].astimezone(UTC).isoformat(timespec="seconds") if fires else None
 
 
 @jobs_group.command("list")
 @click.option("--json", "as_json", is_flag=True)
 def jobs_list(as_json: bool) -> None:
-    """List jobs: schedule, next fire, backend, enabled, last status."""
+    """List jobs: schedule, next fire, backend, enabled/paused, last status; and whether serve runs."""
     s = settings()
     jf = s.jobs
     now = datetime.now(UTC)
     last: dict[str, dict[str, Any]] = {}
+    states = _states(s)
+    serve_line, serve_alive = "serve: never started on this RUNNER_HOME", False
     if (s.home / "runner.db").exists():
+        from runner.jobstate import serve_status
+
         for row in s.store.query(
             "SELECT job, status, created_at FROM runs r WHERE created_at = "
             "(SELECT MAX(created_at) FROM runs WHERE job = r.job)"
         ):
             last[row["job"]] = row
+        status = serve_status(s.store, now)
+        serve_line, serve_alive = status.describe(now), status.alive
     rows = []
     for name, job in sorted(jf.jobs.items()):
+        state = states.get(name)
         rows.append(
             {
                 "name": name,
                 "schedule": job.spec.schedule,
                 "timezone": job.tz_name,
-                "next_fire": _next_fire(job, now),
+                "next_fire": _next_fire(job, state, now),
                 "backend": _backend_label(job.spec.backend),
                 "enabled": job.spec.enabled,
+                "paused": bool(state and state.paused),
+                "paused_reason": state.paused_reason if state else None,
+                "failure_streak": state.failure_streak if state else 0,
                 "last_status": (last.get(name) or {}).get("status"),
                 "description": job.spec.description,
+                "serve_alive": serve_alive,
             }
         )
     if as_json:
@@ -65,6 +86,7 @@ def jobs_list(as_json: bool) -> None:
         return
     if not rows:
         click.echo(f"no jobs in {jf.path}")
+        click.echo(serve_line)
         return
     table(
         [
@@ -73,13 +95,17 @@ def jobs_list(as_json: bool) -> None:
                 r["schedule"] or "(manual)",
                 r["next_fire"] or "-",
                 r["backend"],
-                "yes" if r["enabled"] else "no",
+                "paused" if r["paused"] else ("yes" if r["enabled"] else "no"),
                 r["last_status"] or "-",
             ]
             for r in rows
         ],
         ["NAME", "SCHEDULE", "NEXT FIRE (UTC)", "BACKEND", "ENABLED", "LAST"],
     )
+    for r in rows:
+        if r["paused"]:
+            click.echo(f"{r['name']}: {r['paused_reason'] or 'paused'} (runner jobs resume {r['name']})")
+    click.echo(serve_line)
 
 
 @jobs_group.command("validate")
@@ -128,16 +154,11 @@ def jobs_next(name: str, count: int, as_json: bool) -> None:
     job = s.jobs.get(name)
     if job.schedule_obj is None:
         raise UsageError(f"job {name} has no schedule (manual only)")
+    from runner.scheduler import JobState, upcoming
+
     tz = ZoneInfo(job.tz_name)
     now = datetime.now(UTC)
-    fires: list[datetime] = []
-    prev = None
-    while len(fires) < count:
-        nxt = job.schedule_obj.next_fire(prev, now)
-        if nxt is None:
-            break
-        fires.append(nxt)
-        prev = nxt
+    fires = upcoming(job, _states(s).get(name) or JobState(job=name), now, count)
     rows = [{"local": f.astimezone(tz).isoformat(), "utc": f.astimezone(UTC).isoformat()} for f in fires]
     if as_json:
         echo_json(rows)
@@ -146,6 +167,31 @@ def jobs_next(name: str, count: int, as_json: bool) -> None:
         click.echo(f"{r['local']}  ({r['utc']} UTC)")
     if not rows:
         click.echo("no future fires")
+
+
+@jobs_group.command("pause")
+@click.argument("name")
+def jobs_pause(name: str) -> None:
+    """Stop firing job NAME until `runner jobs resume NAME` (kept in the store, over jobs.yaml)."""
+    from runner.jobstate import set_paused
+
+    s = settings()
+    s.jobs.get(name)
+    set_paused(s.store, name, True, "paused with runner jobs pause")
+    click.echo(f"paused {name}; a running serve stops firing it within a second")
+
+
+@jobs_group.command("resume")
+@click.argument("name")
+def jobs_resume(name: str) -> None:
+    """Fire job NAME again (clears a pause and the failure streak); missed slots are not caught up."""
+    from runner.jobstate import set_paused
+
+    s = settings()
+    job = s.jobs.get(name)
+    set_paused(s.store, name, False)
+    note = "" if job.spec.enabled else " (note: it has enabled: false in jobs.yaml, so it still will not fire)"
+    click.echo(f"resumed {name}{note}")
 
 
 COMMANDS = [jobs_group]
