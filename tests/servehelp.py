@@ -1,0 +1,144 @@
+"""Helpers for the `runner serve` tests: a real serve subprocess, the ledger read straight from
+SQLite, and polling with a deadline."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import Project
+
+SERVE_CONFIG = """
+serve:
+  max_parallel: {max_parallel}
+  shutdown_grace: {shutdown_grace}
+  heartbeat_s: 0.5
+  kill_grace: 0.5
+"""
+
+
+def wait_for(check: Callable[[], Any], timeout: float = 15.0, interval: float = 0.05, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or check}")
+        time.sleep(interval)
+
+
+def rows(
+    home: Path, sql: str = "SELECT * FROM runs ORDER BY slot, attempt", params: tuple[Any, ...] = ()
+) -> list[dict[str, Any]]:
+    path = home / "runner.db"
+    if not path.exists():
+        return []
+    db = sqlite3.connect(path, timeout=30)
+    db.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in db.execute(sql, params)]
+    except sqlite3.OperationalError:  # tables not created yet
+        return []
+    finally:
+        db.close()
+
+
+def job_rows(home: Path, job: str) -> list[dict[str, Any]]:
+    return rows(home, "SELECT * FROM runs WHERE job=? ORDER BY slot, attempt", (job,))
+
+
+def ts(text: str | None) -> datetime:
+    assert text, "missing timestamp"
+    return datetime.fromisoformat(text)
+
+
+def write_config(project: Project, *, max_parallel: int = 8, shutdown_grace: float = 3.0) -> None:
+    project.home.mkdir(parents=True, exist_ok=True)
+    text = SERVE_CONFIG.format(max_parallel=max_parallel, shutdown_grace=shutdown_grace)
+    (project.home / "config.yaml").write_text(textwrap.dedent(text))
+
+
+class ServeProc:
+    """``python -m runner serve`` as a real subprocess; its stderr goes to a file."""
+
+    count = 0
+
+    def __init__(self, project: Project):
+        ServeProc.count += 1
+        self.project = project
+        self.log_path = project.root / f"serve-{ServeProc.count}.stderr"
+        self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "runner", "serve"],
+            env=project.env(),
+            cwd=project.root,
+            stdout=subprocess.DEVNULL,
+            stderr=self._log,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def started(self, timeout: float = 20.0) -> ServeProc:
+        wait_for(lambda: "serve started" in self.log() or self.proc.poll() is not None, timeout, what="serve to start")
+        assert self.proc.poll() is None, self.log()
+        return self
+
+    def wait_log(self, text: str, timeout: float = 15.0) -> None:
+        wait_for(lambda: text in self.log(), timeout, what=f"{text!r} in the serve log")
+
+    def send(self, sig: int) -> None:
+        os.kill(self.proc.pid, sig)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            code = self.proc.wait(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self._log.close()
+        return code
+
+
+def serve_factory(project: Project) -> Iterator[Callable[[], ServeProc]]:
+    """Body of the ``serve`` fixture each serve test module declares: start serves, kill leftovers."""
+    started: list[ServeProc] = []
+
+    def start() -> ServeProc:
+        proc = ServeProc(project)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.proc.poll() is None:
+            proc.stop(signal.SIGKILL)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
