@@ -1,8 +1,7 @@
 """Worker processes: every run is its own process, forked from a warm forkserver.
 
-serve starts a ``multiprocessing`` forkserver once; it imports the heavy modules (httpx,
-pydantic, jinja2, the worker, the agent loop, the local backend) a single time, and each run
-is a plain ``fork()`` of it, so a fire costs milliseconds, not an interpreter start. The
+serve starts a ``multiprocessing`` forkserver once; it imports ``runner.prefork`` (the heavy
+modules and one-time setup every worker needs) a single time, and each run is a ``fork()`` of it, so a fire costs milliseconds, not an interpreter start. The
 forkserver never holds serve's lock, its SQLite connection or its threads. (As with any
 multiprocessing start method but fork, a script that embeds serve needs the usual
 ``if __name__ == "__main__":`` guard; ``runner`` and ``python -m runner`` have it.)
@@ -26,27 +25,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from runner.jobs import Job
-
-PRELOAD = [
-    "runner.worker",
-    "runner.agent.loop",
-    "runner.agent.llm",
-    "runner.models",
-    "runner.prompt",
-    "runner.prerun",
-    "runner.delivery",
-    "runner.tools",
-    "runner.tools.files",
-    "runner.tools.terminal",
-    "runner.store",
-    "runner.runs",
-    "backends",
-    "backends.local",
-    "httpx",
-    "jinja2",
-    "pydantic",
-    "yaml",
-]
 
 
 @dataclass(frozen=True)
@@ -88,8 +66,9 @@ class Launcher:
     """Starts workers from a forkserver that preloaded ``PRELOAD``."""
 
     def __init__(self, preload: list[str] | None = None):
+        """``preload``: modules the forkserver imports first (default ``runner.prefork``)."""
         self._ctx = multiprocessing.get_context("forkserver")
-        self._ctx.set_forkserver_preload(list(PRELOAD if preload is None else preload))
+        self._ctx.set_forkserver_preload(["runner.prefork"] if preload is None else list(preload))
 
     def warm(self) -> Callable[[], None]:
         """Start the forkserver now; return a function that waits until it has imported everything."""
@@ -215,9 +194,12 @@ def worker_main(spec: WorkerSpec) -> None:
     from runner.context import Settings
     from runner.errors import RunnerError, TemplateError
     from runner.runs import finish_run
+    from runner.store import Store
     from runner.worker import RunRequest, execute
 
     settings = Settings(home=Path(spec.home), jobs_path=Path(spec.jobs_path), config_path=Path(spec.config_path))
+    # serve has created and migrated the store, and it watches its own workers: open it plainly
+    settings.store = Store.open(settings.home / "runner.db", migrate=False)
     req = RunRequest(
         job=spec.job, trigger=spec.trigger, run_id=spec.run_id, slot=spec.slot, stop=stop, task_id=spec.task_id
     )

@@ -169,7 +169,8 @@ class Pool:
             finish_run(self.store, fire.run_id, "failed", reason="spawn", error=f"cannot start a worker: {exc}")
             return
         waited = max(0.0, (now - (fire.not_before or entry.queued_at)).total_seconds())
-        update_run(self.store, fire.run_id, waited_s=round(waited, 3))
+        if waited >= 0.001 or fire.trigger != "schedule":  # a fire row starts with waited_s 0
+            update_run(self.store, fire.run_id, waited_s=round(waited, 3))
         self._running[fire.run_id] = _Running(fire, handle, now, time.monotonic() + fire.job.spec.timeout)
         self._per_job[fire.job.name] = self._per_job.get(fire.job.name, 0) + 1
         self.log.info("started %s run %s (pid %d, waited %.3fs)", fire.job.name, fire.run_id, handle.pid, waited)

@@ -7,8 +7,11 @@ rate-limit headers the credential pool needs. The wire protocol is the same.
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import random
+import ssl
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -64,6 +67,20 @@ def provider_message(body: str) -> str:
     return str(err or data)[:300]
 
 
+@functools.cache
+def shared_ssl_context() -> ssl.SSLContext:
+    """The TLS verification context (CA bundle from SSL_CERT_FILE / SSL_CERT_DIR, else certifi),
+    built once per process: loading the bundle costs tens of milliseconds, and serve's
+    forkserver builds it once before forking every worker (runner/prefork.py)."""
+    import certifi
+
+    cafile = os.environ.get("SSL_CERT_FILE")
+    capath = os.environ.get("SSL_CERT_DIR")
+    if not cafile and not capath:
+        cafile = certifi.where()
+    return ssl.create_default_context(cafile=cafile, capath=capath)
+
+
 class ChatClient:
     def __init__(
         self,
@@ -87,7 +104,8 @@ class ChatClient:
         self.max_retries = max_retries
         self.emit = emit or (lambda kind, payload: None)
         self.sleep = sleep
-        self._http = httpx.Client(headers=dict(headers or {}), transport=transport)
+        verify = shared_ssl_context() if transport is None else True
+        self._http = httpx.Client(headers=dict(headers or {}), transport=transport, verify=verify)
 
     def close(self) -> None:
         self._http.close()
