@@ -157,6 +157,7 @@ class ScheduleTicker:
                 except sqlite3.IntegrityError:
                     self.log.warning("%s slot %s already has a ledger row; not running it again", job.name, iso(slot))
                     continue
+                update_run(self.store, run_id, waited_s=0.0)  # the pool records a real wait
                 fires.append(Fire(run_id, job, slot))
             if decision.last_slot != entry.state.last_slot:
                 set_last_slot(self.store, job.name, decision.last_slot)
