@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
+from runner import yamlio
 from runner.errors import ConfigError, UsageError
 from runner.timeparse import Schedule, parse_duration, parse_schedule, parse_timezone
 
@@ -232,7 +233,7 @@ def load_jobs(path: Path, *, default_timezone: str = "UTC", now: datetime | None
     if not path.exists():
         raise UsageError(f"{path}: jobs file not found (use --jobs PATH or set RUNNER_JOBS)")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yamlio.load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         from runner.config import _yaml_problem
 
