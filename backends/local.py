@@ -23,7 +23,7 @@ from backends.base import (
     split_marker,
     wrap_command,
 )
-from runner.errors import BackendError
+from runner.errors import BackendError, UsageError
 
 KILL_GRACE_S = 0.5
 
@@ -87,10 +87,7 @@ class LocalBackend:
             proc.wait()
         # background children may keep the pipe open; do not wait for them
         reader.join(timeout=0.2 if not timed_out else 1.0)
-        if timed_out:
-            with self._lock:
-                self._groups.discard(proc.pid)
-        elif _group_alive(proc.pid) is False:
+        if timed_out or _group_alive(proc.pid) is False:
             with self._lock:
                 self._groups.discard(proc.pid)
         text, new_cwd = split_marker(buf.text(), self._nonce)
@@ -109,14 +106,8 @@ class LocalBackend:
         )
 
     def read_file(self, path: str) -> bytes:
-        try:
-            return Path(self._abs(path)).read_bytes()
-        except FileNotFoundError:
-            raise
-        except IsADirectoryError:
-            raise
-        except OSError as exc:
-            raise BackendError(f"local backend: cannot read {path}: {exc}") from exc
+        # FileNotFoundError, IsADirectoryError, PermissionError... are the caller's to report
+        return Path(self._abs(path)).read_bytes()
 
     def write_file(self, path: str, data: bytes) -> None:
         target = Path(self._abs(path))
@@ -194,5 +185,5 @@ def _kill_group(pgid: int, grace: float = KILL_GRACE_S) -> None:
 def from_spec(spec: dict[str, Any], *, ctx: BackendContext) -> LocalBackend:
     unknown = set(spec) - {"type"}
     if unknown:
-        raise BackendError(f"local backend takes no options (got {', '.join(sorted(unknown))})")
+        raise UsageError(f"local backend takes no options (got {', '.join(sorted(unknown))})")
     return LocalBackend(ctx)
