@@ -71,6 +71,7 @@ build_image() {
     fi
     local rootfs bb
     rootfs=$(mktemp -d)
+    chmod 0755 "$rootfs"  # the image root; mktemp makes it 0700
     bb=$(busybox_binary)
     log "building $IMAGE from $bb"
     mkdir -p "$rootfs"/{bin,tmp,workspace,etc,root,proc,sys,dev}

@@ -95,7 +95,7 @@ class DockerBackend:
         if not host_dir.is_dir():
             raise BackendError(f"docker backend: workdir {host_dir} does not exist")
         check_not_docker_socket(host_dir, what="workdir")
-        self.name = f"runner-{_slug(ctx.job or 'adhoc')}-{self._nonce}"
+        self.name = f"runner-{re.sub(r'[^a-zA-Z0-9_.-]+', '-', ctx.job or 'adhoc')[:40]}-{self._nonce}"
         self._client = connect()
         try:
             ensure_image(self._client, spec.image, spec.pull)
@@ -114,7 +114,6 @@ class DockerBackend:
         timeout: float,
         env: Mapping[str, str] | None = None,
     ) -> ExecResult:
-        self._check_open()
         started = time.monotonic()
         pidfile = pidfile_for(self._nonce, next(self._seq))
         script = wrap_command(command, self._resolve(cwd), self._nonce)
@@ -137,7 +136,6 @@ class DockerBackend:
         return make_result(pump, self._nonce, self._cwd, self._lock, code, timed_out, started)
 
     def read_file(self, path: str) -> bytes:
-        self._check_open()
         exec_id = self._exec_create(["/bin/sh", "-c", READ_SCRIPT, "sh", self._abs(path)])
         out, err = self._call(lambda: self._api.exec_start(exec_id, demux=True))
         if self._exit_code(exec_id) != 0:
@@ -145,7 +143,6 @@ class DockerBackend:
         return out or b""
 
     def write_file(self, path: str, data: bytes) -> None:
-        self._check_open()
         argv = ["/bin/sh", "-c", WRITE_SCRIPT, "sh", self._abs(path), f"runner-{new_nonce()}"]
         exec_id = self._exec_create(argv, stdin=True)
         err = self._call(lambda: _send_stdin(self._api.exec_start(exec_id, socket=True), data))
@@ -172,10 +169,6 @@ class DockerBackend:
         self.close()
 
     # -- helpers --------------------------------------------------------------------------
-    @property
-    def cwd(self) -> str:
-        return self._cwd.cwd
-
     def _start(self, host_dir: Path) -> Any:
         spec = self.spec
         labels = {LABEL_MANAGED: "1", LABEL_RUN: self.ctx.run_id or "", LABEL_JOB: self.ctx.job or ""}
@@ -219,6 +212,7 @@ class DockerBackend:
     def _exec_create(
         self, argv: list[str], *, env: Mapping[str, str] | None = None, stdin: bool = False
     ) -> str:
+        self._check_open()
         environment = dict(env) if env else None
         created = self._call(
             lambda: self._api.exec_create(self.container.id, argv, stdin=stdin, environment=environment)
@@ -264,10 +258,6 @@ def _close_stream(stream: Any) -> None:
         stream.close()
     except Exception:  # noqa: BLE001 - already closed or fully read
         pass
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^a-zA-Z0-9_.-]+", "-", text)[:40] or "job"
 
 
 def _explain(exc: BaseException) -> str:
