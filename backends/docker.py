@@ -49,19 +49,21 @@ log = logging.getLogger(__name__)
 IDLE = "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"
 LABEL_RUN, LABEL_JOB, LABEL_MANAGED = "runner.run_id", "runner.job", "runner.managed"
 PIDS_LIMIT = 256
-API_TIMEOUT = 60
+CONNECT_TIMEOUT = 10  # seconds to reach the daemon at all
+API_TIMEOUT = 60  # seconds for one API call (streams are not limited)
 T = TypeVar("T")
 _TRANSPORT_ERRORS = (DockerException, RequestException, OSError)
 
 
-def connect(timeout: int = API_TIMEOUT) -> docker.DockerClient:
+def connect() -> docker.DockerClient:
     """A client for the daemon named by DOCKER_HOST (or the default socket), checked with a ping."""
     where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
     try:
-        client = docker.from_env(timeout=timeout, max_pool_size=16)
+        client = docker.from_env(timeout=CONNECT_TIMEOUT, max_pool_size=16)
         client.ping()
     except _TRANSPORT_ERRORS as exc:
         raise BackendError(f"docker: cannot reach the Docker daemon at {where} ({_explain(exc)})") from exc
+    client.api.timeout = API_TIMEOUT
     return client
 
 
