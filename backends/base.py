@@ -288,24 +288,29 @@ def finish_or_kill(
     *,
     kill: Callable[[], None],
     abort: Callable[[], None],
-    kill_for: float = 5.0,
+    kill_for: float = 10.0,
 ) -> bool:
     """Wait for a remote command; on timeout kill its group. Returns True if it timed out.
 
-    ``kill`` sends the group kill through a second channel (it may fail while a fork bomb
-    holds every pid; it is retried); ``abort`` drops our end of the stream, used when the
-    command is complete but a background child keeps the stream open, or the kill failed.
+    ``kill`` sends the group kill through a second channel. It can be slow or fail while a
+    fork bomb holds every pid, so it is retried from a helper thread and the wait stays
+    bounded: after ``kill_for`` seconds ``abort`` drops our end of the stream regardless.
     """
     if pump.wait(timeout):
         return False
     deadline = time.monotonic() + kill_for
-    while time.monotonic() < deadline:
-        try:
-            kill()
-        except Exception:  # noqa: BLE001 - retried until the deadline, then abort()
-            pass
-        if pump.wait(0.3):
-            break
+
+    def keep_killing() -> None:
+        while time.monotonic() < deadline:
+            try:
+                kill()
+            except Exception:  # noqa: BLE001 - retried until the deadline
+                pass
+            if pump.wait(0.3):
+                return
+
+    threading.Thread(target=keep_killing, daemon=True).start()
+    pump.wait(kill_for)
     abort()
     pump.wait(2.0)
     return True
