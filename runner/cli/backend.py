@@ -102,7 +102,8 @@ def doctor(as_json: bool) -> None:
             )
     except RunnerError as exc:
         add("jobs.yaml", False, str(exc))
-    cleaned = _cleanup_containers(s)
+    uses_docker = any(c["check"].startswith("backend docker") for c in checks)
+    cleaned = _cleanup_containers(s) if uses_docker else None
     if cleaned is not None:
         add("docker cleanup", True, f"removed {cleaned} stale containers")
     if as_json:
@@ -134,7 +135,7 @@ def _cleanup_containers(s: Any) -> int | None:
     from runner.errors import BackendError
 
     try:
-        return int(cleanup(is_active))
+        return len(cleanup(is_active))
     except BackendError:
         return None
 
