@@ -1,36 +1,39 @@
 """``classify(command) -> Verdict``: is a shell command safe, dangerous, or hardline?
 
 The pipeline: normalise the text (``normalize.py``), split it into simple commands
-(``split.py``), and for each command expand what we statically can (variables assigned
-earlier in the same text, ``$(echo rm)``, brace lists), peel wrappers (``unwrap.py``),
-and apply the rules for the command that actually runs (``rules*.py``). Text a command
-*executes* (``bash -c``, ``eval``, here-documents fed to a shell, ``echo ... | sh``) is
-classified recursively; text a command only *receives* (``echo "rm -rf /"``) is not.
+(``split.py``), and for each command expand what we statically can (``expand.py``), peel
+wrappers (``unwrap.py``), and apply the rules for the command that actually runs
+(``rules*.py``). Text a command *executes* (``bash -c``, ``eval``, here-documents fed to
+a shell, ``echo ... | sh``) is classified recursively; text a command only *receives*
+(``echo "rm -rf /"``) is not.
 
 Anything we cannot analyse fails closed: over 128k characters, unparseable, nested too
-deep, or too much re-parsed text is "dangerous", and "hardline" when a coarse scan of the
-text still shows a hardline signature.
+deep, too many commands or too much re-parsed text is "dangerous", and "hardline" when a
+coarse scan of the text still shows a hardline signature.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Literal
 
 from runner.safety.common import NO_TRAITS, Traits, check_write
+from runner.safety.expand import ASSIGNMENT, expand, stdin_text, strip_keywords
 from runner.safety.normalize import normalize
 from runner.safety.paths import normalize_path
 from runner.safety.payloads import coarse_hardline, is_fork_bomb, scan_code, scan_sql
 from runner.safety.rules import run_rules
-from runner.safety.rules_net import canonical_name, echo, printf, replay_transform
-from runner.safety.split import MAX_DEPTH, Budget, Command, ParseError, Redirect, Script, Word, parse
+from runner.safety.rules_net import canonical_name, replay_transform
+from runner.safety.split import parse
+from runner.safety.syntax import MAX_DEPTH, Budget, Command, ParseError, Redirect, Script, render
 from runner.safety.unwrap import unwrap
 
 Level = Literal["safe", "dangerous", "hardline"]
 
 MAX_INPUT = 128 * 1024
-_REPARSE_BUDGET = 8 * MAX_INPUT  # total characters parsed, counting every payload re-parse
+_REPARSE_SLACK = 64 * 1024  # characters re-parsed beyond twice the input (bash -c, eval, ...)
+_WRITE_OPS = frozenset({">", ">>", ">|", "<>", "&>", "&>>"})
+_DECLARE = frozenset({"export", "declare", "typeset", "local", "readonly"})
 
 
 @dataclass(frozen=True)
@@ -40,8 +43,8 @@ class Verdict:
     ``reasons`` are short human phrases, hardline ones first. ``segments`` are the
     normalised simple commands that were examined, nested ones included, in order.
     ``flagged`` are the top-level pipelines (normalised, stages joined by `` | ``) that
-    produced a finding: a policy approves a dangerous command through ``allow:`` globs
-    only when every flagged pipeline matches one.
+    produced a finding: a policy should approve a dangerous command through ``allow:``
+    globs only when every flagged pipeline matches one.
     """
 
     level: Level
@@ -70,22 +73,8 @@ def classify(command: str) -> Verdict:
 def _failed(text: str, why: str) -> Verdict:
     hard = coarse_hardline(text)
     return Verdict(
-        "hardline" if hard else "dangerous",
-        (*hard, f"{why}: failing closed"),
-        (),
-        (text.strip(),),
+        "hardline" if hard else "dangerous", (*hard, f"{why}: failing closed"), (), (text.strip(),)
     )
-
-
-_KEYWORDS = frozenset({"!", "{", "}", "if", "then", "else", "elif", "fi", "while", "until", "do", "done",
-                       "esac", "coproc", "(", ")"})  # fmt: skip
-_DATA_ONLY = frozenset({"for", "select", "case", "in"})
-_DECLARE = frozenset({"export", "declare", "typeset", "local", "readonly"})
-_VAR_REF = re.compile(r"\$(?:\{([A-Za-z_]\w*)\}|([A-Za-z_]\w*))")
-_BRACE = re.compile(r"^(.*?)\{([^{}]*,[^{}]*)\}(.*)$", re.S)
-_ASSIGN = re.compile(r"^([A-Za-z_]\w*)\+?=(.*)$", re.S)
-_SAFE_WORD = re.compile(r"[\w@%+=:,./~*?^!#{}\[\]-]+")
-_WRITE_OPS = frozenset({">", ">>", ">|", "<>", "&>", "&>>"})
 
 
 class _Context:
@@ -99,7 +88,7 @@ class _Context:
         self._danger: dict[str, None] = {}
         self._segments: list[str] = []
         self._flagged: dict[str, None] = {}
-        self._budget = Budget(_REPARSE_BUDGET)
+        self._budget = Budget(2 * len(text) + _REPARSE_SLACK)
         self._depth = -1
         self._top = text.strip()
 
@@ -121,10 +110,7 @@ class _Context:
         """Examine shell text that will be executed, one nesting level down."""
         self._enter()
         try:
-            script = parse(text, self._budget, max(self._depth, 0))
-            if is_fork_bomb(script.skeleton):
-                self.hard("fork bomb")
-            self._script(script)
+            self._script(parse(text, self._budget, self._depth))
         finally:
             self._depth -= 1
 
@@ -144,18 +130,39 @@ class _Context:
 
     def _script(self, script: Script) -> tuple[bool, bool]:
         """Examine every pipeline; report whether anything downloads or decodes."""
+        if is_fork_bomb(script.skeleton):
+            self.hard("fork bomb")
         downloads = decodes = False
         for pipeline in script.pipelines:
+            texts = [render(c) for c in pipeline.commands]
             if self._depth == 0:
-                self._top = " | ".join(render(c) for c in pipeline.commands)
-            traits = [self._command(c) for c in pipeline.commands]
+                self._top = " | ".join(texts)
+            traits = [self._command(c, t) for c, t in zip(pipeline.commands, texts, strict=True)]
             if len(traits) > 1:
                 self._pipeline(traits)
             downloads = downloads or any(t.downloads for t in traits)
             decodes = decodes or any(t.decodes for t in traits)
         return downloads, decodes
 
+    def _command(self, cmd: Command, text: str) -> Traits:
+        self._segments.append(text)
+        downloads, decodes = self._substitutions(cmd)
+        if cmd.redirects:
+            self._redirects(cmd.redirects)
+        argv = self._assignments(expand(cmd.words, self._vars))
+        if not argv:
+            return NO_TRAITS
+        traits = self._argv(argv, stdin_text(cmd.redirects) if cmd.redirects else None)
+        if traits.shellish and downloads:
+            self.danger("download substituted into a shell")
+        if traits.shellish and decodes:
+            self.danger("decoded payload substituted into a shell")
+        return traits
+
     def _substitutions(self, cmd: Command) -> tuple[bool, bool]:
+        """Examine ``$( )``, backticks and ``<( )`` of one command; they run first."""
+        if not cmd.redirects and not any(w.subs for w in cmd.words):
+            return False, False
         subs = [s for w in cmd.words for s in w.subs]
         for r in cmd.redirects:
             subs.extend(r.target.subs)
@@ -170,24 +177,10 @@ class _Context:
             downloads, decodes = downloads or d, decodes or e
         return downloads, decodes
 
-    def _command(self, cmd: Command) -> Traits:
-        self._segments.append(render(cmd))
-        downloads, decodes = self._substitutions(cmd) if _has_subs(cmd) else (False, False)
-        self._redirects(cmd.redirects)
-        argv = self._assignments(self._expand(cmd.words))
-        if not argv:
-            return NO_TRAITS
-        traits = self._argv(argv, _stdin_text(cmd.redirects))
-        if traits.shellish and downloads:
-            self.danger("download substituted into a shell")
-        if traits.shellish and decodes:
-            self.danger("decoded payload substituted into a shell")
-        return traits
-
     def _argv(self, argv: tuple[str, ...], stdin: str | None) -> Traits:
         """Peel wrappers, apply the rules, and follow what the command reads on stdin."""
         for _ in range(64):
-            argv = _strip_keywords(argv)
+            argv = strip_keywords(argv)
             step = unwrap(argv) if argv else None
             if step is None:
                 break
@@ -225,6 +218,8 @@ class _Context:
             scan_sql(stdin, self)
 
     def _pipeline(self, stages: list[Traits]) -> None:
+        """What flows between stages: network or decoded data into a shell, known text
+        into a shell or a database client, a shell wired to a socket."""
         downloads = decodes = False
         text: str | None = None
         for t in stages:
@@ -263,7 +258,7 @@ class _Context:
         self.cwd = path if path.startswith("/") else None
 
     def _assign(self, word: str, standalone: bool) -> None:
-        m = _ASSIGN.match(word)
+        m = ASSIGNMENT.match(word)
         if not m:
             return
         name, value = m.groups()
@@ -273,123 +268,13 @@ class _Context:
             self._vars[name] = value
 
     def _assignments(self, argv: tuple[str, ...]) -> tuple[str, ...]:
-        """Strip leading ``NAME=value`` words; remember them when nothing else follows."""
+        """Strip leading ``NAME=value`` words; remember them when nothing else follows.
+
+        ``HOME=/x rm -rf $HOME`` expands ``$HOME`` before the assignment applies, so a
+        prefix assignment must not change how later words of the same command expand."""
         i = 0
-        while i < len(argv) and _ASSIGN.match(argv[i]):
+        while i < len(argv) and ASSIGNMENT.match(argv[i]):
             i += 1
         for word in argv[:i]:
             self._assign(word, standalone=i == len(argv))
         return argv[i:]
-
-    def _expand(self, words: tuple[Word, ...]) -> tuple[str, ...]:
-        out: list[str] = []
-        for w in words:
-            value = _static_substitutions(w) if w.subs else w.value
-            if self._vars and "$" in value:
-                expanded = _VAR_REF.sub(self._lookup, value)
-                if expanded != value and not w.quoted:
-                    out.extend(expanded.split())
-                    continue
-                value = expanded
-            if not w.quoted and "{" in value and "," in value:
-                out.extend(_brace_expand(value))
-                continue
-            out.append(value)
-        return tuple(out)
-
-    def _lookup(self, m: re.Match[str]) -> str:
-        name = m.group(1) or m.group(2)
-        return self._vars.get(name, m.group())
-
-
-def _has_subs(cmd: Command) -> bool:
-    return any(w.subs for w in cmd.words) or any(r.target.subs or r.body_subs for r in cmd.redirects)
-
-
-def _stdin_text(redirects: tuple[Redirect, ...]) -> str | None:
-    text = None
-    for r in redirects:
-        if r.op in ("<<", "<<-"):
-            text = r.body
-        elif r.op == "<<<":
-            text = r.target.value
-    return text
-
-
-def _strip_keywords(argv: tuple[str, ...]) -> tuple[str, ...]:
-    while argv:
-        head = argv[0]
-        if head in _KEYWORDS:
-            argv = argv[1:]
-        elif head == "function":
-            argv = argv[2:]
-        elif head in _DATA_ONLY:
-            return ()
-        else:
-            break
-    return argv
-
-
-def _static_substitutions(word: Word) -> str:
-    """Replace ``$(echo rm)`` / ``$(printf /)`` with their output; others stay literal."""
-    value = word.value
-    for sub in word.subs:
-        pipelines = sub.script.pipelines
-        if sub.kind != "cmd" or len(pipelines) != 1 or len(pipelines[0].commands) != 1:
-            continue
-        cmd = pipelines[0].commands[0]
-        if not cmd.words or cmd.words[0].value not in ("echo", "printf") or any(w.subs for w in cmd.words):
-            continue
-        producer = echo if cmd.words[0].value == "echo" else printf
-        traits = producer("", tuple(w.value for w in cmd.words[1:]), _NullSink())
-        if traits.stdout_text is not None:
-            value = value.replace(sub.raw, traits.stdout_text.rstrip("\n"), 1)
-    return value
-
-
-def _brace_expand(value: str, limit: int = 64) -> list[str]:
-    results = [value]
-    for _ in range(3):
-        expanded: list[str] = []
-        changed = False
-        for item in results:
-            m = _BRACE.match(item)
-            if m and len(expanded) < limit:
-                pre, inner, post = m.groups()
-                expanded.extend(pre + part + post for part in inner.split(","))
-                changed = True
-            else:
-                expanded.append(item)
-        results = expanded[:limit]
-        if not changed:
-            break
-    return results
-
-
-def render(cmd: Command) -> str:
-    """The normalised text of one simple command: words re-quoted only where needed."""
-    parts = [_quote(w.value) for w in cmd.words]
-    for r in cmd.redirects:
-        if r.op in (">&", "<&"):
-            parts.append(f"{r.fd}{r.op}{r.target.value}")
-        else:
-            parts.append(f"{r.fd}{r.op} {_quote(r.target.value)}")
-    return " ".join(parts)
-
-
-def _quote(value: str) -> str:
-    if _SAFE_WORD.fullmatch(value):
-        return value
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-class _NullSink:
-    """For evaluating ``echo`` statically, which reports nothing."""
-
-    cwd: str | None = None
-    downloaded: set[str] = set()
-
-    def hard(self, reason: str) -> None: ...
-    def danger(self, reason: str) -> None: ...
-    def run_argv(self, argv: tuple[str, ...]) -> None: ...
-    def run_script(self, text: str) -> None: ...

@@ -45,6 +45,10 @@ RC_FILES = frozenset(
     }
 )  # fmt: skip
 _CREDENTIAL_FILES = frozenset({".netrc", ".pgpass", ".git-credentials"})
+# Every path sensitive_write flags contains one of these; most paths contain none.
+_MAYBE_SENSITIVE = re.compile(
+    r"etc|\.ssh|rc|\.env|profile|bash_log|zlog|zshenv|netrc|pgpass|credentials|\.fish"
+)
 
 
 def normalize_path(path: str, cwd: str | None = None) -> str:
@@ -100,6 +104,8 @@ def _describe(path: str) -> str:
 
 
 def is_block_device(path: str) -> bool:
+    if "dev" not in path:
+        return False
     norm = normalize_path(path)
     return norm not in _HARMLESS_DEVICES and bool(_BLOCK_DEVICE.match(norm))
 
@@ -107,6 +113,8 @@ def is_block_device(path: str) -> bool:
 def sensitive_write(path: str, cwd: str | None = None) -> str | None:
     """Why writing to ``path`` needs a decision (system config, keys, shell start-up,
     secrets files), or None."""
+    if not _MAYBE_SENSITIVE.search(path) and not (cwd and _MAYBE_SENSITIVE.search(cwd)):
+        return None
     norm = normalize_path(path, cwd)
     if norm == "/etc" or norm.startswith("/etc/"):
         return "write into /etc"
@@ -125,4 +133,4 @@ def sensitive_write(path: str, cwd: str | None = None) -> str | None:
 
 
 def is_sysrq(path: str) -> bool:
-    return normalize_path(path) == "/proc/sysrq-trigger"
+    return "sysrq" in path and normalize_path(path) == "/proc/sysrq-trigger"

@@ -102,35 +102,65 @@ def is_fork_bomb(skeleton: str) -> bool:
 
 # ---------------------------------------------------------------- last resort
 
-_FLATTEN = re.compile(r"""['"\\]|\$\{IFS[^}]{0,16}\}|\$IFS\b|\$[@*]""")
-_BLOCK = r"/dev/(?:sd|nvme|vd|hd|xvd|mmcblk|dm-|md|loop|mapper/|disk/)"
+_DELETE_QUOTES = str.maketrans("", "", "'\"\\")
+_IFS_OR_EMPTY = re.compile(r"\$\{IFS[^}]{0,16}\}|\$IFS\b|\$[@*]")
 _SYS = r"(?:bin|boot|etc|home|lib|lib64|root|sbin|usr|var)"
-_COARSE: tuple[tuple[re.Pattern[str], str], ...] = (
+# Each pattern starts with a literal, so the regex engine can skip ahead to candidates,
+# and each is tried only when its keyword occurs at all.
+_COARSE: tuple[tuple[str, re.Pattern[str], str], ...] = (
     (
+        "rm",
         re.compile(
-            r"\brm\s++(?:-\S*+\s++)*?-\S*?[rR]\S*+\s++(?:-\S*+\s++)*+"
+            r"rm(?<![\w./-]rm)\s++(?:-\S*+\s++)*?-[^\s]*?[rR]\S*+\s++(?:-\S*+\s++)*+"
             r"(?:/|~|\$HOME|\$\{HOME\}|/" + _SYS + r")/?\*?(?=[\s;&|)]|$)"
         ),
         "recursive delete of / or a system directory",
     ),
+    ("kill", re.compile(r"kill(?<![\w-]kill)\s++(?:-\S++\s++)*?-1\b"), "kill -1"),
+    ("init", re.compile(r"init(?<![\w-]init)\s++[06]\b"), "shutdown or reboot"),
     (
-        re.compile(r"\b(?:mkfs\S*+|mke2fs|mkswap|wipefs|blkdiscard|shred)\s[^;&|\n]{0,200}?" + _BLOCK),
-        "mkfs on a block device",
+        "systemctl",
+        re.compile(r"systemctl\s++(?:\S++\s++){0,4}?(?:poweroff|reboot|halt|kexec)\b"),
+        "shutdown or reboot",
     ),
-    (re.compile(r"\bof=" + _BLOCK + r"|>\s*+" + _BLOCK), "write to a block device"),
-    (re.compile(r"\b(?:shutdown|reboot|poweroff|halt)\b|\b(?:tel)?init\s++[06]\b"), "shutdown or reboot"),
-    (re.compile(r"\bsystemctl\s++(?:\S++\s++){0,4}?(?:poweroff|reboot|halt|kexec)\b"), "shutdown or reboot"),
-    (re.compile(r"\bkill\s++(?:-\S++\s++)*?-1\b"), "kill -1"),
-    (re.compile(r"(\S{1,64})\s*+\(\s*+\)\s*+\{\s*+\1\s*+\|\s*+\1\s*+&"), "fork bomb"),
 )
+_POWER_WORDS = re.compile(r"(?<![\w-])(?:shutdown|reboot|poweroff|halt)(?![\w-])")
+_FORK_BOMB_COARSE = re.compile(r"(?<![^\s;&|])([^\s(){}|&;]{1,64})\s*+\(\s*+\)\s*+\{\s*+\1\s*+\|\s*+\1\s*+&")
+_BLOCK = r"/dev/(?:sd|nvme|vd|hd|xvd|mmcblk|dm-|md|loop|mapper/|disk/)"
+_BLOCK_DEVICE = re.compile(_BLOCK)
+_DIRECT_WRITE = re.compile(r"of=" + _BLOCK + r"|>\s*+" + _BLOCK)
+_DISK_TOOL = re.compile(r"(?<![\w-])(?:mkfs\S*|mke2fs|mkswap|wipefs|blkdiscard|shred)\s")
+_COMMAND_BREAK = re.compile(r"[;&|\n]")
+
+
+def _writes_block_device(flat: str) -> bool:
+    """``of=`` or ``>`` onto a block device, or a disk tool and a block device in the same
+    command (in either order, so every check stays a single linear pass)."""
+    if _DIRECT_WRITE.search(flat):
+        return True
+    return any(
+        "/dev/" in part and _BLOCK_DEVICE.search(part) and _DISK_TOOL.search(part)
+        for part in _COMMAND_BREAK.split(flat)
+    )
 
 
 def coarse_hardline(text: str) -> list[str]:
     """Hardline signatures anywhere in text we could not parse (or that is too long to).
 
-    Quotes, backslashes and ``$IFS`` are deleted first, so ``r''m -rf /`` still matches;
-    this over-matches (an ``echo reboot`` counts), which is acceptable only because the
-    input already failed closed.
+    Quotes and backslashes are deleted and ``$IFS``/``$@`` become blanks first, so
+    ``r''m -rf /`` and ``rm${IFS}-rf${IFS}/`` still match; this over-matches (an
+    ``echo reboot`` counts), which is acceptable only because the input already failed
+    closed.
     """
-    flat = _FLATTEN.sub(lambda m: " " if "IFS" in m.group() else "", text)
-    return [f"unparseable input containing {label}" for pattern, label in _COARSE if pattern.search(flat)]
+    flat = _IFS_OR_EMPTY.sub(" ", text.translate(_DELETE_QUOTES))
+    found: dict[str, None] = {}
+    for keyword, pattern, label in _COARSE:
+        if keyword in flat and pattern.search(flat):
+            found[label] = None
+    if "{" in flat and _FORK_BOMB_COARSE.search(flat):
+        found["fork bomb"] = None
+    if any(w in flat for w in ("shutdown", "reboot", "poweroff", "halt")) and _POWER_WORDS.search(flat):
+        found["shutdown or reboot"] = None
+    if "/dev/" in flat and _writes_block_device(flat):
+        found["write to a block device"] = None
+    return [f"unparseable input containing {label}" for label in found]

@@ -38,8 +38,15 @@ class _Spec:
     reason: str | None = None
 
 
-def _spec(with_value: str = "", **kw: object) -> _Spec:
-    return _Spec(with_value=frozenset(with_value.split()), **kw)  # type: ignore[arg-type]
+def _spec(
+    with_value: str = "",
+    positionals: int = 0,
+    assignments: bool = False,
+    no_command: frozenset[str] = frozenset(),
+    reason: str | None = None,
+) -> _Spec:
+    """Build a ``_Spec`` from a space-separated list of value-taking options."""
+    return _Spec(frozenset(with_value.split()), positionals, assignments, no_command, reason)
 
 
 _SPECS: dict[str, _Spec] = {
