@@ -55,8 +55,8 @@ def normalize(text: str) -> str:
     if not text.isascii():
         text = unicodedata.normalize("NFKC", text)
         text = _strip_format_chars(text)
-    text = text.replace("\r\n", "\n")
-    text = _CONTROL.sub("", text)
+    if not text.isprintable():  # only tab, newline and control characters get here
+        text = _CONTROL.sub("", text.replace("\r\n", "\n"))
     if "\\\n" in text:
         text = _CONTINUATION.sub("", text)
     return text

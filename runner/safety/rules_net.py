@@ -12,6 +12,7 @@ import base64
 import binascii
 import re
 import socket
+from functools import lru_cache
 from urllib.parse import urlsplit
 
 from runner.safety.common import Rule, Sink, Traits, check_write, has_long, parse_args
@@ -19,6 +20,7 @@ from runner.safety.normalize import decode_ansi_c
 from runner.safety.payloads import scan_code
 from runner.safety.unwrap import SHELLS, command_name
 
+_VERSION_SUFFIX = re.compile(r"[\d.]+$")
 INTERPRETERS = frozenset({"python", "perl", "ruby", "node", "php", "lua", "deno", "bun"})
 
 # Options that take a value, and the options whose value is a program text.
@@ -70,6 +72,9 @@ def interpreter(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
     codes = [parsed.values[o] for o in code_opts if o in parsed.values]
     for code in codes:
         scan_code(code, sink)
+    if name in ("perl", "ruby") and "i" in parsed.short:  # in-place edit of every operand
+        for target in parsed.operands:
+            check_write(target, sink)
     module = parsed.values.get("-m") if name == "python" else None
     if module == "pip" and parsed.operands[:1] == ("uninstall",):
         sink.danger("package uninstall (pip)")
@@ -285,10 +290,11 @@ def _is_metadata_ip(host: str) -> bool:
         return False
 
 
+@lru_cache(maxsize=4096)
 def canonical_name(word: str) -> str:
     """``/usr/bin/python3.12`` -> ``python``, ``nodejs`` -> ``node``."""
     name = command_name(word)
-    base = re.sub(r"[\d.]+$", "", name)
+    base = _VERSION_SUFFIX.sub("", name)
     if base in ("python", "pypy", "perl", "ruby", "php", "lua", "luajit", "pip"):
         return {"pypy": "python", "luajit": "lua"}.get(base, base)
     return "node" if name == "nodejs" else name

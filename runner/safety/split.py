@@ -81,13 +81,15 @@ class _Parser(WordReader):
             m = _TOKEN.match(text, self.pos)
             assert m is not None  # the pattern can always match (at worst: blanks, then a word)
             kind = m.lastgroup
-            if kind == "whole" or kind == "plain":
-                if kind == "whole":
-                    self.pos = m.end()
-                    word: Word | None = Word(m.group("plain"))
-                else:
-                    self.pos = m.start("plain")
-                    word = self.word()
+            if kind == "whole":  # the common case, kept cheap
+                self.pos = m.end()
+                value = m.group("plain")
+                words.append(self._maybe_array(Word(value)) if value[-1] == "=" else Word(value))
+                skel.append(value)
+                continue
+            if kind == "plain":  # a word that continues with quotes or expansions
+                self.pos = m.start("plain")
+                word: Word | None = self.word()
                 if word is not None:
                     words.append(self._maybe_array(word))
                     skel.append(_skeleton_word(word))
