@@ -101,6 +101,35 @@ def disk_tool(name: str, args: tuple[str, ...], sink: Sink) -> None:
         sink.danger(f"{label} (creates or wipes a filesystem)")
 
 
+def cryptsetup(name: str, args: tuple[str, ...], sink: Sink) -> None:
+    """``luksFormat`` / ``erase`` destroy what the device held, like mkfs."""
+    if not {"luksFormat", "erase", "luksErase"} & set(args):
+        return
+    devices = [a for a in args if is_block_device(a)]
+    if devices:
+        sink.hard(f"cryptsetup format of block device {devices[0]}")
+    else:
+        sink.danger("cryptsetup format")
+
+
+# Arguments of partition editors that only read the table.
+_PARTITION_READ = frozenset(
+    {"-l", "--list", "print", "-p", "--print", "-d", "--dump", "-s", "--show-size", "-v", "--verify",
+     "--version", "-h", "--help", "-m", "--machine", "unit", "-V", "-i", "--info", "-J", "--json"}
+)  # fmt: skip
+
+
+def partition_tool(name: str, args: tuple[str, ...], sink: Sink) -> None:
+    """parted, sfdisk, sgdisk, fdisk, gdisk, cfdisk writing a block device's partition table."""
+    devices = [a for a in args if is_block_device(a)]
+    if not devices:
+        return
+    others = [a for a in args if a not in devices]
+    if others and all(a in _PARTITION_READ for a in others):
+        return  # listing or printing only; with no options at all the editor is interactive
+    sink.danger(f"{name} rewrites the partition table of {devices[0]}")
+
+
 def dd(name: str, args: tuple[str, ...], sink: Sink) -> None:
     for arg in args:
         if arg.startswith("of="):
@@ -248,6 +277,8 @@ RULES: dict[str, Rule] = {
     "mkdosfs": disk_tool,
     "mkntfs": disk_tool,
     "dd": dd,
+    "cryptsetup": cryptsetup,
+    **{p: partition_tool for p in ("parted", "sfdisk", "sgdisk", "fdisk", "gdisk", "cfdisk")},
     "cp": copy,
     "mv": copy,
     "install": copy,

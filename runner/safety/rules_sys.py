@@ -129,6 +129,12 @@ def git(name: str, args: tuple[str, ...], sink: Sink) -> None:
         or any(op.startswith("+") for op in parsed.operands)
     ):
         sink.danger("git push --force")
+    elif sub == "push" and (
+        "d" in parsed.short
+        or has_long(parsed, "--delete", "--prune")
+        or any(op.startswith(":") and len(op) > 1 for op in parsed.operands)
+    ):
+        sink.danger("git push --delete (deletes remote refs)")
     elif sub == "clean" and ("f" in parsed.short or has_long(parsed, "--force")):
         sink.danger("git clean -f")
     elif sub == "branch" and (
@@ -209,6 +215,9 @@ def docker(name: str, args: tuple[str, ...], sink: Sink) -> None:
         sink.danger(f"docker {rest[0]} {rest[1]}")
     if rest[:1] in (("run",), ("create",)) and "--privileged" in rest:
         sink.danger("docker --privileged")
+    compose = rest[1:] if rest[:1] == ("compose",) else rest if name == "docker-compose" else ()
+    if compose[:1] == ("down",) and ({"-v", "--volumes"} & set(compose)):
+        sink.danger("docker compose down -v (deletes volumes)")
 
 
 def infra(name: str, args: tuple[str, ...], sink: Sink) -> None:
@@ -264,6 +273,7 @@ RULES: dict[str, Rule] = {
     "pacman": dpkg_like,
     "docker": docker,
     "podman": docker,
+    "docker-compose": docker,
     "kubectl": infra,
     "helm": infra,
     "terraform": infra,
