@@ -9,15 +9,8 @@ matters, so 128k characters of hostile input cannot make them slow.
 from __future__ import annotations
 
 import re
-from typing import Protocol
 
-
-class _Sink(Protocol):
-    def hard(self, reason: str) -> None: ...
-    def danger(self, reason: str) -> None: ...
-    def run_argv(self, argv: tuple[str, ...]) -> None: ...
-    def run_script(self, text: str) -> None: ...
-
+from runner.safety.common import Sink
 
 # ---------------------------------------------------------------- interpreter code
 
@@ -45,7 +38,7 @@ def _unquote(literal: str) -> str:
     return body.replace("\\'", "'").replace('\\"', '"').replace("\\\\", "\\")
 
 
-def scan_code(code: str, sink: _Sink) -> None:
+def scan_code(code: str, sink: Sink) -> None:
     """Program text for python/perl/ruby/node/php: find shell strings it hands to the
     system and recursive deletes, fork bombs and reverse shells it performs itself."""
     for m in _SHELL_CALL.finditer(code):
@@ -77,7 +70,7 @@ _SQL_DELETE = re.compile(r"(?<![\w-])DELETE\s++FROM\b", re.I)
 _SQL_WHERE = re.compile(r"\bWHERE\b", re.I)
 
 
-def scan_sql(text: str, sink: _Sink) -> None:
+def scan_sql(text: str, sink: Sink) -> None:
     if _SQL_DROP.search(text):
         sink.danger("SQL DROP")
     if _SQL_TRUNCATE.search(text):

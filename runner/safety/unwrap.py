@@ -176,21 +176,17 @@ def _shell(argv: tuple[str, ...]) -> Step | None:
 
 
 def _env(argv: tuple[str, ...]) -> Step:
+    """``env [-i] [-u NAME] [NAME=value]... CMD``; ``env -S 'text'`` splits text like a shell."""
     i = 1
-    payloads: list[str] = []
     while i < len(argv):
         arg = argv[i]
         if arg == "--":
             i += 1
             break
-        if arg in ("-S", "--split-string"):
-            split = argv[i + 1] if i + 1 < len(argv) else ""
-            payloads.append(" ".join([split, *map(shlex.quote, argv[i + 2 :])]))
-            return Step((), payloads=tuple(payloads), assignments=_assignments(argv[1:i]))
-        if arg.startswith(("--split-string=", "-S")) and arg not in ("-S",):
-            split = arg.split("=", 1)[1] if arg.startswith("--") else arg[2:]
-            payloads.append(" ".join([split, *map(shlex.quote, argv[i + 1 :])]))
-            return Step((), payloads=tuple(payloads), assignments=_assignments(argv[1:i]))
+        split = _split_string(argv, i)
+        if split is not None:
+            text, rest = split
+            return Step((), payloads=(" ".join([text, *map(shlex.quote, rest)]),))
         if arg == "-" or not arg.startswith("-"):
             break
         i += 2 if arg in ("-u", "--unset", "-C", "--chdir", "-P") else 1
@@ -200,8 +196,17 @@ def _env(argv: tuple[str, ...]) -> Step:
     return Step(tuple(argv[i:]), assignments=tuple(argv[start:i]))
 
 
-def _assignments(words: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(w for w in words if _is_assignment(w))
+def _split_string(argv: tuple[str, ...], i: int) -> tuple[str, tuple[str, ...]] | None:
+    """The text of ``-S TEXT`` / ``-STEXT`` / ``--split-string=TEXT`` at ``argv[i]``, and
+    the words after it."""
+    arg = argv[i]
+    if arg in ("-S", "--split-string"):
+        return (argv[i + 1] if i + 1 < len(argv) else ""), argv[i + 2 :]
+    if arg.startswith("--split-string="):
+        return arg.split("=", 1)[1], argv[i + 1 :]
+    if arg.startswith("-S"):
+        return arg[2:], argv[i + 1 :]
+    return None
 
 
 def _busybox(argv: tuple[str, ...]) -> Step:
