@@ -10,6 +10,7 @@ layer; the classifier loops until nothing is left to peel. Pure: no state, no I/
 from __future__ import annotations
 
 import posixpath
+import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -172,7 +173,28 @@ def _shell(argv: tuple[str, ...]) -> Step | None:
         return None
     if i >= len(argv):
         return Step(())
-    return Step((), payloads=(argv[i],))
+    return Step((), payloads=(_with_positionals(argv[i], argv[i + 1 :]),))
+
+
+_POSITIONAL = re.compile(r"\$(?:\{([0-9@*])\}|([0-9@*]))")
+
+
+def _with_positionals(payload: str, params: tuple[str, ...]) -> str:
+    """``sh -c '"$0" -rf /' rm``: words after the payload are ``$0``, ``$1``, ...; put them
+    in, quoted, so the payload is examined with the values it will run with."""
+    if not params or "$" not in payload:
+        return payload
+    rest = " ".join(shlex.quote(p) for p in params[1:])
+    payload = payload.replace('"$@"', rest).replace('"${@}"', rest)  # one word per parameter
+
+    def value(m: re.Match[str]) -> str:
+        key = m.group(1) or m.group(2)
+        if key in "@*":
+            return rest
+        index = int(key)
+        return shlex.quote(params[index]) if index < len(params) else ""
+
+    return _POSITIONAL.sub(value, payload)
 
 
 def _env(argv: tuple[str, ...]) -> Step:
