@@ -21,6 +21,7 @@ from backends.base import BackendContext
 from runner.agent.context import Pruner
 from runner.agent.loop import Limits, LoopResult, Pricing, run_loop
 from runner.agent.types import LLM
+from runner.approval import build_gate
 from runner.context import Settings
 from runner.delivery import deliver, is_silent, write_private
 from runner.errors import RunnerError, TemplateError
@@ -73,6 +74,7 @@ class RunRequest:
     workdir: Path | None = None
     extra_tools: dict[str, Any] = field(default_factory=dict)
     llm: LLM | None = None  # tests and embedders may pass their own model seam
+    interactive: bool = False  # a person at a TTY may answer `approvals: manual` prompts
 
 
 def prepare_llm(settings: Settings, req: RunRequest, redactor: Redactor) -> tuple[Any, Pricing, list[str]]:
@@ -292,7 +294,9 @@ def _agent(
         run_id=run_id,
         job_name=job.name,
         allow_paths=tuple(job.spec.allow_paths),
-        approve=_approval(job, emit),
+        approve=build_gate(
+            job, store=settings.store, run_id=run_id, emit=emit, redact=redactor, interactive=req.interactive
+        ),
         emit=emit,
         deadline=deadline,
         extras=dict(req.extra_tools),
@@ -361,12 +365,3 @@ def context_budget(settings: Settings, job: Job) -> int:
     if provider is not None:
         window = provider.context_window
     return int(window * 0.6)
-
-
-def _approval(job: Job, emit: Recorder) -> Any:
-    from runner.tools.context import ApprovalResult
-
-    def approve(command: str) -> ApprovalResult:
-        return ApprovalResult(True)
-
-    return approve

@@ -72,9 +72,7 @@ def classify(command: str) -> Verdict:
 
 def _failed(text: str, why: str) -> Verdict:
     hard = coarse_hardline(text)
-    return Verdict(
-        "hardline" if hard else "dangerous", (*hard, f"{why}: failing closed"), (), (text.strip(),)
-    )
+    return Verdict("hardline" if hard else "dangerous", (*hard, f"{why}: failing closed"), (), (text.strip(),))
 
 
 class _Context:

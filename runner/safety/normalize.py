@@ -78,9 +78,7 @@ _ANSI_C_ESCAPES = {
     "?": "?",
 }
 
-_ANSI_C_NUMERIC = re.compile(
-    r"\\(?:x([0-9a-fA-F]{1,2})|u([0-9a-fA-F]{1,4})|U([0-9a-fA-F]{1,8})|([0-7]{1,3})|c(.))"
-)
+_ANSI_C_NUMERIC = re.compile(r"\\(?:x([0-9a-fA-F]{1,2})|u([0-9a-fA-F]{1,4})|U([0-9a-fA-F]{1,8})|([0-7]{1,3})|c(.))")
 
 
 def decode_ansi_c(body: str) -> str:

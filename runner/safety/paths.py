@@ -46,9 +46,7 @@ RC_FILES = frozenset(
 )  # fmt: skip
 _CREDENTIAL_FILES = frozenset({".netrc", ".pgpass", ".git-credentials"})
 # Every path sensitive_write flags contains one of these; most paths contain none.
-_MAYBE_SENSITIVE = re.compile(
-    r"etc|\.ssh|rc|\.env|profile|bash_log|zlog|zshenv|netrc|pgpass|credentials|\.fish"
-)
+_MAYBE_SENSITIVE = re.compile(r"etc|\.ssh|rc|\.env|profile|bash_log|zlog|zshenv|netrc|pgpass|credentials|\.fish")
 
 
 def normalize_path(path: str, cwd: str | None = None) -> str:

@@ -27,9 +27,7 @@ _FORK_LOOP = re.compile(
     r"|\bfork\s+while\s+fork\b|\bloop\s*(?:\{|do)\s*fork\b|for\s*\(\s*;\s*;\s*\)\s*\{?\s*fork\s*\(",
 )
 _SOCKET = re.compile(r"socket|fsockopen|TCPSocket|net\.connect|new\s+net\.Socket", re.I)
-_SHELL_SPAWN = re.compile(
-    r"pty\.spawn|dup2|subprocess|/bin/(?:ba)?sh|child_process|exec\s*\(|IO\.popen|proc_open"
-)
+_SHELL_SPAWN = re.compile(r"pty\.spawn|dup2|subprocess|/bin/(?:ba)?sh|child_process|exec\s*\(|IO\.popen|proc_open")
 _STR_ITEM = re.compile(_STRING)
 
 

@@ -179,9 +179,7 @@ def sed(name: str, args: tuple[str, ...], sink: Sink) -> None:
     in_place = "i" in parsed.short or has_long(parsed, "--in-place")
     if not in_place:
         return
-    script_given = (
-        "-e" in parsed.values or "-f" in parsed.values or has_long(parsed, "--expression", "--file")
-    )
+    script_given = "-e" in parsed.values or "-f" in parsed.values or has_long(parsed, "--expression", "--file")
     files = parsed.operands if script_given else parsed.operands[1:]
     for target in files:
         check_write(target, sink)

@@ -118,9 +118,7 @@ def curl(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
 
 
 def wget(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
-    parsed = parse_args(
-        args, with_value="OoaPtTwUQiBlARDIXe", long_with_value="--output-document --directory-prefix"
-    )
+    parsed = parse_args(args, with_value="OoaPtTwUQiBlARDIXe", long_with_value="--output-document --directory-prefix")
     output = parsed.values.get("-O") or parsed.values.get("--output-document")
     outputs = [output] if output else [_url_basename(u) for u in parsed.operands]
     _record_downloads(outputs, sink)

@@ -108,9 +108,7 @@ def killall(name: str, args: tuple[str, ...], sink: Sink) -> None:
 
 # ---------------------------------------------------------------- git
 
-_GIT_GLOBAL_VALUE = frozenset(
-    {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--super-prefix", "--config-env"}
-)
+_GIT_GLOBAL_VALUE = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--super-prefix", "--config-env"})
 
 
 def git(name: str, args: tuple[str, ...], sink: Sink) -> None:

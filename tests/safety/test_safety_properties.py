@@ -22,9 +22,7 @@ SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[Heal
 # Text made of the characters the tokenizer treats specially, so generated input reaches
 # quoting, substitution, here-document and redirection code instead of plain words.
 shellish = st.text(alphabet=st.sampled_from(list("ab rm-f/ $(){}[]'\"\\`|&;<>\n#=~*!\t0123")), max_size=80)
-fragments = st.lists(
-    st.sampled_from(HARDLINE + DANGEROUS + BENIGN + ("$(", ")", "'", '"', "<<E", "\nE\n", "\\"))
-)
+fragments = st.lists(st.sampled_from(HARDLINE + DANGEROUS + BENIGN + ("$(", ")", "'", '"', "<<E", "\nE\n", "\\")))
 
 
 def _valid(verdict: Verdict) -> None:
