@@ -10,6 +10,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from runner import yamlio
 from runner.errors import ConfigError, UsageError
 
 
@@ -37,7 +38,8 @@ class Provider(Strict):
     pricing: Pricing = Field(default_factory=Pricing)
     context_window: int = 128_000
     request_timeout: float = 120.0
-    max_retries: int = 3
+    max_retries: int = Field(3, ge=0, le=20)
+    retry_backoff: float = Field(1.0, ge=0)
     max_wait: float = 120.0
     cooldowns: Cooldowns = Field(default_factory=Cooldowns)
     headers: dict[str, str] = Field(default_factory=dict)
@@ -118,7 +120,7 @@ def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
     data: dict[str, Any] = {}
     if path.exists():
         try:
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+            loaded = yamlio.load(path.read_text(encoding="utf-8"))
         except yaml.YAMLError as exc:
             raise ConfigError(f"{path}: invalid YAML: {_yaml_problem(exc)}") from None
         if loaded is not None and not isinstance(loaded, dict):

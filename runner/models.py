@@ -79,6 +79,7 @@ def build_client(choice: ModelChoice, keys: KeySource, *, emit: Callable[[str, d
         provider=choice.provider_name,
         request_timeout=p.request_timeout,
         max_retries=p.max_retries,
+        retry_backoff=p.retry_backoff,
         headers=p.headers,
         emit=emit,
     )

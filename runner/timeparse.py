@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
+from functools import cached_property
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -78,18 +79,15 @@ class CronSchedule:
     text: str
     tz: tzinfo
 
+    @cached_property
     def _wall_trigger(self) -> Any:
-        trigger = self.__dict__.get("_wall")
-        if trigger is None:
-            from apscheduler.triggers.cron import CronTrigger
+        from apscheduler.triggers.cron import CronTrigger
 
-            trigger = CronTrigger.from_crontab(self.text, timezone=UTC)
-            object.__setattr__(self, "_wall", trigger)
-        return trigger
+        return CronTrigger.from_crontab(self.text, timezone=UTC)
 
     def _next_wall(self, wall: datetime) -> datetime | None:
         """First naive wall-clock time >= ``wall`` matching the fields (no DST involved)."""
-        found = self._wall_trigger().get_next_fire_time(None, wall.replace(tzinfo=UTC))
+        found = self._wall_trigger.get_next_fire_time(None, wall.replace(tzinfo=UTC))
         return found.replace(tzinfo=None) if found is not None else None
 
     def _instants(self, wall: datetime) -> list[datetime]:

@@ -8,6 +8,7 @@ written, so a mistake costs nothing and leaves nothing behind.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -17,8 +18,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from backends.base import BackendContext
+from runner.agent.context import Pruner
 from runner.agent.loop import Limits, LoopResult, Pricing, run_loop
 from runner.agent.types import LLM
+from runner.approval import build_gate
 from runner.context import Settings
 from runner.delivery import deliver, is_silent, write_private
 from runner.errors import RunnerError, TemplateError
@@ -71,6 +74,7 @@ class RunRequest:
     workdir: Path | None = None
     extra_tools: dict[str, Any] = field(default_factory=dict)
     llm: LLM | None = None  # tests and embedders may pass their own model seam
+    interactive: bool = False  # a person at a TTY may answer `approvals: manual` prompts
 
 
 def prepare_llm(settings: Settings, req: RunRequest, redactor: Redactor) -> tuple[Any, Pricing, list[str]]:
@@ -127,6 +131,7 @@ def execute(settings: Settings, req: RunRequest) -> RunOutcome:
     deadline = started + job.spec.timeout
     status, reason, error, output, out_path, silent = "failed", None, None, "", None, False
     backend = None
+    transcript: list[dict[str, Any]] = []
     try:
         emit("run_started", {"job": job.name, "trigger": req.trigger, "pid": os.getpid()})
         import backends
@@ -164,7 +169,19 @@ def execute(settings: Settings, req: RunRequest) -> RunOutcome:
         else:
             assert make_llm is not None
             result = _agent(
-                settings, req, job, backend, emit, make_llm(emit), pricing, redactor, run_vars, pre, deadline, run_id
+                transcript,
+                settings,
+                req,
+                job,
+                backend,
+                emit,
+                make_llm(emit),
+                pricing,
+                redactor,
+                run_vars,
+                pre,
+                deadline,
+                run_id,
             )
             status, reason, error, output = result.status, result.reason, result.error, result.output
             update_run(
@@ -214,8 +231,17 @@ def execute(settings: Settings, req: RunRequest) -> RunOutcome:
     finally:
         if backend is not None:
             backend.close()
+        if transcript:
+            save_transcript(settings, run_id, transcript, redactor)
         finish_run(store, run_id, status, reason=reason, error=error, output_path=out_path)
         emit("run_finished", {"status": status, "reason": reason, "seconds": round(time.monotonic() - started, 3)})
+
+
+def save_transcript(settings: Settings, run_id: str, messages: list[dict[str, Any]], redactor: Redactor) -> Path:
+    """The conversation as sent to the model (after pruning), redacted, for post-mortems."""
+    path = settings.home / "logs" / "runs" / f"{run_id}.json"
+    write_private(path, json.dumps(redactor.redact_obj(messages), ensure_ascii=False, indent=1))
+    return path
 
 
 def _dry_render(job: Job, req: RunRequest) -> None:
@@ -235,6 +261,7 @@ def _outcome(run_id: str, status: str, **kw: Any) -> RunOutcome:
 
 
 def _agent(
+    transcript: list[dict[str, Any]],
     settings: Settings,
     req: RunRequest,
     job: Job,
@@ -267,16 +294,19 @@ def _agent(
         run_id=run_id,
         job_name=job.name,
         allow_paths=tuple(job.spec.allow_paths),
-        approve=_approval(job, emit),
+        approve=build_gate(
+            job, store=settings.store, run_id=run_id, emit=emit, redact=redactor, interactive=req.interactive
+        ),
         emit=emit,
         deadline=deadline,
         extras=dict(req.extra_tools),
     )
     tools = discover().select(job.spec.toolsets, ctx)
     messages: list[dict[str, Any]] = [
-        {"role": "system", "content": system_prompt(job)},
+        {"role": "system", "content": system_prompt(job, context_file=load_context_file(backend, emit))},
         {"role": "user", "content": user_prompt},
     ]
+    transcript.extend(messages)
     emit(
         "prompt",
         {
@@ -294,13 +324,44 @@ def _agent(
         max_tokens=job.spec.budget.max_tokens,
         max_cost_usd=job.spec.budget.max_cost_usd,
     )
-    return run_loop(messages, tools, ctx, llm, limits, emit=emit, pricing=pricing, stop=req.stop)
+    schemas_tokens = sum(len(json.dumps(t.schema())) for t in tools) // 4
+    pruner = Pruner(context_budget(settings, job), tools_tokens=schemas_tokens, emit=emit)
+    try:
+        return run_loop(messages, tools, ctx, llm, limits, emit=emit, pricing=pricing, stop=req.stop, prune=pruner)
+    finally:
+        transcript[:] = messages
 
 
-def _approval(job: Job, emit: Recorder) -> Any:
-    from runner.tools.context import ApprovalResult
+CONTEXT_FILES = ("AGENTS.md", "CLAUDE.md", ".cursorrules")
+CONTEXT_FILE_CAP = 20_000
 
-    def approve(command: str) -> ApprovalResult:
-        return ApprovalResult(True)
 
-    return approve
+def load_context_file(backend: Any, emit: Any) -> str | None:
+    """The first of AGENTS.md, CLAUDE.md, .cursorrules in the workdir, scanned for injection first."""
+    from runner.injection import blocked_marker, scan
+
+    for name in CONTEXT_FILES:
+        try:
+            data = backend.read_file(f"{backend.workdir.rstrip('/')}/{name}")
+        except (FileNotFoundError, IsADirectoryError):
+            continue
+        text = data.decode("utf-8", errors="replace")
+        findings = scan(text)
+        if findings:
+            emit("context_blocked", {"file": name, "findings": [f.kind + ": " + f.excerpt for f in findings]})
+            return blocked_marker(name, findings)
+        if len(text) > CONTEXT_FILE_CAP:
+            text = text[:CONTEXT_FILE_CAP] + f"\n[... {name} truncated at {CONTEXT_FILE_CAP} characters]"
+        emit("context_file", {"file": name, "chars": len(text)})
+        return f"Project instructions from {name} (the job's workdir):\n\n{text}"
+    return None
+
+
+def context_budget(settings: Settings, job: Job) -> int:
+    if job.spec.context_budget:
+        return job.spec.context_budget
+    window = 128_000
+    provider = settings.config.providers.get(job.models[0].partition("/")[0]) if job.spec.agent else None
+    if provider is not None:
+        window = provider.context_window
+    return int(window * 0.6)
