@@ -196,3 +196,10 @@ def test_in_one_shot_survives_restart(project, serve):
     assert [ts(r["utc"]) for r in nxt] == [resolved]
     assert second.stop() == 0
     assert not job_rows(project.home, "later")
+
+
+def test_invalid_jobs_at_start_is_exit_2(project):
+    project.write_jobs("jobs:\n  a:\n    schedule: every 1s\n    agent: false\n    pre_run: echo a\n    colour: blue\n")
+    res = project.run("serve", timeout=30)
+    assert res.returncode == 2
+    assert "colour: unknown key" in res.stderr and "Traceback" not in res.stderr

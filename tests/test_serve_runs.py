@@ -146,3 +146,23 @@ def test_pause_after_failures_then_resume_and_manual_pause(project, serve):
     assert "paused with runner jobs pause" in daemon.log()
     assert project.run("jobs", "pause", "nope").returncode == 2
     assert daemon.stop() == 0
+
+
+@pytest.mark.slow
+def test_pending_retry_survives_a_restart(project, serve):
+    write_config(project)
+    project.write_jobs(
+        "jobs:\n  flaky:\n    schedule: in 1s\n    agent: false\n    pre_run: exit 3\n"
+        "    retries: {attempts: 1, backoff: 3s}\n"
+    )
+    first = serve().started()
+    wait_for(lambda: len(job_rows(project.home, "flaky")) == 2, 10, what="the retry row")
+    assert first.stop() == 0
+    failed, retry = job_rows(project.home, "flaky")
+    assert failed["status"] == "failed" and retry["status"] == "queued" and retry["not_before"]
+    second = serve().started()
+    assert "1 queued runs adopted" in second.log()
+    done = wait_for(lambda: (r := job_rows(project.home, "flaky")[1]) and r["status"] in FINAL and r, 10)
+    assert done["status"] == "failed" and done["attempt"] == 2 and done["parent_run"] == failed["id"]
+    assert ts(done["started_at"]) >= ts(retry["not_before"])
+    assert second.stop() == 0
