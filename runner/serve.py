@@ -208,6 +208,9 @@ class Serve:
         s = self.settings
         s.ensure_home()
         lock = acquire_lock(s.home)
+        # from here a signal only sets a flag: SIGTERM during start-up stops cleanly, SIGHUP reloads
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+        old_wakeup = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
         log = setup_logging(s.home, self.log_level)
         config = s.config
         launcher = Launcher()
@@ -242,8 +245,6 @@ class Serve:
             HeartbeatTicker(store, pool, config.serve.heartbeat_s),
         ]
         tickers.extend(factory(host) for factory in self.loops)
-        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
-        old_wakeup = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
         log.info(
             "serve started: pid %d, %d jobs from %s, max_parallel %d%s",
             os.getpid(),
