@@ -69,7 +69,9 @@ class KanbanConfig(Strict):
     max_workers: int = Field(2, ge=1)
     lease_seconds: float = Field(300, gt=0)
     default_job: str | None = None
-    poll_seconds: float = 1.0
+    poll_seconds: float = Field(1.0, gt=0)
+    max_attempts: int = Field(3, ge=1)
+    retry_backoff: float = Field(30.0, ge=0)
 
 
 class SkillsConfig(Strict):

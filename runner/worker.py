@@ -11,14 +11,15 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
 from backends.base import BackendContext
 from runner.agent.loop import Limits, LoopResult, Pricing, run_loop
-from runner.agent.types import LLM
+from runner.agent.types import LLM, Usage
 from runner.context import Settings
 from runner.delivery import deliver, is_silent, write_private
 from runner.errors import RunnerError, TemplateError
@@ -71,6 +72,10 @@ class RunRequest:
     workdir: Path | None = None
     extra_tools: dict[str, Any] = field(default_factory=dict)
     llm: LLM | None = None  # tests and embedders may pass their own model seam
+    task_prompt: str | None = None  # appended to the rendered prompt (a kanban task's title, body, comments)
+    # Called when the model gives its final answer: a returned text is sent once as a user turn;
+    # still text after that and the run fails with reason "unfinished" (kanban: end the task).
+    follow_up: Callable[[], str | None] | None = None
 
 
 def prepare_llm(settings: Settings, req: RunRequest, redactor: Redactor) -> tuple[Any, Pricing, list[str]]:
@@ -262,6 +267,8 @@ def _agent(
         last_output=last_output(settings.store, job.name),
     )
     user_prompt = render(source, tvars, name=name, base=job.base_dir)
+    if req.task_prompt:
+        user_prompt = f"{user_prompt.rstrip()}\n\n{req.task_prompt}"
     ctx = ToolContext(
         backend=backend,
         run_id=run_id,
@@ -270,7 +277,7 @@ def _agent(
         approve=_approval(job, emit),
         emit=emit,
         deadline=deadline,
-        extras=dict(req.extra_tools),
+        extras={"settings": settings, **req.extra_tools},
     )
     tools = discover().select(job.spec.toolsets, ctx)
     messages: list[dict[str, Any]] = [
@@ -294,7 +301,24 @@ def _agent(
         max_tokens=job.spec.budget.max_tokens,
         max_cost_usd=job.spec.budget.max_cost_usd,
     )
-    return run_loop(messages, tools, ctx, llm, limits, emit=emit, pricing=pricing, stop=req.stop)
+    result = run_loop(messages, tools, ctx, llm, limits, emit=emit, pricing=pricing, stop=req.stop)
+    reminder = req.follow_up() if req.follow_up and result.status == "succeeded" else None
+    if reminder:
+        emit("follow_up", {"text": reminder})
+        messages.append({"role": "user", "content": reminder})
+        left = replace(limits, max_iterations=max(1, limits.max_iterations - result.iterations))
+        more = run_loop(messages, tools, ctx, llm, left, emit=emit, pricing=pricing, stop=req.stop)
+        usage = Usage(
+            result.usage.prompt_tokens + more.usage.prompt_tokens,
+            result.usage.completion_tokens + more.usage.completion_tokens,
+        )
+        result = replace(
+            more, iterations=result.iterations + more.iterations, usage=usage, cost_usd=result.cost_usd + more.cost_usd
+        )
+        if result.status == "succeeded" and req.follow_up and req.follow_up():
+            error = "the model stopped again without finishing after a reminder"
+            result = replace(result, status="failed", reason="unfinished", error=error)
+    return result
 
 
 def _approval(job: Job, emit: Recorder) -> Any:
