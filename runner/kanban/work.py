@@ -232,6 +232,8 @@ def _attempt(settings: Settings, session: TaskSession, stop: threading.Event) ->
         outcome = execute(settings, req)
         session.run_id = outcome.run_id
         error = outcome.error or f"the run ended {outcome.status}" + (f" ({outcome.reason})" if outcome.reason else "")
+        if outcome.reason == "unfinished":
+            error = UNFINISHED
     except RunnerError as exc:
         error = str(exc)
     run_id = session.run_id

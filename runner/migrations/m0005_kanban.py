@@ -32,7 +32,7 @@ STATEMENTS = [
     )
     """,
     "CREATE INDEX tasks_claim ON tasks(priority DESC, created_at, id) WHERE status = 'ready'",
-    "CREATE INDEX tasks_status ON tasks(status)",
+    "CREATE INDEX tasks_todo ON tasks(id) WHERE status = 'todo'",
     "CREATE INDEX tasks_lease ON tasks(lease_expires) WHERE status = 'running'",
     """
     CREATE TABLE task_links (
