@@ -302,22 +302,48 @@ def _agent(
         max_cost_usd=job.spec.budget.max_cost_usd,
     )
     result = run_loop(messages, tools, ctx, llm, limits, emit=emit, pricing=pricing, stop=req.stop)
-    reminder = req.follow_up() if req.follow_up and result.status == "succeeded" else None
-    if reminder:
-        emit("follow_up", {"text": reminder})
-        messages.append({"role": "user", "content": reminder})
-        left = replace(limits, max_iterations=max(1, limits.max_iterations - result.iterations))
-        more = run_loop(messages, tools, ctx, llm, left, emit=emit, pricing=pricing, stop=req.stop)
-        usage = Usage(
-            result.usage.prompt_tokens + more.usage.prompt_tokens,
-            result.usage.completion_tokens + more.usage.completion_tokens,
-        )
-        result = replace(
-            more, iterations=result.iterations + more.iterations, usage=usage, cost_usd=result.cost_usd + more.cost_usd
-        )
-        if result.status == "succeeded" and req.follow_up and req.follow_up():
-            error = "the model stopped again without finishing after a reminder"
-            result = replace(result, status="failed", reason="unfinished", error=error)
+    if req.follow_up is not None and result.status == "succeeded":
+        result = _follow_up_once(req.follow_up, result, messages, tools, ctx, llm, limits, emit, pricing, req.stop)
+    return result
+
+
+def _follow_up_once(
+    follow_up: Callable[[], str | None],
+    first: LoopResult,
+    messages: list[dict[str, Any]],
+    tools: Any,
+    ctx: Any,
+    llm: LLM,
+    limits: Limits,
+    emit: Recorder,
+    pricing: Pricing,
+    stop: threading.Event,
+) -> LoopResult:
+    """The model answered: if ``follow_up`` has a reminder, send it once and continue the same
+    conversation within what is left of the limits; still unfinished after that is a failure."""
+    reminder = follow_up()
+    if not reminder:
+        return first
+    emit("follow_up", {"text": reminder})
+    messages.append({"role": "user", "content": reminder})
+    used = first.usage.prompt_tokens + first.usage.completion_tokens
+    left = replace(
+        limits,
+        max_iterations=max(1, limits.max_iterations - first.iterations),
+        max_tokens=None if limits.max_tokens is None else max(1, limits.max_tokens - used),
+        max_cost_usd=None if limits.max_cost_usd is None else max(0.0, limits.max_cost_usd - first.cost_usd),
+    )
+    more = run_loop(messages, tools, ctx, llm, left, emit=emit, pricing=pricing, stop=stop)
+    usage = Usage(
+        first.usage.prompt_tokens + more.usage.prompt_tokens,
+        first.usage.completion_tokens + more.usage.completion_tokens,
+    )
+    result = replace(
+        more, iterations=first.iterations + more.iterations, usage=usage, cost_usd=first.cost_usd + more.cost_usd
+    )
+    if result.status == "succeeded" and follow_up():
+        error = "the model stopped again without finishing after a reminder"
+        result = replace(result, status="failed", reason="unfinished", error=error)
     return result
 
 

@@ -48,8 +48,8 @@ def test_agent_worker_completes_task_and_show_has_the_result(project, fake):
     fake.add(
         call("kanban_show"),
         call("terminal", {"command": "pwd"}),
-        call("kanban_comment", {"text": "adding now"}),
-        call("kanban_complete", {"result": "the answer is 42"}),
+        call("kanban_comment", {"text": "adding now; key sk-test-key-0123456789abcdef"}),
+        call("kanban_complete", {"result": "the answer is 42 (not sk-test-key-0123456789abcdef)"}),
         final("Completed the sum."),
     )
     with dispatcher(project):
@@ -70,6 +70,9 @@ def test_agent_worker_completes_task_and_show_has_the_result(project, fake):
         [run] = board.runs(t)
     ledger = json.loads(project.cli("runs", "show", run["id"], "--json").output)["run"]
     assert (ledger["trigger"], ledger["task_id"], ledger["status"]) == ("kanban", str(t), "succeeded")
+    key = b"sk-test-key-0123456789abcdef"
+    written = [p for p in project.home.rglob("*") if p.is_file() and key in p.read_bytes()]
+    assert written == [], f"the API key was written to {written}"
 
 
 def test_stopping_without_ending_is_reminded_once_then_the_attempt_fails(project, fake):

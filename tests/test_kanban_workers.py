@@ -133,6 +133,15 @@ def test_worker_and_dispatcher_killed_lease_expiry_reclaims(project):
         assert board.get(t).attempts == 1 and "lease expired" in (board.get(t).error or "")
 
 
+def process_gone(pid):
+    """Exited (a zombie waiting to be reaped counts) or gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
 def _start_worker(project, task_id, fence):
     env = project.env(HERMES_KANBAN_TASK=str(task_id), HERMES_KANBAN_FENCE=str(fence))
     return subprocess.Popen(
@@ -178,3 +187,78 @@ def test_stopped_worker_past_its_lease_is_refused_by_the_fence(project):
         assert refused and all(e["fence"] == first.fence for e in refused)
         runs = {r["status"]: r for r in board.runs(t)}
     assert runs["failed"]["reason"] == "refused" and "succeeded" in runs
+
+
+def test_tick_with_injected_time_as_serve_uses_it(project, monkeypatch):
+    """In-process ``Dispatcher.tick(now)`` (how `runner serve` drives it) with the real launcher."""
+    from datetime import timedelta
+
+    from runner.context import Settings
+    from runner.kanban.dispatch import Dispatcher
+    from tests.conftest import REPO
+
+    setup(project, max_workers=1, lease_seconds=30)
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    settings = Settings.from_options(home=str(project.home), jobs=str(project.jobs_path))
+    first = add(project, "first", "--job", "step", "--priority", "1")
+    parent = add(project, "parent", "--job", "step")
+    child = add(project, "child", "--job", "step", "--parent", str(parent))
+    t0 = utcnow()
+    with board_of(project) as board:
+        board.claim("elsewhere", now=t0, lease_seconds=5)  # takes `first` (priority 1) ...
+        board.store.execute("UPDATE tasks SET host='other-host' WHERE id=?", (first,))  # ... on another host
+    dispatcher = Dispatcher(settings)
+    try:
+        r1 = dispatcher.tick(t0)
+        assert [s.task_id for s in r1.started] == [parent] and r1.reclaimed == () and r1.running == 1
+        wait_for(lambda: status_of(project, parent) == "done", what="parent done")
+        wait_for(lambda: process_gone(r1.started[0].pid), what="the parent's worker to exit")
+        assert status_of(project, child) == "ready"  # promoted by the parent's completion
+        r2 = dispatcher.tick(t0 + timedelta(seconds=6))  # `first`'s lease (5 s) has run out
+        assert [(x.task_id, x.status, x.host) for x in r2.reclaimed] == [(first, "ready", "other-host")]
+        assert [(e.task_id, e.code, e.task_status) for e in r2.exited] == [(parent, 0, None)]
+        assert [s.task_id for s in r2.started] == [first]  # priority before age; max_workers 1
+        wait_for(lambda: status_of(project, first) == "done", what="first done")
+        r3 = dispatcher.tick(t0 + timedelta(seconds=7))
+        assert [s.task_id for s in r3.started] == [child]
+        wait_for(lambda: status_of(project, child) == "done", what="child done")
+    finally:
+        dispatcher.close()
+    with board_of(project) as board:
+        assert board.get(first).attempts == 2 and board.get(first).fence == 2
+
+
+def test_lease_keeper_renews_and_a_hand_move_stops_the_worker(project):
+    """In-process: the renewal thread on its own connection keeps the lease alive; when a person
+    moves the running task away, the next renewal is refused and the worker is told to stop."""
+    import threading
+
+    from runner.context import Settings
+    from runner.kanban.work import LeaseKeeper, TaskSession
+
+    setup(project)
+    settings = Settings.from_options(home=str(project.home), jobs=str(project.jobs_path))
+    t = add(project, "long", "--job", "step")
+    with board_of(project) as board:
+        [claim] = board.claim("me", now=utcnow(), lease_seconds=0.6)
+        session = TaskSession(board, board.get(t), claim.fence, settings)
+        stop = threading.Event()
+
+        def lost():
+            if not session.ended:
+                session.lost = True
+                stop.set()
+
+        keeper = LeaseKeeper(board.store.path, t, claim.fence, lease_seconds=0.6, on_lost=lost)
+        keeper.start()
+        try:
+            time.sleep(1.0)  # longer than the lease: only renewals keep it
+            assert board.reclaim_expired(now=utcnow(), backoff=0) == []
+            board.move(t, "ready", now=utcnow())
+            assert stop.wait(2), "the worker was not told to stop"
+        finally:
+            keeper.stop()
+        assert session.lost and session.reminder() is None
+        assert [e["payload"] for e in board.events(t) if e["kind"] == "refused"] == [
+            '{"action":"renew","current_fence":1}'
+        ]

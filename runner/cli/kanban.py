@@ -263,7 +263,7 @@ def kanban_dispatch(once: bool, as_json: bool) -> None:
             err=True,
         )
         try:
-            dispatcher.run(stop, on_tick=report)
+            dispatcher.run(stop, on_tick=report, on_error=lambda exc: click.echo(f"error: {exc}", err=True))
         finally:
             import signal
 

@@ -38,13 +38,9 @@ class Board:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        """``BEGIN IMMEDIATE``, entered through a kernel lock shared by every board writer.
-
-        Claims and completions from many processes queue on ``flock`` (woken as soon as the
-        holder commits) instead of in SQLite's busy handler, whose growing sleeps starve
-        some writers for seconds under contention. Inside an open transaction the write
-        lock is already held, so the gate is skipped.
-        """
+        """``BEGIN IMMEDIATE`` behind a ``flock`` every board writer shares: under contention writers
+        queue in the kernel (woken at the holder's commit) instead of in SQLite's busy handler,
+        whose growing sleeps starve some for seconds. Inside an open transaction: no gate."""
         if self.store.conn.in_transaction:
             with self.store.transaction() as conn:
                 yield conn
@@ -126,15 +122,13 @@ class Board:
         return [Task(**r) for r in rows]
 
     def parents(self, task_id: int) -> list[Task]:
-        rows = self.store.query(
-            "SELECT t.* FROM tasks t JOIN task_links l ON l.parent = t.id WHERE l.child = ? ORDER BY t.id", (task_id,)
-        )
-        return [Task(**r) for r in rows]
+        return self._linked("l.parent = t.id WHERE l.child = ?", task_id)
 
     def children(self, task_id: int) -> list[Task]:
-        rows = self.store.query(
-            "SELECT t.* FROM tasks t JOIN task_links l ON l.child = t.id WHERE l.parent = ? ORDER BY t.id", (task_id,)
-        )
+        return self._linked("l.child = t.id WHERE l.parent = ?", task_id)
+
+    def _linked(self, join: str, task_id: int) -> list[Task]:
+        rows = self.store.query(f"SELECT t.* FROM tasks t JOIN task_links l ON {join} ORDER BY t.id", (task_id,))
         return [Task(**r) for r in rows]
 
     def comments(self, task_id: int) -> list[dict[str, Any]]:
@@ -250,8 +244,8 @@ class Board:
         claims: list[Claim] = []
         with self._tx() as conn:
             rows = conn.execute(
-                "SELECT id, fence, attempts FROM tasks INDEXED BY tasks_claim WHERE status='ready' AND (not_before IS NULL OR not_before <= ?) "
-                "ORDER BY priority DESC, created_at, id LIMIT ?",
+                "SELECT id, fence, attempts FROM tasks INDEXED BY tasks_claim WHERE status='ready' "
+                "AND (not_before IS NULL OR not_before <= ?) ORDER BY priority DESC, created_at, id LIMIT ?",
                 (stamp, limit),
             ).fetchall()
             for row in rows:
@@ -325,7 +319,6 @@ class Board:
         return "lost"
 
     def complete(self, task_id: int, fence: int, result: str, *, now: datetime) -> None:
-
         def write(conn: sqlite3.Connection, row: Any) -> None:
             conn.execute(
                 "UPDATE tasks SET status='done', result=?, lease_owner=NULL, lease_expires=NULL, updated_at=? "

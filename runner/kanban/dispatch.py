@@ -11,12 +11,16 @@ in its environment and its output appended to ``RUNNER_HOME/logs/kanban/<task>.l
 commits to runner.db (``PRAGMA data_version``), so a new task starts within a fraction of a second.
 Workers run in their own sessions and outlive the dispatcher; a restarted dispatcher counts
 them from the board.
+
+A Dispatcher uses ``settings.store``'s connection unless given a ``board``; a caller that ticks
+it from a thread of its own should pass ``board=Board(Store.open(path))`` for that thread.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -29,7 +33,7 @@ from typing import Protocol
 
 from runner.context import Settings
 from runner.kanban.board import Board
-from runner.kanban.model import Claim, Reclaimed
+from runner.kanban.model import Claim, FenceError, Reclaimed
 from runner.runs import HOST, mark_orphans_unknown, pid_alive, pid_start_time
 from runner.store import iso
 
@@ -197,11 +201,14 @@ class Dispatcher:
                     failed.append((claim.task_id, error))
                     continue
                 self._children[claim.task_id] = _Child(handle, claim.fence)
-                board.attach(
-                    claim.task_id, claim.fence, pid=handle.pid, pid_start=pid_start_time(handle.pid), now=now,
-                    kind="spawned",
-                )  # fmt: skip
                 started.append(Started(claim.task_id, claim.fence, handle.pid))
+                try:
+                    board.attach(
+                        claim.task_id, claim.fence, pid=handle.pid, pid_start=pid_start_time(handle.pid), now=now,
+                        kind="spawned",
+                    )  # fmt: skip
+                except FenceError:
+                    continue  # the worker was quicker: it already ended its attempt (recorded as refused)
         return TickResult(
             promoted=tuple(promoted),
             reclaimed=tuple(reclaimed),
@@ -249,20 +256,28 @@ class Dispatcher:
         *,
         clock: Callable[[], datetime] | None = None,
         on_tick: Callable[[TickResult], None] | None = None,
+        on_error: Callable[[Exception], None] | None = None,
     ) -> None:
-        """Tick every ``poll_seconds``, and as soon as another process commits (at most every 50 ms)."""
+        """Tick every ``poll_seconds``, and as soon as another process commits (checked every 50 ms).
+
+        A database error in a tick (locked past the busy timeout, disk full) goes to ``on_error``
+        and the loop carries on at the next poll; without ``on_error`` it propagates."""
         from runner.store import utcnow
 
         clock = clock or utcnow
         conn = self._board.store.conn
-        seen = -1
-        next_tick = 0.0
+        seen, next_tick = -1, 0.0
         while not stop.is_set():
             version = conn.execute("PRAGMA data_version").fetchone()[0]
             if version != seen or time.monotonic() >= next_tick or self._children_exited():
-                seen = version
-                result = self.tick(clock())
-                next_tick = time.monotonic() + self.poll_seconds
+                seen, next_tick = version, time.monotonic() + self.poll_seconds
+                try:
+                    result = self.tick(clock())
+                except sqlite3.OperationalError as exc:
+                    if on_error is None:
+                        raise
+                    on_error(exc)
+                    continue
                 if on_tick is not None:
                     on_tick(result)
             stop.wait(WAKE_CHECK_S)

@@ -25,6 +25,7 @@ from runner.jobs import Job
 from runner.kanban.board import Board
 from runner.kanban.dispatch import ENV_FENCE, ENV_TASK
 from runner.kanban.model import FenceError, Task
+from runner.redact import Redactor
 from runner.runs import finish_run, pid_start_time
 from runner.store import Store, utcnow
 
@@ -102,6 +103,7 @@ class TaskSession:
         self.ended: str | None = None  # "done" | "blocked" once this worker ended the task
         self.lost = False  # the claim was reclaimed: every further write is refused
         self.run_id: str | None = None
+        self.redact = Redactor()  # what the model writes to the board is masked like its run events
 
     def show(self) -> dict[str, Any]:
         task = self.board.get(self.task_id)
@@ -114,20 +116,20 @@ class TaskSession:
 
     def comment(self, text: str) -> None:
         author = f"worker (fence {self.fence})"
-        self._write(self.board.comment, self.task_id, text, now=utcnow(), author=author, fence=self.fence)
+        self._write(self.board.comment, self.task_id, self.redact(text), now=utcnow(), author=author, fence=self.fence)
 
     def complete(self, result: str) -> None:
-        self._write(self.board.complete, self.task_id, self.fence, result, now=utcnow())
+        self._write(self.board.complete, self.task_id, self.fence, self.redact(result), now=utcnow())
         self.ended = "done"
 
     def block(self, reason: str) -> None:
-        self._write(self.board.block, self.task_id, reason, now=utcnow(), fence=self.fence, actor="worker")
+        self._write(self.board.block, self.task_id, self.redact(reason), now=utcnow(), fence=self.fence, actor="worker")
         self.ended = "blocked"
 
     def create(self, title: str, body: str, *, priority: int, job: str | None) -> int:
         return int(
             self._write(
-                self.board.add, title, now=utcnow(), body=body, parents=[self.task_id], priority=priority,
+                self.board.add, self.redact(title), now=utcnow(), body=self.redact(body), parents=[self.task_id], priority=priority,
                 job=job or self.job, max_attempts=self.settings.config.kanban.max_attempts,
                 created_by=f"task:{self.task_id}", fence=(self.task_id, self.fence),
             )
@@ -171,8 +173,7 @@ class LeaseKeeper:
             while not self._stop.wait(self.lease_seconds / 3):
                 state = board.renew(self.task_id, self.fence, now=utcnow(), lease_seconds=self.lease_seconds)
                 if state != "renewed":
-                    if state == "lost":
-                        self.on_lost()
+                    self.on_lost()  # the session tells a task it ended itself from one taken away
                     return
         finally:
             board.close()
@@ -192,8 +193,9 @@ def work(settings: Settings, environ: Mapping[str, str], *, stop: threading.Even
     session = TaskSession(board, board.get(task_id), fence, settings)
 
     def lost() -> None:
-        session.lost = True
-        stop.set()
+        if not session.ended:
+            session.lost = True
+            stop.set()
 
     lease = settings.config.kanban.lease_seconds
     keeper = LeaseKeeper(board.store.path, task_id, fence, lease_seconds=lease, on_lost=lost)
@@ -235,7 +237,7 @@ def _attempt(settings: Settings, session: TaskSession, stop: threading.Event) ->
         if outcome.reason == "unfinished":
             error = UNFINISHED
     except RunnerError as exc:
-        error = str(exc)
+        error = session.redact(str(exc))
     run_id = session.run_id
     if session.lost:
         return WorkResult(task_id, "refused", run_id, "the claim was reclaimed; this worker's writes are refused")

@@ -129,13 +129,14 @@ def kanban_create(args: dict[str, Any], ctx: ToolContext) -> str:
         return f"created task {child} as a child of task {session.task_id}; it becomes ready when this task is done"
     if not isinstance(parents, list) or not all(isinstance(p, int) and not isinstance(p, bool) for p in parents):
         raise ToolError("'parents' must be a list of task ids")
+    from runner.redact import Redactor
     from runner.store import utcnow
 
-    settings = ctx.extras["settings"]
+    settings, redact = ctx.extras["settings"], Redactor()
     with _board(ctx) as board:
         new_id = _call(
             board.add,
-            title, now=utcnow(), body=body, parents=parents, priority=priority, job=_check_job(ctx, job),
+            redact(title), now=utcnow(), body=redact(body), parents=parents, priority=priority, job=_check_job(ctx, job),
             max_attempts=settings.config.kanban.max_attempts, created_by=f"run:{ctx.run_id}",
         )  # fmt: skip
     return f"created task {new_id}"
