@@ -80,8 +80,16 @@ def test_stale_fence_is_refused_and_new_owner_stands(board):
     assert (task.status, task.result, task.attempts) == ("done", "second's result", 2)
     assert board.renew(t, second.fence, now=at(20), lease_seconds=10) == "ended"
     assert kinds(board, t) == [
-        "created", "claimed", "reclaimed", "attempt_failed", "claimed", "refused", "refused", "refused", "completed",
-    ]  # fmt: skip
+        "created",
+        "claimed",
+        "reclaimed",
+        "attempt_failed",
+        "claimed",
+        "refused",
+        "refused",
+        "refused",
+        "completed",
+    ]
     assert board.comments(t) == []
 
 

@@ -48,8 +48,14 @@ def test_bad_input_is_one_line_exit_2(project):
         (("kanban", "show", "abc"), "task id must be a number"),
         (("kanban", "show", "42"), "no task 42"),
         (("kanban", "move", "1", "running"), None),
-        (("kanban", "work",), "HERMES_KANBAN_TASK is not set"),
-    ]  # fmt: skip
+        (
+            (
+                "kanban",
+                "work",
+            ),
+            "HERMES_KANBAN_TASK is not set",
+        ),
+    ]
     project.cli("kanban", "add", "t", "--job", "echo")
     for args, message in cases:
         res = project.run(*args)

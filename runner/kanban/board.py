@@ -111,14 +111,10 @@ class Board:
         return Task(**row)
 
     def tasks(self, *, status: str | None = None, include_archived: bool = False) -> list[Task]:
-        where, params = [], []
-        if status:
-            where.append("status = ?")
-            params.append(status)
-        elif not include_archived:
-            where.append("status != 'archived'")
-        clause = f"WHERE {' AND '.join(where)}" if where else ""
-        rows = self.store.query(f"SELECT * FROM tasks {clause} ORDER BY priority DESC, created_at, id", params)
+        where, params = (
+            ("status = ?", [status]) if status else ("1" if include_archived else "status != 'archived'", [])
+        )
+        rows = self.store.query(f"SELECT * FROM tasks WHERE {where} ORDER BY priority DESC, created_at, id", params)
         return [Task(**r) for r in rows]
 
     def parents(self, task_id: int) -> list[Task]:
@@ -278,12 +274,7 @@ class Board:
                 error = f"lease expired: worker {row['lease_owner']}{where} stopped renewing"
                 self._event(conn, row["id"], "reclaimed", row["fence"], now, {"owner": row["lease_owner"]})
                 status = self._fail(conn, row, error, now, backoff)
-                out.append(
-                    Reclaimed(
-                        row["id"], row["fence"], row["lease_owner"], row["worker_pid"], row["worker_pid_start"],
-                        row["host"], status,
-                    )
-                )  # fmt: skip
+                out.append(Reclaimed.from_row(row, status))
         return out
 
     # -- a worker's writes (fenced) -----------------------------------------------------

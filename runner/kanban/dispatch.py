@@ -204,9 +204,13 @@ class Dispatcher:
                 started.append(Started(claim.task_id, claim.fence, handle.pid))
                 try:
                     board.attach(
-                        claim.task_id, claim.fence, pid=handle.pid, pid_start=pid_start_time(handle.pid), now=now,
+                        claim.task_id,
+                        claim.fence,
+                        pid=handle.pid,
+                        pid_start=pid_start_time(handle.pid),
+                        now=now,
                         kind="spawned",
-                    )  # fmt: skip
+                    )
                 except FenceError:
                     continue  # the worker was quicker: it already ended its attempt (recorded as refused)
         return TickResult(

@@ -78,6 +78,12 @@ class Reclaimed:
     host: str | None
     status: str
 
+    @classmethod
+    def from_row(cls, row: Any, status: str) -> Reclaimed:
+        return cls(
+            row["id"], row["fence"], row["lease_owner"], row["worker_pid"], row["worker_pid_start"], row["host"], status
+        )
+
 
 def backoff_seconds(base: float, attempts: int) -> float:
     """Delay before a failed task may be claimed again: base, 2*base, 4*base ... capped at 1 h."""

@@ -13,8 +13,10 @@ reclaimed the writes are refused and the worker stops.
 from __future__ import annotations
 
 import os
+import sqlite3
+import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,33 +109,47 @@ class TaskSession:
 
     def show(self) -> dict[str, Any]:
         task = self.board.get(self.task_id)
+        parents = self.board.parents(self.task_id)
         return {
             "task": {k: v for k, v in task.as_dict().items() if k in ("id", "title", "body", "status", "priority")},
             "attempt": task.attempts,
             "comments": self.board.comments(self.task_id),
-            "parents": [{"id": p.id, "title": p.title, "status": p.status, "result": p.result} for p in self.board.parents(self.task_id)],
-        }  # fmt: skip
+            "parents": [{"id": p.id, "title": p.title, "status": p.status, "result": p.result} for p in parents],
+        }
 
     def comment(self, text: str) -> None:
-        author = f"worker (fence {self.fence})"
-        self._write(self.board.comment, self.task_id, self.redact(text), now=utcnow(), author=author, fence=self.fence)
+        self._write(
+            self.board.comment,
+            self.task_id,
+            self.redact(text),
+            now=utcnow(),
+            author=f"worker (fence {self.fence})",
+            fence=self.fence,
+        )
 
     def complete(self, result: str) -> None:
         self._write(self.board.complete, self.task_id, self.fence, self.redact(result), now=utcnow())
         self.ended = "done"
 
     def block(self, reason: str) -> None:
-        self._write(self.board.block, self.task_id, self.redact(reason), now=utcnow(), fence=self.fence, actor="worker")
+        reason = self.redact(reason)
+        self._write(self.board.block, self.task_id, reason, now=utcnow(), fence=self.fence, actor="worker")
         self.ended = "blocked"
 
     def create(self, title: str, body: str, *, priority: int, job: str | None) -> int:
-        return int(
-            self._write(
-                self.board.add, self.redact(title), now=utcnow(), body=self.redact(body), parents=[self.task_id], priority=priority,
-                job=job or self.job, max_attempts=self.settings.config.kanban.max_attempts,
-                created_by=f"task:{self.task_id}", fence=(self.task_id, self.fence),
-            )
-        )  # fmt: skip
+        task_id = self._write(
+            self.board.add,
+            self.redact(title),
+            now=utcnow(),
+            body=self.redact(body),
+            parents=[self.task_id],
+            priority=priority,
+            job=job or self.job,
+            max_attempts=self.settings.config.kanban.max_attempts,
+            created_by=f"task:{self.task_id}",
+            fence=(self.task_id, self.fence),
+        )
+        return int(task_id)
 
     def reminder(self) -> str | None:
         return None if self.ended or self.lost else REMINDER
@@ -151,9 +167,10 @@ class TaskSession:
 
 
 class LeaseKeeper:
-    """Renews the lease every ``interval`` seconds on its own connection; on loss calls ``on_lost``."""
+    """Renews the lease every third of ``lease_seconds`` from a thread with its own connection;
+    calls ``on_lost`` once a renewal is refused (the session knows whether it ended the task itself)."""
 
-    def __init__(self, db: Path, task_id: int, fence: int, *, lease_seconds: float, on_lost: Any):
+    def __init__(self, db: Path, task_id: int, fence: int, *, lease_seconds: float, on_lost: Callable[[], None]):
         self.db, self.task_id, self.fence, self.lease_seconds = db, task_id, fence, lease_seconds
         self.on_lost = on_lost
         self._stop = threading.Event()
@@ -171,7 +188,11 @@ class LeaseKeeper:
         board = Board(store)
         try:
             while not self._stop.wait(self.lease_seconds / 3):
-                state = board.renew(self.task_id, self.fence, now=utcnow(), lease_seconds=self.lease_seconds)
+                try:
+                    state = board.renew(self.task_id, self.fence, now=utcnow(), lease_seconds=self.lease_seconds)
+                except sqlite3.OperationalError as exc:  # locked past the busy timeout: try again next time
+                    print(f"kanban: lease renewal for task {self.task_id} failed: {exc}", file=sys.stderr, flush=True)
+                    continue
                 if state != "renewed":
                     self.on_lost()  # the session tells a task it ended itself from one taken away
                     return

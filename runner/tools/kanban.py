@@ -136,9 +136,15 @@ def kanban_create(args: dict[str, Any], ctx: ToolContext) -> str:
     with _board(ctx) as board:
         new_id = _call(
             board.add,
-            redact(title), now=utcnow(), body=redact(body), parents=parents, priority=priority, job=_check_job(ctx, job),
-            max_attempts=settings.config.kanban.max_attempts, created_by=f"run:{ctx.run_id}",
-        )  # fmt: skip
+            redact(title),
+            now=utcnow(),
+            body=redact(body),
+            parents=parents,
+            priority=priority,
+            job=_check_job(ctx, job),
+            max_attempts=settings.config.kanban.max_attempts,
+            created_by=f"run:{ctx.run_id}",
+        )
     return f"created task {new_id}"
 
 
