@@ -64,7 +64,8 @@ def state(store, clock):
     return {r.label: r for r in list_credentials(store, now=clock())}
 
 
-def test_least_used_over_90_runs_from_three_processes_is_even(tmp_path):
+def test_least_used_over_90_runs_from_three_connections_is_even(tmp_path):
+    """Three threads, each with its own SQLite connection to one file: 30 runs each, one request per run."""
     path = tmp_path / "runner.db"
     Store.open(path).close()
     errors: list[BaseException] = []

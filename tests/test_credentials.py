@@ -78,6 +78,16 @@ def test_429_retry_after_on_a_sole_key_waits_that_long(project, fake):
     assert 2.5 <= wait["wait_s"] <= 3.0
 
 
+def test_5xx_is_retried_on_the_same_key_without_a_cooldown(project, fake):
+    env = configure(project, fake, 2)
+    fake.add(error(503, "overloaded"), final("ok"))
+    project.write_jobs(ONE)
+    assert project.cli("run-job", "one", env=env).exit_code == 0
+    assert fake.keys_used() == [KEYS[0], KEYS[0]]
+    assert {r["status"] for r in creds(project, env).values()} == {"ok"}
+    assert len(db_events(project, {"model_retry"})) == 1 and db_events(project, {"credential_cooldown"}) == []
+
+
 def test_ten_keys_nine_rate_limited_succeeds_without_using_retries(project, fake):
     env = configure(project, fake, 10, extra="max_retries: 0")
     bad = tuple(KEYS[:9])
