@@ -28,6 +28,7 @@ class Cooldowns(Strict):
     quota_s: float = 86400.0
     rate_limit_s: float = 60.0
     rate_limit_max_s: float = 3600.0
+    rate_limit_retry_s: float = 1.0  # a 429 without a reset header: retry the same key once after this
 
 
 class Provider(Strict):

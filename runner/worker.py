@@ -80,32 +80,44 @@ class RunRequest:
 def prepare_llm(settings: Settings, req: RunRequest, redactor: Redactor) -> tuple[Any, Pricing, list[str]]:
     """Resolve the model before the run row exists: bad config is exit 2 with nothing written.
 
-    Returns (factory(emit) -> LLM, pricing, key values for redaction).
+    Returns (factory(emit, deadline) -> LLM, pricing, key values for redaction). Each provider of
+    the job's model list gets a credential pool (shared state in runner.db); with more than one,
+    a FallbackLLM moves down the list when a provider's keys are exhausted or dead.
     """
     job = req.job
     if req.llm is not None:
         llm = req.llm
-        return (lambda emit: llm), Pricing(), []
+        return (lambda emit, deadline=None: llm), Pricing(), []
     if req.replay is not None:
         from runner.agent.cassette import ReplayLLM
 
         replay = ReplayLLM(req.replay)
-        return (lambda emit: replay), Pricing(), []
+        return (lambda emit, deadline=None: replay), Pricing(), []
+    from runner.credentials import PoolFactory
     from runner.models import build_client, choose, key_source
 
-    choice = choose(settings.config, job.models[0], job=job.name)
-    keys = key_source(choice, job=job.name)
-    redactor.add(*keys.values())
+    choices = [choose(settings.config, ref, job=job.name) for ref in job.models]
+    pools = PoolFactory(lambda: settings.store)
+    last = len(choices) - 1  # only the last provider waits for a cooling key; the others hand over
+    sources = [key_source(c, job=job.name, pool_factory=pools, may_wait=i == last) for i, c in enumerate(choices)]
+    values = [v for keys in sources for v in keys.values()]
+    redactor.add(*values)
 
-    def factory(emit: Any) -> LLM:
-        client = build_client(choice, keys, emit=emit)
+    def factory(emit: Any, deadline: float | None = None) -> LLM:
+        pools.attach(emit=emit, deadline=deadline)
+        chain = [(c.provider_name, build_client(c, k, emit=emit)) for c, k in zip(choices, sources, strict=True)]
+        client: LLM = chain[0][1]
+        if len(chain) > 1:
+            from runner.agent.fallback import FallbackLLM
+
+            client = FallbackLLM(chain, emit=emit)
         if req.record is not None:
             from runner.agent.cassette import RecordingLLM
 
             return RecordingLLM(client, req.record, job=job.name, redact=redactor.redact_obj)
         return client
 
-    return factory, choice.pricing, keys.values()
+    return factory, choices[0].pricing, values
 
 
 def execute(settings: Settings, req: RunRequest) -> RunOutcome:
@@ -175,7 +187,7 @@ def execute(settings: Settings, req: RunRequest) -> RunOutcome:
                 job,
                 backend,
                 emit,
-                make_llm(emit),
+                make_llm(emit, deadline),
                 pricing,
                 redactor,
                 run_vars,
