@@ -15,8 +15,10 @@ anything mutable.
 from __future__ import annotations
 
 import fnmatch
+import os
 import select
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -62,28 +64,40 @@ class TtyPrompt:
 
     def __call__(self, command: str, verdict: Verdict) -> bool:
         try:
-            tty = open("/dev/tty", "r+", encoding="utf-8")  # noqa: SIM115 - closed below
+            fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
         except OSError:
             return False
-        with tty:
-            tty.write(f"\nrunner: the agent wants to run a dangerous command ({'; '.join(verdict.reasons)}):\n")
-            tty.write(f"    {command}\nallow it? [y/N] ({self.timeout:.0f}s) ")
-            tty.flush()
-            ready, _, _ = select.select([tty], [], [], self.timeout)
-            if not ready:
-                tty.write("\nno answer: denied\n")
-                return False
-            return tty.readline().strip().lower() in ("y", "yes")
+        try:
+            question = (
+                f"\nrunner: the agent wants to run a dangerous command ({'; '.join(verdict.reasons)}):\n"
+                f"    {command}\nallow it? [y/N] ({self.timeout:.0f}s) "
+            )
+            os.write(fd, question.encode("utf-8", "replace"))
+            answer = b""
+            deadline = time.monotonic() + self.timeout
+            while not answer.endswith(b"\n"):
+                left = deadline - time.monotonic()
+                ready, _, _ = select.select([fd], [], [], max(0.0, left))
+                if not ready:
+                    os.write(fd, b"\nno answer: denied\n")
+                    return False
+                chunk = os.read(fd, 256)
+                if not chunk:
+                    return False
+                answer += chunk
+            return answer.decode("utf-8", "replace").strip().lower() in ("y", "yes")
+        finally:
+            os.close(fd)
 
 
 def has_tty() -> bool:
     if not (sys.stdin.isatty() and sys.stderr.isatty()):
         return False
     try:
-        with open("/dev/tty", "r+"):
-            return True
+        os.close(os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY))
     except OSError:
         return False
+    return True
 
 
 def callback_for(policy: str, *, interactive: bool, tty_timeout: float = 60.0) -> Callback:

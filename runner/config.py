@@ -28,6 +28,7 @@ class Cooldowns(Strict):
     quota_s: float = 86400.0
     rate_limit_s: float = 60.0
     rate_limit_max_s: float = 3600.0
+    rate_limit_retry_s: float = 1.0  # a 429 without a reset header: retry the same key once after this
 
 
 class Provider(Strict):
@@ -72,7 +73,9 @@ class KanbanConfig(Strict):
     max_workers: int = Field(2, ge=1)
     lease_seconds: float = Field(300, gt=0)
     default_job: str | None = None
-    poll_seconds: float = 1.0
+    poll_seconds: float = Field(1.0, gt=0)
+    max_attempts: int = Field(3, ge=1)
+    retry_backoff: float = Field(30.0, ge=0)
 
 
 class SkillsConfig(Strict):

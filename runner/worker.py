@@ -12,7 +12,8 @@ import json
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -20,7 +21,7 @@ from typing import Any, TextIO
 from backends.base import BackendContext
 from runner.agent.context import Pruner
 from runner.agent.loop import Limits, LoopResult, Pricing, run_loop
-from runner.agent.types import LLM
+from runner.agent.types import LLM, Usage
 from runner.approval import build_gate
 from runner.context import Settings
 from runner.delivery import deliver, is_silent, write_private
@@ -75,37 +76,53 @@ class RunRequest:
     extra_tools: dict[str, Any] = field(default_factory=dict)
     llm: LLM | None = None  # tests and embedders may pass their own model seam
     interactive: bool = False  # a person at a TTY may answer `approvals: manual` prompts
+    task_prompt: str | None = None  # appended to the rendered prompt (a kanban task's title, body, comments)
+    # Called when the model gives its final answer: a returned text is sent once as a user turn;
+    # still text after that and the run fails with reason "unfinished" (kanban: end the task).
+    follow_up: Callable[[], str | None] | None = None
 
 
 def prepare_llm(settings: Settings, req: RunRequest, redactor: Redactor) -> tuple[Any, Pricing, list[str]]:
     """Resolve the model before the run row exists: bad config is exit 2 with nothing written.
 
-    Returns (factory(emit) -> LLM, pricing, key values for redaction).
+    Returns (factory(emit, deadline) -> LLM, pricing, key values for redaction). Each provider of
+    the job's model list gets a credential pool (shared state in runner.db); with more than one,
+    a FallbackLLM moves down the list when a provider's keys are exhausted or dead.
     """
     job = req.job
     if req.llm is not None:
         llm = req.llm
-        return (lambda emit: llm), Pricing(), []
+        return (lambda emit, deadline=None: llm), Pricing(), []
     if req.replay is not None:
         from runner.agent.cassette import ReplayLLM
 
         replay = ReplayLLM(req.replay)
-        return (lambda emit: replay), Pricing(), []
+        return (lambda emit, deadline=None: replay), Pricing(), []
+    from runner.credentials import PoolFactory
     from runner.models import build_client, choose, key_source
 
-    choice = choose(settings.config, job.models[0], job=job.name)
-    keys = key_source(choice, job=job.name)
-    redactor.add(*keys.values())
+    choices = [choose(settings.config, ref, job=job.name) for ref in job.models]
+    pools = PoolFactory(lambda: settings.store)
+    last = len(choices) - 1  # only the last provider waits for a cooling key; the others hand over
+    sources = [key_source(c, job=job.name, pool_factory=pools, may_wait=i == last) for i, c in enumerate(choices)]
+    values = [v for keys in sources for v in keys.values()]
+    redactor.add(*values)
 
-    def factory(emit: Any) -> LLM:
-        client = build_client(choice, keys, emit=emit)
+    def factory(emit: Any, deadline: float | None = None) -> LLM:
+        pools.attach(emit=emit, deadline=deadline)
+        chain = [(c.provider_name, build_client(c, k, emit=emit)) for c, k in zip(choices, sources, strict=True)]
+        client: LLM = chain[0][1]
+        if len(chain) > 1:
+            from runner.agent.fallback import FallbackLLM
+
+            client = FallbackLLM(chain, emit=emit)
         if req.record is not None:
             from runner.agent.cassette import RecordingLLM
 
             return RecordingLLM(client, req.record, job=job.name, redact=redactor.redact_obj)
         return client
 
-    return factory, choice.pricing, keys.values()
+    return factory, choices[0].pricing, values
 
 
 def execute(settings: Settings, req: RunRequest) -> RunOutcome:
@@ -175,7 +192,7 @@ def execute(settings: Settings, req: RunRequest) -> RunOutcome:
                 job,
                 backend,
                 emit,
-                make_llm(emit),
+                make_llm(emit, deadline),
                 pricing,
                 redactor,
                 run_vars,
@@ -289,6 +306,8 @@ def _agent(
         last_output=last_output(settings.store, job.name),
     )
     user_prompt = render(source, tvars, name=name, base=job.base_dir)
+    if req.task_prompt:
+        user_prompt = f"{user_prompt.rstrip()}\n\n{req.task_prompt}"
     ctx = ToolContext(
         backend=backend,
         run_id=run_id,
@@ -299,7 +318,7 @@ def _agent(
         ),
         emit=emit,
         deadline=deadline,
-        extras=dict(req.extra_tools),
+        extras={"settings": settings, **req.extra_tools},
     )
     tools = discover().select(job.spec.toolsets, ctx)
     messages: list[dict[str, Any]] = [
@@ -326,10 +345,54 @@ def _agent(
     )
     schemas_tokens = sum(len(json.dumps(t.schema())) for t in tools) // 4
     pruner = Pruner(context_budget(settings, job), tools_tokens=schemas_tokens, emit=emit)
+
+    def loop(lim: Limits) -> LoopResult:
+        return run_loop(messages, tools, ctx, llm, lim, emit=emit, pricing=pricing, stop=req.stop, prune=pruner)
+
     try:
-        return run_loop(messages, tools, ctx, llm, limits, emit=emit, pricing=pricing, stop=req.stop, prune=pruner)
+        result = loop(limits)
+        if req.follow_up is not None and result.status == "succeeded":
+            result = _follow_up_once(req.follow_up, result, loop, messages, limits, emit)
+        return result
     finally:
         transcript[:] = messages
+
+
+def _follow_up_once(
+    follow_up: Callable[[], str | None],
+    first: LoopResult,
+    loop: Callable[[Limits], LoopResult],
+    messages: list[dict[str, Any]],
+    limits: Limits,
+    emit: Recorder,
+) -> LoopResult:
+    """The model answered: if ``follow_up`` has a reminder, send it once and continue the same
+    conversation within what is left of the limits; still unfinished after that is a failure."""
+    reminder = follow_up()
+    if not reminder:
+        return first
+    emit("follow_up", {"text": reminder})
+    messages.append({"role": "user", "content": reminder})
+    used = first.usage.prompt_tokens + first.usage.completion_tokens
+    more = loop(
+        replace(
+            limits,
+            max_iterations=max(1, limits.max_iterations - first.iterations),
+            max_tokens=None if limits.max_tokens is None else max(1, limits.max_tokens - used),
+            max_cost_usd=None if limits.max_cost_usd is None else max(0.0, limits.max_cost_usd - first.cost_usd),
+        )
+    )
+    usage = Usage(
+        first.usage.prompt_tokens + more.usage.prompt_tokens,
+        first.usage.completion_tokens + more.usage.completion_tokens,
+    )
+    result = replace(
+        more, iterations=first.iterations + more.iterations, usage=usage, cost_usd=first.cost_usd + more.cost_usd
+    )
+    if result.status == "succeeded" and follow_up():
+        error = "the model stopped again without finishing after a reminder"
+        result = replace(result, status="failed", reason="unfinished", error=error)
+    return result
 
 
 CONTEXT_FILES = ("AGENTS.md", "CLAUDE.md", ".cursorrules")

@@ -111,3 +111,55 @@ def test_approvals_check_with_allow_and_list(project, fake):
     rows = json.loads(project.cli("approvals", "list", "--json").output)
     assert rows[0]["command"] == "git reset --hard" and rows[0]["decision"] == "denied"
     assert "git reset --hard" in project.cli("approvals", "list").output
+
+
+def _run_on_a_tty(project, answer: bytes):
+    """Run `runner run-job` with a real pseudo-terminal as its controlling terminal; type ANSWER."""
+    import os
+    import pty
+    import select
+    import sys
+    import time
+
+    pid, fd = pty.fork()
+    if pid == 0:  # child: the pty is its controlling terminal and stdin/stdout/stderr
+        os.chdir(project.root)
+        os.execve(sys.executable, [sys.executable, "-m", "runner", "run-job", "m"], project.env())
+    out, deadline, answered = b"", time.time() + 60, False
+    while time.time() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        if not answered and b"allow it? [y/N]" in out:
+            os.write(fd, answer)
+            answered = True
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
+
+
+@pytest.mark.parametrize("answer,approved", [(b"y\n", True), (b"n\n", False)])
+def test_manual_policy_asks_on_the_tty(project, fake, answer, approved):
+    (project.root / "build").mkdir()
+    fake.add(call("terminal", {"command": "rm -rf build"}), final("ok"))
+    project.write_jobs("jobs:\n  m:\n    prompt: go\n    approvals: manual\n")
+    code, out = _run_on_a_tty(project, answer)
+    assert code == 0, out
+    assert "rm -rf build" in out
+    assert (project.root / "build").exists() is not approved
+    [row] = approvals(project)
+    assert row["decided_by"] == "human" and row["decision"] == ("approved" if approved else "denied")
+
+
+def test_manual_policy_without_a_tty_denies(project, fake):
+    (project.root / "build").mkdir()
+    fake.add(call("terminal", {"command": "rm -rf build"}), final("ok"))
+    project.write_jobs("jobs:\n  m:\n    prompt: go\n    approvals: manual\n")
+    res = project.run("run-job", "m", stdin=__import__("subprocess").DEVNULL)
+    assert res.returncode == 0 and (project.root / "build").exists()
+    assert approvals(project)[0]["decided_by"] == "policy"
