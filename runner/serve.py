@@ -79,7 +79,9 @@ TickerFactory = Callable[[ServeHost], Ticker]
 def extra_loops() -> list[TickerFactory]:
     """Loops that run inside serve beside the scheduler. Add yours here (kanban dispatcher,
     idle Curator): a callable taking the ``ServeHost`` and returning a ``Ticker``."""
-    return []
+    from runner.serve_loops import LOOPS
+
+    return list(LOOPS)
 
 
 # -- one instance per RUNNER_HOME ----------------------------------------------------------
