@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from backends.base import BackendContext
 from runner.agent.loop import Limits, LoopResult, Pricing, run_loop
@@ -26,6 +26,9 @@ from runner.jobs import Job
 from runner.redact import Redactor
 from runner.runs import Recorder, create_run, finish_run, last_output, mark_started, update_run
 from runner.store import dumps, utcnow
+
+if TYPE_CHECKING:
+    from runner.skills.session import SkillSession
 
 EXIT_CODES = {"succeeded": 0, "skipped": 0, "interrupted": 130}
 
@@ -262,6 +265,7 @@ def _agent(
         last_output=last_output(settings.store, job.name),
     )
     user_prompt = render(source, tvars, name=name, base=job.base_dir)
+    skills = _skill_session(settings, job, emit)
     ctx = ToolContext(
         backend=backend,
         run_id=run_id,
@@ -270,12 +274,16 @@ def _agent(
         approve=_approval(job, emit),
         emit=emit,
         deadline=deadline,
-        extras=dict(req.extra_tools),
+        extras={**req.extra_tools, "skills": skills},
     )
     tools = discover().select(job.spec.toolsets, ctx)
+    index = None
+    if skills is not None and any(t.name == "skill_view" for t in tools):
+        index = skills.index(can_manage=any(t.name == "skill_manage" for t in tools))
+    preloaded = skills.preload(job.spec.skills) if skills is not None else ""
     messages: list[dict[str, Any]] = [
-        {"role": "system", "content": system_prompt(job)},
-        {"role": "user", "content": user_prompt},
+        {"role": "system", "content": system_prompt(job, skills_index=index)},
+        {"role": "user", "content": user_prompt + preloaded},
     ]
     emit(
         "prompt",
@@ -294,7 +302,24 @@ def _agent(
         max_tokens=job.spec.budget.max_tokens,
         max_cost_usd=job.spec.budget.max_cost_usd,
     )
-    return run_loop(messages, tools, ctx, llm, limits, emit=emit, pricing=pricing, stop=req.stop)
+    outcome = "failed"
+    try:
+        result = run_loop(messages, tools, ctx, llm, limits, emit=emit, pricing=pricing, stop=req.stop)
+        outcome = result.status
+        return result
+    finally:
+        if skills is not None:
+            skills.finish(outcome)
+
+
+def _skill_session(settings: Settings, job: Job, emit: Recorder) -> SkillSession | None:
+    """The run's SkillSession when the job uses skills (the ``skills`` toolset or a ``skills:`` list)."""
+    wanted = set(job.spec.toolsets)
+    if not job.spec.skills and not wanted & {"skills", "skill_view", "skill_manage"}:
+        return None
+    from runner.skills.session import SkillSession
+
+    return SkillSession.for_run(settings, emit=emit)
 
 
 def _approval(job: Job, emit: Recorder) -> Any:
