@@ -9,7 +9,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner.skills.loader import Source, build_index, check_skill_md, load_catalog, simple_frontmatter
+from runner.skills.loader import Source, build_index, load_catalog
+from runner.skills.rules import check_skill_md, simple_frontmatter
 from tests.skillkit import skill_md, write_skill
 
 JOBS = "jobs:\n  j:\n    prompt: hi\n"
@@ -94,6 +95,10 @@ def test_support_files_rules(tmp_path):
     (tmp_path / "secret.txt").write_text("s")
     os.symlink(tmp_path / "secret.txt", esc / "references" / "link.md")
     write_skill(root, "mismatch", text=skill_md("other"))
+    linked = root / "linked"
+    linked.mkdir()
+    (tmp_path / "outside.md").write_text(skill_md("linked"))
+    os.symlink(tmp_path / "outside.md", linked / "SKILL.md")
     (root / "empty-dir").mkdir()
     catalog = load_catalog([Source("home", root)])
     assert set(catalog.skills) == {"good"}
@@ -103,6 +108,7 @@ def test_support_files_rules(tmp_path):
     assert "at most 1,048,576" in bad["big"]
     assert "points outside the skill folder" in bad["escape"]
     assert "differs from its folder name" in bad["mismatch"]
+    assert "SKILL.md points outside the skill folder" in bad["linked"]
     assert "no SKILL.md" in bad["empty-dir"]
 
 

@@ -1,6 +1,7 @@
 """Skills: SKILL.md folders that are the agent's procedural memory, and the Curator that ages them.
 
-- ``loader.py``: finding skills in their sources, the SKILL.md rules, the catalog and its index.
+- ``rules.py``: the SKILL.md rules (frontmatter, fields, names, supporting-file paths).
+- ``loader.py``: finding skills in their sources, the catalog (valid and invalid), the index.
 - ``scan.py``: the content check (injection phrases, invisible Unicode, dangerous script commands).
 - ``usage.py``: the usage sidecar ``RUNNER_HOME/skills/.usage.json`` (locked, atomically replaced).
 - ``manage.py``: changes to the agent-writable skills (create, edit, patch, files, archive, restore).

@@ -14,8 +14,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from runner.skills import SkillError, SkillPaths, SkillStateError
-from runner.skills.loader import Catalog, Source, build_index, check_support_path, load_catalog, sources_for
+from runner.skills.loader import Catalog, Source, build_index, load_catalog, sources_for
 from runner.skills.manage import Change, SkillManager
+from runner.skills.rules import check_support_path
 from runner.skills.usage import Counter, UsageFile
 from runner.store import utcnow
 
