@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runner.errors import UsageError
 from runner.skills import ARCHIVE_DIR, BACKUP_DIR, SkillPaths, SkillStateError, flock
 from runner.skills.usage import UsageFile, UsageRecord
 from runner.store import Store, dumps, iso
@@ -86,6 +87,11 @@ class PassResult:
 # -- deciding -------------------------------------------------------------------------------
 def job_references(settings: Settings) -> dict[str, list[str]]:
     """skill name -> the jobs whose ``skills:`` name it (every job, enabled or not)."""
+    if not settings.jobs_path.exists():
+        raise UsageError(
+            f"{settings.jobs_path}: jobs file not found; the curator needs it to know which skills jobs use "
+            "(use --jobs PATH or set RUNNER_JOBS)"
+        )
     refs: dict[str, list[str]] = {}
     for job in settings.jobs.jobs.values():
         for name in job.spec.skills:
