@@ -1,30 +1,101 @@
 #!/usr/bin/env bash
-# Install and start what the tests need on a fresh Debian machine (root): docker.io, busybox-static,
-# openssh-server; dockerd as DESIGN.md section 4 describes; the busybox test image. Idempotent.
+# Bring up the real services the backend tests use (DESIGN §4). Idempotent; run as root.
+#
+#   - packages: docker.io busybox-static openssh-server (and git), installed only when missing
+#   - dockerd on the default socket (vfs driver, no bridge, no iptables), log in $RUNNER_CI_DIR
+#   - test image runner-test:busybox built from a busybox rootfs (no registry needed)
+#
+# sshd is not started here: the test fixtures start their own sshd on a free port in a
+# temporary directory (tests/backends/conftest.py). To point the tests at an existing server
+# instead, set RUNNER_TEST_SSH=user@host:port and RUNNER_TEST_SSH_KEY=/path/to/key.
 set -euo pipefail
-need=()
-command -v dockerd >/dev/null || need+=(docker.io)
-[ -x /bin/busybox ] || need+=(busybox-static)
-command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || need+=(openssh-server)
-command -v git >/dev/null || need+=(git)
-if [ ${#need[@]} -gt 0 ]; then
+
+CI_DIR=${RUNNER_CI_DIR:-/tmp/runner-ci}
+IMAGE=${RUNNER_TEST_DOCKER_IMAGE:-runner-test:busybox}
+mkdir -p "$CI_DIR"
+
+log() { printf '[services] %s\n' "$*" >&2; }
+
+install_packages() {
+    local missing=()
+    command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+    [ -x /bin/busybox ] || command -v busybox >/dev/null 2>&1 || missing+=(busybox-static)
+    command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+    command -v ssh >/dev/null 2>&1 || missing+=(openssh-client)
+    command -v git >/dev/null 2>&1 || missing+=(git)
+    if [ ${#missing[@]} -eq 0 ]; then
+        log "packages present"
+        return
+    fi
+    log "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq "${need[@]}" >/dev/null
-fi
-mkdir -p /run/sshd
-if ! docker info >/dev/null 2>&1; then
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+start_dockerd() {
+    if docker info >/dev/null 2>&1; then
+        log "dockerd already running"
+        return
+    fi
+    log "starting dockerd (log: $CI_DIR/dockerd.log)"
     nohup dockerd --iptables=false --ip-masq=false --bridge=none --storage-driver=vfs \
-        >/tmp/runner-dockerd.log 2>&1 &
-    for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
-fi
-docker info >/dev/null 2>&1 || { echo "dockerd did not start; see /tmp/runner-dockerd.log" >&2; exit 1; }
-if ! docker image inspect runner-test:busybox >/dev/null 2>&1; then
+        >"$CI_DIR/dockerd.log" 2>&1 &
+    echo $! >"$CI_DIR/dockerd.pid"
+    for _ in $(seq 1 120); do
+        if docker info >/dev/null 2>&1; then
+            log "dockerd ready"
+            return
+        fi
+        sleep 0.5
+    done
+    log "dockerd did not come up; last log lines:"
+    tail -n 30 "$CI_DIR/dockerd.log" >&2
+    exit 1
+}
+
+busybox_binary() {
+    # prefer the static build: the image has no libc
+    for candidate in /bin/busybox /usr/bin/busybox; do
+        if [ -x "$candidate" ] && ! ldd "$candidate" >/dev/null 2>&1; then
+            echo "$candidate"
+            return
+        fi
+    done
+    command -v busybox
+}
+
+build_image() {
+    if docker image inspect "$IMAGE" >/dev/null 2>&1; then
+        log "image $IMAGE present"
+        return
+    fi
+    local rootfs bb
     rootfs=$(mktemp -d)
-    mkdir -p "$rootfs/bin" "$rootfs/tmp" "$rootfs/workspace" "$rootfs/etc"
-    cp /bin/busybox "$rootfs/bin/busybox"
-    for applet in $(/bin/busybox --list); do ln -sf busybox "$rootfs/bin/$applet"; done
-    echo "root:x:0:0:root:/root:/bin/sh" > "$rootfs/etc/passwd"
-    tar -C "$rootfs" -c . | docker import - runner-test:busybox >/dev/null
+    chmod 0755 "$rootfs"  # the image root; mktemp makes it 0700
+    bb=$(busybox_binary)
+    log "building $IMAGE from $bb"
+    mkdir -p "$rootfs"/{bin,tmp,workspace,etc,root,proc,sys,dev}
+    cp "$bb" "$rootfs/bin/busybox"
+    for applet in $("$rootfs/bin/busybox" --list); do
+        [ "$applet" = busybox ] || ln -sf busybox "$rootfs/bin/$applet"
+    done
+    printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n' >"$rootfs/etc/passwd"
+    printf 'root:x:0:\nnogroup:x:65534:\n' >"$rootfs/etc/group"
+    chmod 1777 "$rootfs/tmp"
+    tar -C "$rootfs" -c . | docker import -c 'ENV PATH=/bin' - "$IMAGE" >/dev/null
     rm -rf "$rootfs"
-fi
-echo "services ready: dockerd, runner-test:busybox"
+    log "image $IMAGE built"
+}
+
+prepare_sshd() {
+    # sshd refuses to start as root without its privilege-separation directory
+    mkdir -p /run/sshd
+    chmod 0755 /run/sshd
+}
+
+install_packages
+start_dockerd
+build_image
+prepare_sshd
+echo "RUNNER_TEST_DOCKER_IMAGE=$IMAGE"

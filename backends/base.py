@@ -13,7 +13,9 @@ import os
 import re
 import secrets
 import shlex
-from collections.abc import Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -174,3 +176,191 @@ def default_shell() -> str:
         if os.path.exists(candidate):
             return candidate
     return "sh"
+
+
+# -- remote command wrapper (docker exec, ssh) ---------------------------------------------
+# A remote command runs as: a POSIX sh wrapper -> (setsid) the fresh shell running the
+# ``wrap_command`` script. The inner shell leads its own process group and writes its pid to
+# ``pidfile``, so a timeout can kill the whole tree with one ``kill -9 -PGID`` sent through a
+# second channel. When the inner shell exits, the wrapper prints a trailer with the exit code
+# and, if anything of the group is still running (``sleep 1000 &``), the group id, so the
+# backend knows the command is done even while a background child keeps the stream open.
+
+_TRAILER = rb"\n__RUNNER_EXIT_%s__(?P<code>-?\d+):(?P<group>\d+)\n"
+
+
+def pidfile_for(nonce: str, seq: int) -> str:
+    return f"/tmp/.runner-{nonce}-{seq}.pid"
+
+
+def wrap_remote(script: str, *, pidfile: str, nonce: str) -> str:
+    """POSIX sh text that runs ``script`` (from ``wrap_command``) as described above."""
+    q = shlex.quote
+    inner = f"{{ echo $$ > {q(pidfile)}; }} 2>/dev/null\n{script}"
+    return (
+        "if command -v bash >/dev/null 2>&1; then s=bash; else s=/bin/sh; fi\n"
+        "if command -v setsid >/dev/null 2>&1; then l=setsid; else l=; fi\n"
+        f'$l "$s" -c {q(inner)} </dev/null 2>&1\n'
+        "c=$?\ng=0\n"
+        f"if read -r p < {q(pidfile)} 2>/dev/null; then kill -0 -$p 2>/dev/null && g=$p; fi\n"
+        f"rm -f {q(pidfile)} 2>/dev/null\n"
+        f'printf \'\\n__RUNNER_EXIT_{nonce}__%d:%d\\n\' "$c" "$g"\n'
+        'exit "$c"\n'
+    )
+
+
+def kill_group_script(pidfile: str) -> str:
+    """Shell text that kills the process group whose leader wrote ``pidfile``."""
+    return f"read -r p < {shlex.quote(pidfile)} && kill -9 -$p 2>/dev/null || kill -9 $p 2>/dev/null; true"
+
+
+def kill_groups_script(groups: Sequence[int]) -> str:
+    """Shell text that kills the given process groups (leftover background jobs)."""
+    return "".join(f"kill -9 -{int(g)} 2>/dev/null; " for g in groups) + "true"
+
+
+class MarkedStream:
+    """Output of a ``wrap_remote`` command: feeds an OutputBuffer until the trailer arrives."""
+
+    def __init__(self, nonce: str, cap: int):
+        self.buffer = OutputBuffer(cap)
+        self.exit_code: int | None = None
+        self.group = 0  # process group still alive after the command, 0 if none
+        self._trailer = re.compile(_TRAILER % re.escape(nonce).encode())
+        self._keep = 64 + len(nonce)  # longer than any trailer, so a split one is found
+        self._pending = b""
+
+    @property
+    def complete(self) -> bool:
+        return self.exit_code is not None
+
+    def feed(self, chunk: bytes) -> None:
+        if self.complete:
+            return
+        data = self._pending + chunk
+        match = self._trailer.search(data)
+        if match:
+            self.buffer.feed(data[: match.start()])
+            self.exit_code = int(match.group("code"))
+            self.group = int(match.group("group"))
+            self._pending = b""
+            return
+        cut = max(0, len(data) - self._keep)
+        self.buffer.feed(data[:cut])
+        self._pending = data[cut:]
+
+    def finish(self) -> None:
+        self.buffer.feed(self._pending)
+        self._pending = b""
+
+
+class StreamPump:
+    """Reads a command's output stream in a thread; ``wait`` returns once it is complete."""
+
+    def __init__(self, chunks: Iterable[bytes], nonce: str, cap: int):
+        self.stream = MarkedStream(nonce, cap)
+        self.error: BaseException | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._read, args=(chunks,), daemon=True)
+        self._thread.start()
+
+    def _read(self, chunks: Iterable[bytes]) -> None:
+        try:
+            for chunk in chunks:
+                self.stream.feed(chunk)
+                if self.stream.complete:
+                    break
+        except Exception as exc:  # the stream was closed under us, or the transport died
+            self.error = exc
+        finally:
+            self.stream.finish()
+            self._done.set()
+
+    def wait(self, timeout: float | None) -> bool:
+        return self._done.wait(timeout)
+
+
+def finish_or_kill(
+    pump: StreamPump,
+    timeout: float,
+    *,
+    kill: Callable[[], None],
+    abort: Callable[[], None],
+    kill_for: float = 10.0,
+) -> bool:
+    """Wait for a remote command; on timeout kill its group. Returns True if it timed out.
+
+    ``kill`` sends the group kill through a second channel. It can be slow or fail while a
+    fork bomb holds every pid, so it is retried from a helper thread and the wait stays
+    bounded: after ``kill_for`` seconds ``abort`` drops our end of the stream regardless.
+    """
+    if pump.wait(timeout):
+        return False
+    deadline = time.monotonic() + kill_for
+
+    def keep_killing() -> None:
+        while time.monotonic() < deadline:
+            try:
+                kill()
+            except Exception:  # noqa: BLE001 - retried until the deadline
+                pass
+            if pump.wait(0.3):
+                return
+
+    threading.Thread(target=keep_killing, daemon=True).start()
+    pump.wait(kill_for)
+    abort()
+    pump.wait(2.0)
+    return True
+
+
+# -- file operations through a shell (docker exec, ssh) -------------------------------------
+#: ``sh -c READ_SCRIPT sh PATH`` prints the file
+READ_SCRIPT = 'exec cat -- "$1"'
+#: ``sh -c WRITE_SCRIPT sh PATH SUFFIX`` writes stdin to PATH via a temporary sibling
+WRITE_SCRIPT = (
+    'd=$(dirname -- "$1") && mkdir -p -- "$d" && cat > "$1.$2" && mv -f -- "$1.$2" "$1" '
+    '|| { r=$?; rm -f -- "$1.$2"; exit "$r"; }'
+)
+
+_FILE_ERRORS: tuple[tuple[str, type[OSError]], ...] = (
+    ("no such file", FileNotFoundError),
+    ("is a directory", IsADirectoryError),
+    ("not a directory", NotADirectoryError),
+    ("permission denied", PermissionError),
+)
+
+
+def file_error(path: str, message: bytes | str) -> OSError:
+    """The builtin OSError a local file operation would raise, from a remote tool's message."""
+    text = (decode(message) if isinstance(message, bytes) else message).strip() or "failed"
+    lowered = text.lower()
+    for needle, cls in _FILE_ERRORS:
+        if needle in lowered:
+            return cls(f"{path}: {text}")
+    return OSError(f"{path}: {text}")
+
+
+def make_result(
+    pump: StreamPump,
+    nonce: str,
+    cwd: CwdState,
+    lock: threading.Lock,
+    exit_code: int | None,
+    timed_out: bool,
+    started: float,
+) -> ExecResult:
+    """The ExecResult of a ``wrap_remote`` command; a finished command moves the shared cwd."""
+    text, new_cwd = split_marker(pump.stream.buffer.text(), nonce)
+    with lock:
+        if not timed_out:
+            cwd.update(new_cwd)
+        here = cwd.cwd
+    code = TIMEOUT_EXIT if timed_out else exit_code
+    return ExecResult(
+        exit_code=-1 if code is None else code,
+        output=text,
+        timed_out=timed_out,
+        duration_s=time.monotonic() - started,
+        cwd=here,
+    )

@@ -23,7 +23,7 @@ from backends.base import (
     split_marker,
     wrap_command,
 )
-from runner.errors import BackendError
+from runner.errors import BackendError, UsageError
 
 KILL_GRACE_S = 0.5
 
@@ -106,14 +106,8 @@ class LocalBackend:
         )
 
     def read_file(self, path: str) -> bytes:
-        try:
-            return Path(self._abs(path)).read_bytes()
-        except FileNotFoundError:
-            raise
-        except IsADirectoryError:
-            raise
-        except OSError as exc:
-            raise BackendError(f"local backend: cannot read {path}: {exc}") from exc
+        # FileNotFoundError, IsADirectoryError, PermissionError... are the caller's to report
+        return Path(self._abs(path)).read_bytes()
 
     def write_file(self, path: str, data: bytes) -> None:
         target = Path(self._abs(path))
@@ -191,5 +185,5 @@ def _kill_group(pgid: int, grace: float = KILL_GRACE_S) -> None:
 def from_spec(spec: dict[str, Any], *, ctx: BackendContext) -> LocalBackend:
     unknown = set(spec) - {"type"}
     if unknown:
-        raise BackendError(f"local backend takes no options (got {', '.join(sorted(unknown))})")
+        raise UsageError(f"local backend takes no options (got {', '.join(sorted(unknown))})")
     return LocalBackend(ctx)

@@ -10,6 +10,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from runner import yamlio
 from runner.errors import ConfigError, UsageError
 
 
@@ -27,6 +28,7 @@ class Cooldowns(Strict):
     quota_s: float = 86400.0
     rate_limit_s: float = 60.0
     rate_limit_max_s: float = 3600.0
+    rate_limit_retry_s: float = 1.0  # a 429 without a reset header: retry the same key once after this
 
 
 class Provider(Strict):
@@ -37,7 +39,8 @@ class Provider(Strict):
     pricing: Pricing = Field(default_factory=Pricing)
     context_window: int = 128_000
     request_timeout: float = 120.0
-    max_retries: int = 3
+    max_retries: int = Field(3, ge=0, le=20)
+    retry_backoff: float = Field(1.0, ge=0)
     max_wait: float = 120.0
     cooldowns: Cooldowns = Field(default_factory=Cooldowns)
     headers: dict[str, str] = Field(default_factory=dict)
@@ -69,7 +72,9 @@ class KanbanConfig(Strict):
     max_workers: int = Field(2, ge=1)
     lease_seconds: float = Field(300, gt=0)
     default_job: str | None = None
-    poll_seconds: float = 1.0
+    poll_seconds: float = Field(1.0, gt=0)
+    max_attempts: int = Field(3, ge=1)
+    retry_backoff: float = Field(30.0, ge=0)
 
 
 class SkillsConfig(Strict):
@@ -117,7 +122,7 @@ def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
     data: dict[str, Any] = {}
     if path.exists():
         try:
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+            loaded = yamlio.load(path.read_text(encoding="utf-8"))
         except yaml.YAMLError as exc:
             raise ConfigError(f"{path}: invalid YAML: {_yaml_problem(exc)}") from None
         if loaded is not None and not isinstance(loaded, dict):

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
+from runner import yamlio
 from runner.errors import ConfigError, UsageError
 from runner.timeparse import Schedule, parse_duration, parse_schedule, parse_timezone
 
@@ -40,7 +41,6 @@ class DockerSpec(Strict):
     mounts: list[str | dict[str, Any]] = Field(default_factory=list)
     pull: Literal["missing", "never", "always"] = "missing"
     user: str | None = None
-    pids_limit: int = 256
 
 
 class SSHSpec(Strict):
@@ -232,7 +232,7 @@ def load_jobs(path: Path, *, default_timezone: str = "UTC", now: datetime | None
     if not path.exists():
         raise UsageError(f"{path}: jobs file not found (use --jobs PATH or set RUNNER_JOBS)")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yamlio.load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         from runner.config import _yaml_problem
 
@@ -286,6 +286,23 @@ def load_jobs(path: Path, *, default_timezone: str = "UTC", now: datetime | None
     return JobsFile(path=path.resolve(), jobs=jobs)
 
 
+def _check_backend(job: Job) -> list[str]:
+    """The backend's own spec parser (memory format, mount paths, no docker socket, ...)."""
+    spec = job.spec.backend.model_dump(exclude_none=True)
+    try:
+        if spec["type"] == "docker":
+            from backends.docker_spec import parse_docker_spec
+
+            parse_docker_spec(spec, base=job.workdir)
+        elif spec["type"] == "ssh":
+            from backends.ssh_spec import parse_ssh_spec
+
+            parse_ssh_spec(spec)
+    except UsageError as exc:
+        return [f"backend: {exc}"]
+    return []
+
+
 def _check_job(
     name: str, spec: JobSpec, base_dir: Path, default_tz: str, now: datetime | None
 ) -> tuple[list[str], Job | None]:
@@ -307,6 +324,7 @@ def _check_job(
         problems.append(f"prompt: template file {spec.prompt} not found (looked in {base_dir})")
     if spec.workdir and not job.workdir.is_dir() and spec.backend.type == "local":
         problems.append(f"workdir: {spec.workdir} is not a folder")
+    problems.extend(_check_backend(job))
     from runner.tools import known_toolset_names
 
     known = known_toolset_names()

@@ -63,7 +63,7 @@ def credentials(choice: ModelChoice, *, job: str) -> list[Credential]:
 def key_source(choice: ModelChoice, *, job: str, **kwargs: Any) -> KeySource:
     creds = credentials(choice, job=job)
     factory: Callable[..., KeySource] | None = kwargs.pop("pool_factory", None)
-    if factory is not None and len(creds) > 1:
+    if factory is not None and creds:  # even one key goes through the pool: cooldowns are shared
         return factory(choice, creds, **kwargs)
     return StaticKeys(creds[0] if creds else None)
 
@@ -79,6 +79,7 @@ def build_client(choice: ModelChoice, keys: KeySource, *, emit: Callable[[str, d
         provider=choice.provider_name,
         request_timeout=p.request_timeout,
         max_retries=p.max_retries,
+        retry_backoff=p.retry_backoff,
         headers=p.headers,
         emit=emit,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
+from functools import cached_property
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -67,13 +68,14 @@ class CronSchedule:
     text: str
     tz: tzinfo
 
+    @cached_property
     def _trigger(self) -> Any:
         from apscheduler.triggers.cron import CronTrigger
 
         return CronTrigger.from_crontab(self.text, timezone=self.tz)
 
     def next_fire(self, prev: datetime | None, now: datetime) -> datetime | None:
-        trigger = self._trigger()
+        trigger = self._trigger
         start = now if prev is None else max(prev + timedelta(seconds=1), now)
         # APScheduler returns the first time >= start; we want strictly after prev
         result: datetime | None = trigger.get_next_fire_time(prev, start)
@@ -159,4 +161,6 @@ def _parse_cron(raw: str, tz: tzinfo, now: datetime | None) -> CronSchedule:
     nxt = trigger.get_next_fire_time(None, start)
     if nxt is None or (nxt - start) > timedelta(days=366 * 29):
         raise ValueError(f"cron {raw!r} can never fire")
-    return CronSchedule(raw, tz)
+    schedule = CronSchedule(raw, tz)
+    schedule.__dict__["_trigger"] = trigger  # reuse the trigger built for validation
+    return schedule

@@ -8,17 +8,21 @@ written, so a mistake costs nothing and leaves nothing behind.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from backends.base import BackendContext
+from runner.agent.context import Pruner
 from runner.agent.loop import Limits, LoopResult, Pricing, run_loop
-from runner.agent.types import LLM
+from runner.agent.types import LLM, Usage
+from runner.approval import build_gate
 from runner.context import Settings
 from runner.delivery import deliver, is_silent, write_private
 from runner.errors import RunnerError, TemplateError
@@ -74,37 +78,54 @@ class RunRequest:
     workdir: Path | None = None
     extra_tools: dict[str, Any] = field(default_factory=dict)
     llm: LLM | None = None  # tests and embedders may pass their own model seam
+    interactive: bool = False  # a person at a TTY may answer `approvals: manual` prompts
+    task_prompt: str | None = None  # appended to the rendered prompt (a kanban task's title, body, comments)
+    # Called when the model gives its final answer: a returned text is sent once as a user turn;
+    # still text after that and the run fails with reason "unfinished" (kanban: end the task).
+    follow_up: Callable[[], str | None] | None = None
 
 
 def prepare_llm(settings: Settings, req: RunRequest, redactor: Redactor) -> tuple[Any, Pricing, list[str]]:
     """Resolve the model before the run row exists: bad config is exit 2 with nothing written.
 
-    Returns (factory(emit) -> LLM, pricing, key values for redaction).
+    Returns (factory(emit, deadline) -> LLM, pricing, key values for redaction). Each provider of
+    the job's model list gets a credential pool (shared state in runner.db); with more than one,
+    a FallbackLLM moves down the list when a provider's keys are exhausted or dead.
     """
     job = req.job
     if req.llm is not None:
         llm = req.llm
-        return (lambda emit: llm), Pricing(), []
+        return (lambda emit, deadline=None: llm), Pricing(), []
     if req.replay is not None:
         from runner.agent.cassette import ReplayLLM
 
         replay = ReplayLLM(req.replay)
-        return (lambda emit: replay), Pricing(), []
+        return (lambda emit, deadline=None: replay), Pricing(), []
+    from runner.credentials import PoolFactory
     from runner.models import build_client, choose, key_source
 
-    choice = choose(settings.config, job.models[0], job=job.name)
-    keys = key_source(choice, job=job.name)
-    redactor.add(*keys.values())
+    choices = [choose(settings.config, ref, job=job.name) for ref in job.models]
+    pools = PoolFactory(lambda: settings.store)
+    last = len(choices) - 1  # only the last provider waits for a cooling key; the others hand over
+    sources = [key_source(c, job=job.name, pool_factory=pools, may_wait=i == last) for i, c in enumerate(choices)]
+    values = [v for keys in sources for v in keys.values()]
+    redactor.add(*values)
 
-    def factory(emit: Any) -> LLM:
-        client = build_client(choice, keys, emit=emit)
+    def factory(emit: Any, deadline: float | None = None) -> LLM:
+        pools.attach(emit=emit, deadline=deadline)
+        chain = [(c.provider_name, build_client(c, k, emit=emit)) for c, k in zip(choices, sources, strict=True)]
+        client: LLM = chain[0][1]
+        if len(chain) > 1:
+            from runner.agent.fallback import FallbackLLM
+
+            client = FallbackLLM(chain, emit=emit)
         if req.record is not None:
             from runner.agent.cassette import RecordingLLM
 
             return RecordingLLM(client, req.record, job=job.name, redact=redactor.redact_obj)
         return client
 
-    return factory, choice.pricing, keys.values()
+    return factory, choices[0].pricing, values
 
 
 def execute(settings: Settings, req: RunRequest) -> RunOutcome:
@@ -130,6 +151,7 @@ def execute(settings: Settings, req: RunRequest) -> RunOutcome:
     deadline = started + job.spec.timeout
     status, reason, error, output, out_path, silent = "failed", None, None, "", None, False
     backend = None
+    transcript: list[dict[str, Any]] = []
     try:
         emit("run_started", {"job": job.name, "trigger": req.trigger, "pid": os.getpid()})
         import backends
@@ -167,7 +189,19 @@ def execute(settings: Settings, req: RunRequest) -> RunOutcome:
         else:
             assert make_llm is not None
             result = _agent(
-                settings, req, job, backend, emit, make_llm(emit), pricing, redactor, run_vars, pre, deadline, run_id
+                transcript,
+                settings,
+                req,
+                job,
+                backend,
+                emit,
+                make_llm(emit, deadline),
+                pricing,
+                redactor,
+                run_vars,
+                pre,
+                deadline,
+                run_id,
             )
             status, reason, error, output = result.status, result.reason, result.error, result.output
             update_run(
@@ -217,8 +251,17 @@ def execute(settings: Settings, req: RunRequest) -> RunOutcome:
     finally:
         if backend is not None:
             backend.close()
+        if transcript:
+            save_transcript(settings, run_id, transcript, redactor)
         finish_run(store, run_id, status, reason=reason, error=error, output_path=out_path)
         emit("run_finished", {"status": status, "reason": reason, "seconds": round(time.monotonic() - started, 3)})
+
+
+def save_transcript(settings: Settings, run_id: str, messages: list[dict[str, Any]], redactor: Redactor) -> Path:
+    """The conversation as sent to the model (after pruning), redacted, for post-mortems."""
+    path = settings.home / "logs" / "runs" / f"{run_id}.json"
+    write_private(path, json.dumps(redactor.redact_obj(messages), ensure_ascii=False, indent=1))
+    return path
 
 
 def _dry_render(job: Job, req: RunRequest) -> None:
@@ -238,6 +281,7 @@ def _outcome(run_id: str, status: str, **kw: Any) -> RunOutcome:
 
 
 def _agent(
+    transcript: list[dict[str, Any]],
     settings: Settings,
     req: RunRequest,
     job: Job,
@@ -265,16 +309,20 @@ def _agent(
         last_output=last_output(settings.store, job.name),
     )
     user_prompt = render(source, tvars, name=name, base=job.base_dir)
+    if req.task_prompt:
+        user_prompt = f"{user_prompt.rstrip()}\n\n{req.task_prompt}"
     skills = _skill_session(settings, job, emit)
     ctx = ToolContext(
         backend=backend,
         run_id=run_id,
         job_name=job.name,
         allow_paths=tuple(job.spec.allow_paths),
-        approve=_approval(job, emit),
+        approve=build_gate(
+            job, store=settings.store, run_id=run_id, emit=emit, redact=redactor, interactive=req.interactive
+        ),
         emit=emit,
         deadline=deadline,
-        extras={**req.extra_tools, "skills": skills},
+        extras={"settings": settings, **req.extra_tools, "skills": skills},
     )
     tools = discover().select(job.spec.toolsets, ctx)
     index = None
@@ -282,9 +330,13 @@ def _agent(
         index = skills.index(can_manage=any(t.name == "skill_manage" for t in tools))
     preloaded = skills.preload(job.spec.skills) if skills is not None else ""
     messages: list[dict[str, Any]] = [
-        {"role": "system", "content": system_prompt(job, skills_index=index)},
+        {
+            "role": "system",
+            "content": system_prompt(job, context_file=load_context_file(backend, emit), skills_index=index),
+        },
         {"role": "user", "content": user_prompt + preloaded},
     ]
+    transcript.extend(messages)
     emit(
         "prompt",
         {
@@ -302,12 +354,21 @@ def _agent(
         max_tokens=job.spec.budget.max_tokens,
         max_cost_usd=job.spec.budget.max_cost_usd,
     )
+    schemas_tokens = sum(len(json.dumps(t.schema())) for t in tools) // 4
+    pruner = Pruner(context_budget(settings, job), tools_tokens=schemas_tokens, emit=emit)
+
+    def loop(lim: Limits) -> LoopResult:
+        return run_loop(messages, tools, ctx, llm, lim, emit=emit, pricing=pricing, stop=req.stop, prune=pruner)
+
     outcome = "failed"
     try:
-        result = run_loop(messages, tools, ctx, llm, limits, emit=emit, pricing=pricing, stop=req.stop)
+        result = loop(limits)
+        if req.follow_up is not None and result.status == "succeeded":
+            result = _follow_up_once(req.follow_up, result, loop, messages, limits, emit)
         outcome = result.status
         return result
     finally:
+        transcript[:] = messages
         if skills is not None:
             skills.finish(outcome)
 
@@ -322,10 +383,73 @@ def _skill_session(settings: Settings, job: Job, emit: Recorder) -> SkillSession
     return SkillSession.for_run(settings, emit=emit)
 
 
-def _approval(job: Job, emit: Recorder) -> Any:
-    from runner.tools.context import ApprovalResult
+def _follow_up_once(
+    follow_up: Callable[[], str | None],
+    first: LoopResult,
+    loop: Callable[[Limits], LoopResult],
+    messages: list[dict[str, Any]],
+    limits: Limits,
+    emit: Recorder,
+) -> LoopResult:
+    """The model answered: if ``follow_up`` has a reminder, send it once and continue the same
+    conversation within what is left of the limits; still unfinished after that is a failure."""
+    reminder = follow_up()
+    if not reminder:
+        return first
+    emit("follow_up", {"text": reminder})
+    messages.append({"role": "user", "content": reminder})
+    used = first.usage.prompt_tokens + first.usage.completion_tokens
+    more = loop(
+        replace(
+            limits,
+            max_iterations=max(1, limits.max_iterations - first.iterations),
+            max_tokens=None if limits.max_tokens is None else max(1, limits.max_tokens - used),
+            max_cost_usd=None if limits.max_cost_usd is None else max(0.0, limits.max_cost_usd - first.cost_usd),
+        )
+    )
+    usage = Usage(
+        first.usage.prompt_tokens + more.usage.prompt_tokens,
+        first.usage.completion_tokens + more.usage.completion_tokens,
+    )
+    result = replace(
+        more, iterations=first.iterations + more.iterations, usage=usage, cost_usd=first.cost_usd + more.cost_usd
+    )
+    if result.status == "succeeded" and follow_up():
+        error = "the model stopped again without finishing after a reminder"
+        result = replace(result, status="failed", reason="unfinished", error=error)
+    return result
 
-    def approve(command: str) -> ApprovalResult:
-        return ApprovalResult(True)
 
-    return approve
+CONTEXT_FILES = ("AGENTS.md", "CLAUDE.md", ".cursorrules")
+CONTEXT_FILE_CAP = 20_000
+
+
+def load_context_file(backend: Any, emit: Any) -> str | None:
+    """The first of AGENTS.md, CLAUDE.md, .cursorrules in the workdir, scanned for injection first."""
+    from runner.injection import blocked_marker, scan
+
+    for name in CONTEXT_FILES:
+        try:
+            data = backend.read_file(f"{backend.workdir.rstrip('/')}/{name}")
+        except (FileNotFoundError, IsADirectoryError):
+            continue
+        text = data.decode("utf-8", errors="replace")
+        findings = scan(text)
+        if findings:
+            emit("context_blocked", {"file": name, "findings": [f.kind + ": " + f.excerpt for f in findings]})
+            return blocked_marker(name, findings)
+        if len(text) > CONTEXT_FILE_CAP:
+            text = text[:CONTEXT_FILE_CAP] + f"\n[... {name} truncated at {CONTEXT_FILE_CAP} characters]"
+        emit("context_file", {"file": name, "chars": len(text)})
+        return f"Project instructions from {name} (the job's workdir):\n\n{text}"
+    return None
+
+
+def context_budget(settings: Settings, job: Job) -> int:
+    if job.spec.context_budget:
+        return job.spec.context_budget
+    window = 128_000
+    provider = settings.config.providers.get(job.models[0].partition("/")[0]) if job.spec.agent else None
+    if provider is not None:
+        window = provider.context_window
+    return int(window * 0.6)

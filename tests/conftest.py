@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 # Nothing from the developer's own environment may leak into tests.
 for _name in list(os.environ):
-    if _name.startswith(("OPENAI_", "RUNNER_")):
+    if _name.startswith(("OPENAI_", "RUNNER_")) and not _name.startswith("RUNNER_TEST_"):
         del os.environ[_name]
 
 

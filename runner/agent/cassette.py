@@ -15,13 +15,14 @@ from typing import Any
 
 import yaml
 
+from runner import yamlio
 from runner.agent.types import LLM, Message
 from runner.errors import CassetteError
 
 
 def load_cassette(path: Path) -> list[Message]:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yamlio.load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise CassetteError(f"{path}: cassette not found") from None
     except yaml.YAMLError as exc:

@@ -74,6 +74,7 @@ class ChatClient:
         provider: str = "default",
         request_timeout: float = 120.0,
         max_retries: int = 3,
+        retry_backoff: float = BACKOFF_BASE,
         headers: Mapping[str, str] | None = None,
         emit: Emit | None = None,
         sleep: Callable[[float], None] = time.sleep,
@@ -85,8 +86,10 @@ class ChatClient:
         self.keys = keys
         self.request_timeout = request_timeout
         self.max_retries = max_retries
+        self.retry_backoff = retry_backoff
         self.emit = emit or (lambda kind, payload: None)
         self.sleep = sleep
+        self._deadline: float | None = None
         self._http = httpx.Client(headers=dict(headers or {}), transport=transport)
 
     def close(self) -> None:
@@ -99,7 +102,8 @@ class ChatClient:
         if tools:
             body["tools"] = list(tools)
         payload = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        limit = self.request_timeout if timeout is None else max(1.0, min(timeout, self.request_timeout))
+        # ``timeout`` bounds the whole call, retries and waits included
+        self._deadline = None if timeout is None else time.monotonic() + timeout
         retries = 0
         while True:
             cred = self.keys.current()
@@ -107,7 +111,7 @@ class ChatClient:
             if cred is not None:
                 headers["Authorization"] = f"Bearer {cred.value}"
             try:
-                response = self._http.post(self.url, content=payload, headers=headers, timeout=limit)
+                response = self._http.post(self.url, content=payload, headers=headers, timeout=self._limit())
             except (httpx.TimeoutException, httpx.TransportError) as exc:
                 kind = "timeout" if isinstance(exc, httpx.TimeoutException) else "connection error"
                 retries = self._transient(retries, f"{kind}: {type(exc).__name__}", None, reason="model_unreachable")
@@ -142,12 +146,21 @@ class ChatClient:
             reason = "auth_failed" if status in (401, 403) else "model_error"
             raise ModelError(f"{self.provider}: HTTP {status}: {provider_message(text)}", reason=reason, status=status)
 
+    def _limit(self) -> float:
+        if self._deadline is None:
+            return self.request_timeout
+        return max(0.5, min(self.request_timeout, self._deadline - time.monotonic()))
+
     def _transient(self, retries: int, what: str, wait: float | None, *, reason: str, status: int | None = None) -> int:
         if retries >= self.max_retries:
             raise ModelError(f"{self.provider}: {what} (gave up after {retries} retries)", reason=reason, status=status)
-        delay = wait if wait is not None else min(BACKOFF_MAX, BACKOFF_BASE * 2**retries)
+        if self._deadline is not None and time.monotonic() >= self._deadline:
+            raise ModelError(f"{self.provider}: {what} (no time left for a retry)", reason=reason, status=status)
+        delay = wait if wait is not None else min(BACKOFF_MAX, self.retry_backoff * 2**retries)
         delay = min(delay, 300.0) + (random.uniform(0, 0.25 * delay) if wait is None else 0.0)
         self.emit("model_retry", {"attempt": retries + 1, "error": what, "wait_s": round(delay, 3)})
+        if self._deadline is not None:
+            delay = min(delay, max(0.0, self._deadline - time.monotonic()))
         self.sleep(delay)
         return retries + 1
 

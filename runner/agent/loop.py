@@ -17,6 +17,7 @@ from typing import Any
 
 from runner.agent.schema import check_args
 from runner.agent.types import LLM, Message, ToolCall, Usage
+from runner.errors import ModelError
 from runner.tools import ToolEntry, ToolError
 from runner.tools.context import ToolContext
 
@@ -109,6 +110,7 @@ def run_loop(
     emit: Emit,
     pricing: Pricing = Pricing(),
     stop: threading.Event | None = None,
+    prune: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> LoopResult:
     """Run the conversation in ``messages`` (mutated in place) to a final answer or a limit."""
     stop = stop or threading.Event()
@@ -121,6 +123,8 @@ def run_loop(
             _check(limits, totals, stop)
             if totals.iterations >= limits.max_iterations:
                 raise LimitsExceeded("max_iterations", f"reached max_iterations ({limits.max_iterations})")
+            if prune is not None:
+                prune(messages)
             reply = _ask(llm, messages, schemas, limits, totals, emit, pricing)
             messages.append(reply.to_dict())
             if not reply.tool_calls:
@@ -138,6 +142,8 @@ def run_loop(
         emit("limit", {"reason": exit_.reason, "detail": exit_.detail})
         output = ""
         if exit_.grace:
+            if prune is not None:
+                prune(messages)
             output = _grace(llm, messages, limits, totals, emit, pricing, exit_.detail)
         return _done(exit_.status, output, totals, reason=exit_.reason, error=exit_.detail)
 
@@ -169,12 +175,25 @@ def _ask(
     emit: Emit,
     pricing: Pricing,
 ) -> Message:
-    timeout = None
+    bounds = []
     if limits.deadline is not None:
-        timeout = max(1.0, limits.deadline - time.monotonic())
+        bounds.append(limits.deadline - time.monotonic())
+    if limits.idle_timeout is not None:
+        bounds.append(limits.idle_timeout)
+    timeout = max(1.0, min(bounds)) if bounds else None
     emit("request", {"iteration": totals.iterations + 1, "messages": len(messages), "tools": len(schemas)})
     started = time.monotonic()
-    reply = llm.complete(messages, schemas, timeout=timeout)
+    try:
+        reply = llm.complete(messages, schemas, timeout=timeout)
+    except ModelError:
+        now = time.monotonic()
+        if limits.deadline is not None and now >= limits.deadline:
+            raise TimedOut("timeout", "the run's wall-clock timeout was reached while waiting for the model") from None
+        if limits.idle_timeout is not None and now - totals.last_progress >= limits.idle_timeout:
+            raise TimedOut(
+                "idle_timeout", f"the model did not answer within idle_timeout ({limits.idle_timeout:.0f}s)"
+            ) from None
+        raise
     totals.iterations += 1
     totals.prompt += reply.usage.prompt_tokens
     totals.completion += reply.usage.completion_tokens

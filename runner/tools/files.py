@@ -8,6 +8,7 @@ import shlex
 from typing import Any
 
 from backends.base import decode, truncate_text
+from runner.errors import BackendError
 from runner.tools import Registry, ToolError
 from runner.tools.context import ToolContext
 
@@ -75,6 +76,19 @@ def _read_bytes(ctx: ToolContext, path: str, raw: str) -> bytes:
         raise ToolError(f"no such file: {raw}") from None
     except IsADirectoryError:
         raise ToolError(f"{raw} is a directory; use list_dir") from None
+    except BackendError:
+        raise
+    except OSError as exc:
+        raise ToolError(f"cannot read {raw}: {exc.strerror or exc}") from None
+
+
+def _write(ctx: ToolContext, path: str, data: bytes, raw: str) -> None:
+    try:
+        ctx.backend.write_file(path, data)
+    except BackendError:
+        raise
+    except OSError as exc:
+        raise ToolError(f"cannot write {raw}: {exc.strerror or exc}") from None
 
 
 def read_file(args: dict[str, Any], ctx: ToolContext) -> str:
@@ -105,7 +119,7 @@ def write_file(args: dict[str, Any], ctx: ToolContext) -> str:
     content = _str_arg(args, "content")
     path = confine(ctx, raw)
     data = content.encode("utf-8")
-    ctx.backend.write_file(path, data)
+    _write(ctx, path, data, raw)
     return f"wrote {len(data)} bytes to {raw}"
 
 
@@ -127,7 +141,7 @@ def edit_file(args: dict[str, Any], ctx: ToolContext) -> str:
             pos = text.find(old, pos + 1)
         where = ", ".join(str(n) for n in starts[:10])
         raise ToolError(f"old_string matches {count} times in {raw} (lines {where}); add context to make it unique")
-    ctx.backend.write_file(path, text.replace(old, new, 1).encode("utf-8"))
+    _write(ctx, path, text.replace(old, new, 1).encode("utf-8"), raw)
     return f"edited {raw}: replaced 1 occurrence"
 
 

@@ -1,0 +1,295 @@
+"""Docker backend: one hardened, idle container per run; every command is a ``docker exec``.
+
+The container starts with an idle loop as its only process and is removed at ``close()``.
+Hardening is not optional: all capabilities dropped, no-new-privileges, a pids limit, no
+network unless the spec asks, tmpfs ``/tmp``, the invoking uid:gid, and never the Docker
+socket. The job's workdir is bind-mounted read-write at ``/workspace``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from itertools import count
+from pathlib import Path
+from typing import Any, TypeVar
+
+import docker
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from docker.types import Mount
+from docker.utils.socket import frames_iter
+from requests.exceptions import RequestException
+
+from backends.base import (
+    READ_SCRIPT,
+    WRITE_SCRIPT,
+    BackendContext,
+    CwdState,
+    ExecResult,
+    StreamPump,
+    file_error,
+    finish_or_kill,
+    kill_group_script,
+    make_result,
+    new_nonce,
+    pidfile_for,
+    wrap_command,
+    wrap_remote,
+)
+from backends.docker_spec import WORKSPACE, DockerSpec, check_not_docker_socket, parse_docker_spec
+from runner.errors import BackendError
+
+log = logging.getLogger(__name__)
+
+IDLE = "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"
+LABEL_RUN, LABEL_JOB, LABEL_MANAGED = "runner.run_id", "runner.job", "runner.managed"
+PIDS_LIMIT = 256
+CONNECT_TIMEOUT = 10  # seconds to reach the daemon at all
+API_TIMEOUT = 60  # seconds for one API call (streams are not limited)
+T = TypeVar("T")
+_TRANSPORT_ERRORS = (DockerException, RequestException, OSError)
+
+
+def connect() -> docker.DockerClient:
+    """A client for the daemon named by DOCKER_HOST (or the default socket), checked with a ping."""
+    where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    try:
+        client = docker.from_env(timeout=CONNECT_TIMEOUT, max_pool_size=16)
+        client.ping()
+    except _TRANSPORT_ERRORS as exc:
+        raise BackendError(f"docker: cannot reach the Docker daemon at {where} ({_explain(exc)})") from exc
+    client.api.timeout = API_TIMEOUT
+    return client
+
+
+def ensure_image(client: docker.DockerClient, image: str, pull: str) -> None:
+    if pull != "always":
+        try:
+            client.images.get(image)
+            return
+        except ImageNotFound:
+            if pull == "never":
+                raise BackendError(f"docker: image {image!r} is not present and pull is 'never'") from None
+        except _TRANSPORT_ERRORS as exc:
+            raise BackendError(f"docker: cannot inspect image {image!r} ({_explain(exc)})") from exc
+    try:
+        client.images.pull(image)
+    except _TRANSPORT_ERRORS as exc:
+        raise BackendError(f"docker: cannot pull image {image!r} ({_explain(exc)})") from exc
+
+
+class DockerBackend:
+    def __init__(self, spec: DockerSpec, ctx: BackendContext):
+        self.ctx = ctx
+        self.workdir = WORKSPACE
+        self.spec = spec
+        self._cwd = CwdState(WORKSPACE)
+        self._nonce = new_nonce()
+        self._seq = count(1)
+        self._lock = threading.Lock()
+        self._closed = False
+        host_dir = Path(ctx.workdir).resolve()
+        if not host_dir.is_dir():
+            raise BackendError(f"docker backend: workdir {host_dir} does not exist")
+        check_not_docker_socket(host_dir, what="workdir")
+        self.name = f"runner-{re.sub(r'[^a-zA-Z0-9_.-]+', '-', ctx.job or 'adhoc')[:40]}-{self._nonce}"
+        self._client = connect()
+        try:
+            ensure_image(self._client, spec.image, spec.pull)
+            self.container = self._start(host_dir)
+        except BaseException:
+            self._client.close()
+            raise
+        self._api = self._client.api
+
+    # -- protocol -------------------------------------------------------------------------
+    def run(
+        self,
+        command: str,
+        *,
+        cwd: str | None = None,
+        timeout: float,
+        env: Mapping[str, str] | None = None,
+    ) -> ExecResult:
+        started = time.monotonic()
+        pidfile = pidfile_for(self._nonce, next(self._seq))
+        script = wrap_command(command, self._resolve(cwd), self._nonce)
+        script = wrap_remote(script, pidfile=pidfile, nonce=self._nonce)
+        exec_id = self._exec_create(["/bin/sh", "-c", script], env=env)
+        stream = self._call(lambda: self._api.exec_start(exec_id, stream=True))
+        pump = StreamPump(stream, self._nonce, self.ctx.output_cap)
+        timed_out = finish_or_kill(
+            pump,
+            timeout,
+            kill=lambda: self._exec_quiet(kill_group_script(pidfile)),
+            abort=lambda: _close_stream(stream),
+        )
+        _close_stream(stream)  # a background child may still hold it open
+        code = pump.stream.exit_code
+        if code is None and not timed_out:
+            if pump.error is not None and self._closed:
+                raise BackendError(f"docker: container {self.name} was closed while a command ran")
+            code = self._exit_code(exec_id)
+        return make_result(pump, self._nonce, self._cwd, self._lock, code, timed_out, started)
+
+    def read_file(self, path: str) -> bytes:
+        exec_id = self._exec_create(["/bin/sh", "-c", READ_SCRIPT, "sh", self._abs(path)])
+        out, err = self._call(lambda: self._api.exec_start(exec_id, demux=True))
+        if self._exit_code(exec_id) != 0:
+            raise file_error(path, err or b"")
+        return out or b""
+
+    def write_file(self, path: str, data: bytes) -> None:
+        argv = ["/bin/sh", "-c", WRITE_SCRIPT, "sh", self._abs(path), f"runner-{new_nonce()}"]
+        exec_id = self._exec_create(argv, stdin=True)
+        err = self._call(lambda: _send_stdin(self._api.exec_start(exec_id, socket=True), data))
+        if self._exit_code(exec_id) != 0:
+            raise file_error(path, err)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.container.remove(force=True, v=True)
+        except NotFound:
+            pass
+        except _TRANSPORT_ERRORS as exc:
+            log.warning("docker: could not remove container %s: %s", self.name, _explain(exc))
+        finally:
+            self._client.close()
+
+    def __enter__(self) -> DockerBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- helpers --------------------------------------------------------------------------
+    def _start(self, host_dir: Path) -> Any:
+        spec = self.spec
+        labels = {LABEL_MANAGED: "1", LABEL_RUN: self.ctx.run_id or "", LABEL_JOB: self.ctx.job or ""}
+        uid = spec.user.partition(":")[0]
+        options: dict[str, Any] = dict(
+            entrypoint=["/bin/sh", "-c", IDLE],
+            name=self.name,
+            labels=labels,
+            user=spec.user,
+            working_dir=WORKSPACE,
+            network_mode=spec.network,
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            pids_limit=PIDS_LIMIT,
+            tmpfs={"/tmp": "rw,nosuid,nodev,mode=1777"},
+            mounts=[Mount(WORKSPACE, str(host_dir), type="bind", read_only=False), *spec.mounts],
+            environment={} if uid in ("0", "root") else {"HOME": "/tmp"},
+            mem_limit=spec.memory,
+            nano_cpus=spec.nano_cpus,
+            detach=True,
+        )
+        try:
+            container = self._client.containers.create(spec.image, **options)
+        except _TRANSPORT_ERRORS as exc:
+            raise BackendError(f"docker: cannot create a {spec.image!r} container ({_explain(exc)})") from exc
+        try:
+            container.start()
+        except _TRANSPORT_ERRORS as exc:
+            container.remove(force=True)
+            raise BackendError(f"docker: cannot start a {spec.image!r} container ({_explain(exc)})") from exc
+        return container
+
+    def _call(self, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except NotFound as exc:
+            raise BackendError(f"docker: container {self.name} no longer exists") from exc
+        except _TRANSPORT_ERRORS as exc:
+            raise BackendError(f"docker: container {self.name}: {_explain(exc)}") from exc
+
+    def _exec_create(self, argv: list[str], *, env: Mapping[str, str] | None = None, stdin: bool = False) -> str:
+        self._check_open()
+        environment = dict(env) if env else None
+        created = self._call(
+            lambda: self._api.exec_create(self.container.id, argv, stdin=stdin, environment=environment)
+        )
+        return str(created["Id"])
+
+    def _exec_quiet(self, script: str) -> None:
+        exec_id = self._exec_create(["/bin/sh", "-c", script])
+        self._call(lambda: self._api.exec_start(exec_id))
+
+    def _exit_code(self, exec_id: str) -> int:
+        for _ in range(100):
+            info = self._call(lambda: self._api.exec_inspect(exec_id))
+            if not info.get("Running") and info.get("ExitCode") is not None:
+                return int(info["ExitCode"])
+            time.sleep(0.02)
+        raise BackendError(f"docker: exec in {self.name} did not report an exit code")
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BackendError(f"docker: backend for {self.name} is closed")
+
+    def _resolve(self, cwd: str | None) -> str:
+        return self._cwd.cwd if cwd is None else self._abs(cwd)
+
+    def _abs(self, path: str) -> str:
+        return path if path.startswith("/") else f"{self._cwd.cwd.rstrip('/')}/{path}"
+
+
+def _send_stdin(sock: Any, data: bytes) -> bytes:
+    """Write ``data`` to an attached exec's stdin, close it, and return what it printed."""
+    raw = getattr(sock, "_sock", sock)
+    try:
+        raw.sendall(data)
+        raw.shutdown(socket.SHUT_WR)
+        return b"".join(frame for _, frame in frames_iter(sock, tty=False))
+    finally:
+        sock.close()
+
+
+def _close_stream(stream: Any) -> None:
+    try:
+        stream.close()
+    except Exception:  # noqa: BLE001 - already closed or fully read
+        pass
+
+
+def _explain(exc: BaseException) -> str:
+    if isinstance(exc, APIError) and exc.explanation:
+        return str(exc.explanation)
+    return str(exc) or type(exc).__name__
+
+
+def cleanup_stale(is_active: Callable[[str], bool], *, client: docker.DockerClient | None = None) -> list[str]:
+    """Remove runner containers whose run is not active; returns their names.
+
+    ``is_active(run_id)`` gets the container's ``runner.run_id`` label ("" for ad-hoc runs).
+    """
+    own = client is None
+    client = client or connect()
+    removed: list[str] = []
+    try:
+        for container in client.containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=1"}):
+            if is_active(container.labels.get(LABEL_RUN, "")):
+                continue
+            try:
+                container.remove(force=True, v=True)
+            except NotFound:
+                continue
+            removed.append(container.name)
+    except _TRANSPORT_ERRORS as exc:
+        raise BackendError(f"docker: cleaning up stale containers failed ({_explain(exc)})") from exc
+    finally:
+        if own:
+            client.close()
+    return removed
+
+
+def from_spec(spec: dict[str, Any], *, ctx: BackendContext) -> DockerBackend:
+    return DockerBackend(parse_docker_spec(spec, base=Path(ctx.workdir)), ctx)

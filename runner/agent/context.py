@@ -1,0 +1,154 @@
+"""Context pruning: keep each request under the job's token budget without losing the thread.
+
+When the conversation would pass ``budget`` tokens, older tool results become one-line
+summaries (``[terminal] ran 'git log --stat' -> exit 0, 312 lines``), a file read several
+times keeps only its newest full copy, and the newest turns are protected by a token budget
+(not a message count). Pruning goes down to a low-water mark so it does not run every turn.
+The system message and the first user message are never touched.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+Emit = Callable[[str, dict[str, Any]], None]
+CHARS_PER_TOKEN = 4
+MESSAGE_OVERHEAD = 4
+LOW_WATER = 0.7
+PROTECT_SHARE = 0.35
+
+
+def estimate(message: dict[str, Any]) -> int:
+    size = len(message.get("content") or "")
+    for call in message.get("tool_calls") or []:
+        size += len(call["function"]["name"]) + len(call["function"]["arguments"])
+    return size // CHARS_PER_TOKEN + MESSAGE_OVERHEAD
+
+
+def total(messages: list[dict[str, Any]], tools_tokens: int = 0) -> int:
+    return sum(estimate(m) for m in messages) + tools_tokens
+
+
+def _calls_by_id(messages: list[dict[str, Any]]) -> dict[str, tuple[str, dict[str, Any]]]:
+    out: dict[str, tuple[str, dict[str, Any]]] = {}
+    for m in messages:
+        for c in m.get("tool_calls") or []:
+            try:
+                args = json.loads(c["function"]["arguments"] or "{}")
+            except ValueError:
+                args = {}
+            out[c["id"]] = (c["function"]["name"], args if isinstance(args, dict) else {})
+    return out
+
+
+def summarize_result(name: str, args: dict[str, Any], content: str) -> str:
+    lines = content.count("\n") + (1 if content else 0)
+    if name == "terminal":
+        command = " ".join(str(args.get("command", "")).split())
+        if len(command) > 80:
+            command = command[:77] + "..."
+        status = content.split("\n", 1)[0] if content.startswith("exit code") else "done"
+        return f"[terminal] ran {command!r} -> {status.replace('exit code', 'exit')}, {lines} lines (output pruned)"
+    if name in ("read_file", "search_files", "list_dir"):
+        target = args.get("path") or args.get("pattern") or "."
+        return f"[{name}] {target} -> {lines} lines (pruned; call again if you need it)"
+    return f"[{name}] -> {len(content)} characters (pruned)"
+
+
+@dataclass
+class Pruner:
+    budget: int
+    tools_tokens: int = 0
+    emit: Emit | None = None
+
+    def __call__(self, messages: list[dict[str, Any]]) -> None:
+        before = total(messages, self.tools_tokens)
+        if before <= self.budget:
+            return
+        target = int(self.budget * LOW_WATER)
+        protected_from = self._protected_from(messages)
+        calls = _calls_by_id(messages)
+        steps = {"deduped_reads": self._dedupe_reads(messages, calls)}
+        steps["summarized_results"] = self._summarize_old(messages, calls, protected_from, target)
+        steps["trimmed_messages"] = self._trim_old_text(messages, protected_from, target)
+        steps["dropped_messages"] = self._drop_oldest(messages, target)
+        after = total(messages, self.tools_tokens)
+        if self.emit:
+            self.emit("prune", {"tokens_before": before, "tokens_after": after, "budget": self.budget, **steps})
+
+    def _protected_from(self, messages: list[dict[str, Any]]) -> int:
+        """Index of the first message of the protected recent tail (whole turns only)."""
+        room = int(self.budget * PROTECT_SHARE)
+        index = len(messages)
+        used = 0
+        for i in range(len(messages) - 1, 1, -1):
+            used += estimate(messages[i])
+            if used > room:
+                break
+            index = i
+        while index < len(messages) and messages[index].get("role") == "tool":
+            index += 1  # never split a tool result from the call that asked for it
+        return max(2, min(index, len(messages) - 1))
+
+    def _dedupe_reads(self, messages: list[dict[str, Any]], calls: dict[str, Any]) -> int:
+        newest: dict[str, int] = {}
+        count = 0
+        for i, m in enumerate(messages):
+            if m.get("role") != "tool":
+                continue
+            name, args = calls.get(m.get("tool_call_id", ""), ("", {}))
+            if name != "read_file" or "path" not in args:
+                continue
+            key = json.dumps(args, sort_keys=True)
+            if key in newest:  # an older copy, even in the protected tail, is superseded
+                old = messages[newest[key]]
+                if not old["content"].startswith("[read_file]"):
+                    old["content"] = f"[read_file] {args['path']} -> superseded by a later read of the same file"
+                    count += 1
+            newest[key] = i
+        return count
+
+    def _summarize_old(self, messages: list[dict[str, Any]], calls: dict[str, Any], stop: int, target: int) -> int:
+        count = 0
+        for i in range(2, stop):
+            if total(messages, self.tools_tokens) <= target:
+                break
+            m = messages[i]
+            if m.get("role") != "tool" or m["content"].startswith("["):
+                continue
+            name, args = calls.get(m.get("tool_call_id", ""), ("tool", {}))
+            m["content"] = summarize_result(name, args, m["content"])
+            count += 1
+        return count
+
+    def _trim_old_text(self, messages: list[dict[str, Any]], stop: int, target: int) -> int:
+        count = 0
+        for i in range(2, stop):
+            if total(messages, self.tools_tokens) <= target:
+                break
+            m = messages[i]
+            text = m.get("content") or ""
+            if m.get("role") in ("assistant", "user") and len(text) > 400:
+                m["content"] = text[:300] + f" [... {len(text) - 300} characters pruned]"
+                count += 1
+        return count
+
+    def _drop_oldest(self, messages: list[dict[str, Any]], target: int) -> int:
+        """Last resort: drop whole oldest turns (an assistant message with its tool results)."""
+        dropped = 0
+        while total(messages, self.tools_tokens) > target and len(messages) > 4:
+            end = 3
+            while end < len(messages) and messages[end].get("role") == "tool":
+                end += 1
+            if end >= len(messages) - 1:
+                break
+            dropped += end - 2
+            del messages[2:end]
+        if dropped:
+            messages.insert(
+                2, {"role": "user", "content": f"[{dropped} earlier messages were pruned to fit the context]"}
+            )
+        return dropped

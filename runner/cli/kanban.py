@@ -1,0 +1,311 @@
+"""``runner kanban add | list | show | move | comment | block | unblock | archive | dispatch | work``."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from runner.cli._util import ago, echo_json, local_time, settings
+
+if TYPE_CHECKING:
+    from runner.kanban.board import Board
+    from runner.kanban.dispatch import TickResult
+
+SHOWN = ("todo", "ready", "running", "blocked", "done", "failed")
+
+
+@click.group("kanban")
+def kanban_group() -> None:
+    """The task board: add tasks, watch them, run the dispatcher and its workers."""
+
+
+def _board() -> Board:
+    from runner.kanban.board import Board
+
+    return Board(settings().store)
+
+
+def _id(raw: str) -> int:
+    from runner.errors import UsageError
+
+    text = raw.lstrip("#")
+    if not text.isdigit():
+        raise UsageError(f"task id must be a number (see: runner kanban list), got {raw!r}")
+    return int(text)
+
+
+def _now() -> Any:
+    from runner.store import utcnow
+
+    return utcnow()
+
+
+@kanban_group.command("add")
+@click.argument("title")
+@click.option("--body", default="", help="what to do, in detail")
+@click.option("--parent", "parents", multiple=True, metavar="ID", help="a task this one waits for (repeatable)")
+@click.option("--priority", type=int, default=0, show_default=True, help="higher runs first")
+@click.option("--job", default=None, help="the jobs.yaml entry that works on it (default: kanban.default_job)")
+@click.option("--max-attempts", type=click.IntRange(min=1), default=None, help="default: kanban.max_attempts (3)")
+@click.option("--json", "as_json", is_flag=True)
+def kanban_add(
+    title: str,
+    body: str,
+    parents: tuple[str, ...],
+    priority: int,
+    job: str | None,
+    max_attempts: int | None,
+    as_json: bool,
+) -> None:
+    """Add a task; it is ready at once, or todo until every --parent is done. Prints its id."""
+    from runner.errors import UsageError
+
+    s = settings()
+    cfg = s.config.kanban
+    name = job or cfg.default_job
+    if name is None:
+        raise UsageError("no job for this task: pass --job NAME or set kanban.default_job in config.yaml")
+    s.jobs.get(name)
+    board = _board()
+    task_id = board.add(
+        title,
+        now=_now(),
+        body=body,
+        parents=[_id(p) for p in parents],
+        priority=priority,
+        job=job,
+        max_attempts=max_attempts or cfg.max_attempts,
+    )
+    if as_json:
+        echo_json(board.get(task_id).as_dict())
+    else:
+        click.echo(task_id)
+
+
+@kanban_group.command("list")
+@click.option("--status", type=click.Choice([*SHOWN, "archived"]), help="only this status")
+@click.option("--all", "show_all", is_flag=True, help="include archived tasks")
+@click.option("--json", "as_json", is_flag=True)
+def kanban_list(status: str | None, show_all: bool, as_json: bool) -> None:
+    """The board, grouped by status (archived tasks only with --all)."""
+    board = _board()
+    tasks = board.tasks(status=status, include_archived=show_all)
+    if as_json:
+        echo_json([t.as_dict() for t in tasks])
+        return
+    if not tasks:
+        click.echo("the board is empty (add a task: runner kanban add TITLE --job NAME)")
+        return
+    order = [*SHOWN, "archived"]
+    for group in order:
+        members = [t for t in tasks if t.status == group]
+        if not members:
+            continue
+        click.echo(f"{group.upper()} ({len(members)})")
+        for t in members:
+            click.echo(f"  #{t.id:<5} p{t.priority:<3} {_clip(t.title, 60):<60}  {_note(board, t)}".rstrip())
+
+
+def _note(board: Board, t: Any) -> str:
+    if t.status == "todo":
+        waiting = [p for p in board.parents(t.id) if p.status != "done"]
+        return "waits for " + ", ".join(f"#{p.id} ({p.status})" for p in waiting)
+    if t.status == "running":
+        return f"attempt {t.attempts}/{t.max_attempts}, pid {t.worker_pid or '-'}, lease ends {ago(t.lease_expires)}"
+    if t.status == "ready" and t.attempts:
+        return f"attempt {t.attempts}/{t.max_attempts} failed" + (
+            f", retry {ago(t.not_before)}" if t.not_before else ""
+        )
+    if t.status == "blocked":
+        return f"blocked: {_clip(t.reason or '', 60)}"
+    if t.status == "failed":
+        return f"failed: {_clip(t.error or '', 60)}"
+    if t.status == "done":
+        return _clip(t.result or "", 60)
+    return t.job or ""
+
+
+def _clip(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+@kanban_group.command("show")
+@click.argument("task_id")
+@click.option("--json", "as_json", is_flag=True)
+def kanban_show(task_id: str, as_json: bool) -> None:
+    """A task: fields, parents and children, comments, events and each attempt's run."""
+    board = _board()
+    t = board.get(_id(task_id))
+    parents, children = board.parents(t.id), board.children(t.id)
+    comments, events, runs = board.comments(t.id), board.events(t.id), board.runs(t.id)
+    if as_json:
+        echo_json(
+            {
+                "task": t.as_dict(),
+                "parents": [p.as_dict() for p in parents],
+                "children": [c.as_dict() for c in children],
+                "comments": comments,
+                "events": [{**e, "payload": json.loads(e["payload"])} for e in events],
+                "runs": runs,
+            }
+        )
+        return
+    click.echo(f"task     #{t.id}  {t.title}")
+    click.echo(
+        f"status   {t.status}   attempts {t.attempts}/{t.max_attempts}   fence {t.fence}   priority {t.priority}"
+    )
+    click.echo(f"job      {t.job or '(kanban.default_job)'}   created {local_time(t.created_at)} by {t.created_by}")
+    if t.status == "running":
+        click.echo(f"lease    {t.lease_owner}, pid {t.worker_pid or '-'} on {t.host}, ends {ago(t.lease_expires)}")
+    for label, rel in (("parents", parents), ("children", children)):
+        if rel:
+            click.echo(f"{label:<8} " + ", ".join(f"#{r.id} {_clip(r.title, 40)} ({r.status})" for r in rel))
+    for label, value in (("reason", t.reason), ("error", t.error)):
+        if value:
+            click.echo(f"{label:<8} {value}")
+    if t.body.strip():
+        click.echo("\nbody:\n" + "\n".join(f"  {line}" for line in t.body.strip().splitlines()))
+    if t.result is not None:
+        click.echo("\nresult:\n" + "\n".join(f"  {line}" for line in (t.result.strip() or "(empty)").splitlines()))
+    if comments:
+        click.echo("\ncomments:")
+        for c in comments:
+            click.echo(f"  {local_time(c['created_at'])}  {c['author']}: {c['body']}")
+    click.echo("\nevents:")
+    for e in events:
+        fence = f" [fence {e['fence']}]" if e["fence"] is not None else ""
+        click.echo(
+            f"  {local_time(e['ts'])}  {e['kind']}{fence} {_clip(e['payload'], 120) if e['payload'] != '{}' else ''}"
+        )
+    if runs:
+        click.echo("\nattempts (runner runs show RUN):")
+        for i, r in enumerate(runs, 1):
+            tail = f": {_clip(r['error'], 80)}" if r["error"] else ""
+            click.echo(f"  {i}. {r['id']}  {r['job']}  {r['status']}{tail}")
+
+
+@kanban_group.command("move")
+@click.argument("task_id")
+@click.argument("status")
+def kanban_move(task_id: str, status: str) -> None:
+    """Set a task's status by hand (todo, ready, blocked, done, failed, archived)."""
+    t = _board().move(_id(task_id), status, now=_now())
+    click.echo(f"task {t.id}: {t.status}")
+
+
+@kanban_group.command("comment")
+@click.argument("task_id")
+@click.argument("text")
+def kanban_comment(task_id: str, text: str) -> None:
+    """Add a comment (the worker sees comments in its prompt)."""
+    author = os.environ.get("USER") or "user"
+    _board().comment(_id(task_id), text, now=_now(), author=author)
+    click.echo(f"task {_id(task_id)}: comment added")
+
+
+@kanban_group.command("block")
+@click.argument("task_id")
+@click.argument("reason")
+def kanban_block(task_id: str, reason: str) -> None:
+    """Block a task with a reason (a running worker's claim is revoked)."""
+    _board().block(_id(task_id), reason, now=_now())
+    click.echo(f"task {_id(task_id)}: blocked")
+
+
+@kanban_group.command("unblock")
+@click.argument("task_id")
+def kanban_unblock(task_id: str) -> None:
+    """Unblock a task: ready again (todo while a parent is unfinished), with fresh attempts."""
+    t = _board().unblock(_id(task_id), now=_now())
+    click.echo(f"task {t.id}: {t.status}")
+
+
+@kanban_group.command("archive")
+@click.argument("task_id")
+def kanban_archive(task_id: str) -> None:
+    """Archive a task: hidden from the board (runner kanban list --all shows it)."""
+    t = _board().move(_id(task_id), "archived", now=_now())
+    click.echo(f"task {t.id}: {t.status}")
+
+
+@kanban_group.command("dispatch")
+@click.option("--once", is_flag=True, help="one pass (promote, reclaim, claim, start), then exit")
+@click.option("--json", "as_json", is_flag=True, help="print each pass that did something as a JSON line")
+def kanban_dispatch(once: bool, as_json: bool) -> None:
+    """Run the dispatcher: start a worker for each ready task, up to kanban.max_workers."""
+    from runner.cli.run import _install_signals
+    from runner.kanban.dispatch import Dispatcher
+
+    dispatcher = Dispatcher(settings())
+
+    def report(result: TickResult) -> None:
+        if as_json:
+            if result.busy or once:
+                click.echo(json.dumps(_tick_dict(result)))
+            return
+        for line in _tick_lines(result):
+            click.echo(f"{local_time(_now().isoformat())}  {line}")
+
+    try:
+        if once:
+            report(dispatcher.tick(_now()))
+            return
+        stop = threading.Event()
+        previous = _install_signals(stop)
+        click.echo(
+            f"dispatching (max_workers {dispatcher.max_workers}, lease {dispatcher.lease_seconds:g}s); Ctrl-C stops",
+            err=True,
+        )
+        try:
+            dispatcher.run(stop, on_tick=report, on_error=lambda exc: click.echo(f"error: {exc}", err=True))
+        finally:
+            import signal
+
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        click.echo("dispatcher stopped; running workers finish on their own", err=True)
+    finally:
+        dispatcher.close()
+
+
+def _tick_dict(r: TickResult) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(r)
+
+
+def _tick_lines(r: TickResult) -> list[str]:
+    lines = [f"task {t}: ready (parents done)" for t in r.promoted]
+    lines += [f"task {x.task_id}: lease expired (owner {x.owner}); now {x.status}" for x in r.reclaimed]
+    for e in r.exited:
+        lines.append(
+            f"task {e.task_id}: worker exited {e.code}" + (f"; task now {e.task_status}" if e.task_status else "")
+        )
+    lines += [f"task {s.task_id}: started worker pid {s.pid} (fence {s.fence})" for s in r.started]
+    lines += [f"task {t}: {err}" for t, err in r.failed_to_start]
+    return lines
+
+
+@kanban_group.command("work")
+def kanban_work() -> None:
+    """The worker the dispatcher starts: one attempt at the task in HERMES_KANBAN_TASK."""
+    from runner.cli.run import _install_signals
+    from runner.kanban.work import work
+
+    stop = threading.Event()
+    _install_signals(stop)
+    result = work(settings(), os.environ, stop=stop)
+    line = f"task {result.task_id}: {result.status}" + (f" (run {result.run_id})" if result.run_id else "")
+    if result.detail:
+        line += f": {result.detail}"
+    click.echo(line, err=result.exit_code != 0)
+    sys.exit(result.exit_code)
+
+
+COMMANDS = [kanban_group]

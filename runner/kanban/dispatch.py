@@ -1,0 +1,296 @@
+"""The dispatcher: hands ready tasks to worker processes.
+
+One ``tick(now)``: notice workers that exited, promote todo -> ready, reclaim expired leases
+(killing the stale worker's process group when it is still alive on this host), then claim
+ready tasks by priority then age, up to ``kanban.max_workers`` running on this host, and start
+``python -m runner kanban work`` for each with ``HERMES_KANBAN_TASK`` and ``HERMES_KANBAN_FENCE``
+in its environment and its output appended to ``RUNNER_HOME/logs/kanban/<task>.log``.
+
+``runner serve`` calls ``tick(now)`` as one of its tickers; ``runner kanban dispatch`` runs
+``run(stop)``, which ticks every ``kanban.poll_seconds`` and sooner when another process
+commits to runner.db (``PRAGMA data_version``), so a new task starts within a fraction of a second.
+Workers run in their own sessions and outlive the dispatcher; a restarted dispatcher counts
+them from the board.
+
+A Dispatcher uses ``settings.store``'s connection unless given a ``board``; a caller that ticks
+it from a thread of its own should pass ``board=Board(Store.open(path))`` for that thread.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Protocol
+
+from runner.context import Settings
+from runner.kanban.board import Board
+from runner.kanban.model import Claim, FenceError, Reclaimed
+from runner.runs import HOST, mark_orphans_unknown, pid_alive, pid_start_time
+from runner.store import iso
+
+ENV_TASK = "HERMES_KANBAN_TASK"
+ENV_FENCE = "HERMES_KANBAN_FENCE"
+WAKE_CHECK_S = 0.05
+
+
+class WorkerHandle(Protocol):
+    """A started worker: what ``subprocess.Popen`` offers."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+
+
+class Launcher(Protocol):
+    """Starts the worker for a claim (the seam a test or another host type can replace)."""
+
+    def start(self, claim: Claim) -> WorkerHandle: ...
+
+
+@dataclass(frozen=True)
+class Started:
+    task_id: int
+    fence: int
+    pid: int
+
+
+@dataclass(frozen=True)
+class Exited:
+    task_id: int
+    fence: int
+    code: int
+    task_status: str | None  # where the failed attempt sent the task; None if the worker had ended it
+
+
+@dataclass(frozen=True)
+class TickResult:
+    promoted: tuple[int, ...] = ()
+    reclaimed: tuple[Reclaimed, ...] = ()
+    exited: tuple[Exited, ...] = ()
+    started: tuple[Started, ...] = ()
+    failed_to_start: tuple[tuple[int, str], ...] = ()
+    running: int = 0
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.promoted or self.reclaimed or self.exited or self.started or self.failed_to_start)
+
+
+def log_path(home: Path, task_id: int) -> Path:
+    return home / "logs" / "kanban" / f"{task_id}.log"
+
+
+@dataclass
+class ProcessLauncher:
+    """Starts ``python -m runner kanban work`` in a new session (its own process group)."""
+
+    settings: Settings
+    python: str = sys.executable
+
+    def start(self, claim: Claim) -> WorkerHandle:
+        home = self.settings.home
+        path = log_path(home, claim.task_id)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "ab", buffering=0) as log:
+            log.write(f"=== attempt {claim.attempt} (fence {claim.fence}) starting at {_now()}\n".encode())
+            env = dict(os.environ)
+            env.update({ENV_TASK: str(claim.task_id), ENV_FENCE: str(claim.fence), "PYTHONUNBUFFERED": "1"})
+            argv = [self.python, "-m", "runner", "--home", str(home), "--jobs", str(self.settings.jobs_path)]
+            argv += ["--config", str(self.settings.config_path), "kanban", "work"]
+            return subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+
+
+def _now() -> str:
+    from runner.store import utcnow
+
+    return iso(utcnow()) or ""
+
+
+def kill_group(pid: int, pid_start: str | None) -> bool:
+    """SIGKILL a stale worker if that pid is still the same process: its process group (the
+    worker leads one) and every descendant, found first, since the local backend starts
+    commands in sessions of their own that a group kill would miss."""
+    if not pid_alive(pid, pid_start):
+        return False
+    for target in [pid, *descendants(pid)]:
+        try:
+            if os.getpgid(target) == target:
+                os.killpg(target, signal.SIGKILL)
+            else:
+                os.kill(target, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            continue
+    return True
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (children first), from /proc; empty where /proc is absent."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    out, queue = [], list(children.get(pid, []))
+    while queue:
+        child = queue.pop(0)
+        out.append(child)
+        queue.extend(children.get(child, []))
+    return out
+
+
+@dataclass
+class _Child:
+    handle: WorkerHandle
+    fence: int
+
+
+@dataclass
+class Dispatcher:
+    settings: Settings
+    launcher: Launcher | None = None
+    board: Board | None = None
+    owner: str = field(default_factory=lambda: f"{HOST}:{os.getpid()}:dispatch")
+
+    def __post_init__(self) -> None:
+        self._board = self.board or Board(self.settings.store)
+        self._launcher = self.launcher or ProcessLauncher(self.settings)
+        self._children: dict[int, _Child] = {}
+        self._orphans = False
+        cfg = self.settings.config.kanban
+        self.max_workers, self.lease_seconds, self.backoff = cfg.max_workers, cfg.lease_seconds, cfg.retry_backoff
+        self.poll_seconds = cfg.poll_seconds
+
+    # -- the tick -----------------------------------------------------------------------
+    def tick(self, now: datetime) -> TickResult:
+        board = self._board
+        if self._orphans:
+            self._orphans = False
+            mark_orphans_unknown(board.store)
+        exited = self._reap(now)
+        promoted = board.promote(now=now)
+        reclaimed = board.reclaim_expired(now=now, backoff=self.backoff)
+        for r in reclaimed:
+            if r.host == board.host and r.pid and kill_group(r.pid, r.pid_start):
+                self._orphans = True
+        started: list[Started] = []
+        failed: list[tuple[int, str]] = []
+        slots = self.max_workers - board.running_on(board.host)
+        if slots > 0 and self._any_ready(now):
+            for claim in board.claim(self.owner, now=now, lease_seconds=self.lease_seconds, limit=slots):
+                try:
+                    handle = self._launcher.start(claim)
+                except OSError as exc:
+                    error = f"cannot start the worker: {exc}"
+                    board.fail_attempt(claim.task_id, claim.fence, error, now=now, backoff=self.backoff)
+                    failed.append((claim.task_id, error))
+                    continue
+                self._children[claim.task_id] = _Child(handle, claim.fence)
+                started.append(Started(claim.task_id, claim.fence, handle.pid))
+                try:
+                    board.attach(
+                        claim.task_id,
+                        claim.fence,
+                        pid=handle.pid,
+                        pid_start=pid_start_time(handle.pid),
+                        now=now,
+                        kind="spawned",
+                    )
+                except FenceError:
+                    continue  # the worker was quicker: it already ended its attempt (recorded as refused)
+        return TickResult(
+            promoted=tuple(promoted),
+            reclaimed=tuple(reclaimed),
+            exited=tuple(exited),
+            started=tuple(started),
+            failed_to_start=tuple(failed),
+            running=board.running_on(board.host),
+        )
+
+    def _any_ready(self, now: datetime) -> bool:
+        return (
+            self._board.store.one(
+                "SELECT 1 AS x FROM tasks INDEXED BY tasks_claim WHERE status='ready' "
+                "AND (not_before IS NULL OR not_before <= ?) LIMIT 1",
+                (iso(now),),
+            )
+            is not None
+        )
+
+    def _reap(self, now: datetime) -> list[Exited]:
+        """Workers that exited: a task still running under their claim fails this attempt.
+        A live worker whose task was claimed again by someone else is killed."""
+        out: list[Exited] = []
+        for task_id, child in list(self._children.items()):
+            code = child.handle.poll()
+            if code is None:
+                row = self._board.store.one("SELECT fence FROM tasks WHERE id=?", (task_id,))
+                if row is not None and row["fence"] != child.fence:
+                    kill_group(child.handle.pid, None)
+                continue
+            del self._children[task_id]
+            status = self._board.worker_exited(task_id, child.fence, code, now=now, backoff=self.backoff)
+            if status is not None:
+                self._orphans = True
+            out.append(Exited(task_id, child.fence, code, status))
+        if out and self._orphans:
+            self._orphans = False
+            mark_orphans_unknown(self._board.store)
+        return out
+
+    # -- the standalone loop ------------------------------------------------------------
+    def run(
+        self,
+        stop: threading.Event,
+        *,
+        clock: Callable[[], datetime] | None = None,
+        on_tick: Callable[[TickResult], None] | None = None,
+        on_error: Callable[[Exception], None] | None = None,
+    ) -> None:
+        """Tick every ``poll_seconds``, and as soon as another process commits (checked every 50 ms).
+
+        A database error in a tick (locked past the busy timeout, disk full) goes to ``on_error``
+        and the loop carries on at the next poll; without ``on_error`` it propagates."""
+        from runner.store import utcnow
+
+        clock = clock or utcnow
+        conn = self._board.store.conn
+        seen, next_tick = -1, 0.0
+        while not stop.is_set():
+            version = conn.execute("PRAGMA data_version").fetchone()[0]
+            if version != seen or time.monotonic() >= next_tick or self._children_exited():
+                seen, next_tick = version, time.monotonic() + self.poll_seconds
+                try:
+                    result = self.tick(clock())
+                except sqlite3.OperationalError as exc:
+                    if on_error is None:
+                        raise
+                    on_error(exc)
+                    continue
+                if on_tick is not None:
+                    on_tick(result)
+            stop.wait(WAKE_CHECK_S)
+
+    def _children_exited(self) -> bool:
+        return any(c.handle.poll() is not None for c in self._children.values())
+
+    def close(self) -> None:
+        """Forget the children (they keep running and renewing their leases) and reap none."""
+        self._children.clear()
+        if self.board is None:
+            self._board.close()

@@ -1,0 +1,282 @@
+"""``runner kanban work``: one attempt at one task, in the process the dispatcher started.
+
+Reads ``HERMES_KANBAN_TASK`` and ``HERMES_KANBAN_FENCE``, records its pid on the task, renews
+the lease every third of ``kanban.lease_seconds`` from a background thread, and runs the task's
+job (``task.job``, else ``kanban.default_job``) through the ordinary worker with trigger
+``kanban``, so the attempt is a run in the ledger. The task's title, body, comments and its
+parents' results are appended to the prompt; the agent ends the task with ``kanban_complete`` or
+``kanban_block`` (reminded once if it stops without either). A script-only job completes the
+task with its pre_run output on exit 0. Every board write carries the fence: once the claim is
+reclaimed the writes are refused and the worker stops.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runner.context import Settings
+from runner.errors import RunnerError, UsageError
+from runner.jobs import Job
+from runner.kanban.board import Board
+from runner.kanban.dispatch import ENV_FENCE, ENV_TASK
+from runner.kanban.model import FenceError, Task
+from runner.redact import Redactor
+from runner.runs import finish_run, pid_start_time
+from runner.store import Store, utcnow
+
+REMINDER = (
+    "You have not ended this kanban task. Call kanban_complete with the result if the work is done, "
+    "or kanban_block with the reason if you cannot finish it. Do it now."
+)
+UNFINISHED = "the worker stopped without calling kanban_complete or kanban_block (reminded once)"
+RESULT_CHARS = 4000
+
+
+@dataclass(frozen=True)
+class WorkResult:
+    task_id: int
+    status: str  # done | blocked | ready (retry later) | failed | refused
+    run_id: str | None = None
+    detail: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.status in ("done", "blocked") else 1
+
+
+def read_env(environ: Mapping[str, str]) -> tuple[int, int]:
+    raw_task, raw_fence = environ.get(ENV_TASK, ""), environ.get(ENV_FENCE, "")
+    if not raw_task:
+        raise UsageError(f"{ENV_TASK} is not set; `runner kanban work` is started by the dispatcher")
+    if not raw_fence:
+        raise UsageError(f"{ENV_FENCE} is not set; `runner kanban work` is started by the dispatcher with its claim")
+    try:
+        return int(raw_task), int(raw_fence)
+    except ValueError:
+        raise UsageError(f"{ENV_TASK}={raw_task!r} / {ENV_FENCE}={raw_fence!r}: expected integers") from None
+
+
+def job_for(settings: Settings, task: Task) -> Job:
+    name = task.job or settings.config.kanban.default_job
+    if not name:
+        raise UsageError(
+            f"task {task.id} names no job and config.yaml sets no kanban.default_job; "
+            "give the task one (runner kanban add --job NAME) or set kanban.default_job"
+        )
+    return settings.jobs.get(name)
+
+
+def task_prompt(board: Board, task: Task) -> str:
+    """The task as the model sees it: title, body, comments and the results of its parents."""
+    parts = [f"## Kanban task {task.id}: {task.title}"]
+    if task.body.strip():
+        parts.append(task.body.strip())
+    comments = board.comments(task.id)
+    if comments:
+        parts.append(
+            "Comments:\n" + "\n".join(f"- {c['author']} ({c['created_at'][:16]}): {c['body']}" for c in comments)
+        )
+    done = [p for p in board.parents(task.id) if p.status == "done"]
+    if done:
+        lines = [f'- task {p.id} "{p.title}": {(p.result or "").strip()[:RESULT_CHARS]}' for p in done]
+        parts.append("Results of the tasks this one depends on:\n" + "\n".join(lines))
+    if task.attempts > 1 and task.error:
+        parts.append(f"This is attempt {task.attempts} of {task.max_attempts}; the last one failed: {task.error}")
+    parts.append(
+        "End the task with kanban_complete(result) when the work is done, or kanban_block(reason) "
+        "if you cannot proceed without help."
+    )
+    return "\n\n".join(parts)
+
+
+class TaskSession:
+    """The task a worker holds, as the kanban tools use it. Every write carries the fence."""
+
+    def __init__(self, board: Board, task: Task, fence: int, settings: Settings):
+        self.board, self.task_id, self.fence, self.settings = board, task.id, fence, settings
+        self.job = task.job
+        self.ended: str | None = None  # "done" | "blocked" once this worker ended the task
+        self.lost = False  # the claim was reclaimed: every further write is refused
+        self.run_id: str | None = None
+        self.redact = Redactor()  # what the model writes to the board is masked like its run events
+
+    def show(self) -> dict[str, Any]:
+        task = self.board.get(self.task_id)
+        parents = self.board.parents(self.task_id)
+        return {
+            "task": {k: v for k, v in task.as_dict().items() if k in ("id", "title", "body", "status", "priority")},
+            "attempt": task.attempts,
+            "comments": self.board.comments(self.task_id),
+            "parents": [{"id": p.id, "title": p.title, "status": p.status, "result": p.result} for p in parents],
+        }
+
+    def comment(self, text: str) -> None:
+        self._write(
+            self.board.comment,
+            self.task_id,
+            self.redact(text),
+            now=utcnow(),
+            author=f"worker (fence {self.fence})",
+            fence=self.fence,
+        )
+
+    def complete(self, result: str) -> None:
+        self._write(self.board.complete, self.task_id, self.fence, self.redact(result), now=utcnow())
+        self.ended = "done"
+
+    def block(self, reason: str) -> None:
+        reason = self.redact(reason)
+        self._write(self.board.block, self.task_id, reason, now=utcnow(), fence=self.fence, actor="worker")
+        self.ended = "blocked"
+
+    def create(self, title: str, body: str, *, priority: int, job: str | None) -> int:
+        task_id = self._write(
+            self.board.add,
+            self.redact(title),
+            now=utcnow(),
+            body=self.redact(body),
+            parents=[self.task_id],
+            priority=priority,
+            job=job or self.job,
+            max_attempts=self.settings.config.kanban.max_attempts,
+            created_by=f"task:{self.task_id}",
+            fence=(self.task_id, self.fence),
+        )
+        return int(task_id)
+
+    def reminder(self) -> str | None:
+        return None if self.ended or self.lost else REMINDER
+
+    def _write(self, fn: Any, *args: Any, **kw: Any) -> Any:
+        if self.lost:
+            raise FenceError(self.task_id, self.fence, None, None, "write")
+        if self.ended:
+            raise UsageError(f"task {self.task_id} is already {self.ended}; reply with a short final message")
+        try:
+            return fn(*args, **kw)
+        except FenceError:
+            self.lost = True
+            raise
+
+
+class LeaseKeeper:
+    """Renews the lease every third of ``lease_seconds`` from a thread with its own connection;
+    calls ``on_lost`` once a renewal is refused (the session knows whether it ended the task itself)."""
+
+    def __init__(self, db: Path, task_id: int, fence: int, *, lease_seconds: float, on_lost: Callable[[], None]):
+        self.db, self.task_id, self.fence, self.lease_seconds = db, task_id, fence, lease_seconds
+        self.on_lost = on_lost
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"lease-{task_id}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        store = Store.open(self.db, migrate=False)
+        board = Board(store)
+        try:
+            while not self._stop.wait(self.lease_seconds / 3):
+                try:
+                    state = board.renew(self.task_id, self.fence, now=utcnow(), lease_seconds=self.lease_seconds)
+                except sqlite3.OperationalError as exc:  # locked past the busy timeout: try again next time
+                    print(f"kanban: lease renewal for task {self.task_id} failed: {exc}", file=sys.stderr, flush=True)
+                    continue
+                if state != "renewed":
+                    self.on_lost()  # the session tells a task it ended itself from one taken away
+                    return
+        finally:
+            board.close()
+            store.close()
+
+
+def work(settings: Settings, environ: Mapping[str, str], *, stop: threading.Event | None = None) -> WorkResult:
+    """Run one attempt of the task named in ``environ``."""
+    task_id, fence = read_env(environ)
+    stop = stop or threading.Event()
+    board = Board(settings.store)
+    try:
+        board.attach(task_id, fence, pid=os.getpid(), pid_start=pid_start_time(os.getpid()), now=utcnow())
+    except FenceError as exc:
+        board.close()
+        return WorkResult(task_id, "refused", detail=str(exc))
+    session = TaskSession(board, board.get(task_id), fence, settings)
+
+    def lost() -> None:
+        if not session.ended:
+            session.lost = True
+            stop.set()
+
+    lease = settings.config.kanban.lease_seconds
+    keeper = LeaseKeeper(board.store.path, task_id, fence, lease_seconds=lease, on_lost=lost)
+    keeper.start()
+    try:
+        result = _attempt(settings, session, stop)
+    except FenceError as exc:
+        result = WorkResult(task_id, "refused", session.run_id, str(exc))
+    finally:
+        keeper.stop()
+        board.close()
+    if result.status == "refused" and result.run_id:
+        # The run itself may have gone well, but its work was refused: the ledger says so.
+        finish_run(settings.store, result.run_id, "failed", reason="refused", error=result.detail)
+    return result
+
+
+def _attempt(settings: Settings, session: TaskSession, stop: threading.Event) -> WorkResult:
+    from runner.worker import RunRequest, execute
+
+    board, task_id, fence = session.board, session.task_id, session.fence
+    task = board.get(task_id)
+    job, outcome = None, None
+    try:
+        job = job_for(settings, task)
+        req = RunRequest(
+            job=job,
+            trigger="kanban",
+            task_id=str(task_id),
+            workdir=None if job.spec.workdir else workspace(settings, task_id),
+            extra_tools={"kanban": session},
+            stop=stop,
+            task_prompt=task_prompt(board, task),
+            follow_up=session.reminder if job.spec.agent else None,
+        )
+        outcome = execute(settings, req)
+        session.run_id = outcome.run_id
+        error = outcome.error or f"the run ended {outcome.status}" + (f" ({outcome.reason})" if outcome.reason else "")
+        if outcome.reason == "unfinished":
+            error = UNFINISHED
+    except RunnerError as exc:
+        error = session.redact(str(exc))
+    run_id = session.run_id
+    if session.lost:
+        return WorkResult(task_id, "refused", run_id, "the claim was reclaimed; this worker's writes are refused")
+    if session.ended:
+        return WorkResult(task_id, session.ended, run_id)
+    if outcome is not None and job is not None and outcome.status in ("succeeded", "skipped"):
+        if not job.spec.agent:
+            board.complete(task_id, fence, outcome.output, now=utcnow())
+            return WorkResult(task_id, "done", run_id)
+        if outcome.status == "skipped":
+            board.complete(task_id, fence, "(skipped: the pre_run said there is nothing to do)", now=utcnow())
+            return WorkResult(task_id, "done", run_id)
+        error = UNFINISHED
+    status = board.fail_attempt(task_id, fence, error, now=utcnow(), backoff=settings.config.kanban.retry_backoff)
+    return WorkResult(task_id, status, run_id, error)
+
+
+def workspace(settings: Settings, task_id: int) -> Path:
+    path = settings.home / "workspaces" / str(task_id)
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path

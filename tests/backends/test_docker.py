@@ -1,0 +1,182 @@
+"""Docker-specific behaviour, read back from a real dockerd."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from backend_helpers import make_ctx
+
+from backends import resolve
+from backends.base import BackendContext
+from backends.docker import LABEL_JOB, LABEL_MANAGED, LABEL_RUN, cleanup_stale
+from backends.docker_spec import parse_docker_spec
+from runner.errors import BackendError, UsageError
+
+pytestmark = pytest.mark.docker
+MiB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def client(docker_image: str) -> Iterator[Any]:
+    import docker
+
+    api = docker.from_env()
+    yield api
+    api.close()
+
+
+@pytest.fixture(scope="module")
+def hardened(docker_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Path]]:
+    """One container with limits and two extra mounts, shared by the read-only checks."""
+    root = tmp_path_factory.mktemp("hardened")
+    (root / "ro").mkdir()
+    (root / "ro" / "data.txt").write_text("read me")
+    (root / "rw").mkdir()
+    ctx = make_ctx(root, run_id="hardened-run", job="hardening")
+    spec = {
+        "type": "docker",
+        "image": docker_image,
+        "memory": "256m",
+        "cpus": 0.5,
+        "mounts": [f"{root / 'ro'}:/data", {"source": str(root / "rw"), "target": "/out", "rw": True}],
+    }
+    backend = resolve(spec, ctx=ctx)
+    yield backend, ctx.workdir
+    backend.close()
+
+
+def test_hardening_as_docker_inspect_reports_it(hardened: tuple[Any, Path], client: Any) -> None:
+    backend, workdir = hardened
+    info = client.api.inspect_container(backend.name)
+    host = info["HostConfig"]
+    assert host["CapDrop"] == ["ALL"]
+    assert "no-new-privileges" in host["SecurityOpt"]
+    assert host["PidsLimit"] == 256
+    assert host["NetworkMode"] == "none"
+    assert host["Memory"] == 256 * MiB
+    assert host["NanoCpus"] == 500_000_000
+    assert "/tmp" in host["Tmpfs"]
+    assert info["Config"]["User"] == f"{os.getuid()}:{os.getgid()}"
+    assert info["Config"]["WorkingDir"] == "/workspace"
+    labels = info["Config"]["Labels"]
+    assert (labels[LABEL_MANAGED], labels[LABEL_RUN], labels[LABEL_JOB]) == ("1", "hardened-run", "hardening")
+    mounts = {m["Destination"]: m for m in info["Mounts"]}
+    assert mounts["/workspace"]["Source"] == str(workdir.resolve()) and mounts["/workspace"]["RW"]
+    assert mounts["/data"]["RW"] is False and mounts["/out"]["RW"] is True
+    assert not any("docker.sock" in m["Source"] for m in info["Mounts"])
+
+
+def test_inside_the_container(hardened: tuple[Any, Path]) -> None:
+    backend, _ = hardened
+    interfaces = backend.run("cat /proc/net/dev", timeout=10).output
+    assert "lo:" in interfaces and "eth0" not in interfaces
+    capabilities = backend.run("grep CapEff /proc/self/status", timeout=10).output
+    assert capabilities.split()[-1] == "0000000000000000"
+    assert backend.run("cat /data/data.txt", timeout=10).output == "read me"
+    assert backend.run("touch /data/new", timeout=10).exit_code != 0
+    assert backend.run("echo out > /out/file && cat /out/file", timeout=10).output == "out\n"
+    assert backend.run("grep ' /tmp ' /proc/mounts", timeout=10).output.startswith("tmpfs")
+
+
+def test_files_in_workspace_belong_to_the_invoking_user(hardened: tuple[Any, Path]) -> None:
+    backend, workdir = hardened
+    backend.run("mkdir -p made && echo x > made/by-command", cwd="/workspace", timeout=10)
+    backend.write_file("/workspace/made/by-write-file", b"y")
+    for path in (workdir / "made", workdir / "made" / "by-command", workdir / "made" / "by-write-file"):
+        assert (path.stat().st_uid, path.stat().st_gid) == (os.getuid(), os.getgid()), path
+
+
+def test_user_override_writes_as_that_uid(make_backend: Callable[..., Any]) -> None:
+    backend, ctx = make_backend("docker", user="4321:4321")
+    os.chmod(ctx.workdir, 0o777)
+    assert backend.run("id -u; id -g", timeout=10).output == "4321\n4321\n"
+    backend.run("echo hi > from-4321", timeout=10)
+    backend.write_file("written-4321", b"hi")
+    for name in ("from-4321", "written-4321"):
+        info = (ctx.workdir / name).stat()
+        assert (info.st_uid, info.st_gid) == (4321, 4321)
+
+
+def test_fork_bomb_ends_at_the_timeout_and_host_stays_responsive(make_backend: Callable[..., Any]) -> None:
+    backend, _ = make_backend("docker")
+    host_latencies: list[float] = []
+    stop = threading.Event()
+
+    def probe() -> None:
+        while not stop.is_set():
+            started = time.monotonic()
+            subprocess.run(["true"], check=True)
+            host_latencies.append(time.monotonic() - started)
+            time.sleep(0.2)
+
+    prober = threading.Thread(target=probe)
+    prober.start()
+    started = time.monotonic()
+    try:
+        result = backend.run("bomb() { while :; do bomb & done; }; bomb 2>/dev/null & exec sleep 600", timeout=3)
+    finally:
+        stop.set()
+        prober.join()
+    elapsed = time.monotonic() - started
+    assert result.timed_out and result.exit_code == 124
+    assert elapsed < 3 + 10 + 2 + 2  # kill retried for <= 10 s (it waits for a free pid), then abort
+    assert host_latencies and max(host_latencies) < 1.0
+    assert backend.run("echo alive", timeout=10).output == "alive\n"
+    processes = backend.run("ls /proc | grep -c '^[0-9]'", timeout=10).output
+    assert int(processes) < 10, "the bomb's processes should be gone, not just our wait"
+
+
+def test_daemon_not_running_is_a_fast_backend_error(
+    docker_image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-dockerd.sock")
+    started = time.monotonic()
+    with pytest.raises(BackendError, match="cannot reach the Docker daemon"):
+        resolve({"type": "docker", "image": docker_image}, ctx=make_ctx(tmp_path))
+    with pytest.raises(BackendError):
+        cleanup_stale(lambda run_id: True)
+    assert time.monotonic() - started < 5
+
+
+def test_missing_image_with_pull_never(docker_image: str, tmp_path: Path) -> None:
+    spec = {"type": "docker", "image": "runner-test:does-not-exist", "pull": "never"}
+    with pytest.raises(BackendError, match="not present and pull is 'never'"):
+        resolve(spec, ctx=make_ctx(tmp_path))
+
+
+def test_docker_socket_is_never_mounted(tmp_path: Path) -> None:
+    sockets = [p for p in ("/var/run/docker.sock", "/run/docker.sock") if os.path.exists(p)]
+    for sock in sockets:
+        for source in (sock, os.path.dirname(sock), "/"):
+            with pytest.raises(UsageError, match="Docker socket"):
+                parse_docker_spec({"image": "x", "mounts": [f"{source}:/mnt"]}, base=tmp_path)
+    fake = tmp_path / "docker.sock"
+    with pytest.raises(UsageError, match="Docker socket"):
+        parse_docker_spec({"image": "x", "mounts": [f"{fake}:/var/run/docker.sock"]}, base=tmp_path)
+
+
+def test_workdir_exposing_the_socket_is_refused(docker_image: str) -> None:
+    ctx = BackendContext(workdir=Path("/run"), home=Path("/tmp"))
+    if not os.path.exists("/run/docker.sock") and not os.path.exists("/var/run/docker.sock"):
+        pytest.skip("no local docker socket")
+    with pytest.raises(UsageError, match="Docker socket"):
+        resolve({"type": "docker", "image": docker_image}, ctx=ctx)
+
+
+def test_cleanup_stale_removes_only_inactive_runs(make_backend: Callable[..., Any], client: Any) -> None:
+    stale, _ = make_backend("docker", run_id=f"stale-{os.getpid()}")
+    live, _ = make_backend("docker", run_id=f"live-{os.getpid()}")
+    removed = cleanup_stale(lambda run_id: run_id != f"stale-{os.getpid()}")
+    assert removed == [stale.name]
+    names = {c.name for c in client.containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=1"})}
+    assert stale.name not in names and live.name in names
+    with pytest.raises(BackendError):
+        stale.run("true", timeout=5)
+    assert live.run("echo ok", timeout=5).output == "ok\n"

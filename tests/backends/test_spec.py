@@ -1,0 +1,181 @@
+"""Spec parsing: string and mapping specs, per-backend validation. No services needed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from backends import known_types, parse_spec, resolve
+from backends.base import BackendContext
+from backends.docker_spec import parse_docker_spec
+from backends.local import LocalBackend
+from backends.ssh_spec import parse_ssh_spec
+from runner.errors import UsageError
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("local", {"type": "local"}),
+        ("  local ", {"type": "local"}),
+        ("docker:busybox", {"type": "docker", "image": "busybox"}),
+        ("docker:python:3.12-slim", {"type": "docker", "image": "python:3.12-slim"}),
+        ("docker:ghcr.io/o/i@sha256:abc", {"type": "docker", "image": "ghcr.io/o/i@sha256:abc"}),
+        ("ssh:example.com", {"type": "ssh", "host": "example.com"}),
+        ("ssh:deploy@example.com", {"type": "ssh", "host": "example.com", "user": "deploy"}),
+        ("ssh:deploy@10.0.0.5:2222", {"type": "ssh", "host": "10.0.0.5", "user": "deploy", "port": 2222}),
+        ("ssh:[::1]:22", {"type": "ssh", "host": "::1", "port": 22}),
+    ],
+)
+def test_string_specs(text: str, expected: dict[str, object]) -> None:
+    assert parse_spec(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "local:x",
+        "docker:",
+        "docker:a b",
+        "ssh:",
+        "ssh:-oProxyCommand=x",
+        "ssh:h:0",
+        "ssh:h:70000",
+        "ssh:a@b@c",
+    ],
+)
+def test_invalid_string_specs(text: str) -> None:
+    with pytest.raises(UsageError):
+        parse_spec(text)
+
+
+def test_unknown_type_lists_the_known_ones() -> None:
+    assert known_types() == ["docker", "local", "ssh"]
+    for spec in ("kubernetes:pod", {"type": "kubernetes"}):
+        with pytest.raises(UsageError, match="known types: docker, local, ssh"):
+            parse_spec(spec)  # type: ignore[arg-type]
+
+
+def test_mapping_specs_keep_their_keys_and_default_to_local() -> None:
+    assert parse_spec({}) == {"type": "local"}
+    spec = {"type": "docker", "image": "python:3.12-slim", "network": "none", "memory": "1g", "cpus": 1}
+    assert parse_spec(spec) == spec
+
+
+@given(st.text(max_size=80))
+def test_parse_spec_raises_only_usage_errors(text: str) -> None:
+    try:
+        out = parse_spec(text)
+    except UsageError:
+        return
+    assert out["type"] in known_types()
+
+
+@given(st.dictionaries(st.text(max_size=12), st.one_of(st.none(), st.integers(), st.text(max_size=12))))
+def test_parse_spec_mapping_raises_only_usage_errors(spec: dict[str, object]) -> None:
+    try:
+        out = parse_spec(spec)
+    except UsageError:
+        return
+    assert out["type"] in known_types()
+
+
+def test_resolve_local_and_its_options(tmp_path: Path) -> None:
+    ctx = BackendContext(workdir=tmp_path, home=tmp_path)
+    with resolve("local", ctx=ctx) as backend:
+        assert isinstance(backend, LocalBackend)
+        assert backend.run("echo via resolve", timeout=5).output == "via resolve\n"
+    with pytest.raises(UsageError, match="takes no options"):
+        resolve({"type": "local", "image": "x"}, ctx=ctx)
+
+
+def test_docker_spec_values(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    spec = parse_docker_spec(
+        {"image": "busybox", "memory": "1g", "cpus": "1.5", "mounts": ["data:/data", "data:/rw:rw"]},
+        base=tmp_path,
+    )
+    assert (spec.memory, spec.nano_cpus, spec.network, spec.pull) == (
+        1024**3,
+        1_500_000_000,
+        "none",
+        "missing",
+    )
+    assert [(m["Target"], m["Source"], m["ReadOnly"]) for m in spec.mounts] == [
+        ("/data", str(tmp_path / "data"), True),
+        ("/rw", str(tmp_path / "data"), False),
+    ]
+    assert parse_docker_spec({"image": "x", "memory": "512m"}, base=tmp_path).memory == 512 * 1024**2
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {},
+        {"image": ""},
+        {"image": "x", "memory": "lots"},
+        {"image": "x", "cpus": 0},
+        {"image": "x", "cpus": "many"},
+        {"image": "x", "pull": "sometimes"},
+        {"image": "x", "mounts": "data:/data"},
+        {"image": "x", "mounts": ["data"]},
+        {"image": "x", "mounts": ["data:relative"]},
+        {"image": "x", "mounts": ["missing-dir:/m"]},
+        {"image": "x", "mounts": ["data:/workspace"]},
+        {"image": "x", "mounts": [{"source": "data"}]},
+        {"image": "x", "privileged": True},
+    ],
+)
+def test_docker_spec_errors(bad: dict[str, object], tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    with pytest.raises(UsageError):
+        parse_docker_spec(bad, base=tmp_path)
+
+
+def test_ssh_spec_values() -> None:
+    spec = parse_ssh_spec(
+        {
+            "host": "example.com",
+            "user": "deploy",
+            "port": "2222",
+            "key": "~/.ssh/id_ed25519",
+            "strict_host_key_checking": False,  # YAML `no`
+            "ssh_options": {"ProxyJump": "bastion"},
+        }
+    )
+    assert (spec.port, spec.strict_host_key_checking, spec.ssh_options) == (
+        2222,
+        "no",
+        ("ProxyJump=bastion",),
+    )
+    assert spec.key is not None and not spec.key.startswith("~")
+    argv = spec.ssh_argv(Path("/tmp/cp"), "60s")
+    assert argv[:2] == ["ssh", "-T"]
+    for option in ("ControlMaster=auto", "ControlPath=/tmp/cp", "BatchMode=yes", "ConnectTimeout=10"):
+        assert option in argv
+    assert argv[-6:] == ["-p", "2222", "-l", "deploy", "-i", spec.key]
+    assert spec.destination == "deploy@example.com:2222"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {},
+        {"host": "-oProxyCommand=x"},
+        {"host": "a b"},
+        {"host": "h", "port": 0},
+        {"host": "h", "port": 70000},
+        {"host": "h", "port": True},
+        {"host": "h", "strict_host_key_checking": "maybe"},
+        {"host": "h", "ssh_options": ["ControlPath=/x"]},
+        {"host": "h", "ssh_options": ["no equals sign"]},
+        {"host": "h", "connect_timeout": -1},
+        {"host": "h", "password": "x"},
+    ],
+)
+def test_ssh_spec_errors(bad: dict[str, object]) -> None:
+    with pytest.raises(UsageError):
+        parse_ssh_spec(bad)

@@ -1,0 +1,113 @@
+"""Backend latency benchmark: ``python tests/bench/bench_backends.py [RUNS]``.
+
+Prints the median of RUNS (default 50) runs of ``true`` per backend, and how long a Docker
+container takes from start to its first command. Docker uses ``$RUNNER_TEST_DOCKER_IMAGE``
+(default runner-test:busybox, see .ci/services.sh); SSH uses a private sshd started here,
+as the tests do. An unavailable backend is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "backends")]
+
+from backend_helpers import SSHServer, Unavailable, make_ctx, start_sshd  # noqa: E402
+
+from backends import resolve  # noqa: E402
+from backends.base import Backend, BackendContext  # noqa: E402
+
+TARGETS_MS = {"local": 15, "docker exec": 100, "docker start": 2000, "ssh (master)": 40}
+
+
+def median_ms(action: Callable[[], object], runs: int) -> float:
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        action()
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples) * 1000
+
+
+def report(name: str, ms: float | None, note: str = "") -> None:
+    target = TARGETS_MS.get(name)
+    verdict = "" if ms is None or target is None else ("ok" if ms <= target else "OVER TARGET")
+    shown = "skipped" if ms is None else f"{ms:8.1f} ms"
+    limit = f"(target <= {target} ms)" if target else ""
+    print(f"{name:<22} {shown:>12}  {limit:<20} {verdict} {note}".rstrip())
+
+
+def true_latency(backend: Backend, runs: int) -> float:
+    backend.run("true", timeout=30)  # warm up
+    return median_ms(lambda: backend.run("true", timeout=30), runs)
+
+
+def bench_local(root: Path, runs: int) -> None:
+    with resolve("local", ctx=make_ctx(root / "local")) as backend:
+        report("local", true_latency(backend, runs))
+
+
+def bench_docker(root: Path, runs: int) -> None:
+    image = os.environ.get("RUNNER_TEST_DOCKER_IMAGE", "runner-test:busybox")
+    ctx = make_ctx(root / "docker", run_id="bench", job="bench")
+    try:
+        starts = []
+        for _ in range(3):
+            started = time.perf_counter()
+            backend = resolve({"type": "docker", "image": image, "pull": "never"}, ctx=ctx)
+            backend.run("true", timeout=30)
+            starts.append(time.perf_counter() - started)
+            backend.close()
+    except Exception as exc:  # noqa: BLE001 - any failure means "not available here"
+        report("docker exec", None, f"({exc})")
+        return
+    with resolve({"type": "docker", "image": image, "pull": "never"}, ctx=ctx) as backend:
+        report("docker exec", true_latency(backend, runs))
+    report("docker start", statistics.median(starts) * 1000, "(start to first command, median of 3)")
+
+
+def bench_ssh(root: Path, runs: int) -> None:
+    folder = root / "sshd"
+    folder.mkdir()
+    try:
+        proc, port = start_sshd(folder)
+    except Unavailable as exc:
+        report("ssh (master)", None, f"({exc})")
+        return
+    try:
+        key, known_hosts = str(folder / "id_ed25519"), str(folder / "known_hosts")
+        server = SSHServer("127.0.0.1", port, getpass.getuser(), key, known_hosts)
+        ctx: BackendContext = make_ctx(root / "ssh")
+        with resolve(server.spec(workdir=str(ctx.workdir)), ctx=ctx) as backend:
+            report("ssh (master)", true_latency(backend, runs))
+            # the first value of an ssh option wins, so these switch multiplexing off
+            rest = backend._argv[1:]  # type: ignore[attr-defined]
+            argv = ["ssh", "-o", "ControlMaster=no", "-o", "ControlPath=none", *rest, "127.0.0.1", "true"]
+            one = lambda: subprocess.run(argv, check=True, capture_output=True)  # noqa: E731
+            report("ssh (no master)", median_ms(one, runs), "(a new connection per command, for comparison)")
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def main() -> None:
+    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 50
+    print(f"median of {runs} runs of `true`")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        bench_local(root, runs)
+        bench_docker(root, runs)
+        bench_ssh(root, runs)
+
+
+if __name__ == "__main__":
+    main()
