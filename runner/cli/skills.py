@@ -18,11 +18,12 @@ def _rows() -> list[dict[str, Any]]:
     """One row per skill found anywhere (valid, invalid, other platform, archived)."""
     from runner.skills import SkillPaths
     from runner.skills.loader import load_catalog, sources_for
+    from runner.skills.scan import scan_skill_text
     from runner.skills.usage import UsageFile, UsageRecord
 
     s = settings()
     paths = SkillPaths.under(s.home)
-    catalog = load_catalog(sources_for(s))
+    catalog = load_catalog(sources_for(s), scanner=scan_skill_text)  # the full check: a listing can take the time
     usage = UsageFile(paths).read()
     rows: list[dict[str, Any]] = []
 

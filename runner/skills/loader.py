@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from runner.skills import SUPPORT_DIRS, SkillPaths
 from runner.skills.rules import MAX_FILE_BYTES, MAX_SKILL_MD, PLATFORMS, Skill, check_skill_md
+from runner.skills.scan import Scanner, quick_scan
 
 if TYPE_CHECKING:
     from runner.context import Settings
@@ -105,7 +106,9 @@ def _walk(folder: str | Path, path: str, files: list[str], problems: list[str]) 
         files.append(rel)
 
 
-def read_skill(folder: str | Path, source: str, *, category: str | None = None) -> Skill | Invalid:
+def read_skill(
+    folder: str | Path, source: str, *, category: str | None = None, scanner: Scanner = quick_scan
+) -> Skill | Invalid:
     """Load one skill folder, or say why it is invalid. ``category`` is the default category."""
     path = os.fspath(folder)
     name = os.path.basename(path)
@@ -120,7 +123,9 @@ def read_skill(folder: str | Path, source: str, *, category: str | None = None) 
         return Invalid(name, source, Path(path), ("SKILL.md is not UTF-8 text",))
     except OSError as exc:
         return Invalid(name, source, Path(path), (f"cannot read {exc.filename}: {exc.strerror}",))
-    skill, md_problems = check_skill_md(text, folder=name, source=source, path=Path(path), category=category)
+    skill, md_problems = check_skill_md(
+        text, folder=name, source=source, path=Path(path), category=category, scanner=scanner
+    )
     if skill is None or problems:
         return Invalid(name, source, Path(path), tuple(md_problems + problems))
     return replace(skill, files=files) if files else skill
@@ -161,7 +166,9 @@ def platform_ok(skill: Skill, platform: str = sys.platform) -> bool:
     return any(PLATFORMS.get(p.lower()) == platform for p in skill.platforms)
 
 
-def load_catalog(sources: Sequence[Source], *, platform: str = sys.platform) -> Catalog:
+def load_catalog(sources: Sequence[Source], *, platform: str = sys.platform, scanner: Scanner = quick_scan) -> Catalog:
+    """Every skill in ``sources``; ``scanner`` is the content check (``quick_scan``: cheap enough
+    for every run; the CLI listing uses the full ``scan_skill_text``)."""
     skills: dict[str, Skill] = {}
     invalid: list[Invalid] = []
     unavailable: list[Skill] = []
@@ -184,7 +191,7 @@ def load_catalog(sources: Sequence[Source], *, platform: str = sys.platform) -> 
                 )
                 continue
             category = os.path.basename(os.path.dirname(folder)) if nested else None
-            item = read_skill(folder, source.kind, category=category)
+            item = read_skill(folder, source.kind, category=category, scanner=scanner)
             if isinstance(item, Invalid):
                 invalid.append(item)
             elif item.name in skills:

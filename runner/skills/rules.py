@@ -3,7 +3,8 @@
 ``check_skill_md`` is the one check every SKILL.md passes, whether it is loaded from disk or
 written through ``skill_manage``: frontmatter with ``name`` (``^[a-z0-9][a-z0-9._-]*$``, at most
 64) and ``description`` (at most 1,024 characters); optional ``version``, ``tags``, ``category``,
-``platforms``; a non-empty body; at most 100,000 characters; and nothing the content scan flags.
+``platforms``; a non-empty body; at most 100,000 characters; and nothing the content scan flags
+(``quick_scan`` on load; the full ``scan_skill_text`` before a write and before a view).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import yaml
 
 from runner.skills import SUPPORT_DIRS
-from runner.skills.scan import Scanner, scan_skill_text
+from runner.skills.scan import Scanner, quick_scan
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 MAX_NAME = 64
@@ -144,12 +145,13 @@ def check_skill_md(
     text: str,
     *,
     folder: str | None = None,
-    scanner: Scanner = scan_skill_text,
+    scanner: Scanner = quick_scan,
     source: str = "",
     path: Path | None = None,
     category: str | None = None,
 ) -> tuple[Skill | None, list[str]]:
-    """Check SKILL.md text against the rules and the scan. ``category`` is the default category."""
+    """Check SKILL.md text against the rules and ``scanner`` (the quick one unless told otherwise:
+    loading checks every skill on every run). ``category`` is the default category."""
     problems: list[str] = []
     if len(text) > MAX_SKILL_MD:
         return None, [f"SKILL.md is {len(text):,} characters; at most {MAX_SKILL_MD:,}"]

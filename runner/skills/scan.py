@@ -1,9 +1,14 @@
-"""The content check every skill passes before it is written or offered to a model.
+"""The content checks for skills, behind one signature (``Scanner``: text, kind -> findings).
 
-``scan_skill_text`` is the hook: it looks for the obvious prompt-injection phrases, invisible or
-direction-changing Unicode, and (in ``scripts/``) plainly destructive shell commands. It is a
-small first line of defence, not a sandbox. The shared scanner in ``runner.safety`` will plug in
-behind the same signature: callers depend only on ``Scanner`` (text, kind -> findings).
+- ``scan_skill_text``: the full check, run before anything is written (``skill_manage``) and
+  before a skill's text enters a prompt (``skill_view``, preloading): invisible or
+  direction-changing Unicode (with line numbers), the shared prompt-injection scanner
+  (``runner.injection``, the one AGENTS.md goes through) plus the phrases below, and for shell
+  scripts under ``scripts/`` the shared command classifier (``runner.safety``): a script may not
+  hold a command the default ``deny`` policy would block, since commands inside a script file
+  are out of reach of the per-command approval gate.
+- ``quick_scan``: the same Unicode check and phrases, without the shared scanner (about 30 us
+  instead of about 700 us per SKILL.md), used when loading every skill for the index.
 """
 
 from __future__ import annotations
@@ -19,11 +24,16 @@ Kind = Literal["markdown", "script", "text"]
 @dataclass(frozen=True)
 class Finding:
     rule: str  # injection | invisible_unicode | dangerous_command
-    line: int
-    detail: str
+    line: int  # 1-based; 0 when the finding has no single line
+    detail: str  # why, in a few words
+    excerpt: str = ""  # the offending text (left out where it would reach a model from someone else)
 
     def __str__(self) -> str:
-        return f"line {self.line}: {self.rule}: {self.detail}"
+        return self.brief() + (f": {self.excerpt!r}" if self.excerpt else "")
+
+    def brief(self) -> str:
+        where = f"line {self.line}: " if self.line else ""
+        return f"{where}{self.rule}: {self.detail}"
 
 
 class Scanner(Protocol):
@@ -71,23 +81,8 @@ _INJECTION = [
     ),
 ]
 
-_DANGEROUS = [
-    (
-        r"\brm\s+(-[a-zA-Z]*\s+)*-[a-zA-Z]*[rR][a-zA-Z]*\s+(-[a-zA-Z]+\s+)*(/|~|\$HOME|/\*|\*)(\s|$|;)",
-        "recursive delete of / or home",
-    ),
-    (r"\bmkfs(\.\w+)?\b", "formats a filesystem"),
-    (r"\bdd\b[^\n]*\bof=/dev/(sd|nvme|hd|xvd|vd)", "writes over a disk device"),
-    (r">\s*/dev/(sd|nvme|hd|xvd|vd)[a-z]", "writes over a disk device"),
-    (r":\(\)\s*\{\s*:\s*\|\s*:\s*&\s*\}\s*;\s*:", "fork bomb"),
-    (r"\b(curl|wget)\b[^\n|]*\|\s*(sudo\s+)?(ba|z|da)?sh\b", "pipes a download into a shell"),
-    (r"\bchmod\s+(-R\s+)?0?777\s+/(\s|$)", "makes / world-writable"),
-    (r"\b(shutdown|reboot|halt|poweroff)\b(\s+-[a-zA-Z]+)*(\s+now)?\s*($|;)", "shuts the machine down"),
-]
-
 _INJECTION_RE = [(re.compile(p, re.IGNORECASE), why, triggers) for p, why, triggers in _INJECTION]
 _TRIGGERS = tuple(sorted({t for _, _, triggers in _INJECTION for t in triggers}))
-_DANGEROUS_RE = [(re.compile(p, re.MULTILINE), why) for p, why in _DANGEROUS]
 
 # zero-width and joiner characters, word joiners and invisible operators, bidi embeddings and
 # isolates, the BOM (inside text), Unicode "tag" characters (used to smuggle hidden text)
@@ -100,12 +95,8 @@ def _line_of(text: str, pos: int) -> int:
     return text.count("\n", 0, pos) + 1
 
 
-def scan_skill_text(text: str, *, kind: Kind = "markdown") -> list[Finding]:
-    """Findings for ``text``; empty means nothing obvious was found.
-
-    ``kind`` is "markdown" for SKILL.md and references, "script" for files under ``scripts/``
-    (which also get the dangerous-command rules), "text" for anything else.
-    """
+def quick_scan(text: str, *, kind: Kind = "markdown") -> list[Finding]:
+    """Invisible Unicode and the obvious injection phrases; cheap enough for every load."""
     findings: list[Finding] = []
     body = text[1:] if text.startswith("\ufeff") else text
     if not body.isascii():
@@ -121,13 +112,53 @@ def scan_skill_text(text: str, *, kind: Kind = "markdown") -> list[Finding]:
         if present.isdisjoint(triggers):
             continue
         for match in pattern.finditer(body):
-            findings.append(Finding("injection", _line_of(body, match.start()), f"{why}: {match.group()[:60]!r}"))
-    if kind == "script":
-        for pattern, why in _DANGEROUS_RE:
-            for match in pattern.finditer(body):
-                snippet = match.group().strip()[:60]
-                findings.append(Finding("dangerous_command", _line_of(body, match.start()), f"{why}: {snippet!r}"))
+            findings.append(Finding("injection", _line_of(body, match.start()), why, match.group()[:60]))
     return sorted(findings, key=lambda f: (f.line, f.rule))
+
+
+def scan_skill_text(text: str, *, kind: Kind = "markdown") -> list[Finding]:
+    """Everything ``quick_scan`` finds, plus the shared injection scanner and (for shell scripts)
+    the shared command classifier. Empty means nothing was found."""
+    from runner.injection import scan
+
+    findings = quick_scan(text, kind=kind)
+    flagged_lines = {f.line for f in findings if f.rule == "injection"}
+    for shared in scan(text):
+        if shared.kind == "invisible unicode":
+            continue  # quick_scan reports these with their lines
+        line = _line_of(text, text.find(shared.excerpt[:20])) if shared.excerpt[:20] in text else 0
+        if line and line in flagged_lines:
+            continue  # the same phrase, already reported
+        findings.append(Finding("injection", line, shared.kind, shared.excerpt[:60]))
+    if kind == "script" and is_shell(text):
+        findings.extend(_classify_script(text))
+    return sorted(findings, key=lambda f: (f.line, f.rule))
+
+
+def is_shell(text: str) -> bool:
+    """A shell script: a ``sh``/``bash``/``zsh``/``dash`` shebang, or no shebang at all."""
+    first = text.lstrip("\ufeff").split("\n", 1)[0]
+    if not first.startswith("#!"):
+        return True
+    interpreter = first[2:].strip().split()
+    names = [p.rsplit("/", 1)[-1] for p in interpreter[:2]]
+    return any(n in ("sh", "bash", "zsh", "dash", "ksh") for n in names)
+
+
+def _classify_script(text: str) -> list[Finding]:
+    from runner.safety import classify
+
+    verdict = classify(text)
+    if verdict.level == "safe":
+        return []
+    out = []
+    for flagged in verdict.flagged or ("",):
+        first_word = flagged.split(" ", 1)[0]
+        pos = text.find(first_word) if first_word else -1
+        line = _line_of(text, pos) if pos >= 0 else 0
+        reasons = "; ".join(verdict.reasons)
+        out.append(Finding("dangerous_command", line, f"{verdict.level}: {reasons}", flagged[:80]))
+    return out
 
 
 def kind_for(rel_path: str) -> Kind:

@@ -17,6 +17,7 @@ from runner.skills import SkillError, SkillPaths, SkillStateError
 from runner.skills.loader import Catalog, Source, build_index, load_catalog, sources_for
 from runner.skills.manage import Change, SkillManager
 from runner.skills.rules import check_support_path
+from runner.skills.scan import Scanner, kind_for, scan_skill_text
 from runner.skills.usage import Counter, UsageFile
 from runner.store import utcnow
 
@@ -39,11 +40,13 @@ class SkillSession:
         *,
         emit: Emit = _no_events,
         clock: Callable[[], datetime] = utcnow,
+        scanner: Scanner = scan_skill_text,
     ):
         self.paths = paths
         self.sources = list(sources)
         self.emit = emit
         self.clock = clock
+        self.scan = scanner
         self.usage = UsageFile(paths)
         self.touched: set[str] = set()
         self._catalog: Catalog | None = None
@@ -52,6 +55,9 @@ class SkillSession:
     def for_run(cls, settings: Settings, *, emit: Emit = _no_events) -> SkillSession:
         return cls(SkillPaths.under(settings.home), sources_for(settings), emit=emit)
 
+    # The index is built from skills that passed the quick check on load; their full text passes
+    # the full check (``scan_skill_text``) before it enters the prompt, in preload and in view.
+
     @property
     def catalog(self) -> Catalog:
         if self._catalog is None:
@@ -59,7 +65,7 @@ class SkillSession:
         return self._catalog
 
     def manager(self) -> SkillManager:
-        return SkillManager(self.paths, readonly=self.sources, actor="agent", clock=self.clock)
+        return SkillManager(self.paths, readonly=self.sources, actor="agent", clock=self.clock, scanner=self.scan)
 
     # -- the prompt -----------------------------------------------------------------------
     def index(self, *, can_manage: bool = False) -> str:
@@ -77,6 +83,10 @@ class SkillSession:
             skill = self.catalog.get(name)
             if skill is None:
                 missing[name] = self.why_missing(name)
+                continue
+            blocked = self._blocked(name, "SKILL.md", skill.text)
+            if blocked:
+                missing[name] = blocked
                 continue
             files = ""
             if skill.files:
@@ -112,6 +122,9 @@ class SkillSession:
             raise SkillError(f"skill {name!r} is not available ({self.why_missing(name)})")
         if file in (None, "", "SKILL.md"):
             text = skill.text
+            blocked = self._blocked(name, "SKILL.md", text)
+            if blocked:
+                raise SkillError(f"skill {name!r} was not shown: {blocked}")
             if skill.files:
                 text += f"\n\n[supporting files: {', '.join(skill.files)}; open one with skill_view({name!r}, file)]"
         else:
@@ -130,6 +143,9 @@ class SkillSession:
                 text = data.decode("utf-8")
             except UnicodeDecodeError:
                 return f"{rel} is a binary file of {len(data):,} bytes at {skill.path / rel}"
+            blocked = self._blocked(name, rel, text)
+            if blocked:
+                raise SkillError(f"skill {name!r}: {rel} was not shown: {blocked}")
         self._count([name], "view")
         if len(text) > MAX_VIEW_CHARS:
             text = text[:MAX_VIEW_CHARS] + f"\n[... truncated at {MAX_VIEW_CHARS:,} characters ...]"
@@ -154,6 +170,14 @@ class SkillSession:
         self._catalog = None  # the next view sees the change
         self.emit("skill_changed", {"action": change.action, "name": change.name, "path": str(change.path)})
         return change
+
+    def _blocked(self, name: str, rel: str, text: str) -> str:
+        """Why ``text`` must not enter the prompt ("" when it may): the full content check."""
+        findings = self.scan(text, kind=kind_for(rel))
+        if not findings:
+            return ""
+        self.emit("skill_blocked", {"name": name, "file": rel, "findings": [str(f) for f in findings]})
+        return "blocked, it looks like a prompt injection: " + "; ".join(f.brief() for f in findings)
 
     # -- bookkeeping ----------------------------------------------------------------------
     def _count(self, names: list[str], kind: Counter) -> None:
