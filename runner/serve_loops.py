@@ -1,5 +1,5 @@
 """The loops `runner serve` runs beside the scheduler: the kanban dispatcher, the one-time
-cleanup of stale runner containers, and (when skills land) the idle Curator.
+cleanup of stale runner containers, and the idle Curator.
 
 Each factory takes the ``ServeHost`` and returns a ticker (``tick(now)``, ``next_wake(now)``,
 ``close()``); ``runner.serve.extra_loops`` lists them.
@@ -101,6 +101,38 @@ class ContainerCleanup:
         return None
 
 
+class CuratorLoop:
+    """The idle Curator inside serve: looks once a minute whether a pass is due and everything is idle."""
+
+    name = "curator"
+    every = timedelta(seconds=60)
+
+    def __init__(self, host: ServeHost):
+        from runner.skills.idle import CuratorTicker
+
+        self.host = host
+        self.ticker = CuratorTicker(host.settings)
+        self._next: datetime | None = None
+
+    def tick(self, now: datetime) -> None:
+        if self._next is not None and now < self._next:
+            return
+        self._next = now + self.every
+        result = self.ticker.tick(now)
+        if result.action in ("seeded", "ran", "failed"):
+            self.host.log.info("curator %s: %s", result.action, result.reason)
+
+    def next_wake(self, now: datetime) -> datetime | None:
+        return self._next
+
+    def close(self) -> None:
+        return None
+
+
+def curator_loop(host: ServeHost) -> Ticker:
+    return CuratorLoop(host)
+
+
 def kanban_loop(host: ServeHost) -> Ticker:
     return KanbanTicker(host)
 
@@ -109,4 +141,4 @@ def container_cleanup(host: ServeHost) -> Ticker:
     return ContainerCleanup(host)
 
 
-LOOPS: list[Any] = [kanban_loop, container_cleanup]
+LOOPS: list[Any] = [kanban_loop, container_cleanup, curator_loop]

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from backends.base import BackendContext
 from runner.agent.context import Pruner
@@ -30,6 +30,9 @@ from runner.jobs import Job
 from runner.redact import Redactor
 from runner.runs import Recorder, create_run, finish_run, last_output, mark_started, update_run
 from runner.store import dumps, utcnow
+
+if TYPE_CHECKING:
+    from runner.skills.session import SkillSession
 
 EXIT_CODES = {"succeeded": 0, "skipped": 0, "interrupted": 130}
 
@@ -308,6 +311,7 @@ def _agent(
     user_prompt = render(source, tvars, name=name, base=job.base_dir)
     if req.task_prompt:
         user_prompt = f"{user_prompt.rstrip()}\n\n{req.task_prompt}"
+    skills = _skill_session(settings, job, emit)
     ctx = ToolContext(
         backend=backend,
         run_id=run_id,
@@ -318,12 +322,19 @@ def _agent(
         ),
         emit=emit,
         deadline=deadline,
-        extras={"settings": settings, **req.extra_tools},
+        extras={"settings": settings, **req.extra_tools, "skills": skills},
     )
     tools = discover().select(job.spec.toolsets, ctx)
+    index = None
+    if skills is not None and any(t.name == "skill_view" for t in tools):
+        index = skills.index(can_manage=any(t.name == "skill_manage" for t in tools))
+    preloaded = skills.preload(job.spec.skills) if skills is not None else ""
     messages: list[dict[str, Any]] = [
-        {"role": "system", "content": system_prompt(job, context_file=load_context_file(backend, emit))},
-        {"role": "user", "content": user_prompt},
+        {
+            "role": "system",
+            "content": system_prompt(job, context_file=load_context_file(backend, emit), skills_index=index),
+        },
+        {"role": "user", "content": user_prompt + preloaded},
     ]
     transcript.extend(messages)
     emit(
@@ -349,13 +360,27 @@ def _agent(
     def loop(lim: Limits) -> LoopResult:
         return run_loop(messages, tools, ctx, llm, lim, emit=emit, pricing=pricing, stop=req.stop, prune=pruner)
 
+    outcome = "failed"
     try:
         result = loop(limits)
         if req.follow_up is not None and result.status == "succeeded":
             result = _follow_up_once(req.follow_up, result, loop, messages, limits, emit)
+        outcome = result.status
         return result
     finally:
         transcript[:] = messages
+        if skills is not None:
+            skills.finish(outcome)
+
+
+def _skill_session(settings: Settings, job: Job, emit: Recorder) -> SkillSession | None:
+    """The run's SkillSession when the job uses skills (the ``skills`` toolset or a ``skills:`` list)."""
+    wanted = set(job.spec.toolsets)
+    if not job.spec.skills and not wanted & {"skills", "skill_view", "skill_manage"}:
+        return None
+    from runner.skills.session import SkillSession
+
+    return SkillSession.for_run(settings, emit=emit)
 
 
 def _follow_up_once(

@@ -1,0 +1,135 @@
+"""``runner curator status | run | pause | resume``: the Curator that ages agent-written skills."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import click
+
+from runner.cli._util import echo_json, local_time, settings
+
+
+@click.group("curator")
+def curator_group() -> None:
+    """The Curator: makes unused agent-written skills stale, then archives them (never deletes)."""
+
+
+def _when(dt: datetime | None, now: datetime) -> str:
+    if dt is None:
+        return "-"
+    from runner.timeparse import format_duration
+
+    secs = (now - dt).total_seconds()
+    rel = f"{format_duration(abs(secs))} {'ago' if secs >= 0 else 'from now'}"
+    return f"{local_time(dt.isoformat())} ({rel})"
+
+
+@curator_group.command("status")
+@click.option("--json", "as_json", is_flag=True)
+def curator_status(as_json: bool) -> None:
+    """Last pass, next eligible time, how long nothing has run, recent passes."""
+    from runner.skills.curator import last_runs
+    from runner.skills.idle import idle_status
+    from runner.store import utcnow
+
+    s = settings()
+    now = utcnow()
+    st = idle_status(s.store, s.config.curator, now)
+    recent = last_runs(s.store)
+    idle = st.idle_for(now)
+    if as_json:
+        echo_json(
+            {
+                "enabled": st.enabled,
+                "paused": st.paused,
+                "last_pass_at": st.last_pass_at,
+                "seeded": st.seeded,
+                "next_eligible_at": st.next_eligible_at,
+                "active_runs": st.active_runs,
+                "last_run_ended_at": st.last_run_ended_at,
+                "idle_seconds": idle.total_seconds() if idle is not None else None,
+                "config": s.config.curator.model_dump(),
+                "recent_passes": recent,
+            }
+        )
+        return
+    from runner.timeparse import format_duration
+
+    cfg = s.config.curator
+    state = "disabled (curator.enabled: false)" if not st.enabled else ("paused" if st.paused else "enabled")
+    click.echo(f"curator     {state}")
+    last = _when(st.last_pass_at, now) + ("  [first seen by serve; no pass yet]" if st.seeded else "")
+    click.echo(f"last pass   {last if st.last_pass_at else 'never'}")
+    if st.next_eligible_at is not None:
+        click.echo(f"next        {_when(st.next_eligible_at, now)} at the earliest, once idle")
+    elif st.enabled and not st.paused:
+        click.echo("next        after `runner serve` first sees the curator (it waits a full interval)")
+    if st.active_runs:
+        click.echo(f"idle for    not idle: {st.active_runs} run(s) queued or running")
+    elif idle is not None:
+        click.echo(f"idle for    {format_duration(idle.total_seconds())} (needs {cfg.min_idle_hours:g}h)")
+    else:
+        click.echo("idle for    no run has ended yet")
+    click.echo(
+        f"rules       every {cfg.interval_hours:g}h; stale after {cfg.stale_after_days:g} days, "
+        f"archived after {cfg.archive_after_days:g} days"
+    )
+    for row in recent:
+        click.echo(
+            f"pass        {row['id']}  {row['trigger']:<6} {row['status']:<9} {row['examined']} examined, "
+            f"{row['stale']} stale, {row['archived']} archived, {row['reactivated']} reactivated"
+        )
+
+
+@curator_group.command("run")
+@click.option("--dry-run", is_flag=True, help="print what would change; change nothing")
+@click.option("--json", "as_json", is_flag=True)
+def curator_run(dry_run: bool, as_json: bool) -> None:
+    """Run a curator pass now (also when paused); --dry-run only reports."""
+    from runner.skills.curator import run_pass
+    from runner.store import utcnow
+
+    result = run_pass(settings(), now=utcnow(), dry_run=dry_run, trigger="manual")
+    if as_json:
+        echo_json(
+            {
+                "dry_run": result.dry_run,
+                "run_id": result.run_id,
+                "examined": result.plan.examined,
+                "changes": [t.as_dict() for t in result.plan.transitions],
+                "kept": [{"name": k.name, "why": k.why} for k in result.plan.kept],
+                "report_path": result.report_path,
+                "snapshot_path": result.snapshot_path,
+            }
+        )
+        return
+    if dry_run:
+        click.echo(result.report.rstrip())
+    click.echo(result.summary())
+    if result.report_path:
+        click.echo(f"report: {result.report_path}")
+    if result.snapshot_path:
+        click.echo(f"snapshot: {result.snapshot_path}")
+
+
+@curator_group.command("pause")
+def curator_pause() -> None:
+    """Stop idle passes inside `runner serve` until resumed."""
+    from runner.skills.curator import set_paused
+    from runner.store import utcnow
+
+    set_paused(settings().store, True, utcnow())
+    click.echo("curator paused (idle passes stop; `runner curator run` still works)")
+
+
+@curator_group.command("resume")
+def curator_resume() -> None:
+    """Let `runner serve` run idle passes again."""
+    from runner.skills.curator import set_paused
+    from runner.store import utcnow
+
+    set_paused(settings().store, False, utcnow())
+    click.echo("curator resumed")
+
+
+COMMANDS = [curator_group]

@@ -1,0 +1,116 @@
+"""Skills benchmarks: a curator pass over 10,000 agent-written skills, and the index for 500.
+
+Run: python tests/bench/bench_skills.py   (from the repository root)
+Prints medians with the target beside each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from runner.context import Settings  # noqa: E402
+from runner.skills import SkillPaths  # noqa: E402
+from runner.skills.curator import run_pass  # noqa: E402
+from runner.skills.loader import Source, build_index, load_catalog  # noqa: E402
+from runner.store import iso  # noqa: E402
+
+NOW = datetime(2026, 6, 1, tzinfo=UTC)
+BODY = (
+    "# Procedure\n\n"
+    + "".join(
+        f"{i}. Step {i}: check the inputs, run the command, look at the output and note what changed.\n"
+        for i in range(1, 25)
+    )
+    + "\n## Pitfalls\n- Do not skip the dry run.\n- Keep the report short.\n"
+)
+
+
+def skill_text(name: str, category: str) -> str:
+    description = (
+        f"How to {name.replace('-', ' ')}: the checks to run first, the commands, and what a good result looks like."
+    )
+    return f"---\nname: {name}\ndescription: {json.dumps(description)}\ncategory: {category}\n---\n{BODY}"
+
+
+def make_agent_skills(home: Path, n: int) -> None:
+    """n agent-written skills: a third fresh, a third past stale, a third past archive age."""
+    paths = SkillPaths.under(home)
+    paths.root.mkdir(parents=True)
+    records = {}
+    for i in range(n):
+        name = f"skill-{i:05d}"
+        folder = paths.live(name)
+        folder.mkdir()
+        (folder / "SKILL.md").write_text(skill_text(name, f"cat{i % 10}"))
+        age = (5, 45, 120)[i % 3]
+        records[name] = {"created_at": iso(NOW - timedelta(days=age)), "created_by": "agent", "state": "active"}
+    paths.usage.write_text(json.dumps({"version": 1, "skills": records}))
+
+
+def bench_curator(n: int = 10_000, repeats: int = 3) -> None:
+    times = []
+    quiet = []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as tmp:
+            home = Path(tmp) / "home"
+            make_agent_skills(home, n)
+            (Path(tmp) / "jobs.yaml").write_text("jobs:\n  j:\n    prompt: hi\n")
+            settings = Settings.from_options(jobs=str(Path(tmp) / "jobs.yaml"), home=str(home))
+            assert (
+                settings.store and settings.jobs
+            )  # open the store, load jobs.yaml: outside the timing (serve has both)
+            started = time.perf_counter()
+            result = run_pass(settings, now=NOW)
+            times.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            run_pass(settings, now=NOW + timedelta(seconds=1))  # nothing left to change
+            quiet.append(time.perf_counter() - started)
+    changed = len(result.plan.transitions)
+    print(f"curator pass, {n:,} agent skills ({changed:,} changed, snapshot + moves + report):")
+    print(f"  median {statistics.median(times):.3f} s   target <= 2 s   runs: {', '.join(f'{t:.3f}' for t in times)}")
+    print(f"  pass with nothing to change: median {statistics.median(quiet):.3f} s")
+
+
+def bench_index(n: int = 500, repeats: int = 20) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "skills"
+        for i in range(n):
+            name = f"task-{i:03d}-procedure"
+            folder = root / name
+            folder.mkdir(parents=True)
+            (folder / "SKILL.md").write_text(skill_text(name, f"category-{i % 12}"))
+        sources = [Source("home", root)]
+        load_and_build, load_cpu, build_only = [], [], []
+        index = ""
+        for _ in range(repeats):
+            started, cpu = time.perf_counter(), time.process_time()
+            catalog = load_catalog(sources)
+            index = build_index(catalog.skills.values(), can_manage=True)
+            load_and_build.append(time.perf_counter() - started)
+            load_cpu.append(time.process_time() - cpu)
+            started = time.perf_counter()
+            build_index(catalog.skills.values(), can_manage=True)
+            build_only.append(time.perf_counter() - started)
+        assert len(catalog.skills) == n
+    print(f"skills index, {n} skills:")
+    print(
+        f"  load from disk + validate + scan + build: median {statistics.median(load_and_build) * 1000:.1f} ms wall, "
+        f"{statistics.median(load_cpu) * 1000:.1f} ms CPU   target <= 100 ms"
+    )
+    print(f"  build from loaded skills: median {statistics.median(build_only) * 1000:.2f} ms")
+    print(f"  size: {len(index):,} chars, about {len(index) // 4:,} tokens (chars / 4)")
+
+
+if __name__ == "__main__":
+    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (wall times grow with load)")
+    bench_index()
+    bench_curator()
