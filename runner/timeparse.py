@@ -198,12 +198,14 @@ def _parse_cron(raw: str, tz: tzinfo, now: datetime | None) -> CronSchedule:
     from apscheduler.triggers.cron import CronTrigger
 
     try:
-        trigger = CronTrigger.from_crontab(raw, timezone=tz)
+        trigger = CronTrigger.from_crontab(raw, timezone=UTC)  # fields only: matched on wall-clock time
     except (ValueError, TypeError) as exc:
         raise ValueError(f"invalid cron {raw!r}: {exc}") from exc
-    start = now or datetime.now(tz)
+    start = (now or datetime.now(tz)).astimezone(tz).replace(tzinfo=UTC)
     # A cron that cannot fire within ~28 years (the leap-year/weekday cycle) never will.
     nxt = trigger.get_next_fire_time(None, start)
     if nxt is None or (nxt - start) > timedelta(days=366 * 29):
         raise ValueError(f"cron {raw!r} can never fire")
-    return CronSchedule(raw, tz)
+    schedule = CronSchedule(raw, tz)
+    schedule.__dict__["_wall_trigger"] = trigger  # reuse the trigger built for validation
+    return schedule
