@@ -170,6 +170,14 @@ class CwdState:
             self.history.append(self.cwd)
             self.cwd = new
 
+    def absolute(self, path: str) -> str:
+        """``path`` made absolute against the current directory (POSIX paths in the backend)."""
+        return path if path.startswith("/") else f"{self.cwd.rstrip('/')}/{path}"
+
+    def resolve(self, cwd: str | None) -> str:
+        """The directory a command runs in: the current one, or ``cwd`` relative to it."""
+        return self.cwd if cwd is None else self.absolute(cwd)
+
 
 def default_shell() -> str:
     for candidate in ("/bin/bash", "/usr/bin/bash", "/bin/sh"):

@@ -118,7 +118,7 @@ class DockerBackend:
     ) -> ExecResult:
         started = time.monotonic()
         pidfile = pidfile_for(self._nonce, next(self._seq))
-        script = wrap_command(command, self._resolve(cwd), self._nonce)
+        script = wrap_command(command, self._cwd.resolve(cwd), self._nonce)
         script = wrap_remote(script, pidfile=pidfile, nonce=self._nonce)
         exec_id = self._exec_create(["/bin/sh", "-c", script], env=env)
         stream = self._call(lambda: self._api.exec_start(exec_id, stream=True))
@@ -138,14 +138,14 @@ class DockerBackend:
         return make_result(pump, self._nonce, self._cwd, self._lock, code, timed_out, started)
 
     def read_file(self, path: str) -> bytes:
-        exec_id = self._exec_create(["/bin/sh", "-c", READ_SCRIPT, "sh", self._abs(path)])
+        exec_id = self._exec_create(["/bin/sh", "-c", READ_SCRIPT, "sh", self._cwd.absolute(path)])
         out, err = self._call(lambda: self._api.exec_start(exec_id, demux=True))
         if self._exit_code(exec_id) != 0:
             raise file_error(path, err or b"")
         return out or b""
 
     def write_file(self, path: str, data: bytes) -> None:
-        argv = ["/bin/sh", "-c", WRITE_SCRIPT, "sh", self._abs(path), f"runner-{new_nonce()}"]
+        argv = ["/bin/sh", "-c", WRITE_SCRIPT, "sh", self._cwd.absolute(path), f"runner-{new_nonce()}"]
         exec_id = self._exec_create(argv, stdin=True)
         err = self._call(lambda: _send_stdin(self._api.exec_start(exec_id, socket=True), data))
         if self._exit_code(exec_id) != 0:
@@ -234,12 +234,6 @@ class DockerBackend:
     def _check_open(self) -> None:
         if self._closed:
             raise BackendError(f"docker: backend for {self.name} is closed")
-
-    def _resolve(self, cwd: str | None) -> str:
-        return self._cwd.cwd if cwd is None else self._abs(cwd)
-
-    def _abs(self, path: str) -> str:
-        return path if path.startswith("/") else f"{self._cwd.cwd.rstrip('/')}/{path}"
 
 
 def _send_stdin(sock: Any, data: bytes) -> bytes:

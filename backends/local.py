@@ -56,7 +56,7 @@ class LocalBackend:
         if self._closed:
             raise BackendError("local backend is closed")
         start = time.monotonic()
-        here = self._resolve_cwd(cwd)
+        here = self._cwd.resolve(cwd)
         child_env = dict(self._base_env)
         if env:
             child_env.update(env)
@@ -107,10 +107,10 @@ class LocalBackend:
 
     def read_file(self, path: str) -> bytes:
         # FileNotFoundError, IsADirectoryError, PermissionError... are the caller's to report
-        return Path(self._abs(path)).read_bytes()
+        return Path(self._cwd.absolute(path)).read_bytes()
 
     def write_file(self, path: str, data: bytes) -> None:
-        target = Path(self._abs(path))
+        target = Path(self._cwd.absolute(path))
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.{new_nonce()}.tmp")
         tmp.write_bytes(data)
@@ -135,14 +135,6 @@ class LocalBackend:
     @property
     def cwd(self) -> str:
         return self._cwd.cwd
-
-    def _resolve_cwd(self, cwd: str | None) -> str:
-        if cwd is None:
-            return self._cwd.cwd
-        return cwd if os.path.isabs(cwd) else os.path.join(self._cwd.cwd, cwd)
-
-    def _abs(self, path: str) -> str:
-        return path if os.path.isabs(path) else os.path.join(self._cwd.cwd, path)
 
 
 def _pump(proc: subprocess.Popen[bytes], buf: OutputBuffer) -> None:

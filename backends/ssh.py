@@ -88,7 +88,7 @@ class SSHBackend:
         self._check_open()
         started = time.monotonic()
         pidfile = pidfile_for(self._nonce, next(self._seq))
-        script = wrap_command(_exports(env) + command, self._resolve(cwd), self._nonce)
+        script = wrap_command(_exports(env) + command, self._cwd.resolve(cwd), self._nonce)
         with tempfile.TemporaryFile() as errors:
             proc = self._popen(wrap_remote(script, pidfile=pidfile, nonce=self._nonce), errors)
             assert proc.stdout is not None
@@ -112,14 +112,14 @@ class SSHBackend:
 
     def read_file(self, path: str) -> bytes:
         self._check_open()
-        done = self._transfer(_sh(READ_SCRIPT, self._abs(path)), b"")
+        done = self._transfer(_sh(READ_SCRIPT, self._cwd.absolute(path)), b"")
         if done.returncode != 0:
             raise file_error(path, done.stderr)
         return done.stdout
 
     def write_file(self, path: str, data: bytes) -> None:
         self._check_open()
-        done = self._transfer(_sh(WRITE_SCRIPT, self._abs(path), f"runner-{new_nonce()}"), data)
+        done = self._transfer(_sh(WRITE_SCRIPT, self._cwd.absolute(path), f"runner-{new_nonce()}"), data)
         if done.returncode != 0:
             raise file_error(path, done.stderr)
 
@@ -203,12 +203,6 @@ class SSHBackend:
     def _check_open(self) -> None:
         if self._closed:
             raise BackendError(f"ssh {self.spec.destination}: backend is closed")
-
-    def _resolve(self, cwd: str | None) -> str:
-        return self._cwd.cwd if cwd is None else self._abs(cwd)
-
-    def _abs(self, path: str) -> str:
-        return path if path.startswith("/") else f"{self._cwd.cwd.rstrip('/')}/{path}"
 
 
 def _sh(script: str, *args: str) -> str:

@@ -51,30 +51,33 @@ def deliver(
     redact: Callable[[str], str],
     stdout: TextIO | None = None,
 ) -> list[Delivered]:
+    what = _Run(job, run_id, status, output, output_path, variables, stdout)
     results: list[Delivered] = []
     for sink in job.spec.deliver:
         try:
-            results.append(_one(sink, job, run_id, status, output, output_path, variables, redact, stdout))
+            results.append(_one(sink, what))
         except Exception as exc:  # recorded on the run, by design never fatal
             results.append(Delivered(sink, False, redact(f"{type(exc).__name__}: {exc}")))
     return results
 
 
-def _one(
-    sink: str,
-    job: Job,
-    run_id: str,
-    status: str,
-    output: str,
-    output_path: Path | None,
-    variables: dict[str, Any],
-    redact: Callable[[str], str],
-    stdout: TextIO | None,
-) -> Delivered:
+@dataclass(frozen=True)
+class _Run:
+    job: Job
+    run_id: str
+    status: str
+    output: str
+    output_path: Path | None
+    variables: dict[str, Any]
+    stdout: TextIO | None
+
+
+def _one(sink: str, r: _Run) -> Delivered:
+    job, output, output_path = r.job, r.output, r.output_path
     if sink == "file":
         return Delivered(sink, output_path is not None, str(output_path or "no output file"))
     if sink == "stdout":
-        stream = stdout or sys.stdout
+        stream = r.stdout or sys.stdout
         stream.write(output if output.endswith("\n") else output + "\n")
         stream.flush()
         return Delivered(sink, True)
@@ -82,14 +85,14 @@ def _one(
     if kind == "file":
         from runner.prompt import render
 
-        rendered = render(target, variables, name=f"job {job.name}: deliver {sink}", base=job.base_dir)
+        rendered = render(target, r.variables, name=f"job {job.name}: deliver {sink}", base=job.base_dir)
         path = job.resolve_path(rendered)
         write_private(path, output)
         return Delivered(sink, True, str(path))
     if kind == "webhook":
         import httpx
 
-        payload = {"job": job.name, "run_id": run_id, "status": status, "output": output}
+        payload = {"job": job.name, "run_id": r.run_id, "status": r.status, "output": output}
         response = httpx.post(target, json=payload, timeout=WEBHOOK_TIMEOUT)
         ok = 200 <= response.status_code < 300
         return Delivered(_mask_url(sink), ok, f"HTTP {response.status_code}")

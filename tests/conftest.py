@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +73,22 @@ class Project:
         )
         env.update(extra)
         return env
+
+    def start_job(self, name: str, fake: FakeOpenAI, timeout: float = 20) -> subprocess.Popen[str]:
+        """Start `runner run-job NAME` in the background and return once it has asked the model."""
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runner", "run-job", name],
+            env=self.env(),
+            cwd=self.root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.time() + timeout
+        while not fake.requests and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert fake.requests, "the worker never reached the model"
+        return proc
 
     def cli(self, *args: str, env: dict[str, str] | None = None, input: str | None = None) -> Any:
         """Run the CLI in-process (click's CliRunner); returns the click Result."""

@@ -4,8 +4,6 @@ import json
 import os
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
 
 from tests.fakeopenai import call, error, final, hang
@@ -109,17 +107,7 @@ def test_cost_budget(project, fake):
 def test_sigterm_lets_the_tool_call_finish_then_interrupts(project, fake):
     fake.add(call("terminal", {"command": "sleep 2; echo finished > done.txt"}), final("never asked"))
     project.write_jobs("jobs:\n  s:\n    prompt: go\n")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "runner", "run-job", "s"],
-        env=project.env(),
-        cwd=project.root,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.time() + 20
-    while not fake.requests and time.time() < deadline:
-        time.sleep(0.05)
+    proc = project.start_job("s", fake)
     time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=30)
@@ -171,16 +159,7 @@ def test_finish_reason_length_is_recorded(project, fake):
 def test_runs_logs_follow_streams_until_done(project, fake):
     fake.add(call("terminal", {"command": "sleep 1; echo a"}), final("done"))
     project.write_jobs("jobs:\n  f:\n    prompt: go\n")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "runner", "run-job", "f"],
-        env=project.env(),
-        cwd=project.root,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.time() + 20
-    while not fake.requests and time.time() < deadline:
-        time.sleep(0.05)
+    proc = project.start_job("f", fake)
     run_id = last_run(project)["id"]
     logs = project.run("runs", "logs", run_id, "--follow", "--json", timeout=30)
     proc.wait(timeout=30)

@@ -5,7 +5,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -52,17 +51,7 @@ def test_orphan_from_dead_pid_becomes_unknown(tmp_path):
 def test_sigkilled_run_becomes_unknown_on_next_command(project, fake):
     fake.add(hang(30))
     project.write_jobs("jobs:\n  slow:\n    prompt: go\n")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "runner", "run-job", "slow"],
-        env=project.env(),
-        cwd=project.root,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.time() + 20
-    while not fake.requests and time.time() < deadline:
-        time.sleep(0.05)
-    assert fake.requests, "the worker never reached the model"
+    proc = project.start_job("slow", fake)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     db = sqlite3.connect(project.home / "runner.db")
