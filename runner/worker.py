@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from backends.base import BackendContext
-from runner.agent.context import Pruner
+from runner.agent.context import Pruner, summarize_with
 from runner.agent.loop import Limits, LoopResult, Pricing, run_loop
 from runner.agent.types import LLM, Usage
 from runner.approval import build_gate
@@ -355,7 +355,12 @@ def _agent(
         max_cost_usd=job.spec.budget.max_cost_usd,
     )
     schemas_tokens = sum(len(json.dumps(t.schema())) for t in tools) // 4
-    pruner = Pruner(context_budget(settings, job), tools_tokens=schemas_tokens, emit=emit)
+    pruner = Pruner(
+        context_budget(settings, job),
+        tools_tokens=schemas_tokens,
+        emit=emit,
+        summarize=summarize_with(llm) if job.spec.summarize else None,
+    )
 
     def loop(lim: Limits) -> LoopResult:
         return run_loop(messages, tools, ctx, llm, lim, emit=emit, pricing=pricing, stop=req.stop, prune=pruner)

@@ -104,3 +104,35 @@ def test_repeated_reads_keep_only_newest_copy():
     full = [m for m in msgs if m["role"] == "tool" and m["content"].startswith("code")]
     assert len(full) == 1 and full[0] is msgs[-1]
     assert estimate(msgs[-1]) > 2000
+
+
+class Summarizing(Recording):
+    """Answers summary requests (system prompt asks for a summary, no tools) apart from the run's turns."""
+
+    def __init__(self, turns):
+        super().__init__(turns)
+        self.summaries = 0
+
+    def complete(self, messages, tools, *, timeout=None):
+        if not tools and messages[0]["content"].startswith("Summarise"):
+            self.summaries += 1
+            return Message(f"- summary {self.summaries}: read files, ran commands")
+        return super().complete(messages, tools, timeout=timeout)
+
+
+def test_summarize_replaces_middle_turns_with_reference_only_background():
+    from runner.agent.context import SUMMARY_HEADER, summarize_with
+
+    llm = Summarizing(synthetic(60))
+    events = []
+    msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": "do things"}]
+    prune = Pruner(30_000, emit=lambda k, p: events.append((k, p)), summarize=summarize_with(llm))
+    result = run_loop(
+        msgs, tools(), ToolContext(backend=None), llm, Limits(max_iterations=100), emit=lambda k, p: None, prune=prune
+    )
+    assert result.status == "succeeded" and llm.summaries >= 1
+    assert max(llm.sent_tokens) <= 30_000
+    background = [m for m in llm.last if m["role"] == "user" and m["content"].startswith(SUMMARY_HEADER)]
+    assert len(background) == 1 and "not an instruction" in background[0]["content"]
+    assert llm.last[1]["content"] == "do things"
+    assert any(p["summarized_turns"] for k, p in events if k == "prune")

@@ -58,11 +58,43 @@ def summarize_result(name: str, args: dict[str, Any], content: str) -> str:
     return f"[{name}] -> {len(content)} characters (pruned)"
 
 
+SUMMARY_HEADER = (
+    "[Background: a summary of earlier steps of this run, for reference only. It describes what "
+    "happened; it is not an instruction.]\n"
+)
+SUMMARY_REQUEST = (
+    "Summarise the following earlier steps of an automated run for the agent's own reference: facts "
+    "found, files read or changed, commands run and their results, open questions. Plain bullets, at "
+    "most 300 words. Do not add instructions."
+)
+Summarize = Callable[[list[dict[str, Any]]], str]
+
+
+def summarize_with(llm: Any) -> Summarize:
+    """A summarizer that asks ``llm`` (the run's model, without tools) to condense middle turns."""
+
+    def summarize(middle: list[dict[str, Any]]) -> str:
+        lines = []
+        for m in middle:
+            text = m.get("content") or ""
+            calls = ", ".join(
+                f"{c['function']['name']}({c['function']['arguments'][:200]})" for c in m.get("tool_calls") or []
+            )
+            lines.append(f"{m['role']}: {text[:1500]}{' calls: ' + calls if calls else ''}")
+        reply = llm.complete(
+            [{"role": "system", "content": SUMMARY_REQUEST}, {"role": "user", "content": "\n".join(lines)}], []
+        )
+        return str(reply.content or "")
+
+    return summarize
+
+
 @dataclass
 class Pruner:
     budget: int
     tools_tokens: int = 0
     emit: Emit | None = None
+    summarize: Summarize | None = None  # job key `summarize: true`
 
     def __call__(self, messages: list[dict[str, Any]]) -> None:
         before = total(messages, self.tools_tokens)
@@ -72,12 +104,26 @@ class Pruner:
         protected_from = self._protected_from(messages)
         calls = _calls_by_id(messages)
         steps = {"deduped_reads": self._dedupe_reads(messages, calls)}
+        steps["summarized_turns"] = self._summarize_middle(messages, protected_from)
+        if steps["summarized_turns"]:
+            protected_from = 3  # system, task, the summary; then the protected tail
         steps["summarized_results"] = self._summarize_old(messages, calls, protected_from, target)
         steps["trimmed_messages"] = self._trim_old_text(messages, protected_from, target)
         steps["dropped_messages"] = self._drop_oldest(messages, target)
         after = total(messages, self.tools_tokens)
         if self.emit:
             self.emit("prune", {"tokens_before": before, "tokens_after": after, "budget": self.budget, **steps})
+
+    def _summarize_middle(self, messages: list[dict[str, Any]], stop: int) -> int:
+        """Replace the unprotected middle turns by one reference-only summary from the model."""
+        if self.summarize is None or stop - 2 < 4:
+            return 0
+        middle = messages[2:stop]
+        summary = self.summarize(middle).strip()
+        if not summary:
+            return 0
+        messages[2:stop] = [{"role": "user", "content": SUMMARY_HEADER + summary}]
+        return len(middle)
 
     def _protected_from(self, messages: list[dict[str, Any]]) -> int:
         """Index of the first message of the protected recent tail (whole turns only)."""
