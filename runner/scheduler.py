@@ -16,9 +16,12 @@ import random
 from collections import deque
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
-from runner.jobs import Job
 from runner.timeparse import CronSchedule, IntervalSchedule, OneShotSchedule, Schedule
+
+if TYPE_CHECKING:  # used for: name, spec.schedule, spec.enabled, spec.jitter, schedule_obj
+    from runner.jobs import Job
 
 ON_TIME_S = 30.0  # a slot fired at most this late is on time, not caught up
 MIN_WINDOW_S = 120.0

@@ -187,3 +187,25 @@ def test_home_created_private(project, fake):
     assert res.returncode == 0, res.stderr
     assert (project.home.stat().st_mode & 0o777) == 0o700
     assert (os.stat(project.home / "runner.db").st_mode & 0o777) == 0o600
+
+
+def test_jobs_list_summary_is_used_only_while_nothing_changed(project):
+    project.write("jobs/t.md.j2", "hi")
+    project.write_jobs("jobs:\n  a:\n    prompt: jobs/t.md.j2\n    schedule: '0 3 * * *'\n")
+    first = project.run("jobs", "list", "--json")
+    assert first.returncode == 0, first.stderr
+    cached = list((project.home / "cache").glob("jobs-list-*.json"))
+    assert len(cached) == 1
+    again = project.run("jobs", "list", "--json")
+    assert json.loads(again.stdout) == json.loads(first.stdout)
+    (project.root / "jobs" / "t.md.j2").unlink()  # a file the validation checked disappears
+    gone = project.run("jobs", "list")
+    assert gone.returncode == 2 and "template file jobs/t.md.j2 not found" in gone.stderr
+    project.write("jobs/t.md.j2", "hi")
+    project.write_jobs("jobs:\n  a:\n    prompt: jobs/t.md.j2\n    schedule: '0 3 * * *'\n    colour: red\n")
+    edited = project.run("jobs", "list")
+    assert edited.returncode == 2 and "colour: unknown key" in edited.stderr
+    project.home.joinpath("config.yaml").write_text("timezone: Europe/Berlin\n")
+    project.write_jobs("jobs:\n  a:\n    prompt: jobs/t.md.j2\n    schedule: '0 3 * * *'\n")
+    berlin = json.loads(project.run("jobs", "list", "--json").stdout)
+    assert berlin[0]["timezone"] == "Europe/Berlin"

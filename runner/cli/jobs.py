@@ -46,8 +46,19 @@ def _next_fire(job: Any, state: Any, now: datetime) -> str | None:
 @click.option("--json", "as_json", is_flag=True)
 def jobs_list(as_json: bool) -> None:
     """List jobs: schedule, next fire, backend, enabled/paused, last status; and whether serve runs."""
+    from runner import listing
+
     s = settings()
-    jf = s.jobs
+    listed: list[Any] | None = None
+    if s.jobs_path.exists():
+        listed = listing.load(s.home, s.jobs_path, s.config_path)
+    if listed is None:
+        jf = s.jobs  # full validation: errors are reported here
+        labels = {name: _backend_label(job.spec.backend) for name, job in jf.jobs.items()}
+        listed = list(jf.jobs.values())
+        listing.save(s.ensure_home(), s.jobs_path, s.config_path, listed, labels)
+    else:
+        labels = {job.name: job.spec.backend_label for job in listed}
     now = datetime.now(UTC)
     last: dict[str, dict[str, Any]] = {}
     states = _states(s)
@@ -63,7 +74,8 @@ def jobs_list(as_json: bool) -> None:
         status = serve_status(s.store, now)
         serve_line, serve_alive = status.describe(now), status.alive
     rows = []
-    for name, job in sorted(jf.jobs.items()):
+    for job in sorted(listed, key=lambda j: j.name):
+        name = job.name
         state = states.get(name)
         rows.append(
             {
@@ -71,7 +83,7 @@ def jobs_list(as_json: bool) -> None:
                 "schedule": job.spec.schedule,
                 "timezone": job.tz_name,
                 "next_fire": _next_fire(job, state, now),
-                "backend": _backend_label(job.spec.backend),
+                "backend": labels[name],
                 "enabled": job.spec.enabled,
                 "paused": bool(state and state.paused),
                 "paused_reason": state.paused_reason if state else None,
@@ -85,7 +97,7 @@ def jobs_list(as_json: bool) -> None:
         echo_json(rows)
         return
     if not rows:
-        click.echo(f"no jobs in {jf.path}")
+        click.echo(f"no jobs in {s.jobs_path}")
         click.echo(serve_line)
         return
     table(
