@@ -16,7 +16,7 @@ import shlex
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -163,11 +163,9 @@ class CwdState:
     """The working directory a run's commands share."""
 
     cwd: str
-    history: list[str] = field(default_factory=list)
 
     def update(self, new: str | None) -> None:
-        if new and new != self.cwd:
-            self.history.append(self.cwd)
+        if new:
             self.cwd = new
 
     def absolute(self, path: str) -> str:

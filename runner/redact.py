@@ -55,15 +55,17 @@ class Redactor:
     """Callable that masks secrets in text; ``redact_obj`` walks JSON-like values."""
 
     def __init__(self, known: Iterable[str] = (), *, include_env: bool = True):
-        values = {v for v in known if v and len(v) >= MIN_SECRET_LEN}
+        values = set(known)
         if include_env:
             values.update(secret_env_values())
-        self._known = sorted(values, key=len, reverse=True)
+        self._set_known(values)
+
+    def _set_known(self, values: Iterable[str]) -> None:
+        self._known = sorted({v for v in values if v and len(v) >= MIN_SECRET_LEN}, key=len, reverse=True)
         self._known_re = re.compile("|".join(re.escape(v) for v in self._known)) if self._known else None
 
     def add(self, *values: str) -> None:
-        merged = set(self._known) | {v for v in values if v and len(v) >= MIN_SECRET_LEN}
-        self.__init__(merged, include_env=False)  # type: ignore[misc]
+        self._set_known([*self._known, *values])
 
     def __call__(self, text: str) -> str:
         if not text:
