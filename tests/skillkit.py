@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from runner.context import Settings
+from runner.settings import Settings
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from runner import yamlio
 from runner.agent.types import LLM, Message
+from runner.config import yamlio
 from runner.errors import CassetteError
 
 

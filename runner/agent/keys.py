@@ -3,7 +3,7 @@
 The client asks ``current()`` before each request and reports the outcome. A source answers a
 failure with an ``Action``: ``ROTATE`` (try again now with another key; the client's retry
 budget is not used), ``TRANSIENT`` (retry with backoff, counted), or ``FAIL``. The credential
-pool (runner/credentials.py) is a KeySource shared across processes; ``StaticKeys`` is the
+pool (runner/agent/credentials.py) is a KeySource shared across processes; ``StaticKeys`` is the
 simple one for a single key.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from runner.redact import fingerprint
+from runner.safety.redact import fingerprint
 
 
 class Action(enum.Enum):

@@ -41,7 +41,7 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
     resets = []
     for name in ("x-ratelimit-reset-requests", "x-ratelimit-reset-tokens", "x-ratelimit-reset"):
         if name in lower:
-            from runner.timeparse import parse_duration
+            from runner.config.schedules import parse_duration
 
             try:
                 value = lower[name].strip().lower()
@@ -71,7 +71,7 @@ def provider_message(body: str) -> str:
 def shared_ssl_context() -> ssl.SSLContext:
     """The TLS verification context (CA bundle from SSL_CERT_FILE / SSL_CERT_DIR, else certifi),
     built once per process: loading the bundle costs tens of milliseconds, and serve's
-    forkserver builds it once before forking every worker (runner/prefork.py)."""
+    forkserver builds it once before forking every worker (runner/serve/prefork.py)."""
     import certifi
 
     cafile = os.environ.get("SSL_CERT_FILE")

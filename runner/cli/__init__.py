@@ -67,7 +67,7 @@ class RunnerGroup(click.Group):
 @click.pass_context
 def cli(ctx: click.Context, jobs_path: str | None, config_path: str | None, home: str | None) -> None:
     """Scheduled batch automation runner for LLM agents."""
-    from runner.context import Settings
+    from runner.settings import Settings
 
     ctx.obj = Settings.from_options(jobs=jobs_path, config=config_path, home=home)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from runner.context import Settings
+from runner.settings import Settings
 
 
 def settings() -> Settings:
@@ -41,7 +41,7 @@ def ago(text: str | None, now: datetime | None = None) -> str:
         return ""
     then = datetime.fromisoformat(text)
     seconds = ((now or datetime.now(UTC)) - then).total_seconds()
-    from runner.timeparse import format_duration
+    from runner.config.schedules import format_duration
 
     return f"{format_duration(abs(seconds))} {'ago' if seconds >= 0 else 'from now'}"
 

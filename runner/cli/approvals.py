@@ -58,8 +58,8 @@ def approvals_check(job_name: str | None, as_json: bool, command: tuple[str, ...
 
     Put the command after `--`: runner approvals check --job nightly-report -- rm -rf build
     """
-    from runner.approval import callback_for, decide
-    from runner.safety import classify
+    from runner.safety.approval import callback_for, decide
+    from runner.safety.shell import classify
 
     text = " ".join(command)
     policy, allow = "deny", tuple[str, ...]()

@@ -16,8 +16,8 @@ def creds_group() -> None:
 @click.option("--json", "as_json", is_flag=True)
 def creds_list(as_json: bool) -> None:
     """List every key: provider, label, fingerprint, status, cooldown left, requests, last error."""
-    from runner.credentials import list_credentials, sync_config
-    from runner.timeparse import format_duration
+    from runner.agent.credentials import list_credentials, sync_config
+    from runner.config.schedules import format_duration
 
     s = settings()
     sync_config(s.store, s.config)
@@ -52,7 +52,7 @@ def creds_list(as_json: bool) -> None:
 @click.option("--all", "everything", is_flag=True, help="reset every key")
 def creds_reset(fingerprint: str | None, provider: str | None, everything: bool) -> None:
     """Clear cooldowns and dead marks: one key (FINGERPRINT or a unique prefix), --provider P, or --all."""
-    from runner.credentials import reset, sync_config
+    from runner.agent.credentials import reset, sync_config
 
     s = settings()
     sync_config(s.store, s.config)

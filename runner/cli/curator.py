@@ -17,7 +17,7 @@ def curator_group() -> None:
 def _when(dt: datetime | None, now: datetime) -> str:
     if dt is None:
         return "-"
-    from runner.timeparse import format_duration
+    from runner.config.schedules import format_duration
 
     secs = (now - dt).total_seconds()
     rel = f"{format_duration(abs(secs))} {'ago' if secs >= 0 else 'from now'}"
@@ -53,7 +53,7 @@ def curator_status(as_json: bool) -> None:
             }
         )
         return
-    from runner.timeparse import format_duration
+    from runner.config.schedules import format_duration
 
     cfg = s.config.curator
     state = "disabled (curator.enabled: false)" if not st.enabled else ("paused" if st.paused else "enabled")

@@ -28,13 +28,13 @@ def _states(s: Any) -> dict[str, Any]:
     """Scheduler state from the store (none yet when runner.db does not exist)."""
     if not (s.home / "runner.db").exists():
         return {}
-    from runner.jobstate import load_states
+    from runner.serve.state import load_states
 
     return load_states(s.store)
 
 
 def _next_fire(job: Any, state: Any, now: datetime) -> str | None:
-    from runner.scheduler import JobState, upcoming
+    from runner.serve.planner import JobState, upcoming
 
     if job.schedule_obj is None or not job.spec.enabled or (state is not None and state.paused):
         return None
@@ -46,7 +46,7 @@ def _next_fire(job: Any, state: Any, now: datetime) -> str | None:
 @click.option("--json", "as_json", is_flag=True)
 def jobs_list(as_json: bool) -> None:
     """List jobs: schedule, next fire, backend, enabled/paused, last status; and whether serve runs."""
-    from runner import listing
+    from runner.config import listing
 
     s = settings()
     listed: list[Any] | None = None
@@ -64,7 +64,7 @@ def jobs_list(as_json: bool) -> None:
     states = _states(s)
     serve_line, serve_alive = "serve: never started on this RUNNER_HOME", False
     if (s.home / "runner.db").exists():
-        from runner.jobstate import serve_status
+        from runner.serve.state import serve_status
 
         for row in s.store.query(
             "SELECT job, status, created_at FROM runs r WHERE created_at = "
@@ -125,7 +125,7 @@ def jobs_list(as_json: bool) -> None:
 def jobs_validate(as_json: bool) -> None:
     """Check jobs.yaml (and its templates); print every problem; exit 2 if there are any."""
     from runner.errors import ConfigError, TemplateError
-    from runner.prompt import check_syntax
+    from runner.run.prompt import check_syntax
 
     s = settings()
     problems: list[str] = []
@@ -166,7 +166,7 @@ def jobs_next(name: str, count: int, as_json: bool) -> None:
     job = s.jobs.get(name)
     if job.schedule_obj is None:
         raise UsageError(f"job {name} has no schedule (manual only)")
-    from runner.scheduler import JobState, upcoming
+    from runner.serve.planner import JobState, upcoming
 
     tz = ZoneInfo(job.tz_name)
     now = datetime.now(UTC)
@@ -185,7 +185,7 @@ def jobs_next(name: str, count: int, as_json: bool) -> None:
 @click.argument("name")
 def jobs_pause(name: str) -> None:
     """Stop firing job NAME until `runner jobs resume NAME` (kept in the store, over jobs.yaml)."""
-    from runner.jobstate import set_paused
+    from runner.serve.state import set_paused
 
     s = settings()
     s.jobs.get(name)
@@ -197,7 +197,7 @@ def jobs_pause(name: str) -> None:
 @click.argument("name")
 def jobs_resume(name: str) -> None:
     """Fire job NAME again (clears a pause and the failure streak); missed slots are not caught up."""
-    from runner.jobstate import set_paused
+    from runner.serve.state import set_paused
 
     s = settings()
     job = s.jobs.get(name)

@@ -21,8 +21,8 @@ from runner.cli._util import echo_json, parse_vars, settings
 @click.option("--json", "as_json", is_flag=True, help="print the run summary as JSON")
 def run_job(name: str, var_pairs: tuple[str, ...], replay: Path | None, record: Path | None, as_json: bool) -> None:
     """Run job NAME now and exit with its status (0 ok, 1 failed, 2 bad input, 130 interrupted)."""
-    from runner.approval import has_tty
-    from runner.worker import RunRequest, execute
+    from runner.run.execute import RunRequest, execute
+    from runner.safety.approval import has_tty
 
     if replay and record:
         raise click.UsageError("--replay and --record cannot be used together")

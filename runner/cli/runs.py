@@ -34,7 +34,7 @@ def _duration(row: dict[str, Any]) -> str:
 @click.option("--json", "as_json", is_flag=True)
 def runs_list(job: str | None, status: str | None, limit: int, as_json: bool) -> None:
     """List recent runs, newest first."""
-    from runner.runs import list_runs
+    from runner.store.runs import list_runs
 
     rows = list_runs(settings().store, job=job, status=status, limit=limit)
     if as_json:
@@ -65,7 +65,7 @@ def runs_list(job: str | None, status: str | None, limit: int, as_json: bool) ->
 
 def _load(run_id: str) -> dict[str, Any]:
     from runner.errors import UsageError
-    from runner.runs import get_run
+    from runner.store.runs import get_run
 
     row = get_run(settings().store, run_id)
     if row is None:
@@ -108,7 +108,7 @@ def _short(text: str, width: int) -> str:
 @click.option("--json", "as_json", is_flag=True)
 def runs_show(run_id: str, as_json: bool) -> None:
     """Show a run: summary, then each step (model turns, tool calls and results, tokens, cost)."""
-    from runner.runs import events
+    from runner.store.runs import events
 
     row = _load(run_id)
     evs = events(settings().store, row["id"])
@@ -144,7 +144,7 @@ def runs_show(run_id: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="JSON lines")
 def runs_logs(run_id: str, follow: bool, as_json: bool) -> None:
     """Print a run's events as they arrive."""
-    from runner.runs import events, get_run
+    from runner.store.runs import events, get_run
 
     store = settings().store
     row = _load(run_id)

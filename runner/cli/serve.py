@@ -18,7 +18,7 @@ from runner.cli._util import settings
 )
 def serve(log_level: str) -> None:
     """Fire scheduled jobs until SIGTERM/SIGINT (one instance per RUNNER_HOME)."""
-    from runner.serve import run_serve
+    from runner.serve.daemon import run_serve
 
     sys.exit(run_serve(settings(), log_level=log_level))
 

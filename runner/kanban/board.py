@@ -21,8 +21,8 @@ from typing import Any
 
 from runner.errors import UsageError
 from runner.kanban.model import STATUSES, Claim, FenceError, Reclaimed, Task, TaskNotFound, backoff_seconds
-from runner.runs import HOST
 from runner.store import Store, dumps, iso
+from runner.store.runs import HOST
 
 
 class Board:

@@ -31,11 +31,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
-from runner.context import Settings
 from runner.kanban.board import Board
 from runner.kanban.model import Claim, FenceError, Reclaimed
-from runner.runs import HOST, mark_orphans_unknown, pid_alive, pid_start_time
+from runner.settings import Settings
 from runner.store import iso
+from runner.store.runs import HOST, mark_orphans_unknown, pid_alive, pid_start_time
 
 ENV_TASK = "HERMES_KANBAN_TASK"
 ENV_FENCE = "HERMES_KANBAN_FENCE"

@@ -21,15 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.context import Settings
+from runner.config.jobs import Job
 from runner.errors import RunnerError, UsageError
-from runner.jobs import Job
 from runner.kanban.board import Board
 from runner.kanban.dispatch import ENV_FENCE, ENV_TASK
 from runner.kanban.model import FenceError, Task
-from runner.redact import Redactor
-from runner.runs import finish_run, pid_start_time
+from runner.safety.redact import Redactor
+from runner.settings import Settings
 from runner.store import Store, utcnow
+from runner.store.runs import finish_run, pid_start_time
 
 REMINDER = (
     "You have not ended this kanban task. Call kanban_complete with the result if the work is done, "
@@ -235,7 +235,7 @@ def work(settings: Settings, environ: Mapping[str, str], *, stop: threading.Even
 
 
 def _attempt(settings: Settings, session: TaskSession, stop: threading.Event) -> WorkResult:
-    from runner.worker import RunRequest, execute
+    from runner.run.execute import RunRequest, execute
 
     board, task_id, fence = session.board, session.task_id, session.fence
     task = board.get(task_id)

@@ -1,8 +1,2 @@
-"""Command safety: classify shell commands as safe, dangerous or hardline.
-
-``classify(command)`` is pure and fast; policies, approvals and redaction build on it.
-"""
-
-from runner.safety.classify import Verdict, classify
-
-__all__ = ["Verdict", "classify"]
+"""Safety: the shell-command classifier (``shell/``), approval policies, redaction and the
+prompt-injection scan. Import the submodules; this package imports nothing."""

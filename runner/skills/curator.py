@@ -28,8 +28,8 @@ from runner.skills.usage import UsageFile, UsageRecord
 from runner.store import Store, dumps, iso
 
 if TYPE_CHECKING:
-    from runner.config import CuratorConfig
-    from runner.context import Settings
+    from runner.config.machine import CuratorConfig
+    from runner.settings import Settings
 
 KEEP_SNAPSHOTS = 5
 DAY = timedelta(days=1)
@@ -313,7 +313,7 @@ def _unique(folder: Path, stem: str, suffix: str) -> Path:
 
 
 def _write_report(home: Path, now: datetime, text: str) -> Path:
-    from runner.delivery import write_private
+    from runner.run.delivery import write_private
 
     folder = home / "logs" / "curator"
     folder.mkdir(parents=True, exist_ok=True)

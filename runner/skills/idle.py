@@ -16,14 +16,14 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 
 from runner.errors import RunnerError
-from runner.runs import ACTIVE
 from runner.skills import curator
 from runner.skills.curator import PassResult
 from runner.store import Store, parse_iso
+from runner.store.runs import ACTIVE
 
 if TYPE_CHECKING:
-    from runner.config import CuratorConfig
-    from runner.context import Settings
+    from runner.config.machine import CuratorConfig
+    from runner.settings import Settings
 
 
 class Ticker(Protocol):

@@ -24,7 +24,7 @@ from runner.skills.rules import MAX_FILE_BYTES, MAX_SKILL_MD, PLATFORMS, Skill, 
 from runner.skills.scan import Scanner, quick_scan
 
 if TYPE_CHECKING:
-    from runner.context import Settings
+    from runner.settings import Settings
 
 INDEX_DESCRIPTION = 200
 

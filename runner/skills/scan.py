@@ -3,7 +3,7 @@
 - ``scan_skill_text``: the full check, run before anything is written (``skill_manage``) and
   before a skill's text enters a prompt (``skill_view``, preloading): invisible or
   direction-changing Unicode (with line numbers), the shared prompt-injection scanner
-  (``runner.injection``, the one AGENTS.md goes through) plus the phrases below, and for shell
+  (``runner.safety.injection``, the one AGENTS.md goes through) plus the phrases below, and for shell
   scripts under ``scripts/`` the shared command classifier (``runner.safety``): a script may not
   hold a command the default ``deny`` policy would block, since commands inside a script file
   are out of reach of the per-command approval gate.
@@ -119,7 +119,7 @@ def quick_scan(text: str, *, kind: Kind = "markdown") -> list[Finding]:
 def scan_skill_text(text: str, *, kind: Kind = "markdown") -> list[Finding]:
     """Everything ``quick_scan`` finds, plus the shared injection scanner and (for shell scripts)
     the shared command classifier. Empty means nothing was found."""
-    from runner.injection import scan
+    from runner.safety.injection import scan
 
     findings = quick_scan(text, kind=kind)
     flagged_lines = {f.line for f in findings if f.rule == "injection"}
@@ -146,7 +146,7 @@ def is_shell(text: str) -> bool:
 
 
 def _classify_script(text: str) -> list[Finding]:
-    from runner.safety import classify
+    from runner.safety.shell import classify
 
     verdict = classify(text)
     if verdict.level == "safe":

@@ -22,7 +22,7 @@ from runner.skills.usage import Counter, UsageFile
 from runner.store import utcnow
 
 if TYPE_CHECKING:
-    from runner.context import Settings
+    from runner.settings import Settings
 
 Emit = Callable[[str, dict[str, Any]], None]
 MAX_VIEW_CHARS = 100_000

@@ -1,4 +1,4 @@
-"""Benchmark of the command classifier (runner.safety.classify).
+"""Benchmark of the command classifier (runner.safety.shell.classify).
 
 Run:  python tests/bench/bench_classify.py
  or:  pytest tests/bench/bench_classify.py -s     (not collected by a plain `pytest`:
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # when run as a script, the repository root is not on sys.path
     sys.path.insert(0, str(ROOT))
 
-from runner.safety import classify  # noqa: E402
+from runner.safety.shell import classify  # noqa: E402
 from tests.safety.corpus import load  # noqa: E402
 
 MEDIAN_TARGET_US = 50.0

@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from runner.agent.credentials import CredentialPool  # noqa: E402
 from runner.agent.keys import Credential  # noqa: E402
-from runner.credentials import CredentialPool  # noqa: E402
 from runner.store import Store  # noqa: E402
 
 TARGET_MS = 2.0

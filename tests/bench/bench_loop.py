@@ -18,15 +18,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import row  # noqa: E402
 
-from runner.agent.context import Pruner  # noqa: E402
 from runner.agent.loop import Limits, run_loop  # noqa: E402
+from runner.agent.pruning import Pruner  # noqa: E402
 from runner.agent.types import Message, ToolCall, Usage  # noqa: E402
-from runner.redact import Redactor  # noqa: E402
-from runner.runs import Recorder, create_run  # noqa: E402
+from runner.safety.redact import Redactor  # noqa: E402
 from runner.store import Store  # noqa: E402
+from runner.store.runs import Recorder, create_run  # noqa: E402
 from runner.tools import ToolEntry  # noqa: E402
 from runner.tools.context import ToolContext  # noqa: E402
-from tests.test_pruning import run as pruning_run  # noqa: E402
+from tests.agent.test_pruning import run as pruning_run  # noqa: E402
 
 
 class Instant:

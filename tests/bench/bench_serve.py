@@ -25,8 +25,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from runner.jobstate import save_sight  # noqa: E402
-from runner.scheduler import JobState  # noqa: E402
+from runner.serve.planner import JobState  # noqa: E402
+from runner.serve.state import save_sight  # noqa: E402
 from runner.store import Store  # noqa: E402
 from tests.fakeopenai import FakeOpenAI, final  # noqa: E402
 

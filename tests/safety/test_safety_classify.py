@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from runner.safety import Verdict, classify
-from runner.safety.paths import _CREDENTIAL_FILES, RC_FILES, sensitive_write
+from runner.safety.shell import Verdict, classify
+from runner.safety.shell.paths import _CREDENTIAL_FILES, RC_FILES, sensitive_write
 
 
 def level(command: str) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from runner.safety import classify
+from runner.safety.shell import classify
 from tests.safety.corpus import load
 
 HARDLINE = load("hardline")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from runner.safety import classify
-from runner.safety.normalize import decode_ansi_c, normalize
+from runner.safety.shell import classify
+from runner.safety.shell.normalize import decode_ansi_c, normalize
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import shlex
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runner.safety import Verdict, classify
+from runner.safety.shell import Verdict, classify
 from tests.safety.corpus import load
 
 HARDLINE = load("hardline")

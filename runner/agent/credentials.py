@@ -1,0 +1,393 @@
+"""The credential pool: a provider's API keys, with state shared by every process through runner.db.
+
+One row per (provider, fingerprint) in the ``credentials`` table; the raw key never leaves the
+process that read it from the environment. Every read-then-write is one ``BEGIN IMMEDIATE``
+transaction, so two workers never pick from a stale view of cooldowns.
+
+A ``CredentialPool`` is the ``KeySource`` of one run for one provider:
+
+- ``current()`` keeps the run's key (sticky, so provider prompt caches stay warm) while it is
+  usable, else picks one by the provider's strategy; when every key is cooling it waits for the
+  soonest one if that fits the run's remaining time and ``max_wait``, else raises
+  ``ModelError(reason="credentials_exhausted")``; when every key is dead it raises at once
+  (``credentials_dead``), naming the fingerprints.
+- ``failed()`` turns an HTTP error into a cooldown (``runner.agent.cooldowns.classify``) and answers
+  ``ROTATE``: rotations never use the chat client's retry budget.
+
+Every selection change, cooldown, wait and death is a run event (``emit``).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from runner.agent.cooldowns import Verdict, classify
+from runner.agent.keys import Action, Credential
+from runner.config.machine import Config, Cooldowns, resolve_key
+from runner.errors import ModelError, UsageError
+from runner.safety.redact import Redactor
+from runner.store import Store
+
+if TYPE_CHECKING:
+    from runner.run.model_choice import ModelChoice
+
+Emit = Callable[[str, dict[str, Any]], None]
+MIN_WAIT = 0.25  # never spin: a wait for a cooling key is at least this long
+_COLUMNS = (
+    "fingerprint, label, position, status, cooldown_until, request_count, success_count, selected_at, "
+    "last_error_code, last_error_message, last_used_at, rate_limit_strikes, auth_strikes"
+)
+
+
+def ts_iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
+
+
+def iso_ts(text: str | None) -> float:
+    return datetime.fromisoformat(text).timestamp() if text else 0.0
+
+
+def usable(row: Mapping[str, Any], now: float) -> bool:
+    return bool(row["status"] != "dead" and iso_ts(row["cooldown_until"]) <= now)
+
+
+def describe(row: Mapping[str, Any], now: float) -> str:
+    """``fingerprint (label): state`` for error messages; never the key."""
+    what = f"{row['fingerprint']} ({row['label']})"
+    code = f"HTTP {row['last_error_code']}" if row["last_error_code"] else "no error"
+    if row["status"] == "dead":
+        return f"{what}: dead after {code}"
+    left = iso_ts(row["cooldown_until"]) - now
+    if left > 0:
+        from runner.config.schedules import format_duration
+
+        return f"{what}: cooling {format_duration(max(1.0, left))} after {code}"
+    return f"{what}: ok"
+
+
+def sync(store: Store, provider: str, creds: Sequence[Credential], *, now: float | None = None) -> None:
+    """Make sure each key has a row (by fingerprint); keep labels and config order current."""
+    stamp = ts_iso(time.time() if now is None else now)
+    with store.transaction() as conn:
+        for position, cred in enumerate(creds):
+            conn.execute(
+                "INSERT INTO credentials (provider, fingerprint, label, position, created_at) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (provider, fingerprint) DO UPDATE SET label=excluded.label, position=excluded.position",
+                (provider, cred.fingerprint, cred.label, position, stamp),
+            )
+
+
+def sync_config(store: Store, config: Config, *, now: float | None = None) -> None:
+    """Rows for every configured key whose value is set, so ``creds list`` shows keys not yet used."""
+    for name, provider in config.providers.items():
+        creds = []
+        for i, ref in enumerate(provider.api_keys):
+            label, value = resolve_key(ref, i)
+            if value:
+                creds.append(Credential(label, value))
+        if creds:
+            sync(store, name, _unique(creds), now=now)
+
+
+@dataclass(frozen=True)
+class CredentialState:
+    """One row of ``runner creds list``."""
+
+    provider: str
+    label: str
+    fingerprint: str
+    status: str  # ok | cooling | dead (cooling only while the cooldown lasts)
+    cooldown_until: str | None
+    cooldown_left_s: float
+    request_count: int
+    success_count: int
+    last_used_at: str | None
+    last_error_code: int | None
+    last_error_message: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def list_credentials(store: Store, *, now: float | None = None) -> list[CredentialState]:
+    now = time.time() if now is None else now
+    out = []
+    for row in store.query(f"SELECT provider, {_COLUMNS} FROM credentials ORDER BY provider, position, label"):
+        left = max(0.0, iso_ts(row["cooldown_until"]) - now)
+        fields = {k: row[k] for k in CredentialState.__dataclass_fields__ if k in row}
+        fields.update(
+            status=row["status"] if row["status"] == "dead" else ("cooling" if left > 0 else "ok"),
+            cooldown_until=row["cooldown_until"] if left > 0 else None,
+            cooldown_left_s=round(left, 3),
+        )
+        out.append(CredentialState(**fields))
+    return out
+
+
+def reset(
+    store: Store, *, fingerprint: str | None = None, provider: str | None = None, everything: bool = False
+) -> int:
+    """Clear cooldowns, dead marks and strikes (counts stay). Returns how many rows were reset."""
+    if sum(x is not None and x is not False for x in (fingerprint, provider, everything)) != 1:
+        raise UsageError("creds reset: give exactly one of FINGERPRINT, --provider P or --all")
+    where, params = "1=1", list[str]()
+    with store.transaction() as conn:
+        if fingerprint is not None:
+            prefix = fingerprint.strip().lower()
+            found = {r[0] for r in conn.execute("SELECT fingerprint FROM credentials") if r[0].startswith(prefix)}
+            if len(prefix) < 4 or not found:
+                raise UsageError(f"creds reset: no key with fingerprint {fingerprint!r} (see: runner creds list)")
+            if len(found) > 1:
+                raise UsageError(f"creds reset: fingerprint {fingerprint!r} is ambiguous: {', '.join(sorted(found))}")
+            where, params = "fingerprint=?", [found.pop()]
+        elif provider is not None:
+            if not conn.execute("SELECT 1 FROM credentials WHERE provider=?", (provider,)).fetchone():
+                raise UsageError(f"creds reset: no keys for provider {provider!r} (see: runner creds list)")
+            where, params = "provider=?", [provider]
+        cur = conn.execute(
+            "UPDATE credentials SET status='ok', cooldown_until=NULL, rate_limit_strikes=0, auth_strikes=0, "
+            f"last_error_code=NULL, last_error_message=NULL WHERE {where}",
+            params,
+        )
+        return cur.rowcount
+
+
+def _unique(creds: Sequence[Credential]) -> list[Credential]:
+    seen: dict[str, Credential] = {}
+    for cred in creds:
+        seen.setdefault(cred.fingerprint, cred)
+    return list(seen.values())
+
+
+class CredentialPool:
+    """A ``KeySource`` over one provider's keys, for one run. State lives in runner.db."""
+
+    def __init__(
+        self,
+        store: Store,
+        provider: str,
+        creds: Sequence[Credential],
+        *,
+        strategy: str = "fill_first",
+        cooldowns: Cooldowns | None = None,
+        max_wait: float = 120.0,
+        may_wait: bool = True,
+        emit: Emit | None = None,
+        deadline: float | None = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+    ):
+        if not creds:
+            raise ValueError("a credential pool needs at least one key")
+        self.store = store
+        self.provider = provider
+        self.creds = {c.fingerprint: c for c in _unique(creds)}
+        self.strategy = strategy
+        self.rules = cooldowns or Cooldowns()
+        self.max_wait = max_wait
+        self.may_wait = may_wait
+        self.emit: Emit = emit or (lambda kind, payload: None)
+        self.deadline = deadline
+        self.clock, self.monotonic, self.sleep = clock, monotonic, sleep
+        self.rng = rng or random.Random()
+        self.redact = Redactor(self.values(), include_env=False)
+        self._sticky: str | None = None
+        self._why_rotate = ""
+        self._waited = 0.0  # seconds spent waiting for keys since the last success
+        sync(store, provider, list(self.creds.values()), now=clock())
+
+    def attach(self, *, emit: Emit | None = None, deadline: float | None = None) -> None:
+        """Give the pool the run's event sink and its deadline (``time.monotonic()`` based)."""
+        if emit is not None:
+            self.emit = emit
+        self.deadline = deadline
+
+    def values(self) -> list[str]:
+        return [c.value for c in self.creds.values()]
+
+    # -- KeySource ------------------------------------------------------------------------
+    def current(self) -> Credential | None:
+        while True:
+            now = self.clock()
+            chosen, rows = self._select(now)
+            if chosen is not None:
+                previous, self._sticky = self._sticky, chosen["fingerprint"]
+                if previous is None:
+                    self.emit("credential_selected", self._info(chosen, strategy=self.strategy))
+                elif previous != self._sticky:
+                    info = self._info(chosen, **{"from": previous, "reason": self._why_rotate or "not usable"})
+                    self.emit("credential_rotated", info)
+                self._why_rotate = ""
+                return self.creds[chosen["fingerprint"]]
+            self._wait_or_raise(rows, now)
+
+    def succeeded(self, cred: Credential | None) -> None:
+        self._waited = 0.0
+        if cred is None:
+            return
+        with self.store.transaction() as conn:
+            conn.execute(
+                "UPDATE credentials SET success_count=success_count+1, rate_limit_strikes=0, auth_strikes=0 "
+                "WHERE provider=? AND fingerprint=?",
+                (self.provider, cred.fingerprint),
+            )
+
+    def failed(self, cred: Credential | None, status: int, headers: Mapping[str, str], body: str) -> Action:
+        if cred is None or cred.fingerprint not in self.creds:
+            return Action.FAIL
+        from runner.agent.llm import provider_message
+
+        now = self.clock()
+        message = self.redact(provider_message(body))[:300]
+        with self.store.transaction() as conn:
+            row = conn.execute(
+                f"SELECT {_COLUMNS} FROM credentials WHERE provider=? AND fingerprint=?",
+                (self.provider, cred.fingerprint),
+            ).fetchone()
+            verdict = classify(status, headers, body, row, self.rules, now)
+            until = ts_iso(now + verdict.seconds) if verdict.seconds > 0 else row["cooldown_until"]
+            conn.execute(
+                "UPDATE credentials SET status=?, cooldown_until=?, last_error_code=?, last_error_message=?, "
+                "last_error_at=?, auth_strikes=?, rate_limit_strikes=? WHERE provider=? AND fingerprint=?",
+                (
+                    verdict.status,
+                    until,
+                    status,
+                    message,
+                    ts_iso(now),
+                    verdict.auth_strikes,
+                    verdict.rate_limit_strikes,
+                    self.provider,
+                    cred.fingerprint,
+                ),
+            )
+        self._report(cred, status, verdict, until, message)
+        return Action.ROTATE
+
+    # -- internals ------------------------------------------------------------------------
+    def _select(self, now: float) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """One transaction: read the provider's rows, keep or pick a key, count the request."""
+        stamp = ts_iso(now)
+        with self.store.transaction() as conn:
+            rows = [
+                dict(r)
+                for r in conn.execute(f"SELECT {_COLUMNS} FROM credentials WHERE provider=?", (self.provider,))
+                if r["fingerprint"] in self.creds
+            ]
+            ok = [r for r in rows if usable(r, now)]
+            if not ok:
+                return None, rows
+            sticky = next((r for r in ok if r["fingerprint"] == self._sticky), None)
+            chosen = sticky or self._pick(ok)
+            conn.execute(
+                "UPDATE credentials SET request_count=request_count+1, last_used_at=?, "
+                "selected_at=CASE WHEN ? THEN ? ELSE selected_at END, "
+                "status=CASE WHEN status='cooling' THEN 'ok' ELSE status END "
+                "WHERE provider=? AND fingerprint=?",
+                (stamp, sticky is None, stamp, self.provider, chosen["fingerprint"]),
+            )
+        return chosen, rows
+
+    def _pick(self, ok: list[dict[str, Any]]) -> dict[str, Any]:
+        if self.strategy == "random":
+            return self.rng.choice(ok)
+        if self.strategy == "least_used":
+            return min(ok, key=lambda r: (r["request_count"], r["position"]))
+        if self.strategy == "round_robin":
+            return min(ok, key=lambda r: (r["selected_at"] or "", r["position"]))
+        return min(ok, key=lambda r: r["position"])  # fill_first
+
+    def _wait_or_raise(self, rows: list[dict[str, Any]], now: float) -> None:
+        keys = "; ".join(describe(r, now) for r in sorted(rows, key=lambda r: r["position"]))
+        live = [r for r in rows if r["status"] != "dead"]
+        if not live:
+            raise ModelError(
+                f"{self.provider}: every API key is dead (failed authentication again after its cooldown): {keys}. "
+                f"Fix the keys, then: runner creds reset --provider {self.provider}",
+                reason="credentials_dead",
+            )
+        soonest = min(live, key=lambda r: iso_ts(r["cooldown_until"]))
+        free_at = iso_ts(soonest["cooldown_until"])
+        wait = max(MIN_WAIT, free_at - now)
+        remaining = self.deadline - self.monotonic() if self.deadline is not None else float("inf")
+        budget = self.max_wait - self._waited
+        if self.may_wait and wait <= budget and wait <= remaining:
+            self.emit(
+                "credentials_wait",
+                {"provider": self.provider, "wait_s": round(wait, 3), "for": soonest["fingerprint"], "keys": keys},
+            )
+            self.sleep(wait)
+            self._waited += wait
+            return
+        if not self.may_wait:
+            why = "a fallback provider follows, so this one does not wait"
+        elif wait > budget:
+            why = f"longer than max_wait ({self.max_wait:g}s{', part already spent' if self._waited else ''})"
+        else:
+            why = f"longer than the run's remaining time ({max(0.0, remaining):.0f}s)"
+        from runner.config.schedules import format_duration
+
+        raise ModelError(
+            f"{self.provider}: all API keys are cooling down: {keys}; the first frees at {ts_iso(free_at)} "
+            f"(in {format_duration(max(1.0, free_at - now))}), {why}",
+            reason="credentials_exhausted",
+        )
+
+    def _report(self, cred: Credential, status: int, verdict: Verdict, until: str | None, message: str) -> None:
+        info = {
+            "provider": self.provider,
+            "label": cred.label,
+            "fingerprint": cred.fingerprint,
+            "http_status": status,
+            "kind": verdict.kind,
+            "error": message,
+        }
+        if verdict.kind == "retry_same":
+            wait = self.rules.rate_limit_retry_s
+            self.emit("credential_retry", {**info, "wait_s": wait})
+            self.sleep(wait)
+            return
+        self._why_rotate = f"{cred.fingerprint}: HTTP {status} ({verdict.kind})"
+        if verdict.status == "dead":
+            self.emit("credential_dead", info)
+        elif verdict.seconds > 0:
+            self.emit("credential_cooldown", {**info, "seconds": round(verdict.seconds, 3), "until": until})
+
+    def _info(self, row: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
+        return {"provider": self.provider, "label": row["label"], "fingerprint": row["fingerprint"], **extra}
+
+
+class PoolFactory:
+    """Builds one run's pools (one per provider of the job's model list), then attaches the
+    run's event sink and deadline to all of them once the run row exists."""
+
+    def __init__(self, open_store: Callable[[], Store], **pool_kwargs: Any):
+        self.open_store = open_store
+        self.pool_kwargs = pool_kwargs
+        self.pools: list[CredentialPool] = []
+
+    def __call__(self, choice: ModelChoice, creds: list[Credential], *, may_wait: bool = True) -> CredentialPool:
+        p = choice.provider
+        pool = CredentialPool(
+            self.open_store(),
+            choice.provider_name,
+            creds,
+            strategy=p.strategy,
+            cooldowns=p.cooldowns,
+            max_wait=p.max_wait,
+            may_wait=may_wait,
+            **self.pool_kwargs,
+        )
+        self.pools.append(pool)
+        return pool
+
+    def attach(self, *, emit: Emit, deadline: float | None) -> None:
+        for pool in self.pools:
+            pool.attach(emit=emit, deadline=deadline)

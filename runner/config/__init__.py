@@ -1,0 +1,1 @@
+"""jobs.yaml and config.yaml: strict models, schedules, YAML loading."""

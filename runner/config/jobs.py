@@ -1,0 +1,334 @@
+"""jobs.yaml: the strict job schema, defaults merging and whole-file validation.
+
+Every problem in the file is collected and reported at once as ``FILE: job NAME: field: message``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+
+from runner.config import yamlio
+from runner.config.schedules import Schedule, parse_duration, parse_schedule, parse_timezone
+from runner.errors import ConfigError, UsageError
+
+JOB_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+TEMPLATE_SUFFIXES = (".j2", ".jinja", ".jinja2", ".md", ".txt", ".tmpl")
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LocalSpec(Strict):
+    type: Literal["local"] = "local"
+
+
+class DockerSpec(Strict):
+    type: Literal["docker"]
+    image: str
+    network: str = "none"
+    memory: str | None = "1g"
+    cpus: float | None = 1.0
+    mounts: list[str | dict[str, Any]] = Field(default_factory=list)
+    pull: Literal["missing", "never", "always"] = "missing"
+    user: str | None = None
+
+
+class SSHSpec(Strict):
+    type: Literal["ssh"]
+    host: str
+    user: str | None = None
+    port: int = Field(22, ge=1, le=65535)
+    key: str | None = None
+    workdir: str | None = None
+    strict_host_key_checking: Literal["yes", "no", "accept-new"] = "accept-new"
+    known_hosts_file: str | None = None
+    connect_timeout: int = 10
+    ssh_options: list[str] = Field(default_factory=list)
+
+
+BackendSpec = Annotated[LocalSpec | DockerSpec | SSHSpec, Field(discriminator="type")]
+
+
+def _backend(value: Any) -> Any:
+    if isinstance(value, str):
+        from backends import parse_spec
+
+        return parse_spec(value)
+    return value
+
+
+class Retries(Strict):
+    attempts: int = Field(0, ge=0, le=20)
+    backoff: Duration = 300.0
+
+
+class Budget(Strict):
+    max_cost_usd: float | None = Field(None, ge=0)
+    max_tokens: int | None = Field(None, ge=1)
+
+
+def _deliver_item(value: str) -> str:
+    if value in ("file", "stdout"):
+        return value
+    kind, _, rest = value.partition(":")
+    if kind == "file" and rest:
+        return value
+    if kind == "webhook" and re.match(r"^https?://[^\s]+$", rest):
+        return value
+    raise ValueError(f"invalid sink {value!r} (use file, file:PATH, stdout or webhook:https://...)")
+
+
+class JobSpec(Strict):
+    """One job as written in jobs.yaml (after defaults are merged in)."""
+
+    description: str = ""
+    enabled: bool = True
+    schedule: str | None = None
+    timezone: str | None = None
+    jitter: Duration = 0.0
+    prompt: str | None = None
+    vars: dict[str, Any] = Field(default_factory=dict)
+    env_vars: list[str] = Field(default_factory=list)
+    pre_run: str | None = None
+    pre_run_timeout: Duration = 300.0
+    agent: bool = True
+    model: str | list[str] = "default"
+    toolsets: list[str] = Field(default_factory=lambda: ["terminal", "files"])
+    skills: list[str] = Field(default_factory=list)
+    backend: Annotated[BackendSpec, BeforeValidator(_backend)] = Field(default_factory=LocalSpec)
+    workdir: str | None = None
+    approvals: Literal["deny", "approve", "manual"] = "deny"
+    allow: list[str] = Field(default_factory=list)
+    max_iterations: int = Field(30, ge=1, le=10_000)
+    timeout: Duration = 1200.0
+    idle_timeout: Duration = 300.0
+    retries: Retries = Field(default_factory=Retries)
+    catchup: Literal["skip", "once", "all"] = "once"
+    catchup_window: Duration | None = None
+    overlap: Literal["skip", "queue", "allow", "replace"] = "skip"
+    deliver: list[Annotated[str, BeforeValidator(_deliver_item)]] = Field(default_factory=lambda: ["file"])
+    budget: Budget = Field(default_factory=Budget)
+    env_passthrough: list[str] = Field(default_factory=list)
+    allow_paths: list[str] = Field(default_factory=list)
+    context_budget: int | None = Field(None, ge=1000)
+    summarize: bool = False
+    pause_after_failures: int | None = Field(None, ge=1)
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_timezone(value)
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, value: str | list[str]) -> str | list[str]:
+        if isinstance(value, list) and not value:
+            raise ValueError("model list is empty")
+        return value
+
+    @field_validator("env_vars", "env_passthrough")
+    @classmethod
+    def _env_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+        return value
+
+    @field_validator("timeout", "idle_timeout")
+    @classmethod
+    def _positive(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("must be greater than 0")
+        return value
+
+
+@dataclass(frozen=True)
+class Job:
+    """A validated job with paths resolved against the folder of jobs.yaml."""
+
+    name: str
+    spec: JobSpec
+    base_dir: Path
+    tz_name: str
+    schedule_obj: Schedule | None = field(default=None, compare=False)
+
+    @property
+    def workdir(self) -> Path:
+        return (self.base_dir / self.spec.workdir).resolve() if self.spec.workdir else self.base_dir
+
+    @property
+    def models(self) -> list[str]:
+        return [self.spec.model] if isinstance(self.spec.model, str) else list(self.spec.model)
+
+    def prompt_path(self) -> Path | None:
+        prompt = self.spec.prompt
+        if prompt is None or not looks_like_path(prompt):
+            return None
+        return (self.base_dir / prompt).resolve()
+
+    def resolve_path(self, value: str) -> Path:
+        return (self.base_dir / value).expanduser().resolve()
+
+
+@dataclass(frozen=True)
+class JobsFile:
+    path: Path
+    jobs: dict[str, Job]
+
+    @property
+    def base_dir(self) -> Path:
+        return self.path.parent
+
+    def get(self, name: str) -> Job:
+        job = self.jobs.get(name)
+        if job is None:
+            known = ", ".join(sorted(self.jobs)) or "(none)"
+            raise UsageError(f"{self.path}: unknown job {name!r}; known jobs: {known}")
+        return job
+
+
+def looks_like_path(prompt: str) -> bool:
+    text = prompt.strip()
+    if not text or "\n" in text or " " in text:
+        return False
+    return text.endswith(TEMPLATE_SUFFIXES) or "/" in text
+
+
+def _merge(defaults: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
+    out = dict(defaults)
+    for key, value in job.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and key != "backend":
+            out[key] = {**out[key], **value}
+        else:
+            out[key] = value
+    return out
+
+
+def _errors(prefix: str, exc: ValidationError) -> list[str]:
+    problems = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-", "tagged-union")))
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        problems.append(f"{prefix}{loc or '(job)'}: {msg}")
+    return problems
+
+
+def load_jobs(path: Path, *, default_timezone: str = "UTC", now: datetime | None = None) -> JobsFile:
+    """Parse and validate jobs.yaml; raise ConfigError listing every problem."""
+    if not path.exists():
+        raise UsageError(f"{path}: jobs file not found (use --jobs PATH or set RUNNER_JOBS)")
+    try:
+        data = yamlio.load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        from runner.config.machine import _yaml_problem
+
+        raise ConfigError(f"{path}: invalid YAML: {_yaml_problem(exc)}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    data = data or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping with 'jobs:' at the top level")
+    problems: list[str] = []
+    for key in data:
+        if key not in ("defaults", "jobs"):
+            problems.append(f"{path}: {key}: unknown key (top level takes defaults and jobs)")
+    defaults = data.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        problems.append(f"{path}: defaults: expected a mapping")
+        defaults = {}
+    else:
+        try:
+            JobSpec(**defaults)
+        except ValidationError as exc:
+            problems.extend(_errors(f"{path}: defaults: ", exc))
+            defaults = {}
+    raw_jobs = data.get("jobs") or {}
+    if not isinstance(raw_jobs, dict):
+        problems.append(f"{path}: jobs: expected a mapping of job name to job")
+        raw_jobs = {}
+    jobs: dict[str, Job] = {}
+    for name, body in raw_jobs.items():
+        name = str(name)
+        prefix = f"{path}: job {name}: "
+        if not JOB_NAME.match(name):
+            problems.append(f"{prefix}name: must match ^[a-z0-9][a-z0-9_-]{{0,63}}$")
+            continue
+        if body is None:
+            body = {}
+        if not isinstance(body, dict):
+            problems.append(f"{prefix}expected a mapping of job keys")
+            continue
+        try:
+            spec = JobSpec(**_merge(defaults, body))
+        except ValidationError as exc:
+            problems.extend(_errors(prefix, exc))
+            continue
+        job_problems, job = _check_job(name, spec, path.parent.resolve(), default_timezone, now)
+        problems.extend(prefix + p for p in job_problems)
+        if job is not None:
+            jobs[name] = job
+    if problems:
+        raise ConfigError(problems)
+    return JobsFile(path=path.resolve(), jobs=jobs)
+
+
+def _check_backend(job: Job) -> list[str]:
+    """The backend's own spec parser (memory format, mount paths, no docker socket, ...)."""
+    spec = job.spec.backend.model_dump(exclude_none=True)
+    try:
+        if spec["type"] == "docker":
+            from backends.docker_spec import parse_docker_spec
+
+            parse_docker_spec(spec, base=job.workdir)
+        elif spec["type"] == "ssh":
+            from backends.ssh_spec import parse_ssh_spec
+
+            parse_ssh_spec(spec)
+    except UsageError as exc:
+        return [f"backend: {exc}"]
+    return []
+
+
+def _check_job(
+    name: str, spec: JobSpec, base_dir: Path, default_tz: str, now: datetime | None
+) -> tuple[list[str], Job | None]:
+    problems: list[str] = []
+    tz_name = spec.timezone or default_tz
+    schedule_obj = None
+    if spec.schedule is not None:
+        try:
+            schedule_obj = parse_schedule(spec.schedule, parse_timezone(tz_name), now=now)
+        except ValueError as exc:
+            problems.append(f"schedule: {exc}")
+    if spec.agent and not spec.prompt:
+        problems.append("prompt: required for an agent job (or set agent: false with a pre_run)")
+    if not spec.agent and not spec.pre_run:
+        problems.append("pre_run: required when agent is false")
+    job = Job(name=name, spec=spec, base_dir=base_dir, tz_name=tz_name, schedule_obj=schedule_obj)
+    prompt_path = job.prompt_path()
+    if prompt_path is not None and not prompt_path.is_file():
+        problems.append(f"prompt: template file {spec.prompt} not found (looked in {base_dir})")
+    if spec.workdir and not job.workdir.is_dir() and spec.backend.type == "local":
+        problems.append(f"workdir: {spec.workdir} is not a folder")
+    problems.extend(_check_backend(job))
+    from runner.tools import known_toolset_names
+
+    known = known_toolset_names()
+    for item in spec.toolsets:
+        if item not in known:
+            problems.append(f"toolsets: unknown toolset or tool {item!r}; known: {', '.join(sorted(known))}")
+    return problems, (None if problems else job)

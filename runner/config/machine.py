@@ -1,0 +1,180 @@
+"""config.yaml: providers, keys, defaults for the machine. Keys come from env vars, never jobs.yaml."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from runner.config import yamlio
+from runner.errors import ConfigError, UsageError
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Pricing(Strict):
+    input_per_mtok: float = 0.0
+    output_per_mtok: float = 0.0
+
+
+class Cooldowns(Strict):
+    auth_s: float = 300.0
+    quota_s: float = 86400.0
+    rate_limit_s: float = 60.0
+    rate_limit_max_s: float = 3600.0
+    rate_limit_retry_s: float = 1.0  # a 429 without a reset header: retry the same key once after this
+
+
+class Provider(Strict):
+    base_url: str = "https://api.openai.com/v1"
+    model: str = "gpt-4.1-mini"
+    api_keys: list[str] = Field(default_factory=list)
+    strategy: Literal["fill_first", "round_robin", "random", "least_used"] = "fill_first"
+    pricing: Pricing = Field(default_factory=Pricing)
+    context_window: int = 128_000
+    request_timeout: float = 120.0
+    max_retries: int = Field(3, ge=0, le=20)
+    retry_backoff: float = Field(1.0, ge=0)
+    max_wait: float = 120.0
+    cooldowns: Cooldowns = Field(default_factory=Cooldowns)
+    headers: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("api_keys")
+    @classmethod
+    def _keys_are_refs(cls, keys: list[str]) -> list[str]:
+        for k in keys:
+            if not isinstance(k, str) or not k:
+                raise ValueError("api_keys entries must be 'env:NAME' or a literal key")
+        return keys
+
+
+class ServeConfig(Strict):
+    max_parallel: int = Field(4, ge=1)
+    shutdown_grace: float = Field(30.0, ge=0)
+    heartbeat_s: float = Field(5.0, gt=0)
+    kill_grace: float = Field(5.0, ge=0)  # SIGTERM -> SIGKILL for a timed-out or replaced run
+
+
+class CuratorConfig(Strict):
+    enabled: bool = True
+    interval_hours: float = 168
+    min_idle_hours: float = 2
+    stale_after_days: float = 30
+    archive_after_days: float = 90
+
+
+class KanbanConfig(Strict):
+    max_workers: int = Field(2, ge=1)
+    lease_seconds: float = Field(300, gt=0)
+    default_job: str | None = None
+    poll_seconds: float = Field(1.0, gt=0)
+    max_attempts: int = Field(3, ge=1)
+    retry_backoff: float = Field(30.0, ge=0)
+
+
+class SkillsConfig(Strict):
+    dirs: list[str] = Field(default_factory=list)
+
+
+class Config(Strict):
+    timezone: str = "UTC"
+    providers: dict[str, Provider] = Field(default_factory=dict)
+    serve: ServeConfig = Field(default_factory=ServeConfig)
+    curator: CuratorConfig = Field(default_factory=CuratorConfig)
+    kanban: KanbanConfig = Field(default_factory=KanbanConfig)
+    skills: SkillsConfig = Field(default_factory=SkillsConfig)
+    path: str | None = None
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, value: str) -> str:
+        from runner.config.schedules import parse_timezone
+
+        parse_timezone(value)
+        return value
+
+
+def _env_provider(environ: dict[str, str]) -> Provider | None:
+    keys: list[str] = []
+    if environ.get("OPENAI_API_KEY"):
+        keys.append("env:OPENAI_API_KEY")
+    for i, _ in enumerate(k for k in environ.get("OPENAI_API_KEYS", "").split(",") if k.strip()):
+        keys.append(f"envlist:OPENAI_API_KEYS:{i}")
+    base_url = environ.get("OPENAI_BASE_URL")
+    if not keys and not base_url:
+        return None
+    data: dict[str, Any] = {"api_keys": keys}
+    if base_url:
+        data["base_url"] = base_url
+    if environ.get("RUNNER_MODEL"):
+        data["model"] = environ["RUNNER_MODEL"]
+    return Provider(**data)
+
+
+def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
+    """Load config.yaml (absent is fine) and add the env fallback provider ``default``."""
+    env = dict(os.environ if environ is None else environ)
+    data: dict[str, Any] = {}
+    if path.exists():
+        try:
+            loaded = yamlio.load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: invalid YAML: {_yaml_problem(exc)}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: expected a mapping at the top level")
+        data = loaded or {}
+    try:
+        config = Config(**data, path=str(path))
+    except ValidationError as exc:
+        raise ConfigError([f"{path}: {_loc(e['loc'])}: {e['msg']}" for e in exc.errors()]) from None
+    if path.exists() and _has_literal_keys(config):
+        mode = path.stat().st_mode
+        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise UsageError(f"{path} holds literal API keys and is readable by others; run: chmod 600 {path}")
+    if "default" not in config.providers:
+        fallback = _env_provider(env)
+        if fallback is not None:
+            providers = dict(config.providers)
+            providers["default"] = fallback
+            config = config.model_copy(update={"providers": providers})
+    elif not config.providers["default"].api_keys and env.get("OPENAI_API_KEY"):
+        providers = dict(config.providers)
+        providers["default"] = providers["default"].model_copy(update={"api_keys": ["env:OPENAI_API_KEY"]})
+        config = config.model_copy(update={"providers": providers})
+    return config
+
+
+def _has_literal_keys(config: Config) -> bool:
+    return any(not k.startswith(("env:", "envlist:")) for p in config.providers.values() for k in p.api_keys)
+
+
+def resolve_key(ref: str, index: int = 0, environ: dict[str, str] | None = None) -> tuple[str, str | None]:
+    """Return (label, value) for the ``index``-th ``api_keys`` entry; value None when its env var is unset."""
+    env = os.environ if environ is None else environ
+    if ref.startswith("env:"):
+        name = ref[4:]
+        return name, env.get(name) or None
+    if ref.startswith("envlist:"):
+        _, name, position = ref.split(":")
+        items = [k.strip() for k in env.get(name, "").split(",") if k.strip()]
+        i = int(position)
+        return f"{name}[{i}]", items[i] if i < len(items) else None
+    return f"config[{index}]", ref
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in loc)
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    if mark is not None:
+        return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    return str(problem)

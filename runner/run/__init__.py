@@ -1,0 +1,1 @@
+"""One run of one job: prepare, execute, deliver."""

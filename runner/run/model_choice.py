@@ -1,0 +1,85 @@
+"""Pick the provider and model for a job and build the chat client for it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from runner.agent.keys import Credential, KeySource, StaticKeys
+from runner.agent.loop import Pricing
+from runner.config.machine import Config, Provider, resolve_key
+from runner.errors import UsageError
+
+NO_MODEL = (
+    "no model is configured for job {job}: set OPENAI_API_KEY (and OPENAI_BASE_URL for another "
+    "OpenAI-compatible endpoint), or add a 'providers:' entry to {config}; "
+    "or try the job offline with --replay CASSETTE"
+)
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    provider_name: str
+    provider: Provider
+    model: str
+
+    @property
+    def pricing(self) -> Pricing:
+        return Pricing(self.provider.pricing.input_per_mtok, self.provider.pricing.output_per_mtok)
+
+
+def choose(config: Config, ref: str, *, job: str) -> ModelChoice:
+    """``default`` / ``NAME`` (a provider) or ``NAME/model`` (a provider and a model)."""
+    name, _, model = ref.partition("/")
+    if name not in config.providers and ref in config.providers:
+        name, model = ref, ""
+    provider = config.providers.get(name)
+    if provider is None:
+        if name == "default" and not config.providers:
+            raise UsageError(NO_MODEL.format(job=job, config=config.path or "config.yaml"))
+        known = ", ".join(sorted(config.providers)) or "(none)"
+        raise UsageError(f"job {job}: model: unknown provider {name!r}; configured: {known}")
+    return ModelChoice(name, provider, model or provider.model)
+
+
+def credentials(choice: ModelChoice, *, job: str) -> list[Credential]:
+    creds = []
+    missing = []
+    for i, ref in enumerate(choice.provider.api_keys):
+        label, value = resolve_key(ref, i)
+        if value:
+            creds.append(Credential(label, value))
+        else:
+            missing.append(label)
+    if choice.provider.api_keys and not creds:
+        raise UsageError(
+            f"job {job}: provider {choice.provider_name!r}: none of its API keys is set "
+            f"(missing: {', '.join(missing)}); set OPENAI_API_KEY or fix 'api_keys:' in config.yaml"
+        )
+    return creds
+
+
+def key_source(choice: ModelChoice, *, job: str, **kwargs: Any) -> KeySource:
+    creds = credentials(choice, job=job)
+    factory: Callable[..., KeySource] | None = kwargs.pop("pool_factory", None)
+    if factory is not None and creds:  # even one key goes through the pool: cooldowns are shared
+        return factory(choice, creds, **kwargs)
+    return StaticKeys(creds[0] if creds else None)
+
+
+def build_client(choice: ModelChoice, keys: KeySource, *, emit: Callable[[str, dict[str, Any]], None]) -> Any:
+    from runner.agent.llm import ChatClient
+
+    p = choice.provider
+    return ChatClient(
+        base_url=p.base_url,
+        model=choice.model,
+        keys=keys,
+        provider=choice.provider_name,
+        request_timeout=p.request_timeout,
+        max_retries=p.max_retries,
+        retry_backoff=p.retry_backoff,
+        headers=p.headers,
+        emit=emit,
+    )

@@ -1,0 +1,213 @@
+"""Approval of dangerous commands: a policy and a callback chosen once at run start, then frozen.
+
+``deny`` (the default, and what every unattended run gets) blocks dangerous commands and tells
+the model to find another way; ``approve`` auto-approves them; ``manual`` asks on the TTY (y/N,
+default no, with a timeout) and acts as ``deny`` without one. ``allow:`` glob patterns approve a
+command whose every dangerous segment matches a pattern, under every policy. Hardline commands
+are blocked under every policy and by every pattern. Each decision is written to the
+``approvals`` table (command redacted) and logged as a run event.
+
+Nothing the agent does during the run (environment variables, config files) can change the
+gate: it is built from the job spec before the first tool call and holds no reference to
+anything mutable.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import select
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from runner.safety.shell import Verdict, classify
+from runner.tools.context import ApprovalResult
+
+BLOCKED_TEMPLATE = "blocked: {reasons}; this command is not allowed in this run. Find another way to do the task."
+HARDLINE_TEMPLATE = "blocked: {reasons}; this command never runs under runner. Do not retry it."
+
+
+class Callback(Protocol):
+    """Decides a dangerous (not hardline) command. True approves."""
+
+    @property
+    def name(self) -> str: ...
+
+    def __call__(self, command: str, verdict: Verdict) -> bool: ...
+
+
+@dataclass(frozen=True)
+class AutoApprove:
+    name: str = "auto-approve"
+
+    def __call__(self, command: str, verdict: Verdict) -> bool:
+        return True
+
+
+@dataclass(frozen=True)
+class AutoDeny:
+    name: str = "auto-deny"
+
+    def __call__(self, command: str, verdict: Verdict) -> bool:
+        return False
+
+
+@dataclass(frozen=True)
+class TtyPrompt:
+    """Asks on the controlling terminal; no answer within ``timeout`` seconds means no."""
+
+    timeout: float = 60.0
+    name: str = "tty"
+
+    def __call__(self, command: str, verdict: Verdict) -> bool:
+        try:
+            fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
+        except OSError:
+            return False
+        try:
+            question = (
+                f"\nrunner: the agent wants to run a dangerous command ({'; '.join(verdict.reasons)}):\n"
+                f"    {command}\nallow it? [y/N] ({self.timeout:.0f}s) "
+            )
+            os.write(fd, question.encode("utf-8", "replace"))
+            answer = b""
+            deadline = time.monotonic() + self.timeout
+            while not answer.endswith(b"\n"):
+                left = deadline - time.monotonic()
+                ready, _, _ = select.select([fd], [], [], max(0.0, left))
+                if not ready:
+                    os.write(fd, b"\nno answer: denied\n")
+                    return False
+                chunk = os.read(fd, 256)
+                if not chunk:
+                    return False
+                answer += chunk
+            return answer.decode("utf-8", "replace").strip().lower() in ("y", "yes")
+        finally:
+            os.close(fd)
+
+
+def has_tty() -> bool:
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return False
+    try:
+        os.close(os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY))
+    except OSError:
+        return False
+    return True
+
+
+def callback_for(policy: str, *, interactive: bool, tty_timeout: float = 60.0) -> Callback:
+    """The callback a run gets. Unattended runs never get anything but auto-deny for ``manual``."""
+    if policy == "approve":
+        return AutoApprove()
+    if policy == "manual" and interactive:
+        return TtyPrompt(tty_timeout)
+    return AutoDeny()
+
+
+@dataclass(frozen=True)
+class Decision:
+    allowed: bool
+    level: str
+    reasons: tuple[str, ...]
+    decided_by: str  # policy | allow | human | hardline | safe
+    message: str = ""
+
+
+def allow_match(verdict: Verdict, patterns: Sequence[str]) -> bool:
+    """Every pipeline that produced a finding must match a pattern (so `git status; rm -rf x`
+    is not approved by `allow: ["git status"]`)."""
+    if not patterns:
+        return False
+    flagged = [s.strip() for s in verdict.flagged if s.strip()] or [""]
+    return all(any(fnmatch.fnmatchcase(seg, p) for p in patterns) for seg in flagged)
+
+
+def decide(command: str, *, policy: str, allow: Sequence[str], callback: Callback | None) -> Decision:
+    """Pure decision for ``command`` (no I/O beyond what the callback does)."""
+    verdict = classify(command)
+    reasons = tuple(verdict.reasons)
+    if verdict.level == "hardline":
+        return Decision(False, "hardline", reasons, "hardline", HARDLINE_TEMPLATE.format(reasons="; ".join(reasons)))
+    if verdict.level == "safe":
+        return Decision(True, "safe", reasons, "safe")
+    if allow_match(verdict, allow):
+        return Decision(True, "dangerous", reasons, "allow")
+    if callback is None:  # fail closed
+        return Decision(False, "dangerous", reasons, "policy", BLOCKED_TEMPLATE.format(reasons="; ".join(reasons)))
+    approved = callback(command, verdict)
+    by = "human" if getattr(callback, "name", "") == "tty" else "policy"
+    if approved:
+        return Decision(True, "dangerous", reasons, by)
+    return Decision(False, "dangerous", reasons, by, BLOCKED_TEMPLATE.format(reasons="; ".join(reasons)))
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The run's frozen approval gate; ``ToolContext.approve`` calls it for every command."""
+
+    policy: str
+    allow: tuple[str, ...]
+    callback: Callback | None
+    record: Callable[[str, Decision], None]
+
+    def __call__(self, command: str) -> ApprovalResult:
+        decision = decide(command, policy=self.policy, allow=self.allow, callback=self.callback)
+        if decision.level != "safe":
+            self.record(command, decision)
+        return ApprovalResult(decision.allowed, decision.message)
+
+
+def audit_recorder(
+    store: Any, run_id: str, policy: str, emit: Callable[[str, dict[str, Any]], None], redact: Callable[[str], str]
+) -> Callable[[str, Decision], None]:
+    import json
+
+    from runner.store import iso, utcnow
+
+    def record(command: str, decision: Decision) -> None:
+        clean = redact(command)
+        emit(
+            "approval",
+            {
+                "command": clean,
+                "level": decision.level,
+                "reasons": list(decision.reasons),
+                "decision": "approved" if decision.allowed else "denied",
+                "decided_by": decision.decided_by,
+            },
+        )
+        store.execute(
+            "INSERT INTO approvals (run_id, ts, command, level, reasons, policy, decision, decided_by) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                run_id,
+                iso(utcnow()),
+                clean,
+                decision.level,
+                json.dumps(list(decision.reasons)),
+                policy,
+                "approved" if decision.allowed else "denied",
+                decision.decided_by,
+            ),
+        )
+
+    return record
+
+
+def build_gate(
+    job: Any,
+    *,
+    store: Any,
+    run_id: str,
+    emit: Callable[[str, dict[str, Any]], None],
+    redact: Callable[[str], str],
+    interactive: bool,
+) -> Gate:
+    policy = job.spec.approvals
+    callback = callback_for(policy, interactive=interactive)
+    return Gate(policy, tuple(job.spec.allow), callback, audit_recorder(store, run_id, policy, emit, redact))

@@ -1,0 +1,326 @@
+"""Rules for commands that fetch, decode or execute code: downloaders, decoders, shells,
+interpreters, raw sockets, and the arguments that point at cloud metadata services.
+
+Most of these are harmless alone (``curl``, ``base64 -d``, ``bash script.sh``); they
+describe themselves through ``Traits`` and the classifier's pipeline checks decide what a
+combination means (``curl ... | sh``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import socket
+from functools import lru_cache
+from urllib.parse import urlsplit
+
+from runner.safety.shell.common import Rule, Sink, Traits, check_write, has_long, parse_args
+from runner.safety.shell.normalize import decode_ansi_c
+from runner.safety.shell.payloads import scan_code
+from runner.safety.shell.unwrap import SHELLS, command_name
+
+_VERSION_SUFFIX = re.compile(r"[\d.]+$")
+INTERPRETERS = frozenset({"python", "perl", "ruby", "node", "php", "lua", "deno", "bun"})
+
+# Options that take a value, and the options whose value is a program text.
+_CODE_SYNTAX: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "python": ("cmWX", "--check-hash-based-pycs", ("-c",)),
+    "perl": ("eEMmI", "", ("-e", "-E")),
+    "ruby": ("eIrC", "", ("-e",)),
+    "node": (
+        "epr",
+        "--eval --print --require --import --input-type --loader",
+        ("-e", "-p", "--eval", "--print"),
+    ),
+    "php": ("rcdzf", "", ("-r",)),
+    "lua": ("el", "", ("-e",)),
+}
+
+
+def shell(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
+    """A shell without ``-c`` runs a script file, or whatever arrives on stdin."""
+    parsed = parse_args(args, with_value="oO", long_with_value="--rcfile --init-file", stop_at_operand=True)
+    operands = parsed.operands
+    reads_stdin = "s" in parsed.short or not operands or operands[0] in ("-", "/dev/stdin")
+    if operands:
+        _runs_download(operands[0], sink)
+    return Traits(
+        shellish=True,
+        stdin_exec="shell" if reads_stdin else None,
+        interactive="i" in parsed.short,
+    )
+
+
+def source(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
+    if not args:
+        return Traits(shellish=True)
+    _runs_download(args[0], sink)
+    stdin = args[0] in ("/dev/stdin", "/proc/self/fd/0", "-")
+    return Traits(shellish=True, stdin_exec="shell" if stdin else None)
+
+
+def interpreter(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
+    if name in ("deno", "bun"):
+        if len(args) >= 2 and args[0] in ("run", "x") and "://" in args[1]:
+            sink.danger("runs code straight from the network")
+        if len(args) >= 2 and args[0] == "eval":
+            scan_code(args[1], sink)
+        return Traits(shellish=True)
+    with_value, long_value, code_opts = _CODE_SYNTAX[name]
+    parsed = parse_args(args, with_value=with_value, long_with_value=long_value, stop_at_operand=True)
+    codes = [parsed.values[o] for o in code_opts if o in parsed.values]
+    for code in codes:
+        scan_code(code, sink)
+    if name in ("perl", "ruby") and "i" in parsed.short:  # in-place edit of every operand
+        for target in parsed.operands:
+            check_write(target, sink)
+    module = parsed.values.get("-m") if name == "python" else None
+    if module == "pip" and parsed.operands[:1] == ("uninstall",):
+        sink.danger("package uninstall (pip)")
+    script = parsed.operands[0] if parsed.operands and not codes and module is None else None
+    if script:
+        _runs_download(script, sink)
+    reads_stdin = (not codes and module is None and not parsed.operands) or script == "-"
+    return Traits(shellish=True, stdin_exec="interpreter" if reads_stdin else None)
+
+
+def awk(name: str, args: tuple[str, ...], sink: Sink) -> None:
+    """awk programs can call ``system()``; the program is the first operand."""
+    parsed = parse_args(args, with_value="fvF", long_with_value="--file --assign --field-separator")
+    if parsed.operands and "-f" not in parsed.values and "--file" not in parsed.values:
+        scan_code(parsed.operands[0], sink)
+
+
+def _runs_download(path: str, sink: Sink) -> None:
+    if path.rsplit("/", 1)[-1] in sink.downloaded:
+        sink.danger("download then execute")
+
+
+# ---------------------------------------------------------------- downloads and decoders
+
+_CURL_VALUE = "odHuXAebcFKmrTwxyYzCEUQPD"
+_CURL_LONG = (
+    "--output --data --data-raw --data-binary --data-urlencode --header --user --request --url "
+    "--user-agent --referer --cookie --config --max-time --connect-timeout --retry --proxy --cacert "
+    "--cert --key --dump-header --write-out --upload-file --form --json --output-dir --resolve"
+)
+
+
+def curl(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
+    parsed = parse_args(args, with_value=_CURL_VALUE, long_with_value=_CURL_LONG)
+    outputs = [v for k, v in parsed.values.items() if k in ("-o", "--output")]
+    if "O" in parsed.short or has_long(parsed, "--remote-name", "--remote-name-all"):
+        urls = [*parsed.operands, *(v for k, v in parsed.values.items() if k == "--url")]
+        outputs.extend(_url_basename(u) for u in urls)
+    _record_downloads(outputs, sink)
+    return Traits(downloads=True)
+
+
+def wget(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
+    parsed = parse_args(args, with_value="OoaPtTwUQiBlARDIXe", long_with_value="--output-document --directory-prefix")
+    output = parsed.values.get("-O") or parsed.values.get("--output-document")
+    outputs = [output] if output else [_url_basename(u) for u in parsed.operands]
+    _record_downloads(outputs, sink)
+    return Traits(downloads=True)
+
+
+def other_downloader(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
+    return Traits(downloads=True)
+
+
+def _record_downloads(outputs: list[str], sink: Sink) -> None:
+    for path in outputs:
+        if path and path != "-":
+            check_write(path, sink)
+            sink.downloaded.add(path.rsplit("/", 1)[-1])
+
+
+def _url_basename(url: str) -> str:
+    try:
+        path = urlsplit(url).path if "://" in url else url
+    except ValueError:
+        return ""
+    return path.rstrip("/").rsplit("/", 1)[-1] or "index.html"
+
+
+def base_codec(name: str, args: tuple[str, ...], sink: Sink) -> Traits | None:
+    parsed = parse_args(args, with_value="w", long_with_value="--wrap")
+    if {"d", "D"} & parsed.short or has_long(parsed, "--decode"):
+        return Traits(decodes=True, transform="base64" if name == "base64" else None)
+    return None
+
+
+def xxd(name: str, args: tuple[str, ...], sink: Sink) -> Traits | None:
+    if "r" in parse_args(args, with_value="cglos").short or "-revert" in args:
+        return Traits(decodes=True)
+    return None
+
+
+def openssl(name: str, args: tuple[str, ...], sink: Sink) -> Traits | None:
+    if args[:1] == ("s_client",):
+        return Traits(socket=True)
+    if args[:1] in (("base64",), ("enc",)) and "-d" in args:
+        return Traits(decodes=True, transform="base64" if "base64" in args or "-a" in args else None)
+    return None
+
+
+def decompressor(name: str, args: tuple[str, ...], sink: Sink) -> Traits | None:
+    if name in ("gzip", "bzip2", "xz", "zstd", "lz4"):
+        parsed = parse_args(args)
+        if "d" not in parsed.short and not has_long(parsed, "--decompress", "--uncompress"):
+            return None
+    return Traits(decodes=True)
+
+
+def rev(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
+    return Traits(decodes=True, transform="rev")
+
+
+def replay_transform(transform: str | None, text: str) -> str | None:
+    """Apply a pipeline stage's decoding to known text (``echo cm0= | base64 -d``)."""
+    if transform == "rev":
+        return "\n".join(line[::-1] for line in text.split("\n"))
+    if transform == "base64":
+        try:
+            return base64.b64decode("".join(text.split()) + "==", validate=False).decode("utf-8", "replace")
+        except (binascii.Error, ValueError):
+            return None
+    return None
+
+
+# ---------------------------------------------------------------- sockets
+
+
+def netcat(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
+    parsed = parse_args(args, with_value="psiwqxXTIOVmMe", long_with_value="--exec --sh-exec --lua-exec")
+    if "e" in parsed.short or "c" in parsed.short or has_long(parsed, "--exec", "--sh-exec", "--lua-exec"):
+        sink.danger(f"reverse shell ({name} -e)")
+    return Traits(socket=True)
+
+
+_SOCAT_EXEC = re.compile(r"(?:^|[,!])\s*(?:exec|system):", re.I)
+
+
+def socat(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
+    if any(_SOCAT_EXEC.search(a) for a in args):
+        sink.danger("reverse shell (socat EXEC/SYSTEM)")
+    return Traits(socket=True)
+
+
+def telnet(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
+    return Traits(socket=True)
+
+
+# ---------------------------------------------------------------- text producers
+
+
+def echo(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
+    i = 0
+    interpret = False
+    while i < len(args) and re.fullmatch(r"-[neE]+", args[i]):
+        interpret = interpret or "e" in args[i]
+        i += 1
+    text = " ".join(args[i:])
+    return Traits(stdout_text=decode_ansi_c(text) if interpret else text)
+
+
+def printf(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
+    if args[:1] == ("-v",):
+        return Traits()
+    if args[:1] == ("--",):
+        args = args[1:]
+    if not args:
+        return Traits()
+    fmt, rest = args[0], args[1:]
+    if "%" not in fmt:
+        return Traits(stdout_text=decode_ansi_c(fmt))
+    if fmt.rstrip("\\n") in ("%s", "%b"):
+        joined = " ".join(rest)
+        return Traits(stdout_text=decode_ansi_c(joined) if fmt.startswith("%b") else joined)
+    return Traits()
+
+
+def pass_through(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
+    """``sort --compress-program PROG`` and ``rg --pre CMD`` run a program on your data."""
+    key = "--compress-program" if name == "sort" else "--pre"
+    parsed = parse_args(args, long_with_value=key)
+    prog = parsed.values.get(key)
+    if prog:
+        prog_name = canonical_name(prog)
+        if prog_name in SHELLS or prog_name in INTERPRETERS:
+            sink.danger(f"{name} {key} executes data with {prog_name}")
+        sink.run_argv((prog,))
+    return Traits()
+
+
+# ---------------------------------------------------------------- arguments
+
+_ARG_ALARM = re.compile(
+    r"169\.254\.169\.254|169\.254\.170\.2|metadata\.google\.internal|100\.100\.100\.200"
+    r"|fd00:ec2::254|/dev/(?:tcp|udp)/",
+    re.I,
+)
+_METADATA_IPS = frozenset({b"\xa9\xfe\xa9\xfe", b"\xa9\xfe\xaa\x02", b"\x64\x64\x64\xc8"})
+_HOSTISH = re.compile(r"^(?:[a-z][a-z0-9+.-]*://)?(?:[^@/\s]*@)?\[?([0-9a-fx.]+)\]?(?:[:/?#]|$)", re.I)
+
+
+def scan_args(args: tuple[str, ...], sink: Sink) -> None:
+    """Metadata endpoints and ``/dev/tcp`` in the arguments of a command that acts on them,
+    including numeric spellings of 169.254.169.254 (``2852039166``, ``0xa9fea9fe``)."""
+    for arg in args:
+        m = _ARG_ALARM.search(arg)
+        if m:
+            if m.group().lower().startswith("/dev/"):
+                sink.danger("network socket via /dev/tcp (reverse shell)")
+            else:
+                sink.danger("cloud metadata endpoint")
+            continue
+        host = _HOSTISH.match(arg)
+        if host and _is_metadata_ip(host.group(1)):
+            sink.danger("cloud metadata endpoint")
+
+
+def _is_metadata_ip(host: str) -> bool:
+    try:
+        return socket.inet_aton(host) in _METADATA_IPS
+    except (OSError, ValueError):
+        return False
+
+
+@lru_cache(maxsize=4096)
+def canonical_name(word: str) -> str:
+    """``/usr/bin/python3.12`` -> ``python``, ``nodejs`` -> ``node``."""
+    name = command_name(word)
+    base = _VERSION_SUFFIX.sub("", name)
+    if base in ("python", "pypy", "perl", "ruby", "php", "lua", "luajit", "pip"):
+        return {"pypy": "python", "luajit": "lua"}.get(base, base)
+    return "node" if name == "nodejs" else name
+
+
+RULES: dict[str, Rule] = {
+    **{s: shell for s in SHELLS},
+    "source": source,
+    ".": source,
+    **{i: interpreter for i in INTERPRETERS},
+    "curl": curl,
+    "wget": wget,
+    **{d: other_downloader for d in ("fetch", "aria2c", "http", "https", "xh", "xhs", "lwp-request", "GET")},
+    "base64": base_codec,
+    "base32": base_codec,
+    "basenc": base_codec,
+    "xxd": xxd,
+    "uudecode": decompressor,
+    "openssl": openssl,
+    **{z: decompressor for z in ("gunzip", "zcat", "bzcat", "bunzip2", "xzcat", "unxz", "zstdcat", "lzcat")},
+    **{z: decompressor for z in ("gzip", "bzip2", "xz", "zstd", "lz4")},
+    "rev": rev,
+    **{n: netcat for n in ("nc", "ncat", "netcat", "nc.traditional", "nc.openbsd")},
+    "socat": socat,
+    "telnet": telnet,
+    "echo": echo,
+    "printf": printf,
+    **{a: awk for a in ("awk", "gawk", "mawk", "nawk")},
+    "sort": pass_through,
+    "rg": pass_through,
+}

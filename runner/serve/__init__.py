@@ -1,0 +1,1 @@
+"""`runner serve`: the scheduler daemon, its pool, launcher and loops."""

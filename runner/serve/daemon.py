@@ -1,0 +1,297 @@
+"""``runner serve``: one long-lived process per RUNNER_HOME that runs the loops.
+
+The daemon is a single-threaded loop over *tickers*. Each ticker has ``tick(now)`` (do what is
+due), ``next_wake(now)`` (when it next wants to be called, or None) and ``close()``. The loop
+calls every ticker, then sleeps until the earliest wake time, a worker exit, a signal or a
+nudge from another thread, at most ``MAX_SLEEP_S``. Built in: reload (jobs.yaml changes), the
+pool (workers), the schedule, the heartbeat. Other loops (the kanban dispatcher, the idle
+Curator) are added as ``TickerFactory`` callables that receive a ``ServeHost``: the store, the
+clock, the log, the pool (``submit`` a ``Fire``, ``active()`` runs) and ``is_idle()``.
+
+One instance per RUNNER_HOME: an ``flock`` on ``RUNNER_HOME/run/serve.lock`` (released by the
+kernel when the process dies); a second serve exits 2 naming the pid that holds it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import logging.handlers
+import os
+import signal
+import sqlite3
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Any, Protocol
+
+from runner.errors import AlreadyRunning
+from runner.settings import Settings
+from runner.store import Store, utcnow
+
+MAX_SLEEP_S = 1.0  # the loop looks at the wall clock at least this often (clock jumps, sleep)
+LOG_BYTES = 5_000_000
+LOG_BACKUPS = 3
+
+
+class Clock(Protocol):
+    def now(self) -> datetime: ...
+
+
+class SystemClock:
+    def now(self) -> datetime:
+        return utcnow()
+
+
+class Ticker(Protocol):
+    name: str
+
+    def tick(self, now: datetime) -> None: ...
+
+    def next_wake(self, now: datetime) -> datetime | None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class ServeHost:
+    """What a loop added to serve gets to work with."""
+
+    settings: Settings
+    store: Store
+    clock: Clock
+    log: logging.Logger
+    pool: Any  # runner.serve.pool.Pool: submit(Fire, overlap), active(), is_idle()
+    wake: Callable[[], None] = field(repr=False)
+
+    def is_idle(self) -> bool:
+        """No run is going or waiting."""
+        return bool(self.pool.is_idle())
+
+
+TickerFactory = Callable[[ServeHost], Ticker]
+
+
+def extra_loops() -> list[TickerFactory]:
+    """Loops that run inside serve beside the scheduler. Add yours here (kanban dispatcher,
+    idle Curator): a callable taking the ``ServeHost`` and returning a ``Ticker``."""
+    from runner.serve.loops import LOOPS
+
+    return list(LOOPS)
+
+
+# -- one instance per RUNNER_HOME ----------------------------------------------------------
+def acquire_lock(home: Path) -> int:
+    """Hold ``home/run/serve.lock`` for the life of the process; raise AlreadyRunning if held."""
+    path = home / "run" / "serve.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise AlreadyRunning(f"runner serve is already running (pid {holder}) for {home}") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def setup_logging(home: Path, level: str = "INFO") -> logging.Logger:
+    """serve logs to stderr and to a rotating ``RUNNER_HOME/logs/serve.log``."""
+    log = logging.getLogger("runner.serve")
+    log.setLevel(level.upper())
+    log.propagate = False
+    for handler in list(log.handlers):
+        log.removeHandler(handler)
+        handler.close()
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s")
+    fmt.default_msec_format = "%s.%03d"
+    stream = logging.StreamHandler(sys.stderr)
+    logs = home / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    rotating = logging.handlers.RotatingFileHandler(logs / "serve.log", maxBytes=LOG_BYTES, backupCount=LOG_BACKUPS)
+    for handler in (stream, rotating):
+        handler.setFormatter(fmt)
+        log.addHandler(handler)
+    return log
+
+
+class HeartbeatTicker:
+    name = "heartbeat"
+
+    def __init__(self, store: Store, pool: Any, every: float):
+        self.store, self.pool, self.every = store, pool, every
+        self._next: datetime | None = None
+
+    def tick(self, now: datetime) -> None:
+        if self._next is not None and now < self._next:
+            return
+        from runner.serve.state import heartbeat
+
+        running, waiting = self.pool.counts()
+        heartbeat(self.store, now=now, running=running, waiting=waiting)
+        self._next = now + timedelta(seconds=self.every)
+
+    def next_wake(self, now: datetime) -> datetime | None:
+        return self._next
+
+    def close(self) -> None:
+        return None
+
+
+class Checkpointer:
+    """WAL checkpoints (they fsync) on a thread with its own connection, so a commit on serve's
+    main loop never pays for one at the moment a slot fires."""
+
+    def __init__(self, path: Path, every: float = 5.0):
+        self.path, self.every = path, every
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="runner-checkpoint", daemon=True)
+
+    def start(self) -> Checkpointer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        try:
+            while not self._stopped.wait(self.every):
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        finally:
+            conn.close()
+
+
+class Serve:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        clock: Clock | None = None,
+        loops: Sequence[TickerFactory] | None = None,
+        log_level: str = "INFO",
+    ):
+        self.settings = settings
+        self.clock = clock or SystemClock()
+        self.loops = list(extra_loops() if loops is None else loops)
+        self.log_level = log_level
+        self._stops = 0  # SIGTERM/SIGINT received; a second one hurries the shutdown
+        self._hup = False
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    def wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"!")
+        except BlockingIOError:
+            return  # the pipe is full: the loop is already being woken
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if signum == signal.SIGHUP:
+            self._hup = True
+        else:
+            self._stops += 1
+
+    def run(self) -> int:
+        from runner.config.jobs import load_jobs
+        from runner.serve.launcher import Launcher
+        from runner.serve.pool import Paths, Pool
+        from runner.serve.schedule import ScheduleTicker
+        from runner.serve.state import heartbeat, register_serve
+        from runner.serve.watch import JobsWatcher, ReloadTicker
+
+        s = self.settings
+        s.ensure_home()
+        lock = acquire_lock(s.home)
+        # from here a signal only sets a flag: SIGTERM during start-up stops cleanly, SIGHUP reloads
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+        old_wakeup = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        log = setup_logging(s.home, self.log_level)
+        config = s.config
+        launcher = Launcher()
+        warmed = launcher.warm()  # the forkserver imports the worker while we load jobs
+        jobs = load_jobs(s.jobs_path, default_timezone=config.timezone)
+        store = s.store  # opening it marks rows of dead workers `unknown`
+        store.execute("PRAGMA wal_autocheckpoint=0")
+        checkpointer = Checkpointer(store.path).start()
+        schedule: ScheduleTicker | None = None
+        pool = Pool(
+            store=store,
+            spawner=launcher,
+            clock=self.clock,
+            log=log,
+            paths=Paths(str(s.home), str(s.jobs_path), str(s.config_path)),
+            max_parallel=config.serve.max_parallel,
+            kill_grace=config.serve.kill_grace,
+            on_pause=lambda name, why: schedule.mark_paused(name, why) if schedule else None,
+        )
+        schedule = ScheduleTicker(store=store, pool=pool, log=log)
+        warmed()
+        now = self.clock.now()
+        register_serve(store, jobs_path=str(jobs.path), heartbeat_s=config.serve.heartbeat_s, now=now)
+        adopted = pool.adopt(jobs.jobs)
+        schedule.set_jobs(jobs.jobs, now)
+        watcher = JobsWatcher(jobs.path, default_timezone=config.timezone, current=jobs, wake=self.wake).start()
+        host = ServeHost(s, store, self.clock, log, pool, self.wake)
+        tickers: list[Ticker] = [
+            ReloadTicker(watcher, schedule, log),
+            pool,
+            schedule,
+            HeartbeatTicker(store, pool, config.serve.heartbeat_s),
+        ]
+        tickers.extend(factory(host) for factory in self.loops)
+        log.info(
+            "serve started: pid %d, %d jobs from %s, max_parallel %d%s",
+            os.getpid(),
+            len(jobs.jobs),
+            jobs.path,
+            config.serve.max_parallel,
+            f", {adopted} queued runs adopted" if adopted else "",
+        )
+        try:
+            self._loop(tickers, pool, watcher)
+            log.info("stopping: no new fires; stopping %d running worker(s)", len(pool.active()))
+            pool.shutdown(config.serve.shutdown_grace, hurry=lambda: self._stops > 1)
+        finally:
+            for ticker in tickers:
+                if ticker is not pool:
+                    ticker.close()
+            pool.close()
+            checkpointer.stop()
+            heartbeat(store, now=self.clock.now(), running=0, waiting=0, stopped=True)
+            signal.set_wakeup_fd(old_wakeup)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            os.close(lock)
+        log.info("serve stopped")
+        return 0
+
+    def _loop(self, tickers: list[Ticker], pool: Any, watcher: Any) -> None:
+        while not self._stops:
+            if self._hup:
+                self._hup = False
+                watcher.poke()
+            now = self.clock.now()
+            for ticker in tickers:
+                ticker.tick(now)
+            wakes = [w for t in tickers if (w := t.next_wake(now)) is not None]
+            timeout = MAX_SLEEP_S
+            if wakes:
+                timeout = min(timeout, max(0.0, (min(wakes) - self.clock.now()).total_seconds()))
+            wait([self._wake_r, *pool.sentinels()], timeout)
+            try:
+                while os.read(self._wake_r, 4096):
+                    pass
+            except BlockingIOError:
+                pass  # drained
+
+
+def run_serve(settings: Settings, *, log_level: str = "INFO") -> int:
+    return Serve(settings, log_level=log_level).run()

@@ -1,0 +1,68 @@
+"""What runs through serve's pool: a ``Fire`` in (a queued ledger row to start), a ``Finished``
+out (how it ended). The kanban dispatcher and other loops build these too."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from runner.config.jobs import Job
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A run that ended, as the pool recorded it (given to ``Fire.on_done``)."""
+
+    run_id: str
+    job: str
+    trigger: str
+    slot: datetime | None
+    attempt: int
+    status: str
+    reason: str | None
+    exit_code: int | None
+    task_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Fire:
+    """A queued ledger row to run. Other loops (kanban) submit these too."""
+
+    run_id: str
+    job: Job
+    slot: datetime | None
+    trigger: str = "schedule"
+    attempt: int = 1
+    root_run: str | None = None  # the first attempt's run id (retries link to it)
+    task_id: str | None = None
+    batch: str | None = None  # catch-up slots of one job: run one after another, never skipped
+    not_before: datetime | None = None
+    on_done: Callable[[Finished], None] | None = None
+
+
+@dataclass(frozen=True)
+class ActiveRun:
+    run_id: str
+    job: str
+    trigger: str
+    pid: int
+    started_at: datetime
+
+
+@dataclass(frozen=True)
+class Paths:
+    home: str
+    jobs: str
+    config: str
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = str(-code)
+        return f"the worker was killed by signal {name} before recording a final status"
+    return f"the worker exited with code {code} before recording a final status"

@@ -1,0 +1,213 @@
+"""Worker processes: every run is its own process, forked from a warm forkserver.
+
+serve starts a ``multiprocessing`` forkserver once; it imports ``runner.serve.prefork`` (the heavy
+modules and one-time setup every worker needs) a single time, and each run is a ``fork()`` of it, so a fire costs milliseconds, not an interpreter start. The
+forkserver never holds serve's lock, its SQLite connection or its threads. (As with any
+multiprocessing start method but fork, a script that embeds serve needs the usual
+``if __name__ == "__main__":`` guard; ``runner`` and ``python -m runner`` have it.)
+
+A worker makes itself a process-group leader; stopping one sends the signal to its group and
+to every descendant's group (backend commands run in sessions of their own), remembering the
+descendants so a later SIGKILL also reaches children orphaned in between.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from runner.config.jobs import Job
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a worker needs, pickled to the forked child (the job travels whole, so the
+    worker never re-reads jobs.yaml)."""
+
+    home: str
+    jobs_path: str
+    config_path: str
+    job: Job
+    run_id: str
+    trigger: str
+    slot: datetime | None = None
+    task_id: str | None = None
+
+
+class Handle(Protocol):
+    """A started worker, as the pool sees it."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def sentinel(self) -> int: ...
+
+    def poll(self) -> int | None: ...
+
+    def signal_tree(self, sig: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Spawner(Protocol):
+    def spawn(self, spec: WorkerSpec) -> Handle: ...
+
+
+class Launcher:
+    """Starts workers from a forkserver that preloaded ``PRELOAD``."""
+
+    def __init__(self, preload: list[str] | None = None):
+        """``preload``: modules the forkserver imports first (default ``runner.serve.prefork``)."""
+        self._ctx = multiprocessing.get_context("forkserver")
+        self._ctx.set_forkserver_preload(["runner.serve.prefork"] if preload is None else list(preload))
+
+    def warm(self) -> Callable[[], None]:
+        """Start the forkserver now; return a function that waits until it has imported everything."""
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()  # returns at once; the server imports PRELOAD in the background
+
+        def ready() -> None:
+            proc = self._ctx.Process(target=_noop, name="runner-warmup")
+            proc.start()  # answered once the preload is done
+            proc.join()
+            proc.close()
+
+        return ready
+
+    def spawn(self, spec: WorkerSpec) -> WorkerHandle:
+        proc = self._ctx.Process(target=worker_main, args=(spec,), name=f"runner-{spec.job.name}")
+        proc.start()
+        return WorkerHandle(proc)
+
+
+class WorkerHandle:
+    def __init__(self, proc: Any):
+        self._proc = proc
+        self._pid: int = proc.pid
+        self._sentinel: int = proc.sentinel
+        self._seen: dict[int, str | None] = {proc.pid: _start_time(proc.pid)}
+
+    @property
+    def pid(self) -> int:
+        return self._pid
+
+    @property
+    def sentinel(self) -> int:
+        return self._sentinel
+
+    def poll(self) -> int | None:
+        """Exit code once the worker has ended (negative: killed by that signal)."""
+        code: int | None = self._proc.exitcode
+        return code
+
+    def signal_tree(self, sig: int) -> None:
+        """Send ``sig`` to the worker, its group, and every descendant and its group."""
+        for pid in descendants(self._pid):
+            self._seen.setdefault(pid, _start_time(pid))
+        # only processes still the ones we saw (a pid can be reused once reaped)
+        targets = [p for p, start in self._seen.items() if start is not None and _start_time(p) == start]
+        own = os.getpgrp()
+        groups: dict[int, int] = {}
+        for pid in targets:
+            try:
+                groups[pid] = os.getpgid(pid)
+            except ProcessLookupError:
+                continue
+        for pgid in set(groups.values()) - {own}:
+            _send(lambda pg=pgid: os.killpg(pg, sig))
+        for pid, pgid in groups.items():
+            if pgid == own:  # not in a group of its own yet: signal it alone (never serve's group)
+                _send(lambda p=pid: os.kill(p, sig))
+
+    def close(self) -> None:
+        self._proc.join(0)
+        self._proc.close()
+
+
+def _send(action: Any) -> None:
+    try:
+        action()
+    except (ProcessLookupError, PermissionError):
+        return  # already gone, or no longer ours (pid reused)
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def descendants(root: int) -> list[int]:
+    """All live descendants of ``root`` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    out: list[int] = []
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _noop() -> None:
+    return None
+
+
+def worker_main(spec: WorkerSpec) -> None:
+    """The body of a worker process: one ``execute`` of a queued ledger row.
+
+    First SIGTERM/SIGINT: finish the current step, start nothing new; a second one stops at
+    once. A problem found before the run starts (broken template, no model) is recorded on the
+    queued row, so the ledger always says why.
+    """
+    os.setpgid(0, 0)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    from runner.errors import RunnerError, TemplateError
+    from runner.run.execute import RunRequest, execute
+    from runner.settings import Settings
+    from runner.store import Store
+    from runner.store.runs import finish_run
+
+    settings = Settings(home=Path(spec.home), jobs_path=Path(spec.jobs_path), config_path=Path(spec.config_path))
+    # serve has created and migrated the store, and it watches its own workers: open it plainly
+    settings.store = Store.open(settings.home / "runner.db", migrate=False)
+    req = RunRequest(
+        job=spec.job, trigger=spec.trigger, run_id=spec.run_id, slot=spec.slot, stop=stop, task_id=spec.task_id
+    )
+    try:
+        outcome = execute(settings, req)
+    except RunnerError as exc:
+        reason = "template" if isinstance(exc, TemplateError) else "config"
+        finish_run(settings.store, spec.run_id, "failed", reason=reason, error=str(exc))
+        print(f"runner worker {spec.run_id}: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    sys.exit(outcome.exit_code)

@@ -1,0 +1,144 @@
+"""The loops `runner serve` runs beside the scheduler: the kanban dispatcher, the one-time
+cleanup of stale runner containers, and the idle Curator.
+
+Each factory takes the ``ServeHost`` and returns a ticker (``tick(now)``, ``next_wake(now)``,
+``close()``); ``runner.serve.daemon.extra_loops`` lists them.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta
+from typing import Any
+
+from runner.serve.daemon import ServeHost, Ticker
+
+
+class KanbanTicker:
+    """The kanban dispatcher inside serve: promote, reclaim, claim and start workers."""
+
+    name = "kanban"
+
+    def __init__(self, host: ServeHost):
+        from runner.kanban.dispatch import Dispatcher
+
+        self.host = host
+        self.dispatcher = Dispatcher(host.settings)
+        self.every = timedelta(seconds=self.dispatcher.poll_seconds)
+        self._next: datetime | None = None
+
+    def tick(self, now: datetime) -> None:
+        if self._next is not None and now < self._next:
+            return
+        result = self.dispatcher.tick(now)
+        if result.started or result.reclaimed or result.failed_to_start:
+            self.host.log.info(
+                "kanban: started %d, reclaimed %d, failed to start %d, running %d",
+                len(result.started),
+                len(result.reclaimed),
+                len(result.failed_to_start),
+                result.running,
+            )
+        self._next = now + self.every
+
+    def next_wake(self, now: datetime) -> datetime | None:
+        return self._next
+
+    def close(self) -> None:
+        self.dispatcher.close()
+
+
+class ContainerCleanup:
+    """At start, remove runner-labelled containers whose run is no longer going (in a thread: a
+    missing Docker daemon can take seconds to answer, and serve must not wait for it)."""
+
+    name = "container-cleanup"
+
+    def __init__(self, host: ServeHost):
+        self.host = host
+        self._started = False
+
+    def _uses_docker(self) -> bool:
+        try:
+            jobs = self.host.settings.jobs.jobs.values()
+        except Exception:  # noqa: BLE001 - serve already reported jobs.yaml problems
+            return False
+        return any(job.spec.backend.type == "docker" for job in jobs)
+
+    def tick(self, now: datetime) -> None:
+        if self._started:
+            return
+        self._started = True
+        if self._uses_docker():
+            threading.Thread(target=self._run, name="runner-container-cleanup", daemon=True).start()
+
+    def _run(self) -> None:
+        from runner.store import Store
+
+        store = Store.open(self.host.store.path, migrate=False)
+        try:
+            from backends.docker import cleanup_stale
+            from runner.errors import BackendError
+
+            def is_active(run_id: str) -> bool:
+                row = store.one("SELECT status FROM runs WHERE id=?", (run_id,))
+                return bool(row and row["status"] in ("queued", "running"))
+
+            try:
+                removed = cleanup_stale(is_active)
+            except BackendError as exc:
+                self.host.log.warning("container cleanup skipped: %s", exc)
+                return
+            if removed:
+                self.host.log.info("removed %d stale runner container(s): %s", len(removed), ", ".join(removed))
+        finally:
+            store.close()
+
+    def next_wake(self, now: datetime) -> datetime | None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+class CuratorLoop:
+    """The idle Curator inside serve: looks once a minute whether a pass is due and everything is idle."""
+
+    name = "curator"
+    every = timedelta(seconds=60)
+
+    def __init__(self, host: ServeHost):
+        from runner.skills.idle import CuratorTicker
+
+        self.host = host
+        self.ticker = CuratorTicker(host.settings)
+        self._next: datetime | None = None
+
+    def tick(self, now: datetime) -> None:
+        if self._next is not None and now < self._next:
+            return
+        self._next = now + self.every
+        result = self.ticker.tick(now)
+        if result.action in ("seeded", "ran", "failed"):
+            self.host.log.info("curator %s: %s", result.action, result.reason)
+
+    def next_wake(self, now: datetime) -> datetime | None:
+        return self._next
+
+    def close(self) -> None:
+        return None
+
+
+def curator_loop(host: ServeHost) -> Ticker:
+    return CuratorLoop(host)
+
+
+def kanban_loop(host: ServeHost) -> Ticker:
+    return KanbanTicker(host)
+
+
+def container_cleanup(host: ServeHost) -> Ticker:
+    return ContainerCleanup(host)
+
+
+LOOPS: list[Any] = [kanban_loop, container_cleanup, curator_loop]

@@ -1,0 +1,362 @@
+"""The run pool of ``runner serve``: fires waiting for a worker, the overlap policies,
+``serve.max_parallel``, worker timeouts, final statuses, retries and failure streaks.
+
+A fire arrives with its ledger row already written (``queued``). The pool decides when (or
+whether) it starts, starts it through a ``Spawner``, watches the process, and once it has
+ended makes the row tell the truth: the worker's own final status when it wrote one, else
+``timed_out`` / ``interrupted`` when serve stopped it, else ``failed`` with the exit code or
+signal. Everything runs on serve's main thread.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import logging
+import signal
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from multiprocessing.connection import wait
+from typing import Protocol
+
+from runner.config.jobs import Job
+from runner.config.schedules import format_duration
+from runner.serve.fire import ActiveRun, Finished, Fire, Paths, describe_exit
+from runner.serve.launcher import Handle, Spawner, WorkerSpec
+from runner.serve.state import record_slot_result, set_paused
+from runner.store import Store, iso
+from runner.store.runs import create_run, finish_run, update_run
+
+FAILED = ("failed", "timed_out", "unknown")
+SCHEDULED = ("schedule", "retry")
+
+
+class Clock(Protocol):
+    def now(self) -> datetime: ...
+
+
+@dataclass
+class _Running:
+    fire: Fire
+    handle: Handle
+    started_at: datetime
+    deadline: float
+    stop_reason: str | None = None
+    term_at: float | None = None
+    killed: bool = False
+
+
+@dataclass(order=True)
+class _Waiting:
+    key: tuple[datetime, int]
+    fire: Fire = field(compare=False)
+    exclusive: bool = field(compare=False)
+    queued_at: datetime = field(compare=False)
+
+
+class Pool:
+    name = "pool"
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        spawner: Spawner,
+        clock: Clock,
+        log: logging.Logger,
+        paths: Paths,
+        max_parallel: int,
+        kill_grace: float,
+        on_pause: Callable[[str, str], None] | None = None,
+    ):
+        self.store, self.spawner, self.clock, self.log, self.paths = store, spawner, clock, log, paths
+        self.max_parallel = max_parallel
+        self.kill_grace = kill_grace
+        self.on_pause = on_pause
+        self._running: dict[str, _Running] = {}
+        self._per_job: dict[str, int] = {}
+        self._waiting: list[_Waiting] = []
+        self._seq = itertools.count()
+        self._closing = False
+
+    # -- views ------------------------------------------------------------------------------
+    def active(self) -> tuple[ActiveRun, ...]:
+        return tuple(
+            ActiveRun(r.fire.run_id, r.fire.job.name, r.fire.trigger, r.handle.pid, r.started_at)
+            for r in self._running.values()
+        )
+
+    def is_idle(self) -> bool:
+        return not self._running and not self._waiting
+
+    def counts(self) -> tuple[int, int]:
+        return len(self._running), len(self._waiting)
+
+    def sentinels(self) -> list[int]:
+        return [r.handle.sentinel for r in self._running.values()]
+
+    # -- submitting -------------------------------------------------------------------------
+    def submit(self, fire: Fire, overlap: str = "allow") -> str:
+        """Queue ``fire`` under the job's overlap policy; return ``queued`` or ``skipped``."""
+        name = fire.job.name
+        running = [r for r in self._running.values() if r.fire.job.name == name]
+        waiting = [
+            w for w in self._waiting if w.fire.job.name == name and (fire.batch is None or w.fire.batch != fire.batch)
+        ]
+        forced = fire.batch is not None or fire.trigger == "retry"
+        if not forced and (running or waiting):
+            if overlap == "skip" or (overlap == "queue" and waiting):
+                other = (running[0].fire if running else waiting[0].fire).run_id
+                finish_run(
+                    self.store,
+                    fire.run_id,
+                    "skipped",
+                    reason="overlap",
+                    error=f"run {other} of this job was still going",
+                )
+                self.log.info("skipped %s slot %s: overlap with run %s", name, _when(fire.slot), other)
+                return "skipped"
+            if overlap == "replace":
+                for r in running:
+                    self.log.info("replacing run %s of %s with %s", r.fire.run_id, name, fire.run_id)
+                    self._stop(r, "replaced")
+                for w in waiting:
+                    self._waiting.remove(w)
+                    finish_run(
+                        self.store, w.fire.run_id, "skipped", reason="replaced", error=f"replaced by run {fire.run_id}"
+                    )
+        key_time = fire.not_before or fire.slot or self.clock.now()
+        entry = _Waiting((key_time, next(self._seq)), fire, forced or overlap != "allow", self.clock.now())
+        bisect.insort(self._waiting, entry)
+        self.pump()
+        return "queued"
+
+    def pump(self) -> None:
+        """Start waiting fires, oldest slot first, while there is room."""
+        if not self._waiting or len(self._running) >= self.max_parallel:
+            return
+        now = self.clock.now()
+        for entry in list(self._waiting):
+            if len(self._running) >= self.max_parallel:
+                break
+            fire = entry.fire
+            if fire.not_before is not None and fire.not_before > now:
+                continue
+            if entry.exclusive and self._per_job.get(fire.job.name):
+                continue
+            self._waiting.remove(entry)
+            self._start(entry, now)
+
+    def _start(self, entry: _Waiting, now: datetime) -> None:
+        fire = entry.fire
+        spec = WorkerSpec(
+            home=self.paths.home,
+            jobs_path=self.paths.jobs,
+            config_path=self.paths.config,
+            job=fire.job,
+            run_id=fire.run_id,
+            trigger=fire.trigger,
+            slot=fire.slot,
+            task_id=fire.task_id,
+        )
+        try:
+            handle = self.spawner.spawn(spec)
+        except OSError as exc:
+            self.log.error("cannot start a worker for %s (run %s): %s", fire.job.name, fire.run_id, exc)
+            finish_run(self.store, fire.run_id, "failed", reason="spawn", error=f"cannot start a worker: {exc}")
+            return
+        waited = max(0.0, (now - (fire.not_before or entry.queued_at)).total_seconds())
+        if waited >= 0.001 or fire.trigger != "schedule":  # a fire row starts with waited_s 0
+            update_run(self.store, fire.run_id, waited_s=round(waited, 3))
+        self._running[fire.run_id] = _Running(fire, handle, now, time.monotonic() + fire.job.spec.timeout)
+        self._per_job[fire.job.name] = self._per_job.get(fire.job.name, 0) + 1
+        self.log.info("started %s run %s (pid %d, waited %.3fs)", fire.job.name, fire.run_id, handle.pid, waited)
+
+    # -- the loop ----------------------------------------------------------------------------
+    def tick(self, now: datetime) -> None:
+        self.reap()
+        mono = time.monotonic()
+        for run in list(self._running.values()):
+            if run.stop_reason is None and mono >= run.deadline:
+                self.log.warning("run %s of %s hit its timeout; stopping it", run.fire.run_id, run.fire.job.name)
+                self._stop(run, "timeout")
+            elif run.term_at is not None and not run.killed and mono >= run.term_at + self.kill_grace:
+                self.log.warning("run %s did not stop within %.1fs; killing it", run.fire.run_id, self.kill_grace)
+                run.handle.signal_tree(signal.SIGKILL)
+                run.killed = True
+        self.pump()
+
+    def next_wake(self, now: datetime) -> datetime | None:
+        mono = time.monotonic()
+        times: list[datetime] = []
+        for run in self._running.values():
+            if run.stop_reason is None:
+                times.append(now + timedelta(seconds=run.deadline - mono))
+            elif run.term_at is not None and not run.killed:
+                times.append(now + timedelta(seconds=run.term_at + self.kill_grace - mono))
+        times.extend(w.fire.not_before for w in self._waiting if w.fire.not_before is not None)
+        return min(times, default=None)
+
+    def close(self) -> None:
+        self.shutdown(0.0)
+
+    def _stop(self, run: _Running, reason: str) -> None:
+        run.stop_reason = reason
+        run.term_at = time.monotonic()
+        run.handle.signal_tree(signal.SIGTERM)
+
+    def reap(self) -> None:
+        for run in list(self._running.values()):
+            code = run.handle.poll()
+            if code is None:
+                continue
+            del self._running[run.fire.run_id]
+            self._per_job[run.fire.job.name] -= 1
+            if run.stop_reason is not None:
+                run.handle.signal_tree(signal.SIGKILL)  # children that outlived the worker
+            run.handle.close()
+            self._finalize(run, code)
+
+    # -- endings -------------------------------------------------------------------------------
+    def _finalize(self, run: _Running, code: int) -> None:
+        fire = run.fire
+        row = self.store.one("SELECT status, reason FROM runs WHERE id=?", (fire.run_id,))
+        status = row["status"] if row else "unknown"
+        reason = row["reason"] if row else None
+        completed = status in ("succeeded", "skipped")
+        override: tuple[str, str, str] | None = None
+        if run.stop_reason == "timeout" and not completed:
+            limit = format_duration(fire.job.spec.timeout)
+            override = ("timed_out", "timeout", f"stopped by serve after the job's timeout of {limit}")
+        elif run.stop_reason in ("shutdown", "replaced") and not completed:
+            why = "serve stopped" if run.stop_reason == "shutdown" else "a newer slot replaced it"
+            override = ("interrupted", run.stop_reason, f"{why} while it was running")
+        elif status in ("queued", "running", "unknown"):
+            override = ("failed", "worker_died", describe_exit(code))
+        if override is not None:
+            status, reason, error = override
+            finish_run(self.store, fire.run_id, status, reason=reason, error=error)
+        self.log.info(
+            "finished %s run %s: %s%s (exit %s)",
+            fire.job.name,
+            fire.run_id,
+            status,
+            f" ({reason})" if reason else "",
+            code,
+        )
+        done = Finished(
+            fire.run_id, fire.job.name, fire.trigger, fire.slot, fire.attempt, status, reason, code, fire.task_id
+        )
+        if fire.on_done is not None:
+            fire.on_done(done)
+        if fire.trigger not in SCHEDULED:
+            return
+        retries = fire.job.spec.retries
+        if status in ("failed", "timed_out") and fire.attempt <= retries.attempts and not self._closing:
+            self._retry(fire, retries.backoff * 2 ** (fire.attempt - 1))
+        elif status in FAILED or status in ("succeeded", "skipped"):
+            self._streak(fire, failed=status in FAILED)
+
+    def _retry(self, fire: Fire, delay: float) -> None:
+        due = self.clock.now() + timedelta(seconds=delay)
+        root = fire.root_run or fire.run_id
+        try:
+            with self.store.transaction():
+                run_id = create_run(
+                    self.store,
+                    job=fire.job.name,
+                    trigger="retry",
+                    status="queued",
+                    slot=fire.slot,
+                    attempt=fire.attempt + 1,
+                    parent_run=root,
+                )
+                update_run(self.store, run_id, not_before=iso(due))
+        except sqlite3.IntegrityError:
+            self.log.warning(
+                "%s slot %s attempt %d is already in the ledger", fire.job.name, _when(fire.slot), fire.attempt + 1
+            )
+            return
+        self.log.info("retrying %s (attempt %d, run %s) at %s", fire.job.name, fire.attempt + 1, run_id, iso(due))
+        retry = Fire(
+            run_id, fire.job, fire.slot, "retry", fire.attempt + 1, root, fire.task_id, None, due, fire.on_done
+        )
+        self.submit(retry)
+
+    def _streak(self, fire: Fire, *, failed: bool) -> None:
+        streak = record_slot_result(self.store, fire.job.name, failed)
+        limit = fire.job.spec.pause_after_failures
+        if failed and limit is not None and streak >= limit:
+            why = f"paused after {streak} consecutive failed slots (last run {fire.run_id})"
+            set_paused(self.store, fire.job.name, True, why)
+            self.log.warning("%s %s; resume with: runner jobs resume %s", fire.job.name, why, fire.job.name)
+            if self.on_pause is not None:
+                self.on_pause(fire.job.name, why)
+
+    # -- start-up and shutdown -------------------------------------------------------------------
+    def adopt(self, jobs: dict[str, Job]) -> int:
+        """Queue the scheduled rows a previous serve left ``queued`` (pending retries, or fires
+        it had not started when it died)."""
+        rows = self.store.query(
+            "SELECT * FROM runs WHERE status='queued' AND trigger IN ('schedule', 'retry') "
+            "ORDER BY COALESCE(not_before, slot, created_at)"
+        )
+        for row in rows:
+            job = jobs.get(row["job"])
+            if job is None:
+                finish_run(
+                    self.store,
+                    row["id"],
+                    "interrupted",
+                    reason="job_removed",
+                    error="the job is no longer in jobs.yaml",
+                )
+                continue
+            slot = datetime.fromisoformat(row["slot"]) if row["slot"] else None
+            due = datetime.fromisoformat(row["not_before"]) if row["not_before"] else None
+            fire = Fire(
+                row["id"],
+                job,
+                slot,
+                row["trigger"],
+                int(row["attempt"] or 1),
+                row["parent_run"],
+                row["task_id"],
+                "adopted",
+                due,
+            )
+            self.submit(fire)
+        return len(rows)
+
+    def shutdown(self, grace: float, hurry: Callable[[], bool] = lambda: False) -> None:
+        """Stop everything: waiting fires end ``interrupted`` (retries not yet due stay queued for
+        the next serve), running workers get SIGTERM, then SIGKILL after ``grace`` seconds."""
+        self._closing = True
+        now = self.clock.now()
+        for entry in self._waiting:
+            if entry.fire.trigger == "retry" and entry.fire.not_before and entry.fire.not_before > now:
+                continue
+            finish_run(
+                self.store, entry.fire.run_id, "interrupted", reason="shutdown", error="serve stopped before it started"
+            )
+        self._waiting.clear()
+        for run in self._running.values():
+            self._stop(run, "shutdown")
+        deadline = time.monotonic() + grace
+        while self._running and time.monotonic() < deadline and not hurry():
+            wait(self.sentinels(), timeout=min(0.2, max(0.0, deadline - time.monotonic())))
+            self.reap()
+        for run in self._running.values():
+            run.handle.signal_tree(signal.SIGKILL)
+            run.killed = True
+        deadline = time.monotonic() + 10
+        while self._running and time.monotonic() < deadline:
+            wait(self.sentinels(), timeout=0.2)
+            self.reap()
+
+
+def _when(slot: datetime | None) -> str:
+    return iso(slot) or "-"

@@ -1,0 +1,44 @@
+"""Imported once by serve's forkserver, before it forks any worker: everything a worker would
+otherwise pay for at each start. Imported for its effects; nothing else imports it.
+
+The heavy modules (httpx and its transport stack, pydantic, jinja2, the worker, the agent loop,
+the tools, the local backend) and the TLS context of the model client (loading the CA bundle
+takes tens of milliseconds) are ready in every forked worker.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+MODULES = [
+    "runner.run.execute",
+    "runner.agent.loop",
+    "runner.agent.llm",
+    "runner.run.model_choice",
+    "runner.run.prompt",
+    "runner.run.prerun",
+    "runner.run.delivery",
+    "runner.tools",
+    "runner.tools.files",
+    "runner.tools.terminal",
+    "runner.store",
+    "runner.store.runs",
+    "runner.serve.launcher",
+    "backends",
+    "backends.local",
+    "httpx",
+    "httpcore",
+    "h11",
+    "anyio",
+    "certifi",
+    "jinja2",
+    "pydantic",
+    "yaml",
+]
+
+for _name in MODULES:
+    importlib.import_module(_name)
+
+from runner.agent.llm import shared_ssl_context  # noqa: E402
+
+shared_ssl_context()

@@ -1,0 +1,194 @@
+"""The schedule loop of ``runner serve``: turns due slots into ledger rows and hands the runs
+to the pool.
+
+Each scheduled job is an entry with its stored ``JobState`` and the time it next fires, kept
+in a heap. When an entry is due, ``runner.serve.planner.plan`` decides what each due slot becomes;
+this module writes that decision (``missed`` rows, ``queued`` rows, the new last slot) in one
+transaction and submits the queued runs. The unique ``(job, slot, attempt)`` index is the last
+word: a slot that already has a row (another process got there first) is not run again.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import sqlite3
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from runner.config.jobs import Job
+from runner.config.schedules import Schedule
+from runner.serve.planner import (
+    JobState,
+    catchup_window,
+    effective_schedule,
+    fire_time,
+    first_sight,
+    first_slot,
+    plan,
+)
+from runner.serve.pool import Fire, Pool
+from runner.serve.state import load_states, paused_jobs, save_sight, set_last_slot
+from runner.store import Store, iso
+from runner.store.runs import create_run, update_run
+
+POLL_S = 1.0  # how often pause flags set by `runner jobs pause|resume` are read
+
+
+@dataclass
+class _Entry:
+    job: Job
+    sched: Schedule
+    window: float
+    state: JobState
+    version: int
+    fire_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class JobsChange:
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+    changed: tuple[str, ...]
+
+    def __str__(self) -> str:
+        parts = [
+            f"{sign}{', '.join(names)}"
+            for sign, names in (("+", self.added), ("-", self.removed), ("~", self.changed))
+            if names
+        ]
+        return " ".join(parts) or "no changes"
+
+
+class ScheduleTicker:
+    name = "schedule"
+
+    def __init__(self, *, store: Store, pool: Pool, log: logging.Logger):
+        self.store, self.pool, self.log = store, pool, log
+        self._entries: dict[str, _Entry] = {}
+        self._heap: list[tuple[datetime, int, str]] = []
+        self._versions = itertools.count()
+        self._next_poll: datetime | None = None
+
+    @property
+    def jobs(self) -> dict[str, Job]:
+        return {name: e.job for name, e in self._entries.items()}
+
+    # -- jobs in, jobs out ---------------------------------------------------------------------
+    def set_jobs(self, jobs: Mapping[str, Job], now: datetime) -> JobsChange:
+        """Install a (re)loaded set of jobs: new ones are seen for the first time, removed ones
+        stop firing, changed ones are rescheduled (a changed schedule starts afresh)."""
+        states = load_states(self.store)
+        scheduled = {n: j for n, j in jobs.items() if j.schedule_obj is not None}
+        removed = tuple(sorted(set(self._entries) - set(scheduled)))
+        for name in removed:
+            del self._entries[name]
+        added: list[str] = []
+        changed: list[str] = []
+        for name, job in sorted(scheduled.items()):
+            old = self._entries.get(name)
+            if old is not None and old.job == job:
+                continue
+            (changed if old is not None else added).append(name)
+            state = states.get(name) or JobState(job=name)
+            if not state.seen(job):
+                state = first_sight(job, now, state)
+                save_sight(self.store, state, now=now)
+            sched = effective_schedule(job, state)
+            assert sched is not None
+            entry = _Entry(job, sched, catchup_window(job, sched, now), state, next(self._versions))
+            slot = first_slot(sched, state)
+            self._schedule(entry, fire_time(job, slot) if slot is not None else None)
+        return JobsChange(tuple(added), removed, tuple(changed))
+
+    def mark_paused(self, name: str, reason: str | None) -> None:
+        entry = self._entries.get(name)
+        if entry is not None:
+            entry.state = replace(entry.state, paused=True, paused_reason=reason)
+
+    def _schedule(self, entry: _Entry, fire_at: datetime | None) -> None:
+        entry.fire_at = fire_at
+        self._entries[entry.job.name] = entry
+        if fire_at is not None:
+            heapq.heappush(self._heap, (fire_at, entry.version, entry.job.name))
+
+    # -- the ticker ----------------------------------------------------------------------------
+    def next_wake(self, now: datetime) -> datetime | None:
+        times = [t for t in (self._heap[0][0] if self._heap else None, self._next_poll) if t is not None]
+        return min(times, default=None)
+
+    def tick(self, now: datetime) -> None:
+        if self._next_poll is None or now >= self._next_poll:
+            self._poll_pauses()
+            self._next_poll = now + timedelta(seconds=POLL_S)
+        while self._heap and self._heap[0][0] <= now:
+            _, version, name = heapq.heappop(self._heap)
+            entry = self._entries.get(name)
+            if entry is not None and entry.version == version:
+                self._fire(entry, now)
+
+    def close(self) -> None:
+        self._heap.clear()
+
+    def _poll_pauses(self) -> None:
+        flags = paused_jobs(self.store)
+        for name, entry in self._entries.items():
+            paused = name in flags
+            if paused != entry.state.paused:
+                entry.state = replace(entry.state, paused=paused, paused_reason=flags.get(name))
+                self.log.info("%s %s", name, f"paused ({flags.get(name)})" if paused else "resumed")
+
+    def _fire(self, entry: _Entry, now: datetime) -> None:
+        job = entry.job
+        active = job.spec.enabled and not entry.state.paused
+        decision = plan(job, entry.sched, entry.state, now, window=entry.window, active=active)
+        fires: list[Fire] = []
+        with self.store.transaction():
+            for i, (slot, reason) in enumerate(decision.missed):
+                note = decision.note if i == 0 else None
+                self._missed(job, slot, reason, now, note)
+            for slot in decision.runs:
+                try:
+                    run_id = create_run(
+                        self.store, job=job.name, trigger="schedule", status="queued", slot=slot, now=now
+                    )
+                except sqlite3.IntegrityError:
+                    self.log.warning("%s slot %s already has a ledger row; not running it again", job.name, iso(slot))
+                    continue
+                update_run(self.store, run_id, waited_s=0.0)  # the pool records a real wait
+                fires.append(Fire(run_id, job, slot))
+            if decision.last_slot != entry.state.last_slot:
+                set_last_slot(self.store, job.name, decision.last_slot)
+        entry.state = replace(entry.state, last_slot=decision.last_slot)
+        self._schedule(entry, decision.next_fire)
+        if decision.consumed:
+            why = "paused" if entry.state.paused else "disabled"
+            self.log.info("%s is %s: %d slot(s) passed over", job.name, why, decision.consumed)
+        if decision.missed:
+            self.log.warning(
+                "%s: %d slot(s) recorded missed (catchup: %s), %d to run now",
+                job.name,
+                len(decision.missed),
+                job.spec.catchup,
+                len(fires),
+            )
+        batch = fires[0].run_id if len(fires) > 1 else None
+        for fire in fires:
+            self.log.info("fired %s slot %s (run %s)", job.name, iso(fire.slot), fire.run_id)
+            self.pool.submit(replace(fire, batch=batch), job.spec.overlap)
+
+    def _missed(self, job: Job, slot: datetime, reason: str, now: datetime, note: str | None) -> None:
+        errors = {
+            "outside_window": "serve was not running at this slot, and it is older than the catch-up window",
+            "catchup_skip": "serve was not running at this slot (catchup: skip)",
+            "catchup_once": "serve was not running at this slot; catchup: once runs only the latest",
+            "catchup_limit": "serve was not running at this slot; catchup: all runs at most 100 slots",
+        }
+        error = errors[reason] + (f"; {note}" if note else "")
+        try:
+            run_id = create_run(self.store, job=job.name, trigger="schedule", status="missed", slot=slot, now=now)
+        except sqlite3.IntegrityError:
+            return  # already recorded (by another process): nothing to add
+        update_run(self.store, run_id, reason=reason, error=error, ended_at=iso(now))

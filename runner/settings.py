@@ -1,0 +1,70 @@
+"""Where things are: RUNNER_HOME, jobs.yaml and config.yaml, resolved once per command."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from runner.config.jobs import JobsFile
+    from runner.config.machine import Config
+    from runner.store import Store
+
+HOME_SUBDIRS = ("outputs", "logs", "skills", "workspaces", "run")
+
+
+def default_home() -> Path:
+    env = os.environ.get("RUNNER_HOME")
+    return Path(env).expanduser() if env else Path.home() / ".runner"
+
+
+def default_jobs_path() -> Path:
+    env = os.environ.get("RUNNER_JOBS")
+    return Path(env).expanduser() if env else Path("jobs.yaml")
+
+
+@dataclass
+class Settings:
+    home: Path
+    jobs_path: Path
+    config_path: Path
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_options(cls, *, jobs: str | None = None, config: str | None = None, home: str | None = None) -> Settings:
+        home_path = Path(home).expanduser() if home else default_home()
+        jobs_path = Path(jobs).expanduser() if jobs else default_jobs_path()
+        config_path = Path(config).expanduser() if config else home_path / "config.yaml"
+        return cls(home=home_path.absolute(), jobs_path=jobs_path.absolute(), config_path=config_path.absolute())
+
+    def ensure_home(self) -> Path:
+        """Create RUNNER_HOME (0700) and its folders; return it."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.home, 0o700)
+        for name in HOME_SUBDIRS:
+            (self.home / name).mkdir(mode=0o700, exist_ok=True)
+        return self.home
+
+    @cached_property
+    def config(self) -> Config:
+        from runner.config.machine import load_config
+
+        return load_config(self.config_path)
+
+    @cached_property
+    def jobs(self) -> JobsFile:
+        from runner.config.jobs import load_jobs
+
+        return load_jobs(self.jobs_path, default_timezone=self.config.timezone)
+
+    @cached_property
+    def store(self) -> Store:
+        from runner.store import Store
+
+        self.ensure_home()
+        store = Store.open(self.home / "runner.db")
+        store.recover_orphans()
+        return store

@@ -1,0 +1,187 @@
+"""The run ledger: a row per run written before any work, a final status in a ``finally``.
+
+Statuses: queued, running, succeeded, failed, timed_out, interrupted, skipped, missed, unknown.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from runner.safety.redact import Redactor
+from runner.store import Store, dumps, iso, utcnow
+
+FINAL = ("succeeded", "failed", "timed_out", "interrupted", "skipped", "missed", "unknown")
+ACTIVE = ("queued", "running")
+HOST = socket.gethostname()
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    stamp = (now or utcnow()).astimezone(UTC).strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{secrets.token_hex(3)}"
+
+
+def pid_start_time(pid: int) -> str | None:
+    """Start time of ``pid`` from /proc (clock ticks since boot), to tell a reused pid apart."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def pid_alive(pid: int, start: str | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    current = pid_start_time(pid)
+    return start is None or current is None or current == start
+
+
+def create_run(
+    store: Store,
+    *,
+    job: str,
+    trigger: str,
+    status: str = "running",
+    slot: datetime | str | None = None,
+    run_id: str | None = None,
+    attempt: int = 1,
+    parent_run: str | None = None,
+    task_id: str | None = None,
+    now: datetime | None = None,
+) -> str:
+    """Insert the ledger row; raise sqlite3.IntegrityError if (job, slot, attempt) exists."""
+    now = now or utcnow()
+    run_id = run_id or new_run_id(now)
+    slot_text = iso(slot) if isinstance(slot, datetime) else slot
+    row = {
+        "id": run_id,
+        "job": job,
+        "slot": slot_text,
+        "trigger": trigger,
+        "status": status,
+        "created_at": iso(now),
+        "attempt": attempt,
+        "parent_run": parent_run,
+        "task_id": task_id,
+        "host": HOST,
+    }
+    if status == "running":
+        row.update(started_at=iso(now), pid=os.getpid(), pid_start=pid_start_time(os.getpid()))
+    cols = ", ".join(row)
+    marks = ", ".join(f":{k}" for k in row)
+    with store.transaction() as conn:
+        conn.execute(f"INSERT INTO runs ({cols}) VALUES ({marks})", row)
+    return run_id
+
+
+def mark_started(store: Store, run_id: str, *, pid: int | None = None, now: datetime | None = None) -> None:
+    pid = pid or os.getpid()
+    with store.transaction() as conn:
+        conn.execute(
+            "UPDATE runs SET status='running', started_at=?, pid=?, pid_start=?, host=? WHERE id=?",
+            (iso(now or utcnow()), pid, pid_start_time(pid), HOST, run_id),
+        )
+
+
+def update_run(store: Store, run_id: str, **fields: Any) -> None:
+    if not fields:
+        return
+    sets = ", ".join(f"{k}=:{k}" for k in fields)
+    with store.transaction() as conn:
+        conn.execute(f"UPDATE runs SET {sets} WHERE id=:_id", {**fields, "_id": run_id})
+
+
+def finish_run(store: Store, run_id: str, status: str, *, now: datetime | None = None, **fields: Any) -> None:
+    assert status in FINAL, status
+    update_run(store, run_id, status=status, ended_at=iso(now or utcnow()), **fields)
+
+
+def get_run(store: Store, run_id: str) -> dict[str, Any] | None:
+    row = store.one("SELECT * FROM runs WHERE id=?", (run_id,))
+    if row is None:
+        matches = store.query("SELECT * FROM runs WHERE id LIKE ? LIMIT 2", (f"%{run_id}%",))
+        row = matches[0] if len(matches) == 1 else None
+    return row
+
+
+def list_runs(
+    store: Store, *, job: str | None = None, status: str | None = None, limit: int = 20
+) -> list[dict[str, Any]]:
+    where, params = [], []
+    if job:
+        where.append("job = ?")
+        params.append(job)
+    if status:
+        where.append("status = ?")
+        params.append(status)
+    clause = f"WHERE {' AND '.join(where)}" if where else ""
+    return store.query(f"SELECT * FROM runs {clause} ORDER BY created_at DESC, id DESC LIMIT ?", (*params, limit))
+
+
+def last_output(store: Store, job: str) -> str:
+    row = store.one(
+        "SELECT output_path FROM runs WHERE job=? AND status='succeeded' AND output_path IS NOT NULL "
+        "ORDER BY created_at DESC LIMIT 1",
+        (job,),
+    )
+    if not row:
+        return ""
+    try:
+        return Path(row["output_path"]).read_text(encoding="utf-8")
+    except OSError:
+        return ""
+
+
+def mark_orphans_unknown(store: Store) -> int:
+    """Rows left ``running`` on this host by a process that is gone become ``unknown``."""
+    rows = store.query("SELECT id, pid, pid_start FROM runs WHERE status='running' AND host=?", (HOST,))
+    dead = [r["id"] for r in rows if not r["pid"] or not pid_alive(int(r["pid"]), r["pid_start"])]
+    for run_id in dead:
+        with store.transaction() as conn:
+            conn.execute(
+                "UPDATE runs SET status='unknown', ended_at=?, reason=COALESCE(reason, 'worker_lost'), "
+                "error=COALESCE(error, 'the worker process disappeared before recording a final status') "
+                "WHERE id=? AND status='running'",
+                (iso(utcnow()), run_id),
+            )
+    return len(dead)
+
+
+def events(store: Store, run_id: str, after: int = 0) -> list[dict[str, Any]]:
+    return store.query(
+        "SELECT seq, ts, kind, payload FROM run_events WHERE run_id=? AND seq>? ORDER BY seq", (run_id, after)
+    )
+
+
+@dataclass
+class Recorder:
+    """Appends a run's events to run_events, redacted. Thread-safe; ``seq`` is 1, 2, 3..."""
+
+    store: Store
+    run_id: str
+    redact: Redactor
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        row = self.store.one("SELECT MAX(seq) AS n FROM run_events WHERE run_id=?", (self.run_id,))
+        self._seq = int(row["n"] or 0) if row else 0
+
+    def __call__(self, kind: str, payload: dict[str, Any]) -> None:
+        clean = self.redact.redact_obj(payload)
+        with self._lock:
+            self._seq += 1
+            self.store.execute(
+                "INSERT INTO run_events (run_id, seq, ts, kind, payload) VALUES (?, ?, ?, ?, ?)",
+                (self.run_id, self._seq, iso(utcnow()), kind, dumps(clean)),
+            )

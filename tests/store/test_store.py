@@ -1,0 +1,61 @@
+"""The store: migrations, pragmas, the ledger's crash recovery."""
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from runner.store import Store, migration_names
+from runner.store.runs import create_run, finish_run, mark_orphans_unknown
+from tests.fakeopenai import hang
+
+
+def test_migrations_applied_once_and_recorded(tmp_path):
+    path = tmp_path / "r.db"
+    store = Store.open(path)
+    applied = store.applied_migrations()
+    assert applied == set(migration_names())
+    assert store.migrate() == []
+    assert store.one("PRAGMA journal_mode")["journal_mode"] == "wal"
+    assert (os.stat(path).st_mode & 0o777) == 0o600
+    store.close()
+    again = Store.open(path)
+    assert again.migrate() == []
+
+
+def test_unique_job_slot(tmp_path):
+    store = Store.open(tmp_path / "r.db")
+    create_run(store, job="a", trigger="schedule", slot="2026-01-01T02:00:00+00:00", status="queued")
+    with pytest.raises(sqlite3.IntegrityError):
+        create_run(store, job="a", trigger="schedule", slot="2026-01-01T02:00:00+00:00", status="queued")
+    create_run(store, job="a", trigger="schedule", slot="2026-01-01T02:00:00+00:00", status="queued", attempt=2)
+
+
+def test_orphan_from_dead_pid_becomes_unknown(tmp_path):
+    store = Store.open(tmp_path / "r.db")
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    run_id = create_run(store, job="a", trigger="manual")
+    store.execute("UPDATE runs SET pid=? WHERE id=?", (proc.pid, run_id))
+    live = create_run(store, job="b", trigger="manual")  # this process: alive
+    done = create_run(store, job="c", trigger="manual")
+    finish_run(store, done, "succeeded")
+    assert mark_orphans_unknown(store) == 1
+    statuses = {r["id"]: r["status"] for r in store.query("SELECT id, status FROM runs")}
+    assert statuses == {run_id: "unknown", live: "running", done: "succeeded"}
+
+
+def test_sigkilled_run_becomes_unknown_on_next_command(project, fake):
+    fake.add(hang(30))
+    project.write_jobs("jobs:\n  slow:\n    prompt: go\n")
+    proc = project.start_job("slow", fake)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    db = sqlite3.connect(project.home / "runner.db")
+    assert db.execute("SELECT status FROM runs").fetchone()[0] == "running"
+    res = project.cli("runs", "list", "--json")
+    assert '"status": "unknown"' in res.output
+    assert db.execute("SELECT status, reason FROM runs").fetchone() == ("unknown", "worker_lost")
