@@ -1,0 +1,56 @@
+"""The words the ledger and the board store, as enums.
+
+``StrEnum`` members are their own string values, so rows read back from SQLite compare equal to
+them and JSON output is unchanged.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RunStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    INTERRUPTED = "interrupted"
+    SKIPPED = "skipped"
+    MISSED = "missed"
+    UNKNOWN = "unknown"
+
+
+FINAL = frozenset(
+    {
+        RunStatus.SUCCEEDED,
+        RunStatus.FAILED,
+        RunStatus.TIMED_OUT,
+        RunStatus.INTERRUPTED,
+        RunStatus.SKIPPED,
+        RunStatus.MISSED,
+        RunStatus.UNKNOWN,
+    }
+)
+ACTIVE = frozenset({RunStatus.QUEUED, RunStatus.RUNNING})
+
+
+class Trigger(StrEnum):
+    """Why a run started."""
+
+    MANUAL = "manual"  # runner run-job
+    SCHEDULE = "schedule"  # a slot of the job's schedule (serve)
+    RETRY = "retry"  # a retry of a failed scheduled run (serve)
+    KANBAN = "kanban"  # a kanban task's attempt
+
+
+class TaskStatus(StrEnum):
+    """A kanban task's column."""
+
+    TODO = "todo"
+    READY = "ready"
+    RUNNING = "running"
+    BLOCKED = "blocked"
+    DONE = "done"
+    FAILED = "failed"
+    ARCHIVED = "archived"
