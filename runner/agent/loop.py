@@ -235,8 +235,8 @@ def _run_tool(call: ToolCall, by_name: dict[str, ToolEntry], ctx: ToolContext, e
                 result = f"error: {problem}"
             else:
                 try:
-                    result = entry.handler(args, ctx)
-                    failed = result.startswith(("exit code ", "blocked:")) and not result.startswith("exit code 0")
+                    answer = entry.handler(args, ctx)
+                    result, failed = answer.text, answer.failed
                 except ToolError as exc:
                     result = f"error: {exc}"
     emit(

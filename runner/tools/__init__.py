@@ -18,7 +18,17 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from runner.tools.context import ToolContext
 
-Handler = Callable[[dict[str, Any], "ToolContext"], str]
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What a handler returns: the text the model sees and whether the call failed (a non-zero
+    exit code, a blocked command). Failed calls count towards loop detection."""
+
+    text: str
+    failed: bool = False
+
+
+Handler = Callable[[dict[str, Any], "ToolContext"], ToolResult]
 CheckFn = Callable[["ToolContext"], bool]
 
 TOOLSETS = ("terminal", "files", "web", "skills", "kanban")

@@ -9,7 +9,7 @@ from typing import Any
 
 from backends.base import decode, truncate_text
 from runner.errors import BackendError
-from runner.tools import Registry, ToolError
+from runner.tools import Registry, ToolError, ToolResult
 from runner.tools.context import ToolContext
 
 READ_CAP_BYTES = 512 * 1024
@@ -91,7 +91,7 @@ def _write(ctx: ToolContext, path: str, data: bytes, raw: str) -> None:
         raise ToolError(f"cannot write {raw}: {exc.strerror or exc}") from None
 
 
-def read_file(args: dict[str, Any], ctx: ToolContext) -> str:
+def read_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     raw = _str_arg(args, "path")
     offset = _int_arg(args, "offset", 1, minimum=1)
     limit = _int_arg(args, "limit", DEFAULT_LINES, minimum=1)
@@ -107,23 +107,21 @@ def read_file(args: dict[str, Any], ctx: ToolContext) -> str:
     body = "\n".join(f"{offset + i:>6}\t{line}" for i, line in enumerate(chosen))
     if offset - 1 + limit < len(lines):
         note += f"\n[lines {offset}-{offset + len(chosen) - 1} of {len(lines)}]"
-    return (
-        truncate_text(body, max(ctx.output_chars * 2, 8000)) + note
-        if chosen
-        else f"(no lines at offset {offset}; the file has {len(lines)} lines)"
-    )
+    if not chosen:
+        return ToolResult(f"(no lines at offset {offset}; the file has {len(lines)} lines)")
+    return ToolResult(truncate_text(body, max(ctx.output_chars * 2, 8000)) + note)
 
 
-def write_file(args: dict[str, Any], ctx: ToolContext) -> str:
+def write_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     raw = _str_arg(args, "path")
     content = _str_arg(args, "content")
     path = confine(ctx, raw)
     data = content.encode("utf-8")
     _write(ctx, path, data, raw)
-    return f"wrote {len(data)} bytes to {raw}"
+    return ToolResult(f"wrote {len(data)} bytes to {raw}")
 
 
-def edit_file(args: dict[str, Any], ctx: ToolContext) -> str:
+def edit_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     raw = _str_arg(args, "path")
     old = _str_arg(args, "old_string")
     new = _str_arg(args, "new_string")
@@ -142,10 +140,10 @@ def edit_file(args: dict[str, Any], ctx: ToolContext) -> str:
         where = ", ".join(str(n) for n in starts[:10])
         raise ToolError(f"old_string matches {count} times in {raw} (lines {where}); add context to make it unique")
     _write(ctx, path, text.replace(old, new, 1).encode("utf-8"), raw)
-    return f"edited {raw}: replaced 1 occurrence"
+    return ToolResult(f"edited {raw}: replaced 1 occurrence")
 
 
-def search_files(args: dict[str, Any], ctx: ToolContext) -> str:
+def search_files(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     pattern = _str_arg(args, "pattern")
     raw = _str_arg(args, "path", required=False, default=".")
     glob = _str_arg(args, "glob", required=False)
@@ -160,20 +158,20 @@ def search_files(args: dict[str, Any], ctx: ToolContext) -> str:
     prefix = ctx.workdir.rstrip("/") + "/"
     lines = [ln[len(prefix) :] if ln.startswith(prefix) else ln for ln in lines]
     if not lines:
-        return f"no matches for {pattern!r} under {raw}"
+        return ToolResult(f"no matches for {pattern!r} under {raw}")
     more = ""
     if len(lines) > SEARCH_MAX:
         lines, more = lines[:SEARCH_MAX], f"\n[more than {SEARCH_MAX} matches; narrow the pattern or path]"
-    return truncate_text("\n".join(lines), ctx.output_chars) + more
+    return ToolResult(truncate_text("\n".join(lines), ctx.output_chars) + more)
 
 
-def list_dir(args: dict[str, Any], ctx: ToolContext) -> str:
+def list_dir(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     raw = _str_arg(args, "path", required=False, default=".")
     path = confine(ctx, raw)
     result = ctx.backend.run(f"ls -lA -- {shlex.quote(path)}", timeout=ctx.time_left(30))
     if result.exit_code != 0:
         raise ToolError(result.output.strip() or f"cannot list {raw}")
-    return truncate_text(result.output.rstrip(), ctx.output_chars)
+    return ToolResult(truncate_text(result.output.rstrip(), ctx.output_chars))
 
 
 _PATH = {"type": "string", "description": "path relative to the job's workdir"}

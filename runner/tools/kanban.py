@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.errors import RunnerError
-from runner.tools import Registry, ToolError, compact_json
+from runner.tools import Registry, ToolError, ToolResult, compact_json
 from runner.tools.context import ToolContext
 
 if TYPE_CHECKING:
@@ -92,28 +92,28 @@ def _call(fn: Any, *args: Any, **kw: Any) -> Any:
         raise ToolError(str(exc)) from None
 
 
-def kanban_show(args: dict[str, Any], ctx: ToolContext) -> str:
-    return compact_json(_task(ctx).show())
+def kanban_show(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    return ToolResult(compact_json(_task(ctx).show()))
 
 
-def kanban_comment(args: dict[str, Any], ctx: ToolContext) -> str:
+def kanban_comment(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     _call(_task(ctx).comment, _text(args, "text"))
-    return "comment added"
+    return ToolResult("comment added")
 
 
-def kanban_complete(args: dict[str, Any], ctx: ToolContext) -> str:
+def kanban_complete(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     task = _task(ctx)
     _call(task.complete, _text(args, "result"))
-    return f"task {task.task_id} is done. Reply with a one-line summary; do not call more tools."
+    return ToolResult(f"task {task.task_id} is done. Reply with a one-line summary; do not call more tools.")
 
 
-def kanban_block(args: dict[str, Any], ctx: ToolContext) -> str:
+def kanban_block(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     task = _task(ctx)
     _call(task.block, _text(args, "reason"))
-    return f"task {task.task_id} is blocked. Reply with a one-line summary; do not call more tools."
+    return ToolResult(f"task {task.task_id} is blocked. Reply with a one-line summary; do not call more tools.")
 
 
-def kanban_create(args: dict[str, Any], ctx: ToolContext) -> str:
+def kanban_create(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     title, body = _text(args, "title"), args.get("body") or ""
     priority, job = args.get("priority", 0), args.get("job")
     parents = args.get("parents") or []
@@ -126,7 +126,9 @@ def kanban_create(args: dict[str, Any], ctx: ToolContext) -> str:
         if parents:
             raise ToolError("inside a task, new tasks are children of this task; 'parents' is not allowed")
         child = _call(session.create, title, body, priority=priority, job=_check_job(ctx, job, fallback=True))
-        return f"created task {child} as a child of task {session.task_id}; it becomes ready when this task is done"
+        return ToolResult(
+            f"created task {child} as a child of task {session.task_id}; it becomes ready when this task is done"
+        )
     if not isinstance(parents, list) or not all(isinstance(p, int) and not isinstance(p, bool) for p in parents):
         raise ToolError("'parents' must be a list of task ids")
     from runner.safety.redact import Redactor
@@ -145,7 +147,7 @@ def kanban_create(args: dict[str, Any], ctx: ToolContext) -> str:
             max_attempts=settings.config.kanban.max_attempts,
             created_by=f"run:{ctx.run_id}",
         )
-    return f"created task {new_id}"
+    return ToolResult(f"created task {new_id}")
 
 
 def _check_job(ctx: ToolContext, job: str | None, *, fallback: bool = False) -> str | None:
@@ -162,14 +164,14 @@ def _check_job(ctx: ToolContext, job: str | None, *, fallback: bool = False) -> 
     return str(name)
 
 
-def kanban_list(args: dict[str, Any], ctx: ToolContext) -> str:
+def kanban_list(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     status = args.get("status")
     with _board(ctx) as board:
         tasks = board.tasks(status=status)
     rows = [{"id": t.id, "title": t.title, "status": t.status, "priority": t.priority, "job": t.job} for t in tasks][
         :LIST_LIMIT
     ]
-    return compact_json({"tasks": rows, "total": len(tasks)})
+    return ToolResult(compact_json({"tasks": rows, "total": len(tasks)}))
 
 
 def register(registry: Registry) -> None:

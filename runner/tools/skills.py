@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner.tools import Registry, ToolError
+from runner.tools import Registry, ToolError, ToolResult
 from runner.tools.context import ToolContext
 
 ACTIONS = ["create", "edit", "patch", "write_file", "remove_file", "archive"]
@@ -25,16 +25,16 @@ def _has_session(ctx: ToolContext) -> bool:
     return ctx.extras.get("skills") is not None
 
 
-def skill_view(args: dict[str, Any], ctx: ToolContext) -> str:
+def skill_view(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     from runner.skills import SkillError
 
     try:
-        return str(_session(ctx).view(args["name"], args.get("file")))
+        return ToolResult(str(_session(ctx).view(args["name"], args.get("file"))))
     except SkillError as exc:
         raise ToolError(str(exc)) from None
 
 
-def skill_manage(args: dict[str, Any], ctx: ToolContext) -> str:
+def skill_manage(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     from runner.skills import SkillError, SkillRefused
 
     action = args["action"]
@@ -55,7 +55,7 @@ def skill_manage(args: dict[str, Any], ctx: ToolContext) -> str:
         raise ToolError(f"{exc}. Nothing was written; fix the content and try again.") from None
     except SkillError as exc:
         raise ToolError(str(exc)) from None
-    return str(change.message)
+    return ToolResult(str(change.message))
 
 
 def register(registry: Registry) -> None:

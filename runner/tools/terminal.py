@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from backends.base import truncate_text
-from runner.tools import Registry, ToolError
+from runner.tools import Registry, ToolError, ToolResult
 from runner.tools.context import ToolContext
 
 MAX_TIMEOUT = 3600.0
 
 
-def terminal(args: dict[str, Any], ctx: ToolContext) -> str:
+def terminal(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     command = args.get("command")
     if not isinstance(command, str) or not command.strip():
         raise ToolError("'command' must be a non-empty string")
@@ -20,13 +20,13 @@ def terminal(args: dict[str, Any], ctx: ToolContext) -> str:
         raise ToolError("'timeout' must be a positive number of seconds")
     decision = ctx.approve(command)
     if not decision.allowed:
-        return decision.message
+        return ToolResult(decision.message, failed=True)
     result = ctx.backend.run(command, timeout=ctx.time_left(min(float(timeout), MAX_TIMEOUT)))
     head = f"exit code {result.exit_code}"
     if result.timed_out:
         head += f" (timed out after {result.duration_s:.0f}s; the command was killed)"
     output = truncate_text(result.output, ctx.output_chars)
-    return f"{head}\n{output}" if output else head
+    return ToolResult(f"{head}\n{output}" if output else head, failed=result.exit_code != 0)
 
 
 def register(registry: Registry) -> None:

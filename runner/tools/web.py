@@ -7,7 +7,7 @@ from html.parser import HTMLParser
 from typing import Any
 
 from backends.base import truncate_text
-from runner.tools import Registry, ToolError
+from runner.tools import Registry, ToolError, ToolResult
 from runner.tools.context import ToolContext
 
 FETCH_TIMEOUT = 20.0
@@ -60,7 +60,7 @@ def html_to_text(html: str) -> str:
     return f"# {title}\n\n{text}" if title else text
 
 
-def web_fetch(args: dict[str, Any], ctx: ToolContext) -> str:
+def web_fetch(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     import httpx
 
     url = args.get("url")
@@ -86,7 +86,7 @@ def web_fetch(args: dict[str, Any], ctx: ToolContext) -> str:
     if "html" in ctype or text.lstrip()[:15].lower().startswith(("<!doctype html", "<html")):
         text = html_to_text(text)
     cut = " (truncated at 2 MB)" if len(body) >= MAX_BYTES else ""
-    return f"HTTP {status} {ctype}{cut}\n\n" + truncate_text(text, ctx.output_chars)
+    return ToolResult(f"HTTP {status} {ctype}{cut}\n\n" + truncate_text(text, ctx.output_chars))
 
 
 def register(registry: Registry) -> None:

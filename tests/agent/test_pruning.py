@@ -5,7 +5,7 @@ import json
 from runner.agent.loop import Limits, run_loop
 from runner.agent.pruning import Pruner, estimate, summarize_result, total
 from runner.agent.types import Message, ToolCall, Usage
-from runner.tools import ToolEntry
+from runner.tools import ToolEntry, ToolResult
 from runner.tools.context import ToolContext
 
 
@@ -25,7 +25,7 @@ class Recording:
 
 def big_tool(args, ctx):
     n = args.get("n", 0)
-    return "exit code 0\n" + "\n".join(f"line {n}-{i} " + "x" * 60 for i in range(120))
+    return ToolResult("exit code 0\n" + "\n".join(f"line {n}-{i} " + "x" * 60 for i in range(120)))
 
 
 def synthetic(n_turns=200):

@@ -24,7 +24,7 @@ from runner.agent.types import Message, ToolCall, Usage  # noqa: E402
 from runner.safety.redact import Redactor  # noqa: E402
 from runner.store import Store  # noqa: E402
 from runner.store.runs import Recorder, create_run  # noqa: E402
-from runner.tools import ToolEntry  # noqa: E402
+from runner.tools import ToolEntry, ToolResult  # noqa: E402
 from runner.tools.context import ToolContext  # noqa: E402
 from tests.agent.test_pruning import run as pruning_run  # noqa: E402
 
@@ -51,7 +51,7 @@ def loop_overhead(turns: int = 100) -> float:
             "terminal",
             "no-op",
             {"type": "object", "properties": {"x": {"type": "integer"}}},
-            lambda args, ctx: "ok",
+            lambda args, ctx: ToolResult("ok"),
         )
         ctx = ToolContext(backend=None)  # type: ignore[arg-type]
         msgs = [{"role": "system", "content": "s" * 2000}, {"role": "user", "content": "go"}]

@@ -39,10 +39,10 @@ def kit(tmp_path):
             self.paths, self.session, self.clock = paths, session, clock
 
         def manage(self, **args):
-            return registry.entries["skill_manage"].handler(args, ctx)
+            return registry.entries["skill_manage"].handler(args, ctx).text
 
         def view(self, **args):
-            return registry.entries["skill_view"].handler(args, ctx)
+            return registry.entries["skill_view"].handler(args, ctx).text
 
         def usage(self, name):
             return UsageFile(paths).get(name)

@@ -10,8 +10,9 @@ from backends.base import BackendContext
 from backends.local import LocalBackend
 from runner.safety.injection import scan
 from runner.tools import ToolError, discover
-from runner.tools.context import ToolContext
+from runner.tools.context import ApprovalResult, ToolContext
 from runner.tools.files import edit_file, list_dir, read_file, search_files, write_file
+from runner.tools.terminal import terminal
 from runner.tools.web import html_to_text, web_fetch
 
 
@@ -28,7 +29,7 @@ def test_read_with_offset_limit_and_binary(ctx):
     root = ctx.workdir
     with open(f"{root}/a.txt", "w") as fh:
         fh.write("\n".join(f"line {i}" for i in range(1, 101)))
-    out = read_file({"path": "a.txt", "offset": 10, "limit": 3}, ctx)
+    out = read_file({"path": "a.txt", "offset": 10, "limit": 3}, ctx).text
     assert out.splitlines()[0].strip() == "10\tline 10" and "lines 10-12 of 100" in out
     with open(f"{root}/b.bin", "wb") as fh:
         fh.write(b"\x00\x01\x02" * 100)
@@ -44,7 +45,7 @@ def test_write_then_edit_unique_match(ctx):
         edit_file({"path": "dir/x.py", "old_string": "c = 1", "new_string": "c = 2"}, ctx)
     with pytest.raises(ToolError, match=r"matches 2 times .*lines 1, 2"):
         edit_file({"path": "dir/x.py", "old_string": " = 1", "new_string": " = 2"}, ctx)
-    assert "replaced 1" in edit_file({"path": "dir/x.py", "old_string": "b = 1", "new_string": "b = 2"}, ctx)
+    assert "replaced 1" in edit_file({"path": "dir/x.py", "old_string": "b = 1", "new_string": "b = 2"}, ctx).text
     with open(f"{ctx.workdir}/dir/x.py") as fh:
         assert fh.read() == "a = 1\nb = 2\n"
 
@@ -65,7 +66,7 @@ def test_allow_paths_extend_the_roots(ctx, tmp_path):
     shared.mkdir()
     (shared / "data.txt").write_text("shared data")
     wide = ToolContext(backend=ctx.backend, allow_paths=(str(shared),))
-    assert "shared data" in read_file({"path": str(shared / "data.txt")}, wide)
+    assert "shared data" in read_file({"path": str(shared / "data.txt")}, wide).text
 
 
 def test_search_and_list(ctx):
@@ -74,12 +75,22 @@ def test_search_and_list(ctx):
     os.makedirs(f"{ctx.workdir}/.git")
     with open(f"{ctx.workdir}/.git/HEAD", "w") as fh:
         fh.write("hello from git\n")
-    out = search_files({"pattern": "hel+o", "path": "src"}, ctx)
+    out = search_files({"pattern": "hel+o", "path": "src"}, ctx).text
     assert "src/a.py:1:def hello" in out and "src/b.txt:1" in out and ".git" not in out
-    only_py = search_files({"pattern": "hello", "glob": "*.py"}, ctx)
+    only_py = search_files({"pattern": "hello", "glob": "*.py"}, ctx).text
     assert "a.py" in only_py and "b.txt" not in only_py
-    assert "no matches" in search_files({"pattern": "zzz"}, ctx)
-    assert "src" in list_dir({}, ctx)
+    assert "no matches" in search_files({"pattern": "zzz"}, ctx).text
+    assert "src" in list_dir({}, ctx).text
+
+
+def test_terminal_result_says_whether_the_call_failed(ctx):
+    allowed = ToolContext(backend=ctx.backend, approve=lambda c: ApprovalResult(True))
+    ok = terminal({"command": "echo hi"}, allowed)
+    assert ok.text == "exit code 0\nhi\n" and not ok.failed
+    bad = terminal({"command": "echo no; exit 3"}, allowed)
+    assert bad.text == "exit code 3\nno\n" and bad.failed
+    blocked = terminal({"command": "echo hi"}, ctx)  # no approval policy: everything is refused
+    assert blocked.text.startswith("blocked:") and blocked.failed
 
 
 def test_toolset_selection_and_check_fn(ctx):
@@ -110,7 +121,7 @@ def test_web_fetch_reduces_html(ctx):
     srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
-        out = web_fetch({"url": f"http://127.0.0.1:{srv.server_address[1]}/"}, ctx)
+        out = web_fetch({"url": f"http://127.0.0.1:{srv.server_address[1]}/"}, ctx).text
     finally:
         srv.shutdown()
     assert out.startswith("HTTP 200") and "Para bold" in out and "- one" in out
