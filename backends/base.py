@@ -52,6 +52,9 @@ class Backend(Protocol):
 
     #: the job's working directory as seen inside the backend (``/workspace`` in docker)
     workdir: str
+    #: True when paths inside the backend are paths on this machine (so host file APIs and
+    #: ``os.path.realpath`` see the same files); False for docker and ssh
+    is_local: bool
 
     def run(
         self,

@@ -84,6 +84,8 @@ def ensure_image(client: docker.DockerClient, image: str, pull: str) -> None:
 
 
 class DockerBackend:
+    is_local: bool = False
+
     def __init__(self, spec: DockerSpec, ctx: BackendContext):
         self.ctx = ctx
         self.workdir = WORKSPACE

@@ -29,7 +29,7 @@ KILL_GRACE_S = 0.5
 
 
 class LocalBackend:
-    is_local = True
+    is_local: bool = True
 
     def __init__(self, ctx: BackendContext):
         self.ctx = ctx

@@ -63,6 +63,8 @@ def control_path(home: Path, nonce: str) -> Path:
 
 
 class SSHBackend:
+    is_local: bool = False
+
     def __init__(self, spec: SSHSpec, ctx: BackendContext):
         self.ctx = ctx
         self.spec = spec

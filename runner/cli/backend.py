@@ -117,14 +117,9 @@ def doctor(as_json: bool) -> None:
 
 def _cleanup_containers(s: Any) -> int | None:
     """Remove runner-labelled containers whose run is no longer running (None: docker not in use)."""
-    import importlib
-
     try:
-        docker_backend = importlib.import_module("backends.docker")
-    except ImportError:
-        return None
-    cleanup = getattr(docker_backend, "cleanup_stale", None)
-    if cleanup is None:
+        from backends.docker import cleanup_stale
+    except ImportError:  # pragma: no cover - the docker SDK is a dependency; a broken install
         return None
     store = s.store
 
@@ -135,7 +130,7 @@ def _cleanup_containers(s: Any) -> int | None:
     from runner.errors import BackendError
 
     try:
-        return len(cleanup(is_active))
+        return len(cleanup_stale(is_active))
     except BackendError:
         return None
 

@@ -44,7 +44,7 @@ def command_for(job: Job, backend: Backend, run_id: str) -> str:
     if script is None or not script.is_file():
         return text
     rest = text.strip()[len(first) :]
-    if getattr(backend, "is_local", False):
+    if backend.is_local:
         runner = "" if os.access(script, os.X_OK) else "sh "
         return f"{runner}{shlex.quote(str(script))}{rest}"
     remote = f"/tmp/runner-prerun-{run_id}-{script.name}"

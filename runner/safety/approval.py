@@ -140,7 +140,7 @@ def decide(command: str, *, policy: str, allow: Sequence[str], callback: Callbac
     if callback is None:  # fail closed
         return Decision(False, "dangerous", reasons, "policy", BLOCKED_TEMPLATE.format(reasons="; ".join(reasons)))
     approved = callback(command, verdict)
-    by = "human" if getattr(callback, "name", "") == "tty" else "policy"
+    by = "human" if callback.name == "tty" else "policy"
     if approved:
         return Decision(True, "dangerous", reasons, by)
     return Decision(False, "dangerous", reasons, by, BLOCKED_TEMPLATE.format(reasons="; ".join(reasons)))

@@ -47,7 +47,7 @@ def _inside(path: str, roots: list[str]) -> bool:
 
 
 def _realpath(ctx: ToolContext, path: str) -> str:
-    if getattr(ctx.backend, "is_local", False):
+    if ctx.backend.is_local:
         return os.path.realpath(path)
     result = ctx.backend.run(f"readlink -f -- {shlex.quote(path)} || echo {shlex.quote(path)}", timeout=30)
     lines = result.output.strip().splitlines()

@@ -56,6 +56,10 @@ def count_in_backend(backend: Backend, arg: str) -> int:
 
 
 class TestContract:
+    def test_satisfies_the_protocol_and_says_where_it_runs(self, backend: Backend, kind: str) -> None:
+        assert isinstance(backend, Backend)
+        assert backend.is_local is (kind == "local")
+
     def test_echo_and_exit_codes(self, backend: Backend) -> None:
         ok = run(backend, "echo hello")
         assert (ok.exit_code, ok.output, ok.timed_out) == (0, "hello\n", False)
