@@ -23,8 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from runner.safety.result import ApprovalResult
 from runner.safety.shell import Verdict, classify
-from runner.tools.context import ApprovalResult
 
 BLOCKED_TEMPLATE = "blocked: {reasons}; this command is not allowed in this run. Find another way to do the task."
 HARDLINE_TEMPLATE = "blocked: {reasons}; this command never runs under runner. Do not retry it."

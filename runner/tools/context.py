@@ -8,15 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backends.base import Backend
+from runner.safety.result import ApprovalResult, ApproveFn
 
-
-@dataclass(frozen=True)
-class ApprovalResult:
-    allowed: bool
-    message: str = ""
-
-
-ApproveFn = Callable[[str], ApprovalResult]
 EmitFn = Callable[[str, dict[str, Any]], None]
 
 

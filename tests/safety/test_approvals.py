@@ -1,7 +1,9 @@
 """Approval policies, allow patterns, the hardline block and the audit trail, through real runs."""
 
+import ast
 import json
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -163,3 +165,14 @@ def test_manual_policy_without_a_tty_denies(project, fake):
     res = project.run("run-job", "m", stdin=__import__("subprocess").DEVNULL)
     assert res.returncode == 0 and (project.root / "build").exists()
     assert approvals(project)[0]["decided_by"] == "policy"
+
+
+def test_the_policy_does_not_import_the_tools():
+    """The tools call the gate; the gate does not reach back into the tools package."""
+    import runner.safety
+
+    for path in Path(runner.safety.__file__).parent.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+        names += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        assert not [m for m in names if m == "runner.tools" or m.startswith("runner.tools.")], path
