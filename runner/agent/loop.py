@@ -18,6 +18,7 @@ from typing import Any
 from runner.agent.schema import check_args
 from runner.agent.types import LLM, Message, ToolCall, Usage
 from runner.errors import ModelError
+from runner.statuses import RunStatus
 from runner.tools import ToolEntry, ToolError
 from runner.tools.context import ToolContext
 
@@ -34,7 +35,7 @@ PREVIEW_CHARS = 2000
 class LoopExit(Exception):
     """Ends the loop early with a recorded reason."""
 
-    status = "failed"
+    status = RunStatus.FAILED
     grace = False
 
     def __init__(self, reason: str, detail: str = ""):
@@ -48,7 +49,7 @@ class LimitsExceeded(LoopExit):
 
 
 class TimedOut(LoopExit):
-    status = "timed_out"
+    status = RunStatus.TIMED_OUT
 
 
 class LoopDetected(LoopExit):
@@ -56,7 +57,7 @@ class LoopDetected(LoopExit):
 
 
 class Interrupted(LoopExit):
-    status = "interrupted"
+    status = RunStatus.INTERRUPTED
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ class Pricing:
 
 @dataclass(frozen=True)
 class LoopResult:
-    status: str  # succeeded | failed | timed_out | interrupted
+    status: RunStatus  # succeeded | failed | timed_out | interrupted
     output: str
     iterations: int
     usage: Usage
@@ -128,7 +129,7 @@ def run_loop(
             reply = _ask(llm, messages, schemas, limits, totals, emit, pricing)
             messages.append(reply.to_dict())
             if not reply.tool_calls:
-                return _done("succeeded", reply.content or "", totals)
+                return _done(RunStatus.SUCCEEDED, reply.content or "", totals)
             for call in reply.tool_calls:
                 if stop.is_set():
                     result, failed = "not run: the run was interrupted", True
@@ -148,7 +149,7 @@ def run_loop(
         return _done(exit_.status, output, totals, reason=exit_.reason, error=exit_.detail)
 
 
-def _done(status: str, output: str, totals: _Totals, **kw: Any) -> LoopResult:
+def _done(status: RunStatus, output: str, totals: _Totals, **kw: Any) -> LoopResult:
     return LoopResult(status, output, totals.iterations, totals.usage(), round(totals.cost, 6), **kw)
 
 

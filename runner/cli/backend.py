@@ -117,6 +117,8 @@ def doctor(as_json: bool) -> None:
 
 def _cleanup_containers(s: Any) -> int | None:
     """Remove runner-labelled containers whose run is no longer running (None: docker not in use)."""
+    from runner.statuses import ACTIVE
+
     try:
         from backends.docker import cleanup_stale
     except ImportError:  # pragma: no cover - the docker SDK is a dependency; a broken install
@@ -125,7 +127,7 @@ def _cleanup_containers(s: Any) -> int | None:
 
     def is_active(run_id: str) -> bool:
         row = store.one("SELECT status FROM runs WHERE id=?", (run_id,))
-        return bool(row and row["status"] in ("queued", "running"))
+        return bool(row and row["status"] in ACTIVE)
 
     from runner.errors import BackendError
 

@@ -11,12 +11,11 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from runner.cli._util import ago, echo_json, local_time, settings
+from runner.statuses import TaskStatus
 
 if TYPE_CHECKING:
     from runner.kanban.board import Board
     from runner.kanban.dispatch import TickResult
-
-SHOWN = ("todo", "ready", "running", "blocked", "done", "failed")
 
 
 @click.group("kanban")
@@ -88,7 +87,7 @@ def kanban_add(
 
 
 @kanban_group.command("list")
-@click.option("--status", type=click.Choice([*SHOWN, "archived"]), help="only this status")
+@click.option("--status", type=click.Choice([s.value for s in TaskStatus]), help="only this status")
 @click.option("--all", "show_all", is_flag=True, help="include archived tasks")
 @click.option("--json", "as_json", is_flag=True)
 def kanban_list(status: str | None, show_all: bool, as_json: bool) -> None:
@@ -101,8 +100,7 @@ def kanban_list(status: str | None, show_all: bool, as_json: bool) -> None:
     if not tasks:
         click.echo("the board is empty (add a task: runner kanban add TITLE --job NAME)")
         return
-    order = [*SHOWN, "archived"]
-    for group in order:
+    for group in TaskStatus:
         members = [t for t in tasks if t.status == group]
         if not members:
             continue
@@ -112,20 +110,20 @@ def kanban_list(status: str | None, show_all: bool, as_json: bool) -> None:
 
 
 def _note(board: Board, t: Any) -> str:
-    if t.status == "todo":
-        waiting = [p for p in board.parents(t.id) if p.status != "done"]
+    if t.status == TaskStatus.TODO:
+        waiting = [p for p in board.parents(t.id) if p.status != TaskStatus.DONE]
         return "waits for " + ", ".join(f"#{p.id} ({p.status})" for p in waiting)
-    if t.status == "running":
+    if t.status == TaskStatus.RUNNING:
         return f"attempt {t.attempts}/{t.max_attempts}, pid {t.worker_pid or '-'}, lease ends {ago(t.lease_expires)}"
-    if t.status == "ready" and t.attempts:
+    if t.status == TaskStatus.READY and t.attempts:
         return f"attempt {t.attempts}/{t.max_attempts} failed" + (
             f", retry {ago(t.not_before)}" if t.not_before else ""
         )
-    if t.status == "blocked":
+    if t.status == TaskStatus.BLOCKED:
         return f"blocked: {_clip(t.reason or '', 60)}"
-    if t.status == "failed":
+    if t.status == TaskStatus.FAILED:
         return f"failed: {_clip(t.error or '', 60)}"
-    if t.status == "done":
+    if t.status == TaskStatus.DONE:
         return _clip(t.result or "", 60)
     return t.job or ""
 
@@ -161,7 +159,7 @@ def kanban_show(task_id: str, as_json: bool) -> None:
         f"status   {t.status}   attempts {t.attempts}/{t.max_attempts}   fence {t.fence}   priority {t.priority}"
     )
     click.echo(f"job      {t.job or '(kanban.default_job)'}   created {local_time(t.created_at)} by {t.created_by}")
-    if t.status == "running":
+    if t.status == TaskStatus.RUNNING:
         click.echo(f"lease    {t.lease_owner}, pid {t.worker_pid or '-'} on {t.host}, ends {ago(t.lease_expires)}")
     for label, rel in (("parents", parents), ("children", children)):
         if rel:
@@ -230,7 +228,7 @@ def kanban_unblock(task_id: str) -> None:
 @click.argument("task_id")
 def kanban_archive(task_id: str) -> None:
     """Archive a task: hidden from the board (runner kanban list --all shows it)."""
-    t = _board().move(_id(task_id), "archived", now=_now())
+    t = _board().move(_id(task_id), TaskStatus.ARCHIVED, now=_now())
     click.echo(f"task {t.id}: {t.status}")
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from runner.cli._util import echo_json, parse_vars, settings
+from runner.statuses import RunStatus, Trigger
 
 
 @click.command("run-job")
@@ -34,7 +35,7 @@ def run_job(name: str, var_pairs: tuple[str, ...], replay: Path | None, record: 
     stop = threading.Event()
     req = RunRequest(
         job=job,
-        trigger="manual",
+        trigger=Trigger.MANUAL,
         vars_override=parse_vars(var_pairs),
         replay=replay,
         record=record,
@@ -52,9 +53,9 @@ def run_job(name: str, var_pairs: tuple[str, ...], replay: Path | None, record: 
         echo_json(outcome.as_dict())
     else:
         line = f"run {outcome.run_id}: {outcome.status}"
-        if outcome.reason and outcome.status != "succeeded":
+        if outcome.reason and outcome.status != RunStatus.SUCCEEDED:
             line += f" ({outcome.reason})"
-        if outcome.error and outcome.status != "succeeded":
+        if outcome.error and outcome.status != RunStatus.SUCCEEDED:
             line += f": {outcome.error}"
         if outcome.silent:
             line += " [SILENT: nothing delivered]"

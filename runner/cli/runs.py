@@ -9,8 +9,9 @@ from typing import Any
 import click
 
 from runner.cli._util import echo_json, local_time, settings, table
+from runner.statuses import ACTIVE, RunStatus
 
-STATUSES = ["queued", "running", "succeeded", "failed", "timed_out", "interrupted", "skipped", "missed", "unknown"]
+STATUSES = [s.value for s in RunStatus]
 
 
 @click.group("runs")
@@ -159,7 +160,7 @@ def runs_logs(run_id: str, follow: bool, as_json: bool) -> None:
         if not follow:
             return
         current = get_run(store, row["id"])
-        if current is None or current["status"] not in ("queued", "running"):
+        if current is None or current["status"] not in ACTIVE:
             for ev in events(store, row["id"], after=seq):
                 click.echo(json.dumps(ev) if as_json else format_event(ev))
             return

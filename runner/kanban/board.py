@@ -20,7 +20,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from runner.errors import UsageError
-from runner.kanban.model import STATUSES, Claim, FenceError, Reclaimed, Task, TaskNotFound, backoff_seconds
+from runner.kanban.model import Claim, FenceError, Reclaimed, Task, TaskNotFound, backoff_seconds
+from runner.statuses import TaskStatus
 from runner.store import Store, dumps, iso
 from runner.store.runs import HOST
 
@@ -85,11 +86,21 @@ class Board:
                 row = conn.execute("SELECT status FROM tasks WHERE id=?", (parent,)).fetchone()
                 if row is None:
                     raise TaskNotFound(f"no task {parent} (parent); see: runner kanban list")
-                waiting = waiting or row["status"] != "done"
+                waiting = waiting or row["status"] != TaskStatus.DONE
             cur = conn.execute(
                 "INSERT INTO tasks (title, body, status, priority, job, max_attempts, created_by, created_at, "
                 "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (title, body, "todo" if waiting else "ready", priority, job, max_attempts, created_by, stamp, stamp),
+                (
+                    title,
+                    body,
+                    TaskStatus.TODO if waiting else TaskStatus.READY,
+                    priority,
+                    job,
+                    max_attempts,
+                    created_by,
+                    stamp,
+                    stamp,
+                ),
             )
             task_id = int(cur.lastrowid or 0)
             conn.executemany(
@@ -154,18 +165,23 @@ class Board:
         return int(row["n"]) if row else 0
 
     # -- a person's moves ---------------------------------------------------------------
-    def move(self, task_id: int, status: str, *, now: datetime, actor: str = "user") -> Task:
+    def move(self, task_id: int, to: str, *, now: datetime, actor: str = "user") -> Task:
         """Set a task's status by hand. Leaving ``running`` revokes the worker's claim (its fence
         no longer matches a running task); moving a failed or blocked task back gives it fresh attempts."""
-        if status not in STATUSES:
-            raise UsageError(f"unknown status {status!r}; use one of: {', '.join(STATUSES)}")
-        if status == "running":
+        try:
+            status = TaskStatus(to)
+        except ValueError:
+            raise UsageError(f"unknown status {to!r}; use one of: {', '.join(TaskStatus)}") from None
+        if status == TaskStatus.RUNNING:
             raise UsageError("a task becomes running only when the dispatcher claims it; move it to ready")
         with self._tx() as conn:
             before = self._row(conn, task_id)
-            fresh = status in ("todo", "ready") and before["status"] in ("failed", "blocked")
-            if status == "ready" and self._waiting(conn, task_id):
-                status = "todo"
+            fresh = status in (TaskStatus.TODO, TaskStatus.READY) and before["status"] in (
+                TaskStatus.FAILED,
+                TaskStatus.BLOCKED,
+            )
+            if status == TaskStatus.READY and self._waiting(conn, task_id):
+                status = TaskStatus.TODO
             conn.execute(
                 "UPDATE tasks SET status=?, lease_owner=NULL, lease_expires=NULL, not_before=NULL, "
                 "attempts=CASE WHEN ? THEN 0 ELSE attempts END, reason=CASE WHEN ?='blocked' THEN reason END, "
@@ -175,7 +191,7 @@ class Board:
             self._event(
                 conn, task_id, "moved", before["fence"], now, {"from": before["status"], "to": status, "by": actor}
             )
-            if status == "done":
+            if status == TaskStatus.DONE:
                 self._promote_children(conn, task_id, now)
         return self.get(task_id)
 
@@ -215,14 +231,14 @@ class Board:
             return
         with self._tx() as conn:
             row = self._row(conn, task_id)
-            if row["status"] in ("done", "archived"):
+            if row["status"] in (TaskStatus.DONE, TaskStatus.ARCHIVED):
                 raise UsageError(f"task {task_id} is already {row['status']}; nothing to block")
             write(conn, row)
 
     def unblock(self, task_id: int, *, now: datetime) -> Task:
-        if self.get(task_id).status != "blocked":
+        if self.get(task_id).status != TaskStatus.BLOCKED:
             raise UsageError(f"task {task_id} is not blocked")
-        return self.move(task_id, "ready", now=now)
+        return self.move(task_id, TaskStatus.READY, now=now)
 
     # -- the dispatcher -----------------------------------------------------------------
     def promote(self, *, now: datetime) -> list[int]:
@@ -303,7 +319,7 @@ class Board:
             if cur.rowcount == 1:
                 return "renewed"
             row = conn.execute("SELECT fence, status FROM tasks WHERE id=?", (task_id,)).fetchone()
-            if row is not None and row["fence"] == fence and row["status"] in ("done", "blocked"):
+            if row is not None and row["fence"] == fence and row["status"] in (TaskStatus.DONE, TaskStatus.BLOCKED):
                 return "ended"
             current = row["fence"] if row is not None else None
             self._event(conn, task_id, "refused", fence, now, {"action": "renew", "current_fence": current})
@@ -342,9 +358,9 @@ class Board:
     def _fail(self, conn: sqlite3.Connection, row: Any, error: str, now: datetime, backoff: float) -> str:
         attempts, task_id = row["attempts"], row["id"]
         if attempts >= row["max_attempts"]:
-            status, retry_at = "failed", None
+            status, retry_at = TaskStatus.FAILED, None
         else:
-            status, retry_at = "ready", iso(now + timedelta(seconds=backoff_seconds(backoff, attempts)))
+            status, retry_at = TaskStatus.READY, iso(now + timedelta(seconds=backoff_seconds(backoff, attempts)))
         conn.execute(
             "UPDATE tasks SET status=?, error=?, not_before=?, lease_owner=NULL, lease_expires=NULL, updated_at=? "
             "WHERE id=?",
@@ -352,7 +368,7 @@ class Board:
         )
         payload = {"attempt": attempts, "error": error, "next": status, "retry_at": retry_at}
         self._event(conn, task_id, "attempt_failed", row["fence"], now, payload)
-        if status == "failed":
+        if status == TaskStatus.FAILED:
             self._event(conn, task_id, "failed", row["fence"], now, {"attempts": attempts})
         return status
 
@@ -370,7 +386,7 @@ class Board:
         A stale fence records a ``refused`` event (committed) and raises FenceError."""
         with self._tx() as conn:
             row = self._row(conn, task_id)
-            if row["fence"] == fence and row["status"] == "running":
+            if row["fence"] == fence and row["status"] == TaskStatus.RUNNING:
                 return write(conn, row)
             self._event(conn, task_id, "refused", fence, now, {"action": action, "current_fence": row["fence"]})
         raise FenceError(task_id, fence, row["fence"], row["status"], action)

@@ -7,7 +7,6 @@ from typing import Any
 
 from runner.errors import RunnerError, UsageError
 
-STATUSES = ("todo", "ready", "running", "blocked", "done", "failed", "archived")
 BACKOFF_CAP_S = 3600.0
 
 

@@ -28,6 +28,7 @@ from runner.kanban.dispatch import ENV_FENCE, ENV_TASK
 from runner.kanban.model import FenceError, Task
 from runner.safety.redact import Redactor
 from runner.settings import Settings
+from runner.statuses import RunStatus, TaskStatus, Trigger
 from runner.store import Store, utcnow
 from runner.store.runs import finish_run, pid_start_time
 
@@ -48,7 +49,7 @@ class WorkResult:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.status in ("done", "blocked") else 1
+        return 0 if self.status in (TaskStatus.DONE, TaskStatus.BLOCKED) else 1
 
 
 def read_env(environ: Mapping[str, str]) -> tuple[int, int]:
@@ -83,7 +84,7 @@ def task_prompt(board: Board, task: Task) -> str:
         parts.append(
             "Comments:\n" + "\n".join(f"- {c['author']} ({c['created_at'][:16]}): {c['body']}" for c in comments)
         )
-    done = [p for p in board.parents(task.id) if p.status == "done"]
+    done = [p for p in board.parents(task.id) if p.status == TaskStatus.DONE]
     if done:
         lines = [f'- task {p.id} "{p.title}": {(p.result or "").strip()[:RESULT_CHARS]}' for p in done]
         parts.append("Results of the tasks this one depends on:\n" + "\n".join(lines))
@@ -102,7 +103,7 @@ class TaskSession:
     def __init__(self, board: Board, task: Task, fence: int, settings: Settings):
         self.board, self.task_id, self.fence, self.settings = board, task.id, fence, settings
         self.job = task.job
-        self.ended: str | None = None  # "done" | "blocked" once this worker ended the task
+        self.ended: TaskStatus | None = None  # done or blocked once this worker ended the task
         self.lost = False  # the claim was reclaimed: every further write is refused
         self.run_id: str | None = None
         self.redact = Redactor()  # what the model writes to the board is masked like its run events
@@ -129,12 +130,12 @@ class TaskSession:
 
     def complete(self, result: str) -> None:
         self._write(self.board.complete, self.task_id, self.fence, self.redact(result), now=utcnow())
-        self.ended = "done"
+        self.ended = TaskStatus.DONE
 
     def block(self, reason: str) -> None:
         reason = self.redact(reason)
         self._write(self.board.block, self.task_id, reason, now=utcnow(), fence=self.fence, actor="worker")
-        self.ended = "blocked"
+        self.ended = TaskStatus.BLOCKED
 
     def create(self, title: str, body: str, *, priority: int, job: str | None) -> int:
         task_id = self._write(
@@ -230,7 +231,7 @@ def work(settings: Settings, environ: Mapping[str, str], *, stop: threading.Even
         board.close()
     if result.status == "refused" and result.run_id:
         # The run itself may have gone well, but its work was refused: the ledger says so.
-        finish_run(settings.store, result.run_id, "failed", reason="refused", error=result.detail)
+        finish_run(settings.store, result.run_id, RunStatus.FAILED, reason="refused", error=result.detail)
     return result
 
 
@@ -244,7 +245,7 @@ def _attempt(settings: Settings, session: TaskSession, stop: threading.Event) ->
         job = job_for(settings, task)
         req = RunRequest(
             job=job,
-            trigger="kanban",
+            trigger=Trigger.KANBAN,
             task_id=str(task_id),
             workdir=None if job.spec.workdir else workspace(settings, task_id),
             extra_tools={"kanban": session},
@@ -264,13 +265,13 @@ def _attempt(settings: Settings, session: TaskSession, stop: threading.Event) ->
         return WorkResult(task_id, "refused", run_id, "the claim was reclaimed; this worker's writes are refused")
     if session.ended:
         return WorkResult(task_id, session.ended, run_id)
-    if outcome is not None and job is not None and outcome.status in ("succeeded", "skipped"):
+    if outcome is not None and job is not None and outcome.status in (RunStatus.SUCCEEDED, RunStatus.SKIPPED):
         if not job.spec.agent:
             board.complete(task_id, fence, outcome.output, now=utcnow())
-            return WorkResult(task_id, "done", run_id)
-        if outcome.status == "skipped":
+            return WorkResult(task_id, TaskStatus.DONE, run_id)
+        if outcome.status == RunStatus.SKIPPED:
             board.complete(task_id, fence, "(skipped: the pre_run said there is nothing to do)", now=utcnow())
-            return WorkResult(task_id, "done", run_id)
+            return WorkResult(task_id, TaskStatus.DONE, run_id)
         error = UNFINISHED
     status = board.fail_attempt(task_id, fence, error, now=utcnow(), backoff=settings.config.kanban.retry_backoff)
     return WorkResult(task_id, status, run_id, error)

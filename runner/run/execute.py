@@ -28,6 +28,7 @@ from runner.run.delivery import deliver, is_silent, write_private
 from runner.safety.approval import build_gate
 from runner.safety.redact import Redactor
 from runner.settings import Settings
+from runner.statuses import RunStatus, Trigger
 from runner.store import dumps, utcnow
 from runner.store.runs import Recorder, create_run, finish_run, last_output, mark_started, update_run
 
@@ -142,7 +143,9 @@ def execute(settings: Settings, req: RunRequest) -> RunOutcome:
     store = settings.store
     now = utcnow()
     if req.run_id is None:
-        run_id = create_run(store, job=job.name, trigger=req.trigger, slot=req.slot, task_id=req.task_id, now=now)
+        run_id = create_run(
+            store, job=job.name, trigger=Trigger(req.trigger), slot=req.slot, task_id=req.task_id, now=now
+        )
     else:
         run_id = req.run_id
         mark_started(store, run_id, now=now)
@@ -253,7 +256,7 @@ def execute(settings: Settings, req: RunRequest) -> RunOutcome:
             backend.close()
         if transcript:
             save_transcript(settings, run_id, transcript, redactor)
-        finish_run(store, run_id, status, reason=reason, error=error, output_path=out_path)
+        finish_run(store, run_id, RunStatus(status), reason=reason, error=error, output_path=out_path)
         emit("run_finished", {"status": status, "reason": reason, "seconds": round(time.monotonic() - started, 3)})
 
 
@@ -421,7 +424,7 @@ def _follow_up_once(
     )
     if result.status == "succeeded" and follow_up():
         error = "the model stopped again without finishing after a reminder"
-        result = replace(result, status="failed", reason="unfinished", error=error)
+        result = replace(result, status=RunStatus.FAILED, reason="unfinished", error=error)
     return result
 
 

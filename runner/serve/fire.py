@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from runner.config.jobs import Job
+from runner.statuses import RunStatus, Trigger
 
 
 @dataclass(frozen=True)
@@ -17,10 +18,10 @@ class Finished:
 
     run_id: str
     job: str
-    trigger: str
+    trigger: Trigger
     slot: datetime | None
     attempt: int
-    status: str
+    status: RunStatus
     reason: str | None
     exit_code: int | None
     task_id: str | None = None
@@ -33,7 +34,7 @@ class Fire:
     run_id: str
     job: Job
     slot: datetime | None
-    trigger: str = "schedule"
+    trigger: Trigger = Trigger.SCHEDULE
     attempt: int = 1
     root_run: str | None = None  # the first attempt's run id (retries link to it)
     task_id: str | None = None
@@ -46,7 +47,7 @@ class Fire:
 class ActiveRun:
     run_id: str
     job: str
-    trigger: str
+    trigger: Trigger
     pid: int
     started_at: datetime
 

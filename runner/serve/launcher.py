@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from runner.config.jobs import Job
+from runner.statuses import RunStatus, Trigger
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class WorkerSpec:
     config_path: str
     job: Job
     run_id: str
-    trigger: str
+    trigger: Trigger
     slot: datetime | None = None
     task_id: str | None = None
 
@@ -207,7 +208,7 @@ def worker_main(spec: WorkerSpec) -> None:
         outcome = execute(settings, req)
     except RunnerError as exc:
         reason = "template" if isinstance(exc, TemplateError) else "config"
-        finish_run(settings.store, spec.run_id, "failed", reason=reason, error=str(exc))
+        finish_run(settings.store, spec.run_id, RunStatus.FAILED, reason=reason, error=str(exc))
         print(f"runner worker {spec.run_id}: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
     sys.exit(outcome.exit_code)

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from runner.serve.daemon import ServeHost, Ticker
+from runner.statuses import ACTIVE
 
 
 class KanbanTicker:
@@ -82,7 +83,7 @@ class ContainerCleanup:
 
             def is_active(run_id: str) -> bool:
                 row = store.one("SELECT status FROM runs WHERE id=?", (run_id,))
-                return bool(row and row["status"] in ("queued", "running"))
+                return bool(row and row["status"] in ACTIVE)
 
             try:
                 removed = cleanup_stale(is_active)

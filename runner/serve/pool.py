@@ -27,11 +27,12 @@ from runner.config.schedules import format_duration
 from runner.serve.fire import ActiveRun, Finished, Fire, Paths, describe_exit
 from runner.serve.launcher import Handle, Spawner, WorkerSpec
 from runner.serve.state import record_slot_result, set_paused
+from runner.statuses import RunStatus, Trigger
 from runner.store import Store, iso
 from runner.store.runs import create_run, finish_run, update_run
 
-FAILED = ("failed", "timed_out", "unknown")
-SCHEDULED = ("schedule", "retry")
+FAILED = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.UNKNOWN)
+SCHEDULED = (Trigger.SCHEDULE, Trigger.RETRY)
 
 
 class Clock(Protocol):
@@ -106,19 +107,19 @@ class Pool:
         waiting = [
             w for w in self._waiting if w.fire.job.name == name and (fire.batch is None or w.fire.batch != fire.batch)
         ]
-        forced = fire.batch is not None or fire.trigger == "retry"
+        forced = fire.batch is not None or fire.trigger == Trigger.RETRY
         if not forced and (running or waiting):
             if overlap == "skip" or (overlap == "queue" and waiting):
                 other = (running[0].fire if running else waiting[0].fire).run_id
                 finish_run(
                     self.store,
                     fire.run_id,
-                    "skipped",
+                    RunStatus.SKIPPED,
                     reason="overlap",
                     error=f"run {other} of this job was still going",
                 )
                 self.log.info("skipped %s slot %s: overlap with run %s", name, _when(fire.slot), other)
-                return "skipped"
+                return RunStatus.SKIPPED
             if overlap == "replace":
                 for r in running:
                     self.log.info("replacing run %s of %s with %s", r.fire.run_id, name, fire.run_id)
@@ -126,13 +127,17 @@ class Pool:
                 for w in waiting:
                     self._waiting.remove(w)
                     finish_run(
-                        self.store, w.fire.run_id, "skipped", reason="replaced", error=f"replaced by run {fire.run_id}"
+                        self.store,
+                        w.fire.run_id,
+                        RunStatus.SKIPPED,
+                        reason="replaced",
+                        error=f"replaced by run {fire.run_id}",
                     )
         key_time = fire.not_before or fire.slot or self.clock.now()
         entry = _Waiting((key_time, next(self._seq)), fire, forced or overlap != "allow", self.clock.now())
         bisect.insort(self._waiting, entry)
         self.pump()
-        return "queued"
+        return RunStatus.QUEUED
 
     def pump(self) -> None:
         """Start waiting fires, oldest slot first, while there is room."""
@@ -166,10 +171,10 @@ class Pool:
             handle = self.spawner.spawn(spec)
         except OSError as exc:
             self.log.error("cannot start a worker for %s (run %s): %s", fire.job.name, fire.run_id, exc)
-            finish_run(self.store, fire.run_id, "failed", reason="spawn", error=f"cannot start a worker: {exc}")
+            finish_run(self.store, fire.run_id, RunStatus.FAILED, reason="spawn", error=f"cannot start a worker: {exc}")
             return
         waited = max(0.0, (now - (fire.not_before or entry.queued_at)).total_seconds())
-        if waited >= 0.001 or fire.trigger != "schedule":  # a fire row starts with waited_s 0
+        if waited >= 0.001 or fire.trigger != Trigger.SCHEDULE:  # a fire row starts with waited_s 0
             update_run(self.store, fire.run_id, waited_s=round(waited, 3))
         self._running[fire.run_id] = _Running(fire, handle, now, time.monotonic() + fire.job.spec.timeout)
         self._per_job[fire.job.name] = self._per_job.get(fire.job.name, 0) + 1
@@ -224,18 +229,18 @@ class Pool:
     def _finalize(self, run: _Running, code: int) -> None:
         fire = run.fire
         row = self.store.one("SELECT status, reason FROM runs WHERE id=?", (fire.run_id,))
-        status = row["status"] if row else "unknown"
+        status = RunStatus(row["status"]) if row else RunStatus.UNKNOWN
         reason = row["reason"] if row else None
-        completed = status in ("succeeded", "skipped")
-        override: tuple[str, str, str] | None = None
+        completed = status in (RunStatus.SUCCEEDED, RunStatus.SKIPPED)
+        override: tuple[RunStatus, str, str] | None = None
         if run.stop_reason == "timeout" and not completed:
             limit = format_duration(fire.job.spec.timeout)
-            override = ("timed_out", "timeout", f"stopped by serve after the job's timeout of {limit}")
+            override = (RunStatus.TIMED_OUT, "timeout", f"stopped by serve after the job's timeout of {limit}")
         elif run.stop_reason in ("shutdown", "replaced") and not completed:
             why = "serve stopped" if run.stop_reason == "shutdown" else "a newer slot replaced it"
-            override = ("interrupted", run.stop_reason, f"{why} while it was running")
-        elif status in ("queued", "running", "unknown"):
-            override = ("failed", "worker_died", describe_exit(code))
+            override = (RunStatus.INTERRUPTED, run.stop_reason, f"{why} while it was running")
+        elif status in (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.UNKNOWN):
+            override = (RunStatus.FAILED, "worker_died", describe_exit(code))
         if override is not None:
             status, reason, error = override
             finish_run(self.store, fire.run_id, status, reason=reason, error=error)
@@ -255,9 +260,9 @@ class Pool:
         if fire.trigger not in SCHEDULED:
             return
         retries = fire.job.spec.retries
-        if status in ("failed", "timed_out") and fire.attempt <= retries.attempts and not self._closing:
+        if status in (RunStatus.FAILED, RunStatus.TIMED_OUT) and fire.attempt <= retries.attempts and not self._closing:
             self._retry(fire, retries.backoff * 2 ** (fire.attempt - 1))
-        elif status in FAILED or status in ("succeeded", "skipped"):
+        elif status in FAILED or completed:
             self._streak(fire, failed=status in FAILED)
 
     def _retry(self, fire: Fire, delay: float) -> None:
@@ -268,8 +273,8 @@ class Pool:
                 run_id = create_run(
                     self.store,
                     job=fire.job.name,
-                    trigger="retry",
-                    status="queued",
+                    trigger=Trigger.RETRY,
+                    status=RunStatus.QUEUED,
                     slot=fire.slot,
                     attempt=fire.attempt + 1,
                     parent_run=root,
@@ -282,7 +287,7 @@ class Pool:
             return
         self.log.info("retrying %s (attempt %d, run %s) at %s", fire.job.name, fire.attempt + 1, run_id, iso(due))
         retry = Fire(
-            run_id, fire.job, fire.slot, "retry", fire.attempt + 1, root, fire.task_id, None, due, fire.on_done
+            run_id, fire.job, fire.slot, Trigger.RETRY, fire.attempt + 1, root, fire.task_id, None, due, fire.on_done
         )
         self.submit(retry)
 
@@ -301,8 +306,8 @@ class Pool:
         """Queue the scheduled rows a previous serve left ``queued`` (pending retries, or fires
         it had not started when it died)."""
         rows = self.store.query(
-            "SELECT * FROM runs WHERE status='queued' AND trigger IN ('schedule', 'retry') "
-            "ORDER BY COALESCE(not_before, slot, created_at)"
+            "SELECT * FROM runs WHERE status=? AND trigger IN (?, ?) ORDER BY COALESCE(not_before, slot, created_at)",
+            (RunStatus.QUEUED, *SCHEDULED),
         )
         for row in rows:
             job = jobs.get(row["job"])
@@ -310,7 +315,7 @@ class Pool:
                 finish_run(
                     self.store,
                     row["id"],
-                    "interrupted",
+                    RunStatus.INTERRUPTED,
                     reason="job_removed",
                     error="the job is no longer in jobs.yaml",
                 )
@@ -321,7 +326,7 @@ class Pool:
                 row["id"],
                 job,
                 slot,
-                row["trigger"],
+                Trigger(row["trigger"]),
                 int(row["attempt"] or 1),
                 row["parent_run"],
                 row["task_id"],
@@ -337,10 +342,14 @@ class Pool:
         self._closing = True
         now = self.clock.now()
         for entry in self._waiting:
-            if entry.fire.trigger == "retry" and entry.fire.not_before and entry.fire.not_before > now:
+            if entry.fire.trigger == Trigger.RETRY and entry.fire.not_before and entry.fire.not_before > now:
                 continue
             finish_run(
-                self.store, entry.fire.run_id, "interrupted", reason="shutdown", error="serve stopped before it started"
+                self.store,
+                entry.fire.run_id,
+                RunStatus.INTERRUPTED,
+                reason="shutdown",
+                error="serve stopped before it started",
             )
         self._waiting.clear()
         for run in self._running.values():

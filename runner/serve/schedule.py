@@ -31,6 +31,7 @@ from runner.serve.planner import (
 )
 from runner.serve.pool import Fire, Pool
 from runner.serve.state import load_states, paused_jobs, save_sight, set_last_slot
+from runner.statuses import RunStatus, Trigger
 from runner.store import Store, iso
 from runner.store.runs import create_run, update_run
 
@@ -152,7 +153,7 @@ class ScheduleTicker:
             for slot in decision.runs:
                 try:
                     run_id = create_run(
-                        self.store, job=job.name, trigger="schedule", status="queued", slot=slot, now=now
+                        self.store, job=job.name, trigger=Trigger.SCHEDULE, status=RunStatus.QUEUED, slot=slot, now=now
                     )
                 except sqlite3.IntegrityError:
                     self.log.warning("%s slot %s already has a ledger row; not running it again", job.name, iso(slot))
@@ -188,7 +189,9 @@ class ScheduleTicker:
         }
         error = errors[reason] + (f"; {note}" if note else "")
         try:
-            run_id = create_run(self.store, job=job.name, trigger="schedule", status="missed", slot=slot, now=now)
+            run_id = create_run(
+                self.store, job=job.name, trigger=Trigger.SCHEDULE, status=RunStatus.MISSED, slot=slot, now=now
+            )
         except sqlite3.IntegrityError:
             return  # already recorded (by another process): nothing to add
         update_run(self.store, run_id, reason=reason, error=error, ended_at=iso(now))

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Protocol
 from runner.errors import RunnerError
 from runner.skills import curator
 from runner.skills.curator import PassResult
+from runner.statuses import ACTIVE
 from runner.store import Store, parse_iso
-from runner.store.runs import ACTIVE
 
 if TYPE_CHECKING:
     from runner.config.machine import CuratorConfig
@@ -59,7 +59,7 @@ class IdleStatus:
 def idle_status(store: Store, cfg: CuratorConfig, now: datetime) -> IdleStatus:
     st = curator.state(store)
     marks = ",".join("?" * len(ACTIVE))
-    active = store.one(f"SELECT COUNT(*) AS n FROM runs WHERE status IN ({marks})", ACTIVE)
+    active = store.one(f"SELECT COUNT(*) AS n FROM runs WHERE status IN ({marks})", tuple(ACTIVE))
     ended = store.one("SELECT MAX(ended_at) AS t FROM runs")
     last_pass = parse_iso(st["last_pass_at"])
     last_end = parse_iso(ended["t"] if ended else None)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from runner.skills import SkillPaths, SkillStateError, flock
+from runner.statuses import RunStatus
 from runner.store import iso, parse_iso, utcnow
 
 Counter = Literal["use", "view", "patch"]
@@ -160,7 +161,7 @@ class UsageFile:
 
     def record_outcome(self, names: Iterable[str], status: str, *, now: datetime | None = None) -> None:
         """Add one run's outcome to each skill it viewed or used."""
-        ok = status == "succeeded"
+        ok = status == RunStatus.SUCCEEDED
         with self.edit() as data:
             for name in names:
                 rec = data.get(name, UsageRecord())

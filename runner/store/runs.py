@@ -1,6 +1,6 @@
 """The run ledger: a row per run written before any work, a final status in a ``finally``.
 
-Statuses: queued, running, succeeded, failed, timed_out, interrupted, skipped, missed, unknown.
+Statuses and triggers are the enums of ``runner.statuses`` (stored as their string values).
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from runner.safety.redact import Redactor
+from runner.statuses import FINAL, RunStatus, Trigger
 from runner.store import Store, dumps, iso, utcnow
 
-FINAL = ("succeeded", "failed", "timed_out", "interrupted", "skipped", "missed", "unknown")
-ACTIVE = ("queued", "running")
 HOST = socket.gethostname()
 
 
@@ -51,8 +50,8 @@ def create_run(
     store: Store,
     *,
     job: str,
-    trigger: str,
-    status: str = "running",
+    trigger: Trigger,
+    status: RunStatus = RunStatus.RUNNING,
     slot: datetime | str | None = None,
     run_id: str | None = None,
     attempt: int = 1,
@@ -76,7 +75,7 @@ def create_run(
         "task_id": task_id,
         "host": HOST,
     }
-    if status == "running":
+    if status == RunStatus.RUNNING:
         row.update(started_at=iso(now), pid=os.getpid(), pid_start=pid_start_time(os.getpid()))
     cols = ", ".join(row)
     marks = ", ".join(f":{k}" for k in row)
@@ -89,8 +88,8 @@ def mark_started(store: Store, run_id: str, *, pid: int | None = None, now: date
     pid = pid or os.getpid()
     with store.transaction() as conn:
         conn.execute(
-            "UPDATE runs SET status='running', started_at=?, pid=?, pid_start=?, host=? WHERE id=?",
-            (iso(now or utcnow()), pid, pid_start_time(pid), HOST, run_id),
+            "UPDATE runs SET status=?, started_at=?, pid=?, pid_start=?, host=? WHERE id=?",
+            (RunStatus.RUNNING, iso(now or utcnow()), pid, pid_start_time(pid), HOST, run_id),
         )
 
 
@@ -102,7 +101,7 @@ def update_run(store: Store, run_id: str, **fields: Any) -> None:
         conn.execute(f"UPDATE runs SET {sets} WHERE id=:_id", {**fields, "_id": run_id})
 
 
-def finish_run(store: Store, run_id: str, status: str, *, now: datetime | None = None, **fields: Any) -> None:
+def finish_run(store: Store, run_id: str, status: RunStatus, *, now: datetime | None = None, **fields: Any) -> None:
     assert status in FINAL, status
     update_run(store, run_id, status=status, ended_at=iso(now or utcnow()), **fields)
 
@@ -131,9 +130,9 @@ def list_runs(
 
 def last_output(store: Store, job: str) -> str:
     row = store.one(
-        "SELECT output_path FROM runs WHERE job=? AND status='succeeded' AND output_path IS NOT NULL "
+        "SELECT output_path FROM runs WHERE job=? AND status=? AND output_path IS NOT NULL "
         "ORDER BY created_at DESC LIMIT 1",
-        (job,),
+        (job, RunStatus.SUCCEEDED),
     )
     if not row:
         return ""
@@ -145,15 +144,15 @@ def last_output(store: Store, job: str) -> str:
 
 def mark_orphans_unknown(store: Store) -> int:
     """Rows left ``running`` on this host by a process that is gone become ``unknown``."""
-    rows = store.query("SELECT id, pid, pid_start FROM runs WHERE status='running' AND host=?", (HOST,))
+    rows = store.query("SELECT id, pid, pid_start FROM runs WHERE status=? AND host=?", (RunStatus.RUNNING, HOST))
     dead = [r["id"] for r in rows if not r["pid"] or not pid_alive(int(r["pid"]), r["pid_start"])]
     for run_id in dead:
         with store.transaction() as conn:
             conn.execute(
-                "UPDATE runs SET status='unknown', ended_at=?, reason=COALESCE(reason, 'worker_lost'), "
+                "UPDATE runs SET status=?, ended_at=?, reason=COALESCE(reason, 'worker_lost'), "
                 "error=COALESCE(error, 'the worker process disappeared before recording a final status') "
-                "WHERE id=? AND status='running'",
-                (iso(utcnow()), run_id),
+                "WHERE id=? AND status=?",
+                (RunStatus.UNKNOWN, iso(utcnow()), run_id, RunStatus.RUNNING),
             )
     return len(dead)
 

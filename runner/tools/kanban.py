@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.errors import RunnerError
+from runner.statuses import TaskStatus
 from runner.tools import Registry, ToolError, ToolResult, compact_json
 from runner.tools.context import ToolContext
 
@@ -230,7 +231,7 @@ def register(registry: Registry) -> None:
         {
             **obj,
             "properties": {
-                "status": {"type": "string", "enum": ["todo", "ready", "running", "blocked", "done", "failed"]}
+                "status": {"type": "string", "enum": [s.value for s in TaskStatus if s != TaskStatus.ARCHIVED]}
             },
         },
         orchestrator,
