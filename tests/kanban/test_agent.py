@@ -183,7 +183,7 @@ def test_task_tools_need_the_env_to_name_the_sessions_task(tmp_path, monkeypatch
     t = board.add("t", now=utcnow())
     [c] = board.claim("w", now=utcnow(), lease_seconds=60)
     session = TaskSession(board, board.get(t), c.fence, settings)
-    ctx = ToolContext(backend=None, extras={"kanban": session, "settings": settings})  # type: ignore[arg-type]
+    ctx = ToolContext(backend=None, kanban=session, settings=settings)  # type: ignore[arg-type]
     registry = discover()
 
     def names():
@@ -197,7 +197,7 @@ def test_task_tools_need_the_env_to_name_the_sessions_task(tmp_path, monkeypatch
     assert names() == ["kanban_block", "kanban_comment", "kanban_complete", "kanban_create", "kanban_show"]
     kid = session.create("child", "", priority=0, job=None)
     assert (board.get(kid).job, board.get(kid).status) == (None, "todo")  # the task's own job (None here)
-    no_session = ToolContext(backend=None, extras={"settings": settings})  # type: ignore[arg-type]
+    no_session = ToolContext(backend=None, settings=settings)  # type: ignore[arg-type]
     assert registry.select(["kanban"], no_session) == []
     board.close()
     Store.close(store)
