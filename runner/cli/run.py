@@ -33,7 +33,11 @@ def run_job(name: str, var_pairs: tuple[str, ...], replay: Path | None, record: 
     if replay is not None and not replay.is_absolute() and not replay.exists():
         candidate = s.jobs.base_dir / replay
         replay = candidate if candidate.exists() else replay
-    model: ModelSource = Replay(replay) if replay else Record(record) if record else Live()
+    model: ModelSource = Live()
+    if replay is not None:
+        model = Replay(replay)
+    elif record is not None:
+        model = Record(record)
     stop = threading.Event()
     req = RunRequest(
         job=job,
