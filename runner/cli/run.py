@@ -21,8 +21,10 @@ from runner.cli._util import echo_json, parse_vars, settings
 @click.option("--json", "as_json", is_flag=True, help="print the run summary as JSON")
 def run_job(name: str, var_pairs: tuple[str, ...], replay: Path | None, record: Path | None, as_json: bool) -> None:
     """Run job NAME now and exit with its status (0 ok, 1 failed, 2 bad input, 130 interrupted)."""
-    from runner.run.execute import RunRequest, execute
+    from runner.run.execute import execute
+    from runner.run.request import Live, ModelSource, Record, Replay, RunRequest
     from runner.safety.approval import has_tty
+    from runner.statuses import Trigger
 
     if replay and record:
         raise click.UsageError("--replay and --record cannot be used together")
@@ -31,13 +33,17 @@ def run_job(name: str, var_pairs: tuple[str, ...], replay: Path | None, record: 
     if replay is not None and not replay.is_absolute() and not replay.exists():
         candidate = s.jobs.base_dir / replay
         replay = candidate if candidate.exists() else replay
+    model: ModelSource = Live()
+    if replay is not None:
+        model = Replay(replay)
+    elif record is not None:
+        model = Record(record)
     stop = threading.Event()
     req = RunRequest(
         job=job,
-        trigger="manual",
+        trigger=Trigger.MANUAL,
         vars_override=parse_vars(var_pairs),
-        replay=replay,
-        record=record,
+        model=model,
         stdout=sys.stderr if as_json else sys.stdout,
         stop=stop,
         interactive=has_tty(),

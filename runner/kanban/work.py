@@ -235,22 +235,24 @@ def work(settings: Settings, environ: Mapping[str, str], *, stop: threading.Even
 
 
 def _attempt(settings: Settings, session: TaskSession, stop: threading.Event) -> WorkResult:
-    from runner.run.execute import RunRequest, execute
+    from runner.run.execute import execute
+    from runner.run.request import RunRequest, TaskHooks
+    from runner.statuses import Trigger
 
     board, task_id, fence = session.board, session.task_id, session.fence
     task = board.get(task_id)
     job, outcome = None, None
     try:
         job = job_for(settings, task)
+        hooks = TaskHooks(
+            task_id=str(task_id), session=session, prompt=task_prompt(board, task), follow_up=session.reminder
+        )
         req = RunRequest(
             job=job,
-            trigger="kanban",
-            task_id=str(task_id),
+            trigger=Trigger.KANBAN,
             workdir=None if job.spec.workdir else workspace(settings, task_id),
-            extra_tools={"kanban": session},
             stop=stop,
-            task_prompt=task_prompt(board, task),
-            follow_up=session.reminder if job.spec.agent else None,
+            task=hooks,
         )
         outcome = execute(settings, req)
         session.run_id = outcome.run_id

@@ -191,23 +191,24 @@ def worker_main(spec: WorkerSpec) -> None:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    from runner.errors import RunnerError, TemplateError
-    from runner.run.execute import RunRequest, execute
+    from runner.errors import RunnerError, failure_reason
+    from runner.run.execute import execute
+    from runner.run.request import RunRequest
     from runner.settings import Settings
+    from runner.statuses import RunStatus, Trigger
     from runner.store import Store
     from runner.store.runs import finish_run
 
     settings = Settings(home=Path(spec.home), jobs_path=Path(spec.jobs_path), config_path=Path(spec.config_path))
     # serve has created and migrated the store, and it watches its own workers: open it plainly
     settings.store = Store.open(settings.home / "runner.db", migrate=False)
-    req = RunRequest(
-        job=spec.job, trigger=spec.trigger, run_id=spec.run_id, slot=spec.slot, stop=stop, task_id=spec.task_id
-    )
+    # the queued row exists (serve wrote it, with the task id if any): the run starts that row
+    req = RunRequest(job=spec.job, trigger=Trigger(spec.trigger), run_id=spec.run_id, slot=spec.slot, stop=stop)
     try:
         outcome = execute(settings, req)
     except RunnerError as exc:
-        reason = "template" if isinstance(exc, TemplateError) else "config"
-        finish_run(settings.store, spec.run_id, "failed", reason=reason, error=str(exc))
+        reason = failure_reason(exc)
+        finish_run(settings.store, spec.run_id, RunStatus.FAILED, reason=reason, error=str(exc))
         print(f"runner worker {spec.run_id}: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
     sys.exit(outcome.exit_code)

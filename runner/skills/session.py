@@ -1,7 +1,7 @@
 """What one run sees and does with skills: the index, the preloaded skills, views, its outcome.
 
 The worker opens a ``SkillSession`` per agent run and hands it to the skill tools through
-``ToolContext.extras["skills"]``. Usage is written to the sidecar as it happens (a crashed run
+``ToolContext.skills``. Usage is written to the sidecar as it happens (a crashed run
 still counts its views); at the end ``finish(status)`` adds the run's outcome to every skill it
 viewed or used. A sidecar that cannot be written is recorded as a ``skill_usage_failed`` run event
 and does not fail the run: bookkeeping never costs the person their report.
