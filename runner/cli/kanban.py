@@ -40,7 +40,7 @@ def _id(raw: str) -> int:
 
 
 def _now() -> Any:
-    from runner.store import utcnow
+    from runner.clock import utcnow
 
     return utcnow()
 

@@ -31,10 +31,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
+from runner.clock import iso
 from runner.kanban.board import Board
 from runner.kanban.model import Claim, FenceError, Reclaimed
 from runner.settings import Settings
-from runner.store import iso
 from runner.store.runs import HOST, mark_orphans_unknown, pid_alive, pid_start_time
 
 ENV_TASK = "HERMES_KANBAN_TASK"
@@ -113,7 +113,7 @@ class ProcessLauncher:
 
 
 def _now() -> str:
-    from runner.store import utcnow
+    from runner.clock import utcnow
 
     return iso(utcnow()) or ""
 
@@ -266,7 +266,7 @@ class Dispatcher:
 
         A database error in a tick (locked past the busy timeout, disk full) goes to ``on_error``
         and the loop carries on at the next poll; without ``on_error`` it propagates."""
-        from runner.store import utcnow
+        from runner.clock import utcnow
 
         clock = clock or utcnow
         conn = self._board.store.conn

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runner.clock import utcnow
 from runner.config.jobs import Job
 from runner.errors import RunnerError, UsageError
 from runner.kanban.board import Board
@@ -28,7 +29,7 @@ from runner.kanban.dispatch import ENV_FENCE, ENV_TASK
 from runner.kanban.model import FenceError, Task
 from runner.safety.redact import Redactor
 from runner.settings import Settings
-from runner.store import Store, utcnow
+from runner.store import Store
 from runner.store.runs import finish_run, pid_start_time
 
 REMINDER = (

@@ -22,13 +22,14 @@ from backends.base import BackendContext
 from runner.agent.loop import Limits, LoopResult, Pricing, run_loop
 from runner.agent.pruning import Pruner, summarize_with
 from runner.agent.types import LLM, Usage
+from runner.clock import utcnow
 from runner.config.jobs import Job
 from runner.errors import RunnerError, TemplateError
 from runner.run.delivery import deliver, is_silent, write_private
 from runner.safety.approval import build_gate
 from runner.safety.redact import Redactor
 from runner.settings import Settings
-from runner.store import dumps, utcnow
+from runner.store import dumps
 from runner.store.runs import Recorder, create_run, finish_run, last_output, mark_started, update_run
 
 if TYPE_CHECKING:

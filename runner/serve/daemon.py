@@ -29,9 +29,10 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Protocol
 
+from runner.clock import utcnow
 from runner.errors import AlreadyRunning
 from runner.settings import Settings
-from runner.store import Store, utcnow
+from runner.store import Store
 
 MAX_SLEEP_S = 1.0  # the loop looks at the wall clock at least this often (clock jumps, sleep)
 LOG_BYTES = 5_000_000

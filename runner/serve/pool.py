@@ -22,12 +22,13 @@ from datetime import datetime, timedelta
 from multiprocessing.connection import wait
 from typing import Protocol
 
+from runner.clock import iso
 from runner.config.jobs import Job
 from runner.config.schedules import format_duration
 from runner.serve.fire import ActiveRun, Finished, Fire, Paths, describe_exit
 from runner.serve.launcher import Handle, Spawner, WorkerSpec
 from runner.serve.state import record_slot_result, set_paused
-from runner.store import Store, iso
+from runner.store import Store
 from runner.store.runs import create_run, finish_run, update_run
 
 FAILED = ("failed", "timed_out", "unknown")

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from runner.clock import iso, parse_iso, utcnow
 from runner.serve.planner import JobState
-from runner.store import Store, iso, parse_iso, utcnow
+from runner.store import Store
 from runner.store.runs import HOST, pid_alive, pid_start_time
 
 

@@ -14,8 +14,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from runner.clock import iso, utcnow
 from runner.safety.redact import Redactor
-from runner.store import Store, dumps, iso, utcnow
+from runner.store import Store, dumps
 
 FINAL = ("succeeded", "failed", "timed_out", "interrupted", "skipped", "missed", "unknown")
 ACTIVE = ("queued", "running")
