@@ -121,11 +121,6 @@ class Store:
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Cursor:
         return self.conn.execute(sql, params)
 
-    def recover_orphans(self) -> int:
-        from runner.store.runs import mark_orphans_unknown
-
-        return mark_orphans_unknown(self)
-
 
 def dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))
