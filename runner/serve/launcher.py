@@ -63,7 +63,7 @@ class Spawner(Protocol):
 
 
 class Launcher:
-    """Starts workers from a forkserver that preloaded ``PRELOAD``."""
+    """Starts workers from a forkserver that preloaded ``runner.serve.prefork`` (its ``MODULES``)."""
 
     def __init__(self, preload: list[str] | None = None):
         """``preload``: modules the forkserver imports first (default ``runner.serve.prefork``)."""
@@ -74,7 +74,7 @@ class Launcher:
         """Start the forkserver now; return a function that waits until it has imported everything."""
         from multiprocessing import forkserver
 
-        forkserver.ensure_running()  # returns at once; the server imports PRELOAD in the background
+        forkserver.ensure_running()  # returns at once; the server imports the preload in the background
 
         def ready() -> None:
             proc = self._ctx.Process(target=_noop, name="runner-warmup")
