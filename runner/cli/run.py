@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any
 
 import click
 
 from runner.cli._util import echo_json, parse_vars, settings
+from runner.procs import two_stage_stop
 
 
 @click.command("run-job")
@@ -48,12 +47,8 @@ def run_job(name: str, var_pairs: tuple[str, ...], replay: Path | None, record: 
         stop=stop,
         interactive=has_tty(),
     )
-    previous = _install_signals(stop)
-    try:
+    with two_stage_stop(stop):  # first SIGINT/SIGTERM: finish the current step; second: stop hard
         outcome = execute(s, req)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     if as_json:
         echo_json(outcome.as_dict())
     else:
@@ -68,20 +63,6 @@ def run_job(name: str, var_pairs: tuple[str, ...], replay: Path | None, record: 
             line += f"\noutput: {outcome.output_path}"
         click.echo(line, err=True)
     sys.exit(outcome.exit_code)
-
-
-def _install_signals(stop: threading.Event) -> dict[int, Any]:
-    """First SIGINT/SIGTERM: finish the current step, start nothing new. Second: stop hard."""
-    previous: dict[int, Any] = {}
-
-    def handler(signum: int, frame: Any) -> None:
-        if stop.is_set():
-            raise KeyboardInterrupt
-        stop.set()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        previous[sig] = signal.signal(sig, handler)
-    return previous
 
 
 COMMANDS = [run_job]

@@ -19,9 +19,10 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
+from runner.clock import iso
 from runner.errors import UsageError
 from runner.kanban.model import STATUSES, Claim, FenceError, Reclaimed, Task, TaskNotFound, backoff_seconds
-from runner.store import Store, dumps, iso
+from runner.store import Store, dumps
 from runner.store.runs import HOST
 
 

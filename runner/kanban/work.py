@@ -21,15 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runner.clock import utcnow
 from runner.config.jobs import Job
 from runner.errors import RunnerError, UsageError
 from runner.kanban.board import Board
 from runner.kanban.dispatch import ENV_FENCE, ENV_TASK
 from runner.kanban.model import FenceError, Task
+from runner.procs import start_time
 from runner.safety.redact import Redactor
 from runner.settings import Settings
-from runner.store import Store, utcnow
-from runner.store.runs import finish_run, pid_start_time
+from runner.store import Store
+from runner.store.runs import finish_run
 
 REMINDER = (
     "You have not ended this kanban task. Call kanban_complete with the result if the work is done, "
@@ -207,7 +209,7 @@ def work(settings: Settings, environ: Mapping[str, str], *, stop: threading.Even
     stop = stop or threading.Event()
     board = Board(settings.store)
     try:
-        board.attach(task_id, fence, pid=os.getpid(), pid_start=pid_start_time(os.getpid()), now=utcnow())
+        board.attach(task_id, fence, pid=os.getpid(), pid_start=start_time(os.getpid()), now=utcnow())
     except FenceError as exc:
         board.close()
         return WorkResult(task_id, "refused", detail=str(exc))

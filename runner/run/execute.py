@@ -1,4 +1,4 @@
-"""One run of one job, start to finish: the flow DESIGN §2 draws.
+"""One run of one job, start to finish.
 
 prepare -> ledger row -> backend -> pre_run -> produce output (the agent loop, or the pre_run's
 stdout) -> output file -> delivery -> final status. Bad input (unknown provider, broken template,
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from backends.base import Backend, BackendContext
+from runner.clock import utcnow
 from runner.errors import RunnerError, failure_reason
 from runner.run.delivery import deliver, write_private
 from runner.run.prepare import Prepared, prepare
@@ -26,7 +27,7 @@ from runner.run.request import RunOutcome, RunRequest
 from runner.safety.redact import Redactor
 from runner.settings import Settings
 from runner.statuses import RunStatus
-from runner.store import dumps, utcnow
+from runner.store import dumps
 from runner.store.runs import Recorder, create_run, finish_run, last_output, mark_started, update_run
 
 __all__ = ["Run", "RunOutcome", "RunRequest", "execute"]

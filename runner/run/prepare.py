@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from runner.clock import utcnow
 from runner.run.produce import Producer, ScriptOutput
 from runner.run.request import RunRequest
 from runner.settings import Settings
-from runner.store import utcnow
 
 
 @dataclass(frozen=True)

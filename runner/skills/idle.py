@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 
+from runner.clock import parse_iso
 from runner.errors import RunnerError
 from runner.skills import curator
 from runner.skills.curator import PassResult
-from runner.store import Store, parse_iso
+from runner.store import Store
 from runner.store.runs import ACTIVE
 
 if TYPE_CHECKING:

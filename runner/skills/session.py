@@ -13,13 +13,13 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from runner.clock import utcnow
 from runner.skills import SkillError, SkillPaths, SkillStateError
 from runner.skills.loader import Catalog, Source, build_index, load_catalog, sources_for
 from runner.skills.manage import Change, SkillManager
 from runner.skills.rules import check_support_path
 from runner.skills.scan import Scanner, kind_for, scan_skill_text
 from runner.skills.usage import Counter, UsageFile
-from runner.store import utcnow
 
 if TYPE_CHECKING:
     from runner.settings import Settings

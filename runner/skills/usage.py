@@ -20,8 +20,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from runner.clock import iso, parse_iso, utcnow
 from runner.skills import SkillPaths, SkillStateError, flock
-from runner.store import iso, parse_iso, utcnow
 
 Counter = Literal["use", "view", "patch"]
 STATES = ("active", "stale", "archived")

@@ -136,8 +136,8 @@ def kanban_create(args: dict[str, Any], ctx: ToolContext) -> str:
         return f"created task {child} as a child of task {session.task_id}; it becomes ready when this task is done"
     if not isinstance(parents, list) or not all(isinstance(p, int) and not isinstance(p, bool) for p in parents):
         raise ToolError("'parents' must be a list of task ids")
+    from runner.clock import utcnow
     from runner.safety.redact import Redactor
-    from runner.store import utcnow
 
     settings, redact = _settings(ctx), Redactor()
     with _board(ctx) as board:

@@ -5,10 +5,11 @@ import json
 
 import pytest
 
+from runner.clock import utcnow
 from runner.kanban.board import Board
 from runner.kanban.work import REMINDER, UNFINISHED, TaskSession
 from runner.statuses import FINAL
-from runner.store import Store, utcnow
+from runner.store import Store
 from runner.tools import discover
 from runner.tools.context import ToolContext
 from tests.fakeopenai import call, final
