@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import threading
 import time
@@ -24,6 +23,7 @@ from backends.base import (
     wrap_command,
 )
 from runner.errors import BackendError, UsageError
+from runner.procs import group_alive, kill_tree, start_time
 
 KILL_GRACE_S = 0.5
 
@@ -38,7 +38,9 @@ class LocalBackend:
         self._nonce = new_nonce()
         self._shell = default_shell()
         self._lock = threading.Lock()
-        self._groups: set[int] = set()
+        self._groups: dict[
+            int, str | None
+        ] = {}  # command sessions that may still have processes: pgid -> start time of its leader
         self._closed = False
         self._base_env = scrub_env(os.environ, passthrough=ctx.env_passthrough, secret_values=ctx.secret_values)
         if not Path(self.workdir).is_dir():
@@ -74,7 +76,7 @@ class LocalBackend:
         except OSError as exc:
             raise BackendError(f"local backend: cannot start {self._shell}: {exc}") from exc
         with self._lock:
-            self._groups.add(proc.pid)
+            self._groups[proc.pid] = start_time(proc.pid)
         buf = OutputBuffer(self.ctx.output_cap)
         reader = threading.Thread(target=_pump, args=(proc, buf), daemon=True)
         reader.start()
@@ -83,13 +85,13 @@ class LocalBackend:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
-            _kill_group(proc.pid)
+            kill_tree(proc.pid, KILL_GRACE_S, group=proc.pid)
             proc.wait()
         # background children may keep the pipe open; do not wait for them
         reader.join(timeout=0.2 if not timed_out else 1.0)
-        if timed_out or _group_alive(proc.pid) is False:
+        if timed_out or not group_alive(proc.pid):
             with self._lock:
-                self._groups.discard(proc.pid)
+                self._groups.pop(proc.pid, None)
         text, new_cwd = split_marker(buf.text(), self._nonce)
         if not timed_out:
             with self._lock:
@@ -121,9 +123,9 @@ class LocalBackend:
             return
         self._closed = True
         with self._lock:
-            groups, self._groups = set(self._groups), set()
-        for pgid in groups:
-            _kill_group(pgid, grace=0.0)
+            groups, self._groups = dict(self._groups), {}
+        for pgid, start in groups.items():
+            kill_tree(pgid, 0, start=start, group=pgid)
 
     def __enter__(self) -> LocalBackend:
         return self
@@ -146,32 +148,6 @@ def _pump(proc: subprocess.Popen[bytes], buf: OutputBuffer) -> None:
             break
         buf.feed(chunk)
     proc.stdout.close()
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _kill_group(pgid: int, grace: float = KILL_GRACE_S) -> None:
-    try:
-        os.killpg(pgid, signal.SIGTERM if grace else signal.SIGKILL)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace
-    while grace and time.monotonic() < deadline:
-        if not _group_alive(pgid):
-            return
-        time.sleep(0.02)
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def from_spec(spec: dict[str, Any], *, ctx: BackendContext) -> LocalBackend:

@@ -3,7 +3,8 @@
 Each subclass also subclasses the matching builtin, so callers that only know Python's
 exceptions still catch them. The CLI maps ``exit_code`` to the process exit status and
 prints ``str(error)`` as one line; anything that is not a RunnerError is a bug and keeps
-its traceback.
+its traceback. ``reason`` is the word a failed run's ledger row stores (``runs.reason``); each
+subclass names its own, an instance may override it (``ModelError``).
 """
 
 from __future__ import annotations
@@ -13,16 +14,20 @@ class RunnerError(Exception):
     """Base of all deliberate runner errors."""
 
     exit_code = 1
+    reason: str = "error"
 
 
 class UsageError(RunnerError, ValueError):
     """Bad input from the person: arguments, job names, files. Exit code 2."""
 
     exit_code = 2
+    reason = "usage"
 
 
 class ConfigError(UsageError):
     """jobs.yaml or config.yaml is invalid. Carries every problem found, one per line."""
+
+    reason = "config"
 
     def __init__(self, problems: list[str] | str):
         self.problems = [problems] if isinstance(problems, str) else list(problems)
@@ -32,13 +37,19 @@ class ConfigError(UsageError):
 class TemplateError(UsageError):
     """A prompt template is missing, broken or uses an undefined variable."""
 
+    reason = "template"
+
 
 class BackendError(RunnerError, OSError):
     """The terminal backend itself failed (daemon down, host unreachable, image missing)."""
 
+    reason = "backend"
+
 
 class ModelError(RunnerError, RuntimeError):
     """The model provider refused or failed in a way retries did not fix."""
+
+    reason = "model_error"
 
     def __init__(self, message: str, *, reason: str = "model_error", status: int | None = None):
         super().__init__(message)
@@ -49,10 +60,21 @@ class ModelError(RunnerError, RuntimeError):
 class CassetteError(RunnerError, RuntimeError):
     """A replay cassette is missing, invalid or exhausted."""
 
+    reason = "cassette"
+
 
 class StoreError(RunnerError, RuntimeError):
     """The SQLite store could not be opened or migrated."""
 
+    reason = "store"
+
 
 class AlreadyRunning(UsageError):
     """Another process holds an exclusive lock (e.g. a second ``runner serve``)."""
+
+    reason = "alreadyrunning"
+
+
+def failure_reason(exc: RunnerError) -> str:
+    """The ``runs.reason`` of a run that ended with ``exc``: the run worker and serve's worker both use it."""
+    return exc.reason

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from runner.config.jobs import JobsFile
@@ -31,7 +31,6 @@ class Settings:
     home: Path
     jobs_path: Path
     config_path: Path
-    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_options(cls, *, jobs: str | None = None, config: str | None = None, home: str | None = None) -> Settings:
@@ -63,8 +62,9 @@ class Settings:
     @cached_property
     def store(self) -> Store:
         from runner.store import Store
+        from runner.store.runs import mark_orphans_unknown
 
         self.ensure_home()
         store = Store.open(self.home / "runner.db")
-        store.recover_orphans()
+        mark_orphans_unknown(store)
         return store

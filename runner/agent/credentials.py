@@ -24,17 +24,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from runner.agent.cooldowns import Verdict, classify
 from runner.agent.keys import Action, Credential
-from runner.config.machine import Config, Cooldowns, resolve_key
+from runner.config.machine import Config, Cooldowns, Provider, resolve_key
 from runner.errors import ModelError, UsageError
 from runner.safety.redact import Redactor
 from runner.store import Store
-
-if TYPE_CHECKING:
-    from runner.run.model_choice import ModelChoice
 
 Emit = Callable[[str, dict[str, Any]], None]
 MIN_WAIT = 0.25  # never spin: a wait for a cooling key is at least this long
@@ -364,6 +361,16 @@ class CredentialPool:
         return {"provider": self.provider, "label": row["label"], "fingerprint": row["fingerprint"], **extra}
 
 
+class ProviderChoice(Protocol):
+    """The provider a run chose (``runner.run.model_choice.ModelChoice``): all a pool needs of it."""
+
+    @property
+    def provider_name(self) -> str: ...
+
+    @property
+    def provider(self) -> Provider: ...
+
+
 class PoolFactory:
     """Builds one run's pools (one per provider of the job's model list), then attaches the
     run's event sink and deadline to all of them once the run row exists."""
@@ -373,7 +380,7 @@ class PoolFactory:
         self.pool_kwargs = pool_kwargs
         self.pools: list[CredentialPool] = []
 
-    def __call__(self, choice: ModelChoice, creds: list[Credential], *, may_wait: bool = True) -> CredentialPool:
+    def __call__(self, choice: ProviderChoice, creds: list[Credential], *, may_wait: bool = True) -> CredentialPool:
         p = choice.provider
         pool = CredentialPool(
             self.open_store(),

@@ -28,9 +28,9 @@ def _when(dt: datetime | None, now: datetime) -> str:
 @click.option("--json", "as_json", is_flag=True)
 def curator_status(as_json: bool) -> None:
     """Last pass, next eligible time, how long nothing has run, recent passes."""
+    from runner.clock import utcnow
     from runner.skills.curator import last_runs
     from runner.skills.idle import idle_status
-    from runner.store import utcnow
 
     s = settings()
     now = utcnow()
@@ -86,8 +86,8 @@ def curator_status(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def curator_run(dry_run: bool, as_json: bool) -> None:
     """Run a curator pass now (also when paused); --dry-run only reports."""
+    from runner.clock import utcnow
     from runner.skills.curator import run_pass
-    from runner.store import utcnow
 
     result = run_pass(settings(), now=utcnow(), dry_run=dry_run, trigger="manual")
     if as_json:
@@ -115,8 +115,8 @@ def curator_run(dry_run: bool, as_json: bool) -> None:
 @curator_group.command("pause")
 def curator_pause() -> None:
     """Stop idle passes inside `runner serve` until resumed."""
+    from runner.clock import utcnow
     from runner.skills.curator import set_paused
-    from runner.store import utcnow
 
     set_paused(settings().store, True, utcnow())
     click.echo("curator paused (idle passes stop; `runner curator run` still works)")
@@ -125,8 +125,8 @@ def curator_pause() -> None:
 @curator_group.command("resume")
 def curator_resume() -> None:
     """Let `runner serve` run idle passes again."""
+    from runner.clock import utcnow
     from runner.skills.curator import set_paused
-    from runner.store import utcnow
 
     set_paused(settings().store, False, utcnow())
     click.echo("curator resumed")

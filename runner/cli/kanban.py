@@ -39,7 +39,7 @@ def _id(raw: str) -> int:
 
 
 def _now() -> Any:
-    from runner.store import utcnow
+    from runner.clock import utcnow
 
     return utcnow()
 
@@ -237,8 +237,8 @@ def kanban_archive(task_id: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print each pass that did something as a JSON line")
 def kanban_dispatch(once: bool, as_json: bool) -> None:
     """Run the dispatcher: start a worker for each ready task, up to kanban.max_workers."""
-    from runner.cli.run import _install_signals
     from runner.kanban.dispatch import Dispatcher
+    from runner.procs import two_stage_stop
 
     dispatcher = Dispatcher(settings())
 
@@ -254,19 +254,12 @@ def kanban_dispatch(once: bool, as_json: bool) -> None:
         if once:
             report(dispatcher.tick(_now()))
             return
-        stop = threading.Event()
-        previous = _install_signals(stop)
-        click.echo(
-            f"dispatching (max_workers {dispatcher.max_workers}, lease {dispatcher.lease_seconds:g}s); Ctrl-C stops",
-            err=True,
-        )
-        try:
+        with two_stage_stop(threading.Event()) as stop:
+            click.echo(
+                f"dispatching (max_workers {dispatcher.max_workers}, lease {dispatcher.lease_seconds:g}s); Ctrl-C stops",
+                err=True,
+            )
             dispatcher.run(stop, on_tick=report, on_error=lambda exc: click.echo(f"error: {exc}", err=True))
-        finally:
-            import signal
-
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
         click.echo("dispatcher stopped; running workers finish on their own", err=True)
     finally:
         dispatcher.close()
@@ -293,11 +286,11 @@ def _tick_lines(r: TickResult) -> list[str]:
 @kanban_group.command("work")
 def kanban_work() -> None:
     """The worker the dispatcher starts: one attempt at the task in HERMES_KANBAN_TASK."""
-    from runner.cli.run import _install_signals
     from runner.kanban.work import work
+    from runner.procs import install_two_stage_stop
 
     stop = threading.Event()
-    _install_signals(stop)
+    install_two_stage_stop(stop)
     result = work(settings(), os.environ, stop=stop)
     line = f"task {result.task_id}: {result.status}" + (f" (run {result.run_id})" if result.run_id else "")
     if result.detail:

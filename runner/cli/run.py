@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any
 
 import click
 
 from runner.cli._util import echo_json, parse_vars, settings
+from runner.procs import two_stage_stop
 from runner.statuses import RunStatus, Trigger
 
 
@@ -22,7 +21,8 @@ from runner.statuses import RunStatus, Trigger
 @click.option("--json", "as_json", is_flag=True, help="print the run summary as JSON")
 def run_job(name: str, var_pairs: tuple[str, ...], replay: Path | None, record: Path | None, as_json: bool) -> None:
     """Run job NAME now and exit with its status (0 ok, 1 failed, 2 bad input, 130 interrupted)."""
-    from runner.run.execute import RunRequest, execute
+    from runner.run.execute import execute
+    from runner.run.request import Live, ModelSource, Record, Replay, RunRequest
     from runner.safety.approval import has_tty
 
     if replay and record:
@@ -32,23 +32,23 @@ def run_job(name: str, var_pairs: tuple[str, ...], replay: Path | None, record: 
     if replay is not None and not replay.is_absolute() and not replay.exists():
         candidate = s.jobs.base_dir / replay
         replay = candidate if candidate.exists() else replay
+    model: ModelSource = Live()
+    if replay is not None:
+        model = Replay(replay)
+    elif record is not None:
+        model = Record(record)
     stop = threading.Event()
     req = RunRequest(
         job=job,
         trigger=Trigger.MANUAL,
         vars_override=parse_vars(var_pairs),
-        replay=replay,
-        record=record,
+        model=model,
         stdout=sys.stderr if as_json else sys.stdout,
         stop=stop,
         interactive=has_tty(),
     )
-    previous = _install_signals(stop)
-    try:
+    with two_stage_stop(stop):  # first SIGINT/SIGTERM: finish the current step; second: stop hard
         outcome = execute(s, req)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     if as_json:
         echo_json(outcome.as_dict())
     else:
@@ -63,20 +63,6 @@ def run_job(name: str, var_pairs: tuple[str, ...], replay: Path | None, record: 
             line += f"\noutput: {outcome.output_path}"
         click.echo(line, err=True)
     sys.exit(outcome.exit_code)
-
-
-def _install_signals(stop: threading.Event) -> dict[int, Any]:
-    """First SIGINT/SIGTERM: finish the current step, start nothing new. Second: stop hard."""
-    previous: dict[int, Any] = {}
-
-    def handler(signum: int, frame: Any) -> None:
-        if stop.is_set():
-            raise KeyboardInterrupt
-        stop.set()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        previous[sig] = signal.signal(sig, handler)
-    return previous
 
 
 COMMANDS = [run_job]

@@ -19,8 +19,9 @@ from runner.cli._util import settings
 def serve(log_level: str) -> None:
     """Fire scheduled jobs until SIGTERM/SIGINT (one instance per RUNNER_HOME)."""
     from runner.serve.daemon import run_serve
+    from runner.serve.loops import LOOPS
 
-    sys.exit(run_serve(settings(), log_level=log_level))
+    sys.exit(run_serve(settings(), loops=LOOPS, log_level=log_level))
 
 
 COMMANDS = [serve]

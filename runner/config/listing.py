@@ -49,11 +49,15 @@ def _cache_file(home: Path, jobs_path: Path) -> Path:
 
 
 def _code_stamp() -> str:
+    """Path and mtime of every ``.py`` file under runner/ and backends/, subpackages included."""
     h = hashlib.sha256()
     for folder in PACKAGE_DIRS:
-        for entry in sorted(os.scandir(folder), key=lambda e: e.name):
-            if entry.name.endswith(".py"):
-                h.update(f"{entry.path}:{entry.stat().st_mtime_ns}".encode())
+        for top, dirs, files in os.walk(folder):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    path = os.path.join(top, name)
+                    h.update(f"{path}:{os.stat(path).st_mtime_ns}".encode())
     return h.hexdigest()
 
 

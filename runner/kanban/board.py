@@ -19,10 +19,11 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
+from runner.clock import iso
 from runner.errors import UsageError
 from runner.kanban.model import Claim, FenceError, Reclaimed, Task, TaskNotFound, backoff_seconds
 from runner.statuses import TaskStatus
-from runner.store import Store, dumps, iso
+from runner.store import Store, dumps
 from runner.store.runs import HOST
 
 

@@ -19,7 +19,6 @@ it from a thread of its own should pass ``board=Board(Store.open(path))`` for th
 from __future__ import annotations
 
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -31,11 +30,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
+from runner.clock import iso
 from runner.kanban.board import Board
 from runner.kanban.model import Claim, FenceError, Reclaimed
+from runner.procs import kill_tree, start_time
 from runner.settings import Settings
-from runner.store import iso
-from runner.store.runs import HOST, mark_orphans_unknown, pid_alive, pid_start_time
+from runner.store.runs import HOST, mark_orphans_unknown
 
 ENV_TASK = "HERMES_KANBAN_TASK"
 ENV_FENCE = "HERMES_KANBAN_FENCE"
@@ -113,45 +113,9 @@ class ProcessLauncher:
 
 
 def _now() -> str:
-    from runner.store import utcnow
+    from runner.clock import utcnow
 
     return iso(utcnow()) or ""
-
-
-def kill_group(pid: int, pid_start: str | None) -> bool:
-    """SIGKILL a stale worker if that pid is still the same process: its process group (the
-    worker leads one) and every descendant, found first, since the local backend starts
-    commands in sessions of their own that a group kill would miss."""
-    if not pid_alive(pid, pid_start):
-        return False
-    for target in [pid, *descendants(pid)]:
-        try:
-            if os.getpgid(target) == target:
-                os.killpg(target, signal.SIGKILL)
-            else:
-                os.kill(target, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            continue
-    return True
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live descendant of ``pid`` (children first), from /proc; empty where /proc is absent."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry.name))
-    out, queue = [], list(children.get(pid, []))
-    while queue:
-        child = queue.pop(0)
-        out.append(child)
-        queue.extend(children.get(child, []))
-    return out
 
 
 @dataclass
@@ -186,7 +150,7 @@ class Dispatcher:
         promoted = board.promote(now=now)
         reclaimed = board.reclaim_expired(now=now, backoff=self.backoff)
         for r in reclaimed:
-            if r.host == board.host and r.pid and kill_group(r.pid, r.pid_start):
+            if r.host == board.host and r.pid and kill_tree(r.pid, 0, start=r.pid_start):
                 self._orphans = True
         started: list[Started] = []
         failed: list[tuple[int, str]] = []
@@ -207,7 +171,7 @@ class Dispatcher:
                         claim.task_id,
                         claim.fence,
                         pid=handle.pid,
-                        pid_start=pid_start_time(handle.pid),
+                        pid_start=start_time(handle.pid),
                         now=now,
                         kind="spawned",
                     )
@@ -241,7 +205,7 @@ class Dispatcher:
             if code is None:
                 row = self._board.store.one("SELECT fence FROM tasks WHERE id=?", (task_id,))
                 if row is not None and row["fence"] != child.fence:
-                    kill_group(child.handle.pid, None)
+                    kill_tree(child.handle.pid, 0)
                 continue
             del self._children[task_id]
             status = self._board.worker_exited(task_id, child.fence, code, now=now, backoff=self.backoff)
@@ -266,7 +230,7 @@ class Dispatcher:
 
         A database error in a tick (locked past the busy timeout, disk full) goes to ``on_error``
         and the loop carries on at the next poll; without ``on_error`` it propagates."""
-        from runner.store import utcnow
+        from runner.clock import utcnow
 
         clock = clock or utcnow
         conn = self._board.store.conn

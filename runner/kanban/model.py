@@ -13,9 +13,13 @@ BACKOFF_CAP_S = 3600.0
 class TaskNotFound(UsageError):
     """No task with that id."""
 
+    reason = "tasknotfound"
+
 
 class FenceError(RunnerError):
     """A write carried a stale fence: this worker's claim was reclaimed or the task ended."""
+
+    reason = "fence"
 
     def __init__(self, task_id: int, fence: int, current: int | None, status: str | None, action: str):
         if current is None or status is None:

@@ -21,16 +21,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runner.clock import utcnow
 from runner.config.jobs import Job
 from runner.errors import RunnerError, UsageError
 from runner.kanban.board import Board
 from runner.kanban.dispatch import ENV_FENCE, ENV_TASK
 from runner.kanban.model import FenceError, Task
+from runner.procs import start_time
 from runner.safety.redact import Redactor
 from runner.settings import Settings
 from runner.statuses import RunStatus, TaskStatus, Trigger
-from runner.store import Store, utcnow
-from runner.store.runs import finish_run, pid_start_time
+from runner.store import Store
+from runner.store.runs import finish_run
 
 REMINDER = (
     "You have not ended this kanban task. Call kanban_complete with the result if the work is done, "
@@ -208,7 +210,7 @@ def work(settings: Settings, environ: Mapping[str, str], *, stop: threading.Even
     stop = stop or threading.Event()
     board = Board(settings.store)
     try:
-        board.attach(task_id, fence, pid=os.getpid(), pid_start=pid_start_time(os.getpid()), now=utcnow())
+        board.attach(task_id, fence, pid=os.getpid(), pid_start=start_time(os.getpid()), now=utcnow())
     except FenceError as exc:
         board.close()
         return WorkResult(task_id, "refused", detail=str(exc))
@@ -236,22 +238,23 @@ def work(settings: Settings, environ: Mapping[str, str], *, stop: threading.Even
 
 
 def _attempt(settings: Settings, session: TaskSession, stop: threading.Event) -> WorkResult:
-    from runner.run.execute import RunRequest, execute
+    from runner.run.execute import execute
+    from runner.run.request import RunRequest, TaskHooks
 
     board, task_id, fence = session.board, session.task_id, session.fence
     task = board.get(task_id)
     job, outcome = None, None
     try:
         job = job_for(settings, task)
+        hooks = TaskHooks(
+            task_id=str(task_id), session=session, prompt=task_prompt(board, task), follow_up=session.reminder
+        )
         req = RunRequest(
             job=job,
             trigger=Trigger.KANBAN,
-            task_id=str(task_id),
             workdir=None if job.spec.workdir else workspace(settings, task_id),
-            extra_tools={"kanban": session},
             stop=stop,
-            task_prompt=task_prompt(board, task),
-            follow_up=session.reminder if job.spec.agent else None,
+            task=hooks,
         )
         outcome = execute(settings, req)
         session.run_id = outcome.run_id

@@ -8,8 +8,9 @@ from typing import Any
 
 from runner.agent.keys import Credential, KeySource, StaticKeys
 from runner.agent.loop import Pricing
+from runner.config.jobs import Job
 from runner.config.machine import Config, Provider, resolve_key
-from runner.errors import UsageError
+from runner.errors import ConfigError
 
 NO_MODEL = (
     "no model is configured for job {job}: set OPENAI_API_KEY (and OPENAI_BASE_URL for another "
@@ -37,9 +38,9 @@ def choose(config: Config, ref: str, *, job: str) -> ModelChoice:
     provider = config.providers.get(name)
     if provider is None:
         if name == "default" and not config.providers:
-            raise UsageError(NO_MODEL.format(job=job, config=config.path or "config.yaml"))
+            raise ConfigError(NO_MODEL.format(job=job, config=config.path or "config.yaml"))
         known = ", ".join(sorted(config.providers)) or "(none)"
-        raise UsageError(f"job {job}: model: unknown provider {name!r}; configured: {known}")
+        raise ConfigError(f"job {job}: model: unknown provider {name!r}; configured: {known}")
     return ModelChoice(name, provider, model or provider.model)
 
 
@@ -53,7 +54,7 @@ def credentials(choice: ModelChoice, *, job: str) -> list[Credential]:
         else:
             missing.append(label)
     if choice.provider.api_keys and not creds:
-        raise UsageError(
+        raise ConfigError(
             f"job {job}: provider {choice.provider_name!r}: none of its API keys is set "
             f"(missing: {', '.join(missing)}); set OPENAI_API_KEY or fix 'api_keys:' in config.yaml"
         )
@@ -83,3 +84,12 @@ def build_client(choice: ModelChoice, keys: KeySource, *, emit: Callable[[str, d
         headers=p.headers,
         emit=emit,
     )
+
+
+def context_budget(config: Config, job: Job) -> int:
+    """Tokens the conversation may fill before pruning: ``context_budget:``, else 60% of the window."""
+    if job.spec.context_budget:
+        return job.spec.context_budget
+    provider = config.providers.get(job.models[0].partition("/")[0])
+    window = provider.context_window if provider is not None else 128_000
+    return int(window * 0.6)

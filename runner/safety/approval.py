@@ -167,7 +167,7 @@ def audit_recorder(
 ) -> Callable[[str, Decision], None]:
     import json
 
-    from runner.store import iso, utcnow
+    from runner.clock import iso, utcnow
 
     def record(command: str, decision: Decision) -> None:
         clean = redact(command)

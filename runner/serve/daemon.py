@@ -5,8 +5,9 @@ due), ``next_wake(now)`` (when it next wants to be called, or None) and ``close(
 calls every ticker, then sleeps until the earliest wake time, a worker exit, a signal or a
 nudge from another thread, at most ``MAX_SLEEP_S``. Built in: reload (jobs.yaml changes), the
 pool (workers), the schedule, the heartbeat. Other loops (the kanban dispatcher, the idle
-Curator) are added as ``TickerFactory`` callables that receive a ``ServeHost``: the store, the
-clock, the log, the pool (``submit`` a ``Fire``, ``active()`` runs) and ``is_idle()``.
+Curator) are ``TickerFactory`` callables that receive a ``ServeHost`` (the settings, the store, the
+clock, the log and ``wake()``); the composition root (``runner.cli.serve``) passes them in, so this
+framework does not know which loops exist.
 
 One instance per RUNNER_HOME: an ``flock`` on ``RUNNER_HOME/run/serve.lock`` (released by the
 kernel when the process dies); a second serve exits 2 naming the pid that holds it.
@@ -27,11 +28,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from runner.clock import utcnow
 from runner.errors import AlreadyRunning
 from runner.settings import Settings
-from runner.store import Store, utcnow
+from runner.store import Store
+
+if TYPE_CHECKING:
+    from runner.serve.pool import Pool
+    from runner.serve.watch import JobsWatcher
 
 MAX_SLEEP_S = 1.0  # the loop looks at the wall clock at least this often (clock jumps, sleep)
 LOG_BYTES = 5_000_000
@@ -65,23 +71,10 @@ class ServeHost:
     store: Store
     clock: Clock
     log: logging.Logger
-    pool: Any  # runner.serve.pool.Pool: submit(Fire, overlap), active(), is_idle()
     wake: Callable[[], None] = field(repr=False)
-
-    def is_idle(self) -> bool:
-        """No run is going or waiting."""
-        return bool(self.pool.is_idle())
 
 
 TickerFactory = Callable[[ServeHost], Ticker]
-
-
-def extra_loops() -> list[TickerFactory]:
-    """Loops that run inside serve beside the scheduler. Add yours here (kanban dispatcher,
-    idle Curator): a callable taking the ``ServeHost`` and returning a ``Ticker``."""
-    from runner.serve.loops import LOOPS
-
-    return list(LOOPS)
 
 
 # -- one instance per RUNNER_HOME ----------------------------------------------------------
@@ -124,7 +117,7 @@ def setup_logging(home: Path, level: str = "INFO") -> logging.Logger:
 class HeartbeatTicker:
     name = "heartbeat"
 
-    def __init__(self, store: Store, pool: Any, every: float):
+    def __init__(self, store: Store, pool: Pool, every: float):
         self.store, self.pool, self.every = store, pool, every
         self._next: datetime | None = None
 
@@ -176,12 +169,12 @@ class Serve:
         settings: Settings,
         *,
         clock: Clock | None = None,
-        loops: Sequence[TickerFactory] | None = None,
+        loops: Sequence[TickerFactory] = (),
         log_level: str = "INFO",
     ):
         self.settings = settings
         self.clock = clock or SystemClock()
-        self.loops = list(extra_loops() if loops is None else loops)
+        self.loops = list(loops)
         self.log_level = log_level
         self._stops = 0  # SIGTERM/SIGINT received; a second one hurries the shutdown
         self._hup = False
@@ -239,7 +232,7 @@ class Serve:
         adopted = pool.adopt(jobs.jobs)
         schedule.set_jobs(jobs.jobs, now)
         watcher = JobsWatcher(jobs.path, default_timezone=config.timezone, current=jobs, wake=self.wake).start()
-        host = ServeHost(s, store, self.clock, log, pool, self.wake)
+        host = ServeHost(s, store, self.clock, log, self.wake)
         tickers: list[Ticker] = [
             ReloadTicker(watcher, schedule, log),
             pool,
@@ -273,7 +266,7 @@ class Serve:
         log.info("serve stopped")
         return 0
 
-    def _loop(self, tickers: list[Ticker], pool: Any, watcher: Any) -> None:
+    def _loop(self, tickers: list[Ticker], pool: Pool, watcher: JobsWatcher) -> None:
         while not self._stops:
             if self._hup:
                 self._hup = False
@@ -293,5 +286,6 @@ class Serve:
                 pass  # drained
 
 
-def run_serve(settings: Settings, *, log_level: str = "INFO") -> int:
-    return Serve(settings, log_level=log_level).run()
+def run_serve(settings: Settings, *, loops: Sequence[TickerFactory] = (), log_level: str = "INFO") -> int:
+    """Run serve until SIGTERM/SIGINT with ``loops`` beside the built-in tickers."""
+    return Serve(settings, loops=loops, log_level=log_level).run()

@@ -1,35 +1,19 @@
-"""What runs through serve's pool: a ``Fire`` in (a queued ledger row to start), a ``Finished``
-out (how it ended). The kanban dispatcher and other loops build these too."""
+"""What runs through serve's pool: a ``Fire`` in (a queued ledger row to start), an ``ActiveRun``
+while it goes, and how to describe a worker that died without recording a final status."""
 
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
 from runner.config.jobs import Job
-from runner.statuses import RunStatus, Trigger
-
-
-@dataclass(frozen=True)
-class Finished:
-    """A run that ended, as the pool recorded it (given to ``Fire.on_done``)."""
-
-    run_id: str
-    job: str
-    trigger: Trigger
-    slot: datetime | None
-    attempt: int
-    status: RunStatus
-    reason: str | None
-    exit_code: int | None
-    task_id: str | None = None
+from runner.statuses import Trigger
 
 
 @dataclass(frozen=True)
 class Fire:
-    """A queued ledger row to run. Other loops (kanban) submit these too."""
+    """A queued ledger row to run (a scheduled slot, a retry, or a queued row adopted at start)."""
 
     run_id: str
     job: Job
@@ -40,7 +24,6 @@ class Fire:
     task_id: str | None = None
     batch: str | None = None  # catch-up slots of one job: run one after another, never skipped
     not_before: datetime | None = None
-    on_done: Callable[[Finished], None] | None = None
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import signal
 import sys
 import threading
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from runner.config.jobs import Job
+from runner.procs import ProcessTree, install_two_stage_stop
 from runner.statuses import RunStatus, Trigger
 
 
@@ -64,7 +64,7 @@ class Spawner(Protocol):
 
 
 class Launcher:
-    """Starts workers from a forkserver that preloaded ``PRELOAD``."""
+    """Starts workers from a forkserver that preloaded ``runner.serve.prefork`` (its ``MODULES``)."""
 
     def __init__(self, preload: list[str] | None = None):
         """``preload``: modules the forkserver imports first (default ``runner.serve.prefork``)."""
@@ -75,7 +75,7 @@ class Launcher:
         """Start the forkserver now; return a function that waits until it has imported everything."""
         from multiprocessing import forkserver
 
-        forkserver.ensure_running()  # returns at once; the server imports PRELOAD in the background
+        forkserver.ensure_running()  # returns at once; the server imports the preload in the background
 
         def ready() -> None:
             proc = self._ctx.Process(target=_noop, name="runner-warmup")
@@ -96,7 +96,7 @@ class WorkerHandle:
         self._proc = proc
         self._pid: int = proc.pid
         self._sentinel: int = proc.sentinel
-        self._seen: dict[int, str | None] = {proc.pid: _start_time(proc.pid)}
+        self._tree = ProcessTree(proc.pid)
 
     @property
     def pid(self) -> int:
@@ -112,63 +112,12 @@ class WorkerHandle:
         return code
 
     def signal_tree(self, sig: int) -> None:
-        """Send ``sig`` to the worker, its group, and every descendant and its group."""
-        for pid in descendants(self._pid):
-            self._seen.setdefault(pid, _start_time(pid))
-        # only processes still the ones we saw (a pid can be reused once reaped)
-        targets = [p for p, start in self._seen.items() if start is not None and _start_time(p) == start]
-        own = os.getpgrp()
-        groups: dict[int, int] = {}
-        for pid in targets:
-            try:
-                groups[pid] = os.getpgid(pid)
-            except ProcessLookupError:
-                continue
-        for pgid in set(groups.values()) - {own}:
-            _send(lambda pg=pgid: os.killpg(pg, sig))
-        for pid, pgid in groups.items():
-            if pgid == own:  # not in a group of its own yet: signal it alone (never serve's group)
-                _send(lambda p=pid: os.kill(p, sig))
+        """Send ``sig`` to the worker, its group, and every descendant and its group (never serve's)."""
+        self._tree.signal(sig)
 
     def close(self) -> None:
         self._proc.join(0)
         self._proc.close()
-
-
-def _send(action: Any) -> None:
-    try:
-        action()
-    except (ProcessLookupError, PermissionError):
-        return  # already gone, or no longer ours (pid reused)
-
-
-def _start_time(pid: int) -> str | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
-def descendants(root: int) -> list[int]:
-    """All live descendants of ``root`` (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    out: list[int] = []
-    todo = [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
 
 
 def _noop() -> None:
@@ -184,30 +133,24 @@ def worker_main(spec: WorkerSpec) -> None:
     """
     os.setpgid(0, 0)
     stop = threading.Event()
-
-    def on_signal(signum: int, frame: Any) -> None:
-        if stop.is_set():
-            raise KeyboardInterrupt
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    from runner.errors import RunnerError, TemplateError
-    from runner.run.execute import RunRequest, execute
+    install_two_stage_stop(stop)
+    from runner.errors import RunnerError, failure_reason
+    from runner.run.execute import execute
+    from runner.run.request import RunRequest
     from runner.settings import Settings
+    from runner.statuses import Trigger
     from runner.store import Store
     from runner.store.runs import finish_run
 
     settings = Settings(home=Path(spec.home), jobs_path=Path(spec.jobs_path), config_path=Path(spec.config_path))
     # serve has created and migrated the store, and it watches its own workers: open it plainly
     settings.store = Store.open(settings.home / "runner.db", migrate=False)
-    req = RunRequest(
-        job=spec.job, trigger=spec.trigger, run_id=spec.run_id, slot=spec.slot, stop=stop, task_id=spec.task_id
-    )
+    # the queued row exists (serve wrote it, with the task id if any): the run starts that row
+    req = RunRequest(job=spec.job, trigger=Trigger(spec.trigger), run_id=spec.run_id, slot=spec.slot, stop=stop)
     try:
         outcome = execute(settings, req)
     except RunnerError as exc:
-        reason = "template" if isinstance(exc, TemplateError) else "config"
+        reason = failure_reason(exc)
         finish_run(settings.store, spec.run_id, RunStatus.FAILED, reason=reason, error=str(exc))
         print(f"runner worker {spec.run_id}: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)

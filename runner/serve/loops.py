@@ -2,16 +2,15 @@
 cleanup of stale runner containers, and the idle Curator.
 
 Each factory takes the ``ServeHost`` and returns a ticker (``tick(now)``, ``next_wake(now)``,
-``close()``); ``runner.serve.daemon.extra_loops`` lists them.
+``close()``); ``LOOPS`` lists them and ``runner.cli.serve`` passes them to the daemon.
 """
 
 from __future__ import annotations
 
 import threading
 from datetime import datetime, timedelta
-from typing import Any
 
-from runner.serve.daemon import ServeHost, Ticker
+from runner.serve.daemon import ServeHost, Ticker, TickerFactory
 from runner.statuses import ACTIVE
 
 
@@ -142,4 +141,4 @@ def container_cleanup(host: ServeHost) -> Ticker:
     return ContainerCleanup(host)
 
 
-LOOPS: list[Any] = [kanban_loop, container_cleanup, curator_loop]
+LOOPS: tuple[TickerFactory, ...] = (kanban_loop, container_cleanup, curator_loop)

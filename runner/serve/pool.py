@@ -22,13 +22,14 @@ from datetime import datetime, timedelta
 from multiprocessing.connection import wait
 from typing import Protocol
 
+from runner.clock import iso
 from runner.config.jobs import Job
 from runner.config.schedules import format_duration
-from runner.serve.fire import ActiveRun, Finished, Fire, Paths, describe_exit
+from runner.serve.fire import ActiveRun, Fire, Paths, describe_exit
 from runner.serve.launcher import Handle, Spawner, WorkerSpec
 from runner.serve.state import record_slot_result, set_paused
 from runner.statuses import RunStatus, Trigger
-from runner.store import Store, iso
+from runner.store import Store
 from runner.store.runs import create_run, finish_run, update_run
 
 FAILED = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.UNKNOWN)
@@ -89,9 +90,6 @@ class Pool:
             ActiveRun(r.fire.run_id, r.fire.job.name, r.fire.trigger, r.handle.pid, r.started_at)
             for r in self._running.values()
         )
-
-    def is_idle(self) -> bool:
-        return not self._running and not self._waiting
 
     def counts(self) -> tuple[int, int]:
         return len(self._running), len(self._waiting)
@@ -252,11 +250,6 @@ class Pool:
             f" ({reason})" if reason else "",
             code,
         )
-        done = Finished(
-            fire.run_id, fire.job.name, fire.trigger, fire.slot, fire.attempt, status, reason, code, fire.task_id
-        )
-        if fire.on_done is not None:
-            fire.on_done(done)
         if fire.trigger not in SCHEDULED:
             return
         retries = fire.job.spec.retries
@@ -286,9 +279,7 @@ class Pool:
             )
             return
         self.log.info("retrying %s (attempt %d, run %s) at %s", fire.job.name, fire.attempt + 1, run_id, iso(due))
-        retry = Fire(
-            run_id, fire.job, fire.slot, Trigger.RETRY, fire.attempt + 1, root, fire.task_id, None, due, fire.on_done
-        )
+        retry = Fire(run_id, fire.job, fire.slot, Trigger.RETRY, fire.attempt + 1, root, fire.task_id, None, due)
         self.submit(retry)
 
     def _streak(self, fire: Fire, *, failed: bool) -> None:

@@ -12,6 +12,8 @@ import importlib
 
 MODULES = [
     "runner.run.execute",
+    "runner.run.agent_output",
+    "runner.run.model_source",
     "runner.agent.loop",
     "runner.agent.llm",
     "runner.run.model_choice",

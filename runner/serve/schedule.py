@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from runner.clock import iso
 from runner.config.jobs import Job
 from runner.config.schedules import Schedule
 from runner.serve.planner import (
@@ -32,7 +33,7 @@ from runner.serve.planner import (
 from runner.serve.pool import Fire, Pool
 from runner.serve.state import load_states, paused_jobs, save_sight, set_last_slot
 from runner.statuses import RunStatus, Trigger
-from runner.store import Store, iso
+from runner.store import Store
 from runner.store.runs import create_run, update_run
 
 POLL_S = 1.0  # how often pause flags set by `runner jobs pause|resume` are read

@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from runner.clock import iso, parse_iso, utcnow
+from runner.procs import pid_alive, start_time
 from runner.serve.planner import JobState
-from runner.store import Store, iso, parse_iso, utcnow
-from runner.store.runs import HOST, pid_alive, pid_start_time
+from runner.store import Store
+from runner.store.runs import HOST
 
 
 def _state(row: dict[str, Any]) -> JobState:
@@ -122,7 +124,7 @@ def register_serve(store: Store, *, jobs_path: str, heartbeat_s: float, now: dat
         conn.execute(
             "INSERT OR REPLACE INTO serve_instance (id, pid, pid_start, host, started_at, heartbeat_at, "
             "stopped_at, jobs_path, heartbeat_s, running, waiting) VALUES (1, ?, ?, ?, ?, ?, NULL, ?, ?, 0, 0)",
-            (pid, pid_start_time(pid), HOST, iso(now), iso(now), jobs_path, heartbeat_s),
+            (pid, start_time(pid), HOST, iso(now), iso(now), jobs_path, heartbeat_s),
         )
 
 

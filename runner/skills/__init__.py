@@ -30,13 +30,19 @@ USAGE_FILE = ".usage.json"
 class SkillError(UsageError):
     """A person asked for something about skills that cannot be done (unknown name, read-only). Exit 2."""
 
+    reason = "skill"
+
 
 class SkillStateError(RunnerError, RuntimeError):
     """The skills state on disk is damaged (an unreadable usage sidecar). Exit 1."""
 
+    reason = "skillstate"
+
 
 class SkillRefused(SkillError):
     """Content failed validation or the scan; ``reasons`` says why, one item per problem."""
+
+    reason = "skillrefused"
 
     def __init__(self, subject: str, reasons: Sequence[str]):
         self.reasons = tuple(reasons)

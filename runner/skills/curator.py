@@ -22,10 +22,11 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runner.clock import iso
 from runner.errors import UsageError
 from runner.skills import ARCHIVE_DIR, BACKUP_DIR, SkillPaths, SkillStateError, flock
 from runner.skills.usage import UsageFile, UsageRecord
-from runner.store import Store, dumps, iso
+from runner.store import Store, dumps
 
 if TYPE_CHECKING:
     from runner.config.machine import CuratorConfig

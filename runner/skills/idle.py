@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 
+from runner.clock import parse_iso
 from runner.errors import RunnerError
 from runner.skills import curator
 from runner.skills.curator import PassResult
 from runner.statuses import ACTIVE
-from runner.store import Store, parse_iso
+from runner.store import Store
 
 if TYPE_CHECKING:
     from runner.config.machine import CuratorConfig

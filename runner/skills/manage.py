@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from runner.clock import utcnow
 from runner.skills import SkillError, SkillPaths, SkillRefused, flock
 from runner.skills.loader import Source
 from runner.skills.rules import MAX_FILE_BYTES, check_name, check_skill_md, check_support_path, parse_frontmatter
 from runner.skills.scan import Scanner, kind_for, scan_skill_text
 from runner.skills.usage import UsageFile
-from runner.store import utcnow
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """What one run sees and does with skills: the index, the preloaded skills, views, its outcome.
 
 The worker opens a ``SkillSession`` per agent run and hands it to the skill tools through
-``ToolContext.extras["skills"]``. Usage is written to the sidecar as it happens (a crashed run
+``ToolContext.skills``. Usage is written to the sidecar as it happens (a crashed run
 still counts its views); at the end ``finish(status)`` adds the run's outcome to every skill it
 viewed or used. A sidecar that cannot be written is recorded as a ``skill_usage_failed`` run event
 and does not fail the run: bookkeeping never costs the person their report.
@@ -13,13 +13,13 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from runner.clock import utcnow
 from runner.skills import SkillError, SkillPaths, SkillStateError
 from runner.skills.loader import Catalog, Source, build_index, load_catalog, sources_for
 from runner.skills.manage import Change, SkillManager
 from runner.skills.rules import check_support_path
 from runner.skills.scan import Scanner, kind_for, scan_skill_text
 from runner.skills.usage import Counter, UsageFile
-from runner.store import utcnow
 
 if TYPE_CHECKING:
     from runner.settings import Settings

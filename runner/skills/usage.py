@@ -20,9 +20,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from runner.clock import iso, parse_iso, utcnow
 from runner.skills import SkillPaths, SkillStateError, flock
 from runner.statuses import RunStatus
-from runner.store import iso, parse_iso, utcnow
 
 Counter = Literal["use", "view", "patch"]
 STATES = ("active", "stale", "archived")

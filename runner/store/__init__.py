@@ -16,28 +16,14 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from runner.clock import iso, utcnow
 from runner.errors import StoreError
 
 BUSY_TIMEOUT_MS = 30_000
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-def iso(dt: datetime | None) -> str | None:
-    if dt is None:
-        return None
-    return dt.astimezone(UTC).isoformat(timespec="milliseconds")
-
-
-def parse_iso(text: str | None) -> datetime | None:
-    return datetime.fromisoformat(text) if text else None
 
 
 def migration_names() -> list[str]:
@@ -134,11 +120,6 @@ class Store:
 
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Cursor:
         return self.conn.execute(sql, params)
-
-    def recover_orphans(self) -> int:
-        from runner.store.runs import mark_orphans_unknown
-
-        return mark_orphans_unknown(self)
 
 
 def dumps(value: Any) -> str:

@@ -14,9 +14,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from runner.clock import iso, utcnow
+from runner.procs import pid_alive, start_time
 from runner.safety.redact import Redactor
 from runner.statuses import FINAL, RunStatus, Trigger
-from runner.store import Store, dumps, iso, utcnow
+from runner.store import Store, dumps
 
 HOST = socket.gethostname()
 
@@ -24,26 +26,6 @@ HOST = socket.gethostname()
 def new_run_id(now: datetime | None = None) -> str:
     stamp = (now or utcnow()).astimezone(UTC).strftime("%Y%m%d-%H%M%S")
     return f"{stamp}-{secrets.token_hex(3)}"
-
-
-def pid_start_time(pid: int) -> str | None:
-    """Start time of ``pid`` from /proc (clock ticks since boot), to tell a reused pid apart."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
-def pid_alive(pid: int, start: str | None) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    current = pid_start_time(pid)
-    return start is None or current is None or current == start
 
 
 def create_run(
@@ -76,7 +58,7 @@ def create_run(
         "host": HOST,
     }
     if status == RunStatus.RUNNING:
-        row.update(started_at=iso(now), pid=os.getpid(), pid_start=pid_start_time(os.getpid()))
+        row.update(started_at=iso(now), pid=os.getpid(), pid_start=start_time(os.getpid()))
     cols = ", ".join(row)
     marks = ", ".join(f":{k}" for k in row)
     with store.transaction() as conn:
@@ -89,7 +71,7 @@ def mark_started(store: Store, run_id: str, *, pid: int | None = None, now: date
     with store.transaction() as conn:
         conn.execute(
             "UPDATE runs SET status=?, started_at=?, pid=?, pid_start=?, host=? WHERE id=?",
-            (RunStatus.RUNNING, iso(now or utcnow()), pid, pid_start_time(pid), HOST, run_id),
+            (RunStatus.RUNNING, iso(now or utcnow()), pid, start_time(pid), HOST, run_id),
         )
 
 

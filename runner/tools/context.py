@@ -1,14 +1,24 @@
-"""What a tool handler gets: the run's backend, its limits and its callbacks."""
+"""What a tool handler gets: the run's backend, its limits, its callbacks and the run's services.
+
+``settings``, ``skills`` and ``kanban`` are None where the run has no such thing (a test's bare
+context, a job without skills, a run outside a kanban worker); the tools that need them are
+not offered then.
+"""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from backends.base import Backend
 from runner.safety.result import ApprovalResult, ApproveFn
+
+if TYPE_CHECKING:
+    from runner.settings import Settings
+    from runner.skills.session import SkillSession
+    from runner.tools.kanban import KanbanTask
 
 EmitFn = Callable[[str, dict[str, Any]], None]
 
@@ -32,7 +42,9 @@ class ToolContext:
     command_timeout: float = 300.0
     output_chars: int = 16_000
     deadline: float | None = None  # time.monotonic() value when the run must end
-    extras: dict[str, Any] = field(default_factory=dict)
+    settings: Settings | None = None  # the runner's settings (store, jobs, config)
+    skills: SkillSession | None = None  # the run's skills session (skill_view, skill_manage)
+    kanban: KanbanTask | None = None  # the task a kanban worker holds (the kanban tools act on it)
 
     @property
     def workdir(self) -> str:

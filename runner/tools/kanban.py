@@ -21,6 +21,7 @@ from runner.tools.context import ToolContext
 
 if TYPE_CHECKING:
     from runner.kanban.board import Board
+    from runner.settings import Settings
 
 ENV_TASK = "HERMES_KANBAN_TASK"
 LIST_LIMIT = 100
@@ -41,7 +42,7 @@ class KanbanTask(Protocol):
 def _session(ctx: ToolContext) -> KanbanTask | None:
     """The worker's task session, only when HERMES_KANBAN_TASK names that very task."""
     raw = os.environ.get(ENV_TASK)
-    session = ctx.extras.get("kanban")
+    session = ctx.kanban
     if not raw or session is None:
         return None
     return session if str(getattr(session, "task_id", "")) == raw.strip() else None
@@ -52,14 +53,20 @@ def in_task(ctx: ToolContext) -> bool:
 
 
 def orchestrator(ctx: ToolContext) -> bool:
-    return not os.environ.get(ENV_TASK) and ctx.extras.get("settings") is not None
+    return not os.environ.get(ENV_TASK) and ctx.settings is not None
+
+
+def _settings(ctx: ToolContext) -> Settings:
+    if ctx.settings is None:  # the tools that need it are only offered with settings
+        raise ToolError("the kanban board is not available in this run")
+    return ctx.settings
 
 
 @contextmanager
 def _board(ctx: ToolContext) -> Iterator[Board]:
     from runner.kanban.board import Board
 
-    board = Board(ctx.extras["settings"].store)
+    board = Board(_settings(ctx).store)
     try:
         yield board
     finally:
@@ -132,10 +139,10 @@ def kanban_create(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         )
     if not isinstance(parents, list) or not all(isinstance(p, int) and not isinstance(p, bool) for p in parents):
         raise ToolError("'parents' must be a list of task ids")
+    from runner.clock import utcnow
     from runner.safety.redact import Redactor
-    from runner.store import utcnow
 
-    settings, redact = ctx.extras["settings"], Redactor()
+    settings, redact = _settings(ctx), Redactor()
     with _board(ctx) as board:
         new_id = _call(
             board.add,
@@ -153,7 +160,7 @@ def kanban_create(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
 
 def _check_job(ctx: ToolContext, job: str | None, *, fallback: bool = False) -> str | None:
     """The job a new task will run: ``job``, else kanban.default_job, else (inside a task) the task's own."""
-    settings = ctx.extras.get("settings")
+    settings = ctx.settings
     if settings is None:
         return job
     name = job or settings.config.kanban.default_job

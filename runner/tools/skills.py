@@ -1,7 +1,7 @@
 """The ``skills`` toolset: ``skill_view`` (progressive disclosure) and ``skill_manage`` (writing).
 
 Both work on the runner host (RUNNER_HOME and the skill folders), whatever the job's backend.
-They need the run's ``SkillSession`` in ``ctx.extras["skills"]``, which the worker puts there.
+They need the run's ``SkillSession`` in ``ctx.skills``, which the run puts there.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ ACTIONS = ["create", "edit", "patch", "write_file", "remove_file", "archive"]
 
 
 def _session(ctx: ToolContext) -> Any:
-    session = ctx.extras.get("skills")
+    session = ctx.skills
     if session is None:
         raise ToolError("skills are not available in this run")
     return session
 
 
 def _has_session(ctx: ToolContext) -> bool:
-    return ctx.extras.get("skills") is not None
+    return ctx.skills is not None
 
 
 def skill_view(args: dict[str, Any], ctx: ToolContext) -> ToolResult:

@@ -219,6 +219,19 @@ def test_fallback_provider_takes_over_when_keys_are_exhausted(project, fake):
     assert fb["from"] == "default" and fb["to"] == "backup" and fb["reason"] == "credentials_exhausted"
 
 
+def test_the_run_records_the_model_and_prices_of_the_fallback_provider_that_answered(project, fake):
+    env = configure(project, fake, 1, extra="pricing: {input_per_mtok: 1000, output_per_mtok: 1000}", backup=True)
+    config = project.home / "config.yaml"
+    config.write_text(config.read_text() + "    pricing: {input_per_mtok: 10, output_per_mtok: 20}\n")
+    fake.add(error(401, "bad key", keys=(KEYS[0],)), final("from backup", usage=(100, 20)))
+    project.write_jobs(ONE + "    model: [default, backup]\n")
+    res = project.cli("run-job", "one", env=env)
+    assert res.exit_code == 0, res.output
+    row = last_run(project)
+    assert row["model"] == "m2"
+    assert row["cost_usd"] == (100 * 10 + 20 * 20) / 1e6  # backup's prices, not default's
+
+
 def test_unknown_fallback_provider_is_bad_input(project, fake):
     env = configure(project, fake, 1)
     project.write_jobs(ONE + "    model: [default, nope]\n")

@@ -17,11 +17,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from runner.clock import iso  # noqa: E402
 from runner.settings import Settings  # noqa: E402
 from runner.skills import SkillPaths  # noqa: E402
 from runner.skills.curator import run_pass  # noqa: E402
 from runner.skills.loader import Source, build_index, load_catalog  # noqa: E402
-from runner.store import iso  # noqa: E402
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 BODY = (

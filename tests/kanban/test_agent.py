@@ -5,9 +5,11 @@ import json
 
 import pytest
 
+from runner.clock import utcnow
 from runner.kanban.board import Board
 from runner.kanban.work import REMINDER, UNFINISHED, TaskSession
-from runner.store import Store, utcnow
+from runner.statuses import FINAL
+from runner.store import Store
 from runner.tools import discover
 from runner.tools.context import ToolContext
 from tests.fakeopenai import call, final
@@ -75,6 +77,12 @@ def test_agent_worker_completes_task_and_show_has_the_result(project, fake):
     assert written == [], f"the API key was written to {written}"
 
 
+def runs_final(project, task_id):
+    with board_of(project) as board:
+        runs = board.runs(task_id)
+    return len(runs) == 2 and all(r["status"] in FINAL for r in runs)
+
+
 def test_stopping_without_ending_is_reminded_once_then_the_attempt_fails(project, fake):
     write_config(project)
     project.write_jobs(JOBS)
@@ -88,6 +96,8 @@ def test_stopping_without_ending_is_reminded_once_then_the_attempt_fails(project
     )
     with dispatcher(project):
         wait_for(lambda: status_of(project, t) == "done", timeout=40, what="second attempt done")
+        # the task is done once kanban_complete returns; the worker writes its run row's final status after
+        wait_for(lambda: runs_final(project, t), timeout=20, what="both run rows final")
     assert fake.requests[1]["body"]["messages"][-1] == {"role": "user", "content": REMINDER}
     assert len(fake.requests) == 5
     with board_of(project) as board:
@@ -174,7 +184,7 @@ def test_task_tools_need_the_env_to_name_the_sessions_task(tmp_path, monkeypatch
     t = board.add("t", now=utcnow())
     [c] = board.claim("w", now=utcnow(), lease_seconds=60)
     session = TaskSession(board, board.get(t), c.fence, settings)
-    ctx = ToolContext(backend=None, extras={"kanban": session, "settings": settings})  # type: ignore[arg-type]
+    ctx = ToolContext(backend=None, kanban=session, settings=settings)  # type: ignore[arg-type]
     registry = discover()
 
     def names():
@@ -188,7 +198,7 @@ def test_task_tools_need_the_env_to_name_the_sessions_task(tmp_path, monkeypatch
     assert names() == ["kanban_block", "kanban_comment", "kanban_complete", "kanban_create", "kanban_show"]
     kid = session.create("child", "", priority=0, job=None)
     assert (board.get(kid).job, board.get(kid).status) == (None, "todo")  # the task's own job (None here)
-    no_session = ToolContext(backend=None, extras={"settings": settings})  # type: ignore[arg-type]
+    no_session = ToolContext(backend=None, settings=settings)  # type: ignore[arg-type]
     assert registry.select(["kanban"], no_session) == []
     board.close()
     Store.close(store)

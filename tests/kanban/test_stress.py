@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from runner.clock import utcnow
 from runner.kanban.board import Board
-from runner.store import Store, utcnow
+from runner.store import Store
 
 TASKS, PROCESSES = 10_000, 16
 CLAIMER = Path(__file__).parent.parent / "kanban_claimer.py"

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from runner.store import utcnow
+from runner.clock import utcnow
 from tests.kanban_util import board_of, dispatcher, kinds, status_of, wait_for, write_config
 
 JOBS = """\

@@ -8,12 +8,12 @@ from datetime import timedelta
 
 import pytest
 
+from runner.clock import utcnow
 from runner.skills import SkillPaths
 from runner.skills.curator import run_pass, write_snapshot
 from runner.skills.idle import CuratorTicker
 from runner.skills.manage import SkillManager
 from runner.skills.usage import UsageFile
-from runner.store import utcnow
 from runner.store.runs import create_run, finish_run
 from tests.skillkit import T0, settings_for, skill_md, tree_hash, write_skill
 

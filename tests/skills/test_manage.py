@@ -31,7 +31,7 @@ def kit(tmp_path):
         [Source("bundled", bundled), Source("home", paths.root), Source("extra", extra)],
         clock=lambda: clock[0],
     )
-    ctx = ToolContext(backend=LocalBackend(BackendContext(workdir=tmp_path, home=home)), extras={"skills": session})
+    ctx = ToolContext(backend=LocalBackend(BackendContext(workdir=tmp_path, home=home)), skills=session)
     registry = discover()
 
     class Kit:
@@ -54,7 +54,7 @@ def test_tools_need_a_session(tmp_path):
     registry = discover()
     ctx = ToolContext(backend=LocalBackend(BackendContext(workdir=tmp_path, home=tmp_path)))
     assert registry.select(["skills"], ctx) == []
-    with_session = ToolContext(backend=ctx.backend, extras={"skills": object()})
+    with_session = ToolContext(backend=ctx.backend, skills=object())  # type: ignore[arg-type]
     assert [t.name for t in registry.select(["skills"], with_session)] == ["skill_manage", "skill_view"]
 
 

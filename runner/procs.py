@@ -1,0 +1,212 @@
+"""Processes: who is alive, a process tree, killing one, and the two-stage stop on signals.
+
+Everything reads ``/proc`` (Linux). ``psutil`` would make the tree walk portable, but importing
+it costs 10-20 ms (measured with ``python -X importtime``) on every ``runner`` start that opens
+the ledger, which the start-up benchmarks would show; without ``/proc`` a pid's start time is
+unknown (a reused pid cannot be told apart, so it counts as the same process) and a tree has no
+descendants (only the root and its process group are signalled).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+PROC = Path("/proc")
+POLL_S = 0.02  # how often kill_tree looks whether the tree is gone during the grace period
+Handler = Callable[[int, FrameType | None], Any] | int | None  # what signal.signal takes and returns
+
+
+@dataclass(frozen=True)
+class Stat:
+    """The fields of ``/proc/PID/stat`` we use."""
+
+    state: str  # R, S, D, Z (zombie: exited, not yet reaped), ...
+    ppid: int
+    start: str  # start time in clock ticks since boot: with the pid, it names one process
+
+
+def stat(pid: int) -> Stat | None:
+    """``/proc/PID/stat`` of ``pid``, or None when it does not exist (or /proc is absent)."""
+    try:
+        text = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # the command name (field 2) is in parentheses and may hold spaces and ")": split after the last one
+    fields = text.rsplit(")", 1)[1].split()
+    return Stat(state=fields[0], ppid=int(fields[1]), start=fields[19])
+
+
+def start_time(pid: int) -> str | None:
+    """Start time of ``pid`` (clock ticks since boot), to tell a reused pid apart; None if unknown."""
+    st = stat(pid)
+    return st.start if st else None
+
+
+def pid_alive(pid: int, start: str | None) -> bool:
+    """``pid`` exists (a zombie counts) and, when both start times are known, is the process
+    that had start time ``start`` (not a later process that reused the pid)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, owned by someone else
+    current = start_time(pid)
+    return start is None or current is None or current == start
+
+
+def running(pid: int, start: str | None) -> bool:
+    """Like ``pid_alive`` but a zombie (exited, waiting for its parent to reap it) is not running."""
+    st = stat(pid)
+    if st is None:
+        return pid_alive(pid, start) if not PROC.is_dir() else False
+    return st.state != "Z" and (start is None or st.start == start)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid``, children first; empty where /proc is absent."""
+    children: dict[int, list[int]] = {}
+    entries = os.listdir(PROC) if PROC.is_dir() else []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        st = stat(int(entry))
+        if st is not None:
+            children.setdefault(st.ppid, []).append(int(entry))
+    out: list[int] = []
+    queue = list(children.get(pid, []))
+    while queue:
+        child = queue.pop(0)
+        out.append(child)
+        queue.extend(children.get(child, []))
+    return out
+
+
+class ProcessTree:
+    """A process and its descendants, each remembered with its start time when first seen, so a
+    later signal still reaches children orphaned in between and never a process that reused a pid.
+
+    Signals go to each member's process group (backend commands run in sessions of their own,
+    and a group also holds children that left the tree) except the caller's own group, where the
+    member is signalled alone. ``group`` is a process group that belongs to the tree even after
+    its leader exited (the local backend's command session).
+    """
+
+    def __init__(self, root: int, *, start: str | None = None, group: int | None = None):
+        self.root = root
+        self.group = group
+        self._seen: dict[int, str | None] = {root: start if start is not None else start_time(root)}
+
+    def members(self) -> list[int]:
+        """The remembered and current members that are still the processes first seen, zombies included."""
+        if not PROC.is_dir():
+            return [self.root] if pid_alive(self.root, None) else []
+        self._look()
+        return [pid for pid, start in self._seen.items() if start is not None and start_time(pid) == start]
+
+    def alive(self) -> bool:
+        """Some member is still running (zombies do not count), or ``group`` still has a process."""
+        self._look()
+        known = [(pid, start) for pid, start in self._seen.items() if start is not None or not PROC.is_dir()]
+        if any(running(pid, start) for pid, start in known):
+            return True
+        return self.group is not None and group_alive(self.group)
+
+    def _look(self) -> None:
+        """Remember the root's current descendants, while the root is still the process first seen
+        (once it is gone, a process that reused its pid has descendants that are not ours)."""
+        root_start = self._seen[self.root]
+        if root_start is None or start_time(self.root) != root_start:
+            return
+        for pid in descendants(self.root):
+            self._seen.setdefault(pid, start_time(pid))
+
+    def signal(self, sig: int) -> None:
+        own = os.getpgrp()
+        groups = {self.group} if self.group is not None else set()
+        alone: list[int] = []
+        for pid in self.members():
+            try:
+                pgid = os.getpgid(pid)
+            except ProcessLookupError:
+                continue
+            if pgid == own:
+                alone.append(pid)  # not in a group of its own (yet): never signal the caller's group
+            else:
+                groups.add(pgid)
+        for pgid in groups - {own}:
+            _send(os.killpg, pgid, sig)
+        for pid in alone:
+            _send(os.kill, pid, sig)
+
+
+def kill_tree(pid: int, grace: float, *, start: str | None = None, group: int | None = None) -> bool:
+    """Stop ``pid`` and its descendants: SIGTERM, up to ``grace`` seconds for them to exit, then
+    SIGKILL whatever is left (``grace`` 0: SIGKILL at once). With ``start``, only if ``pid`` is
+    still that process. ``group``: a process group to signal too, even when ``pid`` is gone.
+    Returns whether ``pid`` was still there (False and nothing signalled when gone and no ``group``)."""
+    found = pid_alive(pid, start)
+    if not found and group is None:
+        return False
+    tree = ProcessTree(pid, start=start, group=group)
+    if grace > 0:
+        tree.signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and tree.alive():
+            time.sleep(POLL_S)
+    tree.signal(signal.SIGKILL)
+    return found
+
+
+def group_alive(pgid: int) -> bool:
+    """Process group ``pgid`` still has a process (zombies included)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _send(kill: Callable[[int, int], None], target: int, sig: int) -> None:
+    try:
+        kill(target, sig)
+    except (ProcessLookupError, PermissionError):
+        return  # already gone, or no longer ours (pid reused)
+
+
+# -- the two-stage stop ----------------------------------------------------------------------
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def install_two_stage_stop(stop: threading.Event, signals: Sequence[int] = STOP_SIGNALS) -> dict[int, Handler]:
+    """First signal: set ``stop`` (finish the current step, start nothing new). A second one
+    raises KeyboardInterrupt (stop hard). Returns the handlers it replaced."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    return {sig: signal.signal(sig, handler) for sig in signals}
+
+
+@contextmanager
+def two_stage_stop(stop: threading.Event, signals: Sequence[int] = STOP_SIGNALS) -> Iterator[threading.Event]:
+    """``install_two_stage_stop`` for the ``with`` block; the previous handlers come back after it."""
+    previous = install_two_stage_stop(stop, signals)
+    try:
+        yield stop
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

@@ -1,0 +1,205 @@
+"""The produce step of an agent job: prompt -> loop (LLM <-> tools) -> the model's final answer.
+
+The conversation is saved as the run's transcript however the loop ends; the run's skills
+session hears the outcome; a kanban task's ``follow_up`` gets one reminder turn.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from runner.agent.loop import Limits, LoopResult, run_loop
+from runner.agent.pruning import Pruner, summarize_with
+from runner.agent.types import Usage
+from runner.run.delivery import is_silent
+from runner.run.model_source import Connected, Models
+from runner.run.produce import Produced
+from runner.statuses import RunStatus
+from runner.store.runs import update_run
+from runner.tools.context import EmitFn, ToolContext
+
+if TYPE_CHECKING:
+    from runner.run.execute import Run
+    from runner.skills.session import SkillSession
+    from runner.tools import ToolEntry
+
+Messages = list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class AgentOutput:
+    """An agent job: its prompt template (checked before the run row) and its models."""
+
+    source: str  # the template text
+    name: str  # the template's name in messages
+    models: Models
+
+    def produce(self, run: Run) -> Produced:
+        connected = self.models.connect(
+            emit=run.emit, deadline=run.deadline, redactor=run.redactor, on_model=run.record_model
+        )
+        skills = _skill_session(run)
+        ctx = _tool_context(run, skills)
+        from runner.tools import discover
+
+        tools = discover().select(run.job.spec.toolsets, ctx)
+        user_prompt = self._user_prompt(run)
+        messages = _first_messages(run, tools, skills, user_prompt)
+        run.emit(
+            "prompt",
+            {
+                "system_chars": len(messages[0]["content"]),
+                "user": user_prompt[:4000],
+                "tools": [t.name for t in tools],
+                "model": connected.llm.model,
+            },
+        )
+        run.record_model(connected.llm.model)
+        status = RunStatus.FAILED
+        try:
+            result = _converse(run, messages, tools, ctx, connected)
+            status = RunStatus(result.status)
+        finally:
+            run.save_transcript(messages)
+            if skills is not None:
+                skills.finish(status)
+        update_run(
+            run.settings.store,
+            run.run_id,
+            iterations=result.iterations,
+            prompt_tokens=result.usage.prompt_tokens,
+            completion_tokens=result.usage.completion_tokens,
+            cost_usd=result.cost_usd,
+        )
+        return Produced(status, result.output, result.reason, result.error, silent=is_silent(result.output))
+
+    def _user_prompt(self, run: Run) -> str:
+        from runner.run.prompt import render
+
+        prompt = render(self.source, run.variables, name=self.name, base=run.job.base_dir)
+        task = run.req.task
+        if task is not None and task.prompt:
+            prompt = f"{prompt.rstrip()}\n\n{task.prompt}"
+        return prompt
+
+
+def _skill_session(run: Run) -> SkillSession | None:
+    """The run's SkillSession when the job uses skills (the ``skills`` toolset or a ``skills:`` list)."""
+    spec = run.job.spec
+    if not spec.skills and not set(spec.toolsets) & {"skills", "skill_view", "skill_manage"}:
+        return None
+    from runner.skills.session import SkillSession
+
+    return SkillSession.for_run(run.settings, emit=run.emit)
+
+
+def _tool_context(run: Run, skills: SkillSession | None) -> ToolContext:
+    from runner.safety.approval import build_gate
+
+    job = run.job
+    gate = build_gate(
+        job,
+        store=run.settings.store,
+        run_id=run.run_id,
+        emit=run.emit,
+        redact=run.redactor,
+        interactive=run.req.interactive,
+    )
+    return ToolContext(
+        backend=run.backend,
+        run_id=run.run_id,
+        job_name=job.name,
+        allow_paths=tuple(job.spec.allow_paths),
+        approve=gate,
+        emit=run.emit,
+        deadline=run.deadline,
+        settings=run.settings,
+        skills=skills,
+        kanban=run.req.task.session if run.req.task is not None else None,
+    )
+
+
+def _first_messages(run: Run, tools: Sequence[ToolEntry], skills: SkillSession | None, user_prompt: str) -> Messages:
+    """The frozen system prompt (rules, skills index, project instructions) and the user prompt."""
+    from runner.run.context_files import load_context_file
+    from runner.run.prompt import system_prompt
+
+    names = {t.name for t in tools}
+    index = skills.index(can_manage="skill_manage" in names) if skills is not None and "skill_view" in names else None
+    preloaded = skills.preload(run.job.spec.skills) if skills is not None else ""
+    system = system_prompt(run.job, context_file=load_context_file(run.backend, run.emit), skills_index=index)
+    return [{"role": "system", "content": system}, {"role": "user", "content": user_prompt + preloaded}]
+
+
+def _converse(
+    run: Run, messages: Messages, tools: Sequence[ToolEntry], ctx: ToolContext, connected: Connected
+) -> LoopResult:
+    """The loop over ``messages`` (extended in place) within the job's limits, then the follow-up."""
+    from runner.run.model_choice import context_budget
+
+    spec = run.job.spec
+    limits = Limits(
+        max_iterations=spec.max_iterations,
+        deadline=run.deadline,
+        idle_timeout=spec.idle_timeout,
+        max_tokens=spec.budget.max_tokens,
+        max_cost_usd=spec.budget.max_cost_usd,
+    )
+    llm = connected.llm
+    pruner = Pruner(
+        context_budget(run.settings.config, run.job),
+        tools_tokens=sum(len(json.dumps(t.schema())) for t in tools) // 4,
+        emit=run.emit,
+        summarize=summarize_with(llm) if spec.summarize else None,
+    )
+
+    def loop(lim: Limits) -> LoopResult:
+        return run_loop(
+            messages, tools, ctx, llm, lim, emit=run.emit, pricing=connected.pricing, stop=run.req.stop, prune=pruner
+        )
+
+    result = loop(limits)
+    task = run.req.task
+    if task is not None and task.follow_up is not None and result.status == RunStatus.SUCCEEDED:
+        result = _follow_up_once(task.follow_up, result, loop, messages, limits, run.emit)
+    return result
+
+
+def _follow_up_once(
+    follow_up: Callable[[], str | None],
+    first: LoopResult,
+    loop: Callable[[Limits], LoopResult],
+    messages: Messages,
+    limits: Limits,
+    emit: EmitFn,
+) -> LoopResult:
+    """The model answered: if ``follow_up`` has a reminder, send it once and continue the same
+    conversation within what is left of the limits; still unfinished after that is a failure."""
+    reminder = follow_up()
+    if not reminder:
+        return first
+    emit("follow_up", {"text": reminder})
+    messages.append({"role": "user", "content": reminder})
+    used = first.usage.prompt_tokens + first.usage.completion_tokens
+    more = loop(
+        replace(
+            limits,
+            max_iterations=max(1, limits.max_iterations - first.iterations),
+            max_tokens=None if limits.max_tokens is None else max(1, limits.max_tokens - used),
+            max_cost_usd=None if limits.max_cost_usd is None else max(0.0, limits.max_cost_usd - first.cost_usd),
+        )
+    )
+    usage = Usage(
+        first.usage.prompt_tokens + more.usage.prompt_tokens,
+        first.usage.completion_tokens + more.usage.completion_tokens,
+    )
+    result = replace(
+        more, iterations=first.iterations + more.iterations, usage=usage, cost_usd=first.cost_usd + more.cost_usd
+    )
+    if result.status == RunStatus.SUCCEEDED and follow_up():
+        error = "the model stopped again without finishing after a reminder"
+        result = replace(result, status=RunStatus.FAILED, reason="unfinished", error=error)
+    return result

@@ -1,0 +1,161 @@
+"""A run's ``ModelSource`` resolved into ``Models``: how to connect once the run row exists.
+
+Resolving happens before the row is written (an unknown provider or a missing key is exit 2
+with nothing left behind); connecting happens inside the run, with its event sink and deadline.
+With a fallback list the row's ``model`` and the run's prices follow the provider that answered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from runner.agent.keys import KeySource
+from runner.agent.loop import Pricing
+from runner.agent.types import LLM, Message, Usage
+from runner.config.jobs import Job
+from runner.run.model_choice import ModelChoice
+from runner.run.request import Given, ModelSource, Record, Replay
+from runner.safety.redact import Redactor
+from runner.settings import Settings
+from runner.tools.context import EmitFn
+
+if TYPE_CHECKING:
+    from runner.agent.credentials import PoolFactory
+
+OnModel = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Connected:
+    """The run's model seam and the prices its answers cost."""
+
+    llm: LLM
+    pricing: Pricing
+
+
+class Models(Protocol):
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """Key values: masked in events and kept out of the backend's env."""
+        ...
+
+    def connect(self, *, emit: EmitFn, deadline: float | None, redactor: Redactor, on_model: OnModel) -> Connected:
+        """The model for this run; ``on_model`` hears when a fallback provider answered instead."""
+        ...
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """One model seam known up front (a cassette, or the caller's own); free of charge."""
+
+    llm: LLM
+    secrets: tuple[str, ...] = ()
+
+    def connect(self, *, emit: EmitFn, deadline: float | None, redactor: Redactor, on_model: OnModel) -> Connected:
+        return Connected(self.llm, Pricing())
+
+
+@dataclass(frozen=True)
+class Providers:
+    """The job's ``model:`` list: a credential pool per provider, a FallbackLLM over several."""
+
+    job: str
+    choices: tuple[ModelChoice, ...]
+    sources: tuple[KeySource, ...]
+    pools: PoolFactory  # attached to the run's emit and deadline when it connects
+    record: Path | None
+    secrets: tuple[str, ...]
+
+    def connect(self, *, emit: EmitFn, deadline: float | None, redactor: Redactor, on_model: OnModel) -> Connected:
+        from runner.run.model_choice import build_client
+
+        self.pools.attach(emit=emit, deadline=deadline)
+        chain = [
+            (c.provider_name, build_client(c, k, emit=emit)) for c, k in zip(self.choices, self.sources, strict=True)
+        ]
+        client: LLM = chain[0][1]
+        pricing = self.choices[0].pricing
+        if len(chain) > 1:
+            from runner.agent.fallback import FallbackLLM
+
+            fallback = FallbackLLM(chain, emit=emit)
+            pricing = AnsweringPricing(chain=fallback, prices=tuple(c.pricing for c in self.choices))
+            client = Watched(fallback, on_model)
+        if self.record is not None:
+            from runner.agent.cassette import RecordingLLM
+
+            client = RecordingLLM(client, self.record, job=self.job, redact=redactor.redact_obj)
+        return Connected(client, pricing)
+
+
+def resolve(settings: Settings, job: Job, source: ModelSource) -> Models:
+    """The models for ``source``; bad config (unknown provider, no key) raises here, before any row."""
+    match source:
+        case Given(llm):
+            return Fixed(llm)
+        case Replay(path):
+            from runner.agent.cassette import ReplayLLM
+
+            return Fixed(ReplayLLM(path))
+        case Record(path):
+            return _providers(settings, job, record=path)
+    return _providers(settings, job, record=None)
+
+
+def _providers(settings: Settings, job: Job, *, record: Path | None) -> Providers:
+    """A credential pool per provider of the job's list (shared state in runner.db)."""
+    from runner.agent.credentials import PoolFactory
+    from runner.run.model_choice import choose, key_source
+
+    choices = tuple(choose(settings.config, ref, job=job.name) for ref in job.models)
+    pools = PoolFactory(lambda: settings.store)
+    last = len(choices) - 1  # only the last provider waits for a cooling key; the others hand over
+    sources = tuple(key_source(c, job=job.name, pool_factory=pools, may_wait=i == last) for i, c in enumerate(choices))
+    secrets = tuple(v for keys in sources for v in keys.values())
+    return Providers(job.name, choices, sources, pools, record, secrets)
+
+
+class _Chain(Protocol):
+    index: int
+    model: str
+
+    def complete(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]], *, timeout: float | None = None
+    ) -> Message: ...
+
+
+@dataclass(frozen=True)
+class AnsweringPricing(Pricing):
+    """Prices a reply at the rates of the fallback chain's provider that gave it.
+
+    The loop prices each reply right after ``complete`` returns, when ``chain.index`` is the
+    provider that answered.
+    """
+
+    chain: _Chain | None = None
+    prices: tuple[Pricing, ...] = ()
+
+    def cost(self, usage: Usage) -> float:
+        if self.chain is None:
+            return super().cost(usage)
+        return self.prices[self.chain.index].cost(usage)
+
+
+class Watched:
+    """An LLM that reports its model to ``on_model`` when it changes (a fallback took over)."""
+
+    def __init__(self, inner: _Chain, on_model: OnModel):
+        self.inner, self.on_model = inner, on_model
+        self.model = inner.model
+
+    def complete(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]], *, timeout: float | None = None
+    ) -> Message:
+        reply = self.inner.complete(messages, tools, timeout=timeout)
+        if self.inner.model != self.model:
+            self.model = self.inner.model
+            self.on_model(self.model)
+        return reply

@@ -1,0 +1,45 @@
+"""Everything about a run that can be wrong before its ledger row exists.
+
+Template syntax, a dry render with placeholder run values, the model choice (unknown provider,
+missing key, unreadable cassette): each is exit 2 with nothing written. The result, a frozen
+``Prepared``, is what the run needs from that work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runner.clock import utcnow
+from runner.run.produce import Producer, ScriptOutput
+from runner.run.request import RunRequest
+from runner.settings import Settings
+
+
+@dataclass(frozen=True)
+class Prepared:
+    producer: Producer  # makes the run's output: the pre_run's stdout or the agent's answer
+    secrets: tuple[str, ...] = ()  # key values: masked everywhere, kept out of the backend's env
+
+
+def prepare(settings: Settings, req: RunRequest) -> Prepared:
+    """Check the job's template and resolve its models; raises a RunnerError (exit 2) when either is bad."""
+    job = req.job
+    if not job.spec.agent:
+        return Prepared(ScriptOutput())
+    from runner.run.agent_output import AgentOutput
+    from runner.run.model_source import resolve
+    from runner.run.prompt import check_syntax, job_template, render, variables
+
+    check_syntax(job)
+    source, name = job_template(job)
+    placeholder = {"id": "dry-run", "slot": None, "trigger": str(req.trigger)}
+    dry = variables(
+        job,
+        now=utcnow(),
+        run=placeholder,
+        vars_override=dict(req.vars_override),
+        pre_run={"stdout": "", "exit_code": 0},
+    )
+    render(source, dry, name=name, base=job.base_dir)  # a missing variable is exit 2, before any row
+    models = resolve(settings, job, req.model)
+    return Prepared(AgentOutput(source, name, models), models.secrets)

@@ -1,0 +1,51 @@
+"""The "produce output" step of a run: one ``Producer`` per kind of job.
+
+A script-only job (``agent: false``) produces its pre_run's stdout; an agent job produces the
+model's final answer (``runner.run.agent_output``). The run around them is the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from runner.run.delivery import is_silent
+from runner.run.prerun import PreRunResult
+from runner.statuses import RunStatus
+
+if TYPE_CHECKING:
+    from runner.run.execute import Run
+
+
+@dataclass(frozen=True)
+class Produced:
+    """What the produce step ended with; ``silent`` means: keep the output, deliver nothing."""
+
+    status: RunStatus
+    output: str = ""
+    reason: str | None = None
+    error: str | None = None
+    silent: bool = False
+
+
+class Producer(Protocol):
+    def produce(self, run: Run) -> Produced:
+        """Make the run's output; the run writes and delivers it and records the status."""
+        ...
+
+
+def pre_run_failed(pre: PreRunResult) -> Produced:
+    error = f"pre_run exited {pre.exit_code}" + (" (timed out)" if pre.timed_out else "")
+    return Produced(RunStatus.FAILED, reason="pre_run", error=error)
+
+
+@dataclass(frozen=True)
+class ScriptOutput:
+    """``agent: false``: the pre_run's stdout is the output; a non-zero exit fails the run; empty is silent."""
+
+    def produce(self, run: Run) -> Produced:
+        pre = run.pre
+        if pre is not None and pre.exit_code != 0:
+            return pre_run_failed(pre)
+        output = pre.stdout if pre is not None else ""
+        return Produced(RunStatus.SUCCEEDED, output, silent=is_silent(output) or not output.strip())

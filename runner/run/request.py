@@ -1,0 +1,108 @@
+"""What a caller asks of one run (``RunRequest``) and what it gets back (``RunOutcome``).
+
+Where the model's answers come from is one value, a ``ModelSource``: the configured providers
+(``Live``), a cassette (``Replay``), the providers while writing a cassette (``Record``) or a
+model seam the caller built (``Given``, for tests and embedders). What a kanban worker adds to
+a run is one value too, ``TaskHooks``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from runner.agent.types import LLM
+from runner.config.jobs import Job
+from runner.statuses import RunStatus, Trigger
+
+if TYPE_CHECKING:
+    from runner.tools.kanban import KanbanTask
+
+
+@dataclass(frozen=True)
+class Live:
+    """The job's ``model:`` list through config.yaml's providers."""
+
+
+@dataclass(frozen=True)
+class Replay:
+    """Answers from a cassette file; no provider is needed."""
+
+    path: Path
+
+
+@dataclass(frozen=True)
+class Record:
+    """The providers, as ``Live``, with every answer written to a cassette file."""
+
+    path: Path
+
+
+@dataclass(frozen=True)
+class Given:
+    """A model seam the caller built (tests, embedders)."""
+
+    llm: LLM
+
+
+ModelSource = Live | Replay | Record | Given
+
+
+@dataclass(frozen=True)
+class TaskHooks:
+    """What a kanban worker adds to the run of a task's job."""
+
+    task_id: str  # stored on the run row
+    session: KanbanTask  # the task the kanban tools act on
+    prompt: str = ""  # appended to the rendered prompt (the task's title, body, comments)
+    # Called when the model gives its final answer: a returned text is sent once as a user turn;
+    # still text after that and the run fails with reason "unfinished" (kanban: end the task).
+    follow_up: Callable[[], str | None] | None = None
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    job: Job
+    trigger: Trigger = Trigger.MANUAL
+    run_id: str | None = None  # an existing queued row (scheduler) to start
+    slot: datetime | None = None
+    vars_override: Mapping[str, str] = field(default_factory=dict)
+    model: ModelSource = Live()
+    stdout: TextIO | None = None
+    stop: threading.Event = field(default_factory=threading.Event)
+    workdir: Path | None = None
+    interactive: bool = False  # a person at a TTY may answer `approvals: manual` prompts
+    task: TaskHooks | None = None
+
+
+EXIT_CODES = {RunStatus.SUCCEEDED: 0, RunStatus.SKIPPED: 0, RunStatus.INTERRUPTED: 130}
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    run_id: str
+    status: RunStatus
+    output: str = ""
+    reason: str | None = None
+    error: str | None = None
+    output_path: str | None = None
+    silent: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES.get(self.status, 1)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "status": str(self.status),
+            "reason": self.reason,
+            "error": self.error,
+            "output_path": self.output_path,
+            "silent": self.silent,
+            "output": self.output,
+        }

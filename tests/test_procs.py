@@ -1,0 +1,125 @@
+"""runner.procs with real processes: a tree killed as a tree, pid reuse told apart by start time,
+a group whose leader is gone, and the two-stage stop."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from runner import procs
+
+# a parent that starts a child in its own session (as backend commands run) which starts a
+# grandchild; each prints its pid, then sleeps
+TREE = """
+import subprocess, sys, time
+level = int(sys.argv[1])
+print(__import__("os").getpid(), flush=True)
+if level < 2:
+    subprocess.Popen([sys.executable, "-c", sys.argv[2], str(level + 1), sys.argv[2]], start_new_session=level == 0)
+time.sleep(60)
+"""
+STUBBORN = (
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
+)
+
+
+def _tree() -> tuple[subprocess.Popen[str], list[int]]:
+    proc = subprocess.Popen([sys.executable, "-c", TREE, "0", TREE], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    pids = [int(proc.stdout.readline()) for _ in range(3)]
+    return proc, pids
+
+
+def _wait_gone(pids: list[int], starts: list[str | None], timeout: float = 5.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    left = pids
+    while time.monotonic() < deadline:
+        left = [p for p, s in zip(pids, starts, strict=True) if procs.running(p, s)]
+        if not left:
+            break
+        time.sleep(0.02)
+    return left
+
+
+def test_descendants_children_first() -> None:
+    proc, pids = _tree()
+    try:
+        assert procs.descendants(proc.pid) == pids[1:]
+        assert pids[0] == proc.pid
+    finally:
+        procs.kill_tree(proc.pid, 0)
+        proc.wait()
+
+
+def test_kill_tree_reaches_every_descendant_also_in_other_sessions() -> None:
+    proc, pids = _tree()
+    starts = [procs.start_time(p) for p in pids]
+    assert all(starts)
+    assert procs.kill_tree(proc.pid, 1.0)
+    proc.wait(timeout=5)
+    assert _wait_gone(pids, starts) == []
+    assert proc.returncode == -signal.SIGTERM
+
+
+def test_kill_tree_sigkills_what_ignores_sigterm_after_the_grace() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", STUBBORN], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    started = time.monotonic()
+    assert procs.kill_tree(proc.pid, 0.3)
+    assert proc.wait(timeout=5) == -signal.SIGKILL
+    assert time.monotonic() - started >= 0.3
+
+
+def test_a_reused_pid_is_told_apart_by_its_start_time() -> None:
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        start = procs.start_time(proc.pid)
+        assert start is not None
+        assert procs.pid_alive(proc.pid, start)
+        other = str(int(start) + 1)  # the same pid, as a process started later would have it
+        assert not procs.pid_alive(proc.pid, other)
+        assert not procs.kill_tree(proc.pid, 0, start=other)
+        procs.ProcessTree(proc.pid, start=other).signal(signal.SIGKILL)
+        time.sleep(0.1)
+        assert proc.poll() is None, "a process that only shares the pid must not be signalled"
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not procs.pid_alive(proc.pid, start)
+    assert not procs.kill_tree(proc.pid, 0, start=start)
+
+
+def test_a_group_outlives_its_leader() -> None:
+    # the leader of a new session starts a sleeper and exits (a backend command's background child)
+    code = "import subprocess; print(subprocess.Popen(['sleep', '60']).pid, flush=True)"
+    leader = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    leader_start = procs.start_time(leader.pid)
+    assert leader.stdout is not None
+    sleeper = int(leader.stdout.readline())
+    sleeper_start = procs.start_time(sleeper)
+    leader.wait(timeout=5)
+    assert procs.group_alive(leader.pid)
+    assert not procs.kill_tree(leader.pid, 0, start=leader_start, group=leader.pid)
+    assert _wait_gone([sleeper], [sleeper_start]) == []
+
+
+def test_two_stage_stop_first_sets_then_interrupts_and_restores() -> None:
+    assert threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGTERM)
+    stop = threading.Event()
+    with pytest.raises(KeyboardInterrupt), procs.two_stage_stop(stop):
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(100):
+            if stop.is_set():
+                break
+            time.sleep(0.01)
+        assert stop.is_set()
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1)
+    assert signal.getsignal(signal.SIGTERM) is before
