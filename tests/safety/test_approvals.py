@@ -6,7 +6,7 @@ import sqlite3
 import pytest
 
 from runner.safety.approval import AutoApprove, decide
-from tests.fakeopenai import call, final
+from runner.testing import call, final
 
 
 def approvals(project):
