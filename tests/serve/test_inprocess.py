@@ -156,8 +156,10 @@ class InProcessServe:
     def run_until(self, end: datetime, *, then: Any = None) -> int:
         """Wake exactly when the tickers ask (as serve's loop does) until ``end``; after each
         pass call ``then()``. Returns the number of passes."""
-        passes = 0
+        passes = stuck = 0
         while (wake := self.next_wake()) is not None and wake <= end:
+            stuck = stuck + 1 if wake <= self.clock.now() else 0
+            assert stuck < 100, f"serve would spin: a ticker keeps asking to be woken at {wake}"
             self.loop(max(wake, self.clock.now()))
             passes += 1
             if then is not None:
