@@ -20,12 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from multiprocessing.connection import wait
-from typing import Protocol
 
 from runner.clock import iso
 from runner.config.jobs import Job
 from runner.config.schedules import format_duration
 from runner.serve.fire import ActiveRun, Fire, Paths, describe_exit
+from runner.serve.host import Clock
 from runner.serve.launcher import Handle, Spawner, WorkerSpec
 from runner.serve.state import record_slot_result, set_paused
 from runner.statuses import RunStatus, Trigger
@@ -34,10 +34,6 @@ from runner.store.runs import create_run, finish_run, update_run
 
 FAILED = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.UNKNOWN)
 SCHEDULED = (Trigger.SCHEDULE, Trigger.RETRY)
-
-
-class Clock(Protocol):
-    def now(self) -> datetime: ...
 
 
 @dataclass
