@@ -8,11 +8,13 @@ imported only for the chosen type, so a local run never imports the Docker SDK.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from backends.base import Backend, ExecResult
 from backends.spec import BackendSpec, known_types, parse_spec
 from runner.errors import BackendError
+
+if TYPE_CHECKING:
+    from backends.base import Backend, ExecResult
 
 # type name -> "module:factory"; a factory takes (spec: the type's model, *, ctx: BackendContext)
 _FACTORIES: dict[str, str] = {
@@ -33,6 +35,15 @@ def resolve(spec: object, **kwargs: Any) -> Backend:
     factory = getattr(module, attr)
     backend: Backend = factory(model, **kwargs)
     return backend
+
+
+def __getattr__(name: str) -> Any:
+    """``backends.Backend`` and ``backends.ExecResult`` without importing backends.base for a spec."""
+    if name in ("Backend", "ExecResult"):
+        from backends import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["Backend", "BackendSpec", "ExecResult", "resolve", "parse_spec", "known_types"]
