@@ -2,7 +2,9 @@
 
 jobs.yaml's ``backend:`` and the strings of ``runner backend run SPEC`` (``local``, ``docker:IMAGE``,
 ``ssh:[user@]host[:port]``) both become these models. Nothing here imports a backend implementation
-or the Docker SDK; ``backends.resolve`` does that, for the chosen type only.
+or the Docker SDK; ``backends.resolve`` does that, for the chosen type only. Each model spells out
+``extra="forbid", frozen=True`` itself: runner.config imports backends, so backends cannot import
+runner.config's ``Strict``.
 """
 
 from __future__ import annotations

@@ -24,7 +24,6 @@ ALLOWED: dict[tuple[str, str], str] = {
         "runner.kanban",
         "runner.run",
     ): "the kanban worker (kanban/work.py) executes a run; tools/kanban.py uses the board",
-    ("runner.skills", "runner.run"): "the Curator writes its report with run/delivery.py's write_private",
 }
 
 

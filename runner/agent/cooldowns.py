@@ -24,7 +24,7 @@ from runner.config.machine import Cooldowns
 
 
 @dataclass(frozen=True)
-class Verdict:
+class KeyVerdict:
     kind: str  # quota | auth | auth_repeat | rate_limit | retry_same | other
     status: str  # the key's new status: ok | cooling | dead
     seconds: float  # new cooldown from now; 0 = leave cooldown_until as it is
@@ -34,28 +34,28 @@ class Verdict:
 
 def classify(
     status: int, headers: Mapping[str, str], body: str, row: Mapping[str, Any], rules: Cooldowns, now: float
-) -> Verdict:
+) -> KeyVerdict:
     auth, strikes = int(row["auth_strikes"] or 0), int(row["rate_limit_strikes"] or 0)
     until = datetime.fromisoformat(row["cooldown_until"]).timestamp() if row["cooldown_until"] else 0.0
     current = row["status"] if row["status"] == "dead" else ("cooling" if until > now else "ok")
     if status == 402 or "insufficient_quota" in body:
-        return Verdict("quota", "cooling", rules.quota_s, auth, strikes)
+        return KeyVerdict("quota", "cooling", rules.quota_s, auth, strikes)
     if status in (401, 403):
         if current == "dead":
-            return Verdict("auth_repeat", "dead", 0.0, auth, strikes)
+            return KeyVerdict("auth_repeat", "dead", 0.0, auth, strikes)
         if current == "cooling" and row["last_error_code"] in (401, 403):
-            return Verdict("auth_repeat", "cooling", 0.0, auth, strikes)
+            return KeyVerdict("auth_repeat", "cooling", 0.0, auth, strikes)
         if auth >= 1:
-            return Verdict("auth", "dead", 0.0, auth + 1, strikes)
-        return Verdict("auth", "cooling", rules.auth_s, 1, strikes)
+            return KeyVerdict("auth", "dead", 0.0, auth + 1, strikes)
+        return KeyVerdict("auth", "cooling", rules.auth_s, 1, strikes)
     if status == 429:
         from runner.agent.llm import retry_after_seconds
 
         wait = retry_after_seconds(headers)
         if wait is not None and wait > 0:
-            return Verdict("rate_limit", "cooling", wait, auth, strikes + 1)
+            return KeyVerdict("rate_limit", "cooling", wait, auth, strikes + 1)
         if strikes == 0:
-            return Verdict("retry_same", current, 0.0, auth, 1)
+            return KeyVerdict("retry_same", current, 0.0, auth, 1)
         seconds = min(rules.rate_limit_max_s, rules.rate_limit_s * 2 ** (strikes - 1))
-        return Verdict("rate_limit", "cooling", seconds, auth, strikes + 1)
-    return Verdict("other", current, 0.0, auth, strikes)
+        return KeyVerdict("rate_limit", "cooling", seconds, auth, strikes + 1)
+    return KeyVerdict("other", current, 0.0, auth, strikes)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from runner.agent.cooldowns import Verdict, classify
+from runner.agent.cooldowns import KeyVerdict, classify
 from runner.agent.keys import Action, Credential
 from runner.config.machine import Config, Cooldowns, Provider, resolve_key
 from runner.errors import ModelError, UsageError
@@ -337,7 +337,7 @@ class CredentialPool:
             reason="credentials_exhausted",
         )
 
-    def _report(self, cred: Credential, status: int, verdict: Verdict, until: str | None, message: str) -> None:
+    def _report(self, cred: Credential, status: int, verdict: KeyVerdict, until: str | None, message: str) -> None:
         info = {
             "provider": self.provider,
             "label": cred.label,

@@ -15,7 +15,7 @@ from runner.statuses import TaskStatus
 
 if TYPE_CHECKING:
     from runner.kanban.board import Board
-    from runner.kanban.dispatch import TickResult
+    from runner.kanban.dispatch import DispatchTick
 
 
 @click.group("kanban")
@@ -242,7 +242,7 @@ def kanban_dispatch(once: bool, as_json: bool) -> None:
 
     dispatcher = Dispatcher(settings())
 
-    def report(result: TickResult) -> None:
+    def report(result: DispatchTick) -> None:
         if as_json:
             if result.busy or once:
                 click.echo(json.dumps(_tick_dict(result)))
@@ -265,13 +265,13 @@ def kanban_dispatch(once: bool, as_json: bool) -> None:
         dispatcher.close()
 
 
-def _tick_dict(r: TickResult) -> dict[str, Any]:
+def _tick_dict(r: DispatchTick) -> dict[str, Any]:
     from dataclasses import asdict
 
     return asdict(r)
 
 
-def _tick_lines(r: TickResult) -> list[str]:
+def _tick_lines(r: DispatchTick) -> list[str]:
     lines = [f"task {t}: ready (parents done)" for t in r.promoted]
     lines += [f"task {x.task_id}: lease expired (owner {x.owner}); now {x.status}" for x in r.reclaimed]
     for e in r.exited:

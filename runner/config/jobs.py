@@ -12,21 +12,18 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BeforeValidator, Field, ValidationError, field_validator
 
 from backends.spec import BackendSpec, LocalSpec, parse_spec
 from runner.config import yamlio
 from runner.config.schedules import Schedule, parse_duration, parse_schedule, parse_timezone
+from runner.config.strict import Strict
 from runner.errors import ConfigError, UsageError
 
 JOB_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 TEMPLATE_SUFFIXES = (".j2", ".jinja", ".jinja2", ".md", ".txt", ".tmpl")
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 def _backend(value: Any) -> Any:

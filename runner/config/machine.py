@@ -8,17 +8,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 
 from runner.config import yamlio
+from runner.config.strict import Strict
 from runner.errors import ConfigError, UsageError
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Pricing(Strict):
+class ProviderPricing(Strict):
     input_per_mtok: float = 0.0
     output_per_mtok: float = 0.0
 
@@ -36,7 +33,7 @@ class Provider(Strict):
     model: str = "gpt-4.1-mini"
     api_keys: list[str] = Field(default_factory=list)
     strategy: Literal["fill_first", "round_robin", "random", "least_used"] = "fill_first"
-    pricing: Pricing = Field(default_factory=Pricing)
+    pricing: ProviderPricing = Field(default_factory=ProviderPricing)
     context_window: int = 128_000
     request_timeout: float = 120.0
     max_retries: int = Field(3, ge=0, le=20)

@@ -42,7 +42,7 @@ ENV_FENCE = "HERMES_KANBAN_FENCE"
 WAKE_CHECK_S = 0.05
 
 
-class WorkerHandle(Protocol):
+class TaskWorker(Protocol):
     """A started worker: what ``subprocess.Popen`` offers."""
 
     pid: int
@@ -50,10 +50,10 @@ class WorkerHandle(Protocol):
     def poll(self) -> int | None: ...
 
 
-class Launcher(Protocol):
+class TaskLauncher(Protocol):
     """Starts the worker for a claim (the seam a test or another host type can replace)."""
 
-    def start(self, claim: Claim) -> WorkerHandle: ...
+    def start(self, claim: Claim) -> TaskWorker: ...
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class Exited:
 
 
 @dataclass(frozen=True)
-class TickResult:
+class DispatchTick:
     promoted: tuple[int, ...] = ()
     reclaimed: tuple[Reclaimed, ...] = ()
     exited: tuple[Exited, ...] = ()
@@ -96,7 +96,7 @@ class ProcessLauncher:
     settings: Settings
     python: str = sys.executable
 
-    def start(self, claim: Claim) -> WorkerHandle:
+    def start(self, claim: Claim) -> TaskWorker:
         home = self.settings.home
         path = log_path(home, claim.task_id)
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -120,14 +120,14 @@ def _now() -> str:
 
 @dataclass
 class _Child:
-    handle: WorkerHandle
+    handle: TaskWorker
     fence: int
 
 
 @dataclass
 class Dispatcher:
     settings: Settings
-    launcher: Launcher | None = None
+    launcher: TaskLauncher | None = None
     board: Board | None = None
     owner: str = field(default_factory=lambda: f"{HOST}:{os.getpid()}:dispatch")
 
@@ -141,7 +141,7 @@ class Dispatcher:
         self.poll_seconds = cfg.poll_seconds
 
     # -- the tick -----------------------------------------------------------------------
-    def tick(self, now: datetime) -> TickResult:
+    def tick(self, now: datetime) -> DispatchTick:
         board = self._board
         if self._orphans:
             self._orphans = False
@@ -177,7 +177,7 @@ class Dispatcher:
                     )
                 except FenceError:
                     continue  # the worker was quicker: it already ended its attempt (recorded as refused)
-        return TickResult(
+        return DispatchTick(
             promoted=tuple(promoted),
             reclaimed=tuple(reclaimed),
             exited=tuple(exited),
@@ -223,7 +223,7 @@ class Dispatcher:
         stop: threading.Event,
         *,
         clock: Callable[[], datetime] | None = None,
-        on_tick: Callable[[TickResult], None] | None = None,
+        on_tick: Callable[[DispatchTick], None] | None = None,
         on_error: Callable[[Exception], None] | None = None,
     ) -> None:
         """Tick every ``poll_seconds``, and as soon as another process commits (checked every 50 ms).

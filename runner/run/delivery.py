@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from runner.atomic import write_private
 from runner.config.jobs import Job
 
 SILENT = "[SILENT]"
@@ -28,16 +28,6 @@ class Delivered:
 
 def is_silent(output: str) -> bool:
     return output.strip() == SILENT
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically with mode 0600."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
 
 
 def deliver(

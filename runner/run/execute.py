@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from backends.base import Backend, BackendContext
+from runner.atomic import write_private
 from runner.clock import utcnow
 from runner.errors import RunnerError, failure_reason
-from runner.run.delivery import deliver, write_private
+from runner.run.delivery import deliver
 from runner.run.prepare import Prepared, prepare
 from runner.run.prerun import PreRunResult
 from runner.run.produce import Produced, pre_run_failed

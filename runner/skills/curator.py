@@ -54,7 +54,7 @@ class Kept:
 
 
 @dataclass(frozen=True)
-class Plan:
+class CuratorPlan:
     now: datetime
     stale_after_days: float
     archive_after_days: float
@@ -68,7 +68,7 @@ class Plan:
 
 @dataclass(frozen=True)
 class PassResult:
-    plan: Plan
+    plan: CuratorPlan
     dry_run: bool
     trigger: str
     report: str
@@ -110,7 +110,7 @@ def make_plan(
     refs: dict[str, list[str]],
     cfg: CuratorConfig,
     now: datetime,
-) -> Plan:
+) -> CuratorPlan:
     """What a pass would do now (reads the tree, changes nothing)."""
     stale_after = timedelta(days=cfg.stale_after_days)
     archive_after = timedelta(days=cfg.archive_after_days)
@@ -154,7 +154,7 @@ def make_plan(
                 )
         elif rec.state == "stale":
             transitions.append(Transition(name, "stale", "active", f"active again: last activity {_days(age)} ago"))
-    return Plan(now, cfg.stale_after_days, cfg.archive_after_days, examined, tuple(transitions), tuple(kept))
+    return CuratorPlan(now, cfg.stale_after_days, cfg.archive_after_days, examined, tuple(transitions), tuple(kept))
 
 
 # -- doing ----------------------------------------------------------------------------------
@@ -175,7 +175,7 @@ def run_pass(settings: Settings, *, now: datetime, dry_run: bool = False, trigge
             (run_id, trigger, iso(now)),
         )
     applied: list[Transition] = []
-    plan: Plan | None = None
+    plan: CuratorPlan | None = None
     snapshot: Path | None = None
     status, error = "failed", None
     started = time.monotonic()
@@ -231,7 +231,7 @@ def _finish_row(
     store: Store,
     run_id: str,
     ended: datetime,
-    plan: Plan | None,
+    plan: CuratorPlan | None,
     applied: list[Transition],
     status: str,
     report_path: Path | None,
@@ -314,7 +314,7 @@ def _unique(folder: Path, stem: str, suffix: str) -> Path:
 
 
 def _write_report(home: Path, now: datetime, text: str) -> Path:
-    from runner.run.delivery import write_private
+    from runner.atomic import write_private
 
     folder = home / "logs" / "curator"
     folder.mkdir(parents=True, exist_ok=True)
@@ -324,7 +324,7 @@ def _write_report(home: Path, now: datetime, text: str) -> Path:
 
 
 def render_report(
-    plan: Plan, *, dry_run: bool, trigger: str, snapshot: Path | None = None, error: str | None = None
+    plan: CuratorPlan, *, dry_run: bool, trigger: str, snapshot: Path | None = None, error: str | None = None
 ) -> str:
     title = "Curator dry run" if dry_run else "Curator pass"
     lines = [

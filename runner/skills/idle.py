@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from runner.clock import parse_iso
 from runner.errors import RunnerError
@@ -27,14 +27,8 @@ if TYPE_CHECKING:
     from runner.settings import Settings
 
 
-class Ticker(Protocol):
-    """What ``runner serve`` drives: something to call now and then with the current time."""
-
-    def tick(self, now: datetime) -> object: ...
-
-
 @dataclass(frozen=True)
-class TickResult:
+class CuratorTick:
     action: str  # disabled | paused | seeded | waiting | busy | ran | failed
     reason: str
     result: PassResult | None = None
@@ -93,26 +87,26 @@ class CuratorTicker:
         self.settings = settings
         self.run = run
 
-    def tick(self, now: datetime) -> TickResult:
+    def tick(self, now: datetime) -> CuratorTick:
         cfg = self.settings.config.curator
         store = self.settings.store
         if not cfg.enabled:
-            return TickResult("disabled", "curator.enabled is false in config")
+            return CuratorTick("disabled", "curator.enabled is false in config")
         status = idle_status(store, cfg, now)
         if status.paused:
-            return TickResult("paused", "paused with `runner curator pause`")
+            return CuratorTick("paused", "paused with `runner curator pause`")
         if status.last_pass_at is None:
             curator.mark_pass(store, now, seeded=True)
-            return TickResult("seeded", "no previous pass: recorded the time; the first pass waits a full interval")
+            return CuratorTick("seeded", "no previous pass: recorded the time; the first pass waits a full interval")
         due = status.last_pass_at + timedelta(hours=cfg.interval_hours)
         if now < due:
-            return TickResult("waiting", f"last pass {status.last_pass_at.isoformat()}; next due {due.isoformat()}")
+            return CuratorTick("waiting", f"last pass {status.last_pass_at.isoformat()}; next due {due.isoformat()}")
         if status.active_runs:
-            return TickResult("busy", f"{status.active_runs} run(s) queued or running")
+            return CuratorTick("busy", f"{status.active_runs} run(s) queued or running")
         if status.last_run_ended_at is not None:
             idle_from = status.last_run_ended_at + timedelta(hours=cfg.min_idle_hours)
             if now < idle_from:
-                return TickResult(
+                return CuratorTick(
                     "waiting",
                     f"a run ended at {status.last_run_ended_at.isoformat()}; idle from {idle_from.isoformat()}",
                 )
@@ -120,5 +114,5 @@ class CuratorTicker:
             result = self.run(self.settings, now=now, trigger="idle")
         except RunnerError as exc:  # recorded in curator_runs and returned; serve keeps going
             curator.mark_pass(store, now)
-            return TickResult("failed", str(exc))
-        return TickResult("ran", result.summary(), result)
+            return CuratorTick("failed", str(exc))
+        return CuratorTick("ran", result.summary(), result)

@@ -22,7 +22,7 @@ Kind = Literal["markdown", "script", "text"]
 
 
 @dataclass(frozen=True)
-class Finding:
+class SkillFinding:
     rule: str  # injection | invisible_unicode | dangerous_command
     line: int  # 1-based; 0 when the finding has no single line
     detail: str  # why, in a few words
@@ -37,7 +37,7 @@ class Finding:
 
 
 class Scanner(Protocol):
-    def __call__(self, text: str, *, kind: Kind = "markdown") -> list[Finding]: ...
+    def __call__(self, text: str, *, kind: Kind = "markdown") -> list[SkillFinding]: ...
 
 
 # (pattern, why, trigger words: the pattern only runs when one occurs in the lower-cased text)
@@ -95,15 +95,15 @@ def _line_of(text: str, pos: int) -> int:
     return text.count("\n", 0, pos) + 1
 
 
-def quick_scan(text: str, *, kind: Kind = "markdown") -> list[Finding]:
+def quick_scan(text: str, *, kind: Kind = "markdown") -> list[SkillFinding]:
     """Invisible Unicode and the obvious injection phrases; cheap enough for every load."""
-    findings: list[Finding] = []
+    findings: list[SkillFinding] = []
     body = text[1:] if text.startswith("\ufeff") else text
     if not body.isascii():
         for match in _INVISIBLE_RE.finditer(body):
             char = match.group()
             name = unicodedata.name(char, f"U+{ord(char):04X}")
-            findings.append(Finding("invisible_unicode", _line_of(body, match.start()), f"U+{ord(char):04X} {name}"))
+            findings.append(SkillFinding("invisible_unicode", _line_of(body, match.start()), f"U+{ord(char):04X} {name}"))
             if len(findings) >= 5:
                 break
     lowered = body.lower()
@@ -112,11 +112,11 @@ def quick_scan(text: str, *, kind: Kind = "markdown") -> list[Finding]:
         if present.isdisjoint(triggers):
             continue
         for match in pattern.finditer(body):
-            findings.append(Finding("injection", _line_of(body, match.start()), why, match.group()[:60]))
+            findings.append(SkillFinding("injection", _line_of(body, match.start()), why, match.group()[:60]))
     return sorted(findings, key=lambda f: (f.line, f.rule))
 
 
-def scan_skill_text(text: str, *, kind: Kind = "markdown") -> list[Finding]:
+def scan_skill_text(text: str, *, kind: Kind = "markdown") -> list[SkillFinding]:
     """Everything ``quick_scan`` finds, plus the shared injection scanner and (for shell scripts)
     the shared command classifier. Empty means nothing was found."""
     from runner.safety.injection import scan
@@ -129,7 +129,7 @@ def scan_skill_text(text: str, *, kind: Kind = "markdown") -> list[Finding]:
         line = _line_of(text, text.find(shared.excerpt[:20])) if shared.excerpt[:20] in text else 0
         if line and line in flagged_lines:
             continue  # the same phrase, already reported
-        findings.append(Finding("injection", line, shared.kind, shared.excerpt[:60]))
+        findings.append(SkillFinding("injection", line, shared.kind, shared.excerpt[:60]))
     if kind == "script" and is_shell(text):
         findings.extend(_classify_script(text))
     return sorted(findings, key=lambda f: (f.line, f.rule))
@@ -145,7 +145,7 @@ def is_shell(text: str) -> bool:
     return any(n in ("sh", "bash", "zsh", "dash", "ksh") for n in names)
 
 
-def _classify_script(text: str) -> list[Finding]:
+def _classify_script(text: str) -> list[SkillFinding]:
     from runner.safety.shell import classify
 
     verdict = classify(text)
@@ -157,7 +157,7 @@ def _classify_script(text: str) -> list[Finding]:
         pos = text.find(first_word) if first_word else -1
         line = _line_of(text, pos) if pos >= 0 else 0
         reasons = "; ".join(verdict.reasons)
-        out.append(Finding("dangerous_command", line, f"{verdict.level}: {reasons}", flagged[:80]))
+        out.append(SkillFinding("dangerous_command", line, f"{verdict.level}: {reasons}", flagged[:80]))
     return out
 
 

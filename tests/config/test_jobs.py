@@ -192,7 +192,7 @@ def test_config_with_literal_keys_must_be_private(tmp_path):
 
 
 def test_home_created_private(project, fake):
-    from tests.fakeopenai import final
+    from runner.testing import final
 
     fake.add(final("done"))
     project.write_jobs("jobs:\n  a:\n    prompt: hi\n")

@@ -25,7 +25,7 @@ from runner.safety.shell.payloads import coarse_hardline, is_fork_bomb, scan_cod
 from runner.safety.shell.rules import run_rules
 from runner.safety.shell.rules_net import canonical_name, replay_transform
 from runner.safety.shell.split import parse
-from runner.safety.shell.syntax import MAX_DEPTH, Budget, Command, ParseError, Redirect, Script, render
+from runner.safety.shell.syntax import MAX_DEPTH, Command, ParseBudget, ParseError, Redirect, Script, render
 from runner.safety.shell.unwrap import unwrap
 
 Level = Literal["safe", "dangerous", "hardline"]
@@ -86,7 +86,7 @@ class _Context:
         self._danger: dict[str, None] = {}
         self._segments: list[str] = []
         self._flagged: dict[str, None] = {}
-        self._budget = Budget(2 * len(text) + _REPARSE_SLACK)
+        self._budget = ParseBudget(2 * len(text) + _REPARSE_SLACK)
         self._depth = -1
         self._top = text.strip()
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from runner.safety.shell.syntax import MAX_DEPTH, Budget, Command, ParseError, Pipeline, Redirect, Script, Word
+from runner.safety.shell.syntax import MAX_DEPTH, Command, ParseBudget, ParseError, Pipeline, Redirect, Script, Word
 from runner.safety.shell.words import WordReader
 
 # One match classifies the next token. A plain word followed directly by a delimiter
@@ -44,7 +44,7 @@ _BLANKS = re.compile(r"[^\S\n]*")  # bash splits on space/tab only; other blanks
 _PendingHeredoc = tuple[Redirect, bool, str]
 
 
-def parse(text: str, budget: Budget, depth: int = 0) -> Script:
+def parse(text: str, budget: ParseBudget, depth: int = 0) -> Script:
     """Parse ``text`` into pipelines of simple commands (see the module docstring)."""
     if depth > MAX_DEPTH:
         raise ParseError("nesting too deep")

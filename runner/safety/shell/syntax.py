@@ -22,7 +22,7 @@ MAX_WORDS = 20000  # words parsed in total
 SUBSTITUTION_COST = 64  # characters charged per substitution, so empty ones are not free
 
 
-class Budget:
+class ParseBudget:
     """Caps the work of one classification, so hostile input fails closed quickly.
 
     Payloads are re-parsed (``bash -c``, ``eval``), so characters are counted across all

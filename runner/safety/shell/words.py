@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 from runner.safety.shell.normalize import decode_ansi_c
-from runner.safety.shell.syntax import MAX_DEPTH, SUBSTITUTION_COST, Budget, ParseError, Script, Sub, Word
+from runner.safety.shell.syntax import MAX_DEPTH, SUBSTITUTION_COST, ParseBudget, ParseError, Script, Sub, Word
 
 _PLAIN = re.compile(r"[^\s'\"\\$`<>|&;()]+")
 _DQ_PLAIN = re.compile(r'[^"\\$`]+')
@@ -29,7 +29,7 @@ _QUOTED = object()  # _dollar result: a $'...' or $"..." string was read
 class WordReader:
     """Position-based reader over ``text``; subclasses provide ``script()``."""
 
-    def __init__(self, text: str, budget: Budget, depth: int) -> None:
+    def __init__(self, text: str, budget: ParseBudget, depth: int) -> None:
         self.text = text
         self.n = len(text)
         self.pos = 0
