@@ -11,14 +11,13 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import shlex
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from runner.config.jobs import Job, JobsFile, load_jobs
+from runner.config.jobs import JobsFile, load_jobs, referenced_files
 from runner.errors import RunnerError
 from runner.serve.schedule import ScheduleTicker
 
@@ -30,29 +29,6 @@ class Loaded:
     jobs: JobsFile | None
     problems: tuple[str, ...]
     warnings: tuple[str, ...] = ()
-
-
-def referenced_files(jobs: JobsFile) -> list[Path]:
-    """jobs.yaml, prompt templates and pre_run scripts."""
-    files = {jobs.path}
-    for job in jobs.jobs.values():
-        prompt = job.prompt_path()
-        if prompt is not None:
-            files.add(prompt)
-        files.update(_script(job))
-    return sorted(files)
-
-
-def _script(job: Job) -> list[Path]:
-    text = job.spec.pre_run or ""
-    try:
-        first = shlex.split(text)[0] if text.strip() else ""
-    except ValueError:
-        return []
-    if not first:
-        return []
-    path = job.resolve_path(first)
-    return [path] if path.is_file() else []
 
 
 def signature(files: list[Path]) -> Signature:
