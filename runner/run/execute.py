@@ -144,8 +144,19 @@ class Run:
         """Run the job's ``pre_run``; a ``{"wake": false}`` or a timeout ends the run here."""
         if not self.job.spec.pre_run:
             return None
-        from runner.run.prerun import run_pre
+        from runner.run.prerun import check_pre, run_pre
+        from runner.safety.approval import build_gate
 
+        gate = build_gate(
+            self.job,
+            store=self.settings.store,
+            run_id=self.run_id,
+            emit=self.emit,
+            redact=self.redactor,
+            interactive=self.req.interactive,
+            control=self.control,
+        )
+        check_pre(self.job, gate.check)
         pre = self.pre = run_pre(self.job, self.backend, run_id=self.run_id)
         self.emit("pre_run", {"exit_code": pre.exit_code, "timed_out": pre.timed_out, "stdout": pre.stdout[-4000:]})
         if not pre.wake:

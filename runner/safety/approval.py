@@ -175,10 +175,15 @@ class Gate:
     control: ControlPlane | None = None
 
     def __call__(self, command: str) -> ApprovalResult:
+        decision = self.check(command)
+        return ApprovalResult(decision.allowed, decision.message)
+
+    def check(self, command: str) -> Decision:
+        """Decide ``command`` and audit the decision unless it is safe."""
         decision = decide(command, policy=self.policy, allow=self.allow, callback=self.callback, control=self.control)
         if decision.level != "safe":
             self.record(command, decision)
-        return ApprovalResult(decision.allowed, decision.message)
+        return decision
 
 
 def audit_recorder(

@@ -45,6 +45,7 @@ _READ_ONLY = frozenset(
 )  # fmt: skip
 _GIT_READ_ONLY = frozenset({"status", "diff", "log", "show", "blame", "ls-files", "grep", "rev-parse", "cat-file"})
 _FIND_ACTIONS = frozenset({"-delete", "-exec", "-execdir", "-ok", "-okdir", "-fprint", "-fprint0", "-fprintf", "-fls"})
+_COPIES = frozenset({"cp", "install", "ln", "rsync", "scp"})  # they write their destination only
 _WRITE_OPS = frozenset({">", ">>", ">|", "<>", "&>", "&>>"})
 _VARIABLE = re.compile(r"\$\{[^}]*\}|\$\w+|\$\(.*?\)|`[^`]*`")
 
@@ -128,7 +129,7 @@ class ControlPlane:
                 targets = [r.target.value for r in cmd.redirects if _writes(r.op, r.target.value)]
                 if any(self._names(t, cwd) for t in targets):
                     return True
-                if words and not _read_only(words) and any(self._names(w, cwd) for w in words[1:]):
+                if words and not _read_only(words) and any(self._names(w, cwd) for w in _written(words)):
                     return True
         return False
 
@@ -214,6 +215,21 @@ def _hit(full: str, files: tuple[str, ...], folders: tuple[str, ...]) -> str | N
 
 def _writes(op: str, target: str) -> bool:
     return op in _WRITE_OPS or (op == ">&" and not (target.isdigit() or target == "-"))
+
+
+def _written(words: tuple[str, ...]) -> tuple[str, ...]:
+    """The arguments a command may write: for copies and links only the destination (the last
+    operand, or ``-t DIR``), for anything else every argument."""
+    name = posixpath.basename(words[0])
+    if name not in _COPIES:
+        return words[1:]
+    for i, word in enumerate(words[1:], start=1):
+        if word in ("-t", "--target-directory") and i + 1 < len(words):
+            return (words[i + 1],)
+        if word.startswith("--target-directory="):
+            return (word.partition("=")[2],)
+    operands = [w for w in words[1:] if not w.startswith("-")]
+    return tuple(operands[-1:])
 
 
 def _read_only(words: tuple[str, ...]) -> bool:

@@ -13,7 +13,7 @@ import os
 import queue
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -29,6 +29,7 @@ class Loaded:
     jobs: JobsFile | None
     problems: tuple[str, ...]
     warnings: tuple[str, ...] = ()
+    forced: bool = False  # SIGHUP / `runner serve reload`: an operator asked for it
 
 
 def signature(files: list[Path]) -> Signature:
@@ -101,25 +102,68 @@ class JobsWatcher:
             if result.jobs is not None:
                 self._files = referenced_files(result.jobs)
                 self._sig = signature(self._files)
-            self.results.put(result)
+            self.results.put(replace(result, forced=forced))
             self.wake()
 
 
 class ReloadTicker:
-    """Installs what the watcher loaded, on the main loop."""
+    """Installs what the watcher loaded, on the main loop.
+
+    A change is applied only once every run that was running when it arrived has ended (one of
+    them may have made it), and not at all while a run that changed the control files left the
+    reload hold (``RUNNER_HOME/run/reload.hold``): then only an operator's reload (SIGHUP,
+    ``runner serve reload``) installs jobs.yaml, and clears the hold."""
 
     name = "reload"
 
-    def __init__(self, watcher: JobsWatcher, schedule: ScheduleTicker, log: logging.Logger):
-        self.watcher, self.schedule, self.log = watcher, schedule, log
+    def __init__(self, watcher: JobsWatcher, schedule: ScheduleTicker, log: logging.Logger, home: Path | None = None):
+        self.watcher, self.schedule, self.log, self.home = watcher, schedule, log, home
+        self._pending: Loaded | None = None
+        self._waiting_for: set[str] = set()
 
     def tick(self, now: datetime) -> None:
         while True:
             try:
                 result = self.watcher.results.get_nowait()
             except queue.Empty:
-                return
-            self._apply(result, now)
+                break
+            if result.forced:
+                self._pending, self._waiting_for = None, set()
+                self._release_hold()
+                self._apply(result, now)
+            else:
+                self._pending = result
+                self._waiting_for |= self._running()
+        if self._pending is not None and not (self._waiting_for & self._running()):
+            result, self._pending, self._waiting_for = self._pending, None, set()
+            if not self._held(result):
+                self._apply(result, now)
+
+    def _running(self) -> set[str]:
+        from runner.statuses import RunStatus
+
+        rows = self.schedule.store.query("SELECT id FROM runs WHERE status=?", (RunStatus.RUNNING,))
+        return {r["id"] for r in rows}
+
+    def _held(self, result: Loaded) -> bool:
+        from runner.safety.control import hold_path
+
+        if self.home is None or not hold_path(self.home).exists():
+            return False
+        why = hold_path(self.home).read_text(errors="replace").strip()
+        self.log.error(
+            "jobs.yaml changed, but a run changed the runner's control files (%s); still running the last "
+            "jobs an operator loaded. Check the files, then: runner serve reload",
+            why,
+        )
+        return True
+
+    def _release_hold(self) -> None:
+        from runner.safety.control import hold_path
+
+        if self.home is not None and hold_path(self.home).exists():
+            hold_path(self.home).unlink(missing_ok=True)
+            self.log.warning("reload forced by an operator: the reload hold is cleared")
 
     def _apply(self, result: Loaded, now: datetime) -> None:
         for warning in result.warnings:
