@@ -75,10 +75,10 @@ class Tampered(RunnerError, PermissionError):
     reason = "tampered"
 
 
-class PreRunBlocked(RunnerError, PermissionError):
+class Blocked(RunnerError, PermissionError):
     """The job's ``pre_run`` is a command the approval policy does not let run."""
 
-    reason = "pre_run_blocked"
+    reason = "blocked"
 
 
 class AlreadyRunning(UsageError):

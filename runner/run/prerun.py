@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from backends.base import Backend
 from runner.config.jobs import Job
-from runner.errors import PreRunBlocked
+from runner.errors import Blocked
 
 if TYPE_CHECKING:
     from runner.safety.approval import Decision
@@ -95,7 +95,7 @@ def check_pre(job: Job, check: Callable[[str], Decision]) -> None:
         decision = check(text)
         if not decision.allowed:
             what = "pre_run" if text == job.spec.pre_run else "pre_run script"
-            raise PreRunBlocked(
+            raise Blocked(
                 f"job {job.name}: {what} refused ({decision.level}: {'; '.join(decision.reasons)}) "
                 f"under approvals: {job.spec.approvals}"
             )

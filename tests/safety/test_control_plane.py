@@ -257,7 +257,7 @@ def test_hardline_pre_run_is_refused_even_under_approve(project, fake):
     project.write_jobs("jobs:\n  j:\n    prompt: go\n    approvals: approve\n    pre_run: 'true || rm -rf ~'\n")
     assert project.cli("run-job", "j").exit_code == 1
     run = last_run(project)
-    assert (run["status"], run["reason"]) == ("failed", "pre_run_blocked")
+    assert (run["status"], run["reason"]) == ("failed", "blocked")
     assert "pre_run refused (hardline" in run["error"]
     assert not fake.requests
 
@@ -268,7 +268,7 @@ def test_hardline_line_in_a_pre_run_script_is_refused(project, fake):
     project.write_jobs("jobs:\n  j:\n    prompt: go\n    approvals: approve\n    pre_run: check.sh\n")
     assert project.cli("run-job", "j").exit_code == 1
     run = last_run(project)
-    assert (run["status"], run["reason"]) == ("failed", "pre_run_blocked")
+    assert (run["status"], run["reason"]) == ("failed", "blocked")
     assert "pre_run script refused" in run["error"]
 
 
@@ -276,7 +276,7 @@ def test_dangerous_pre_run_follows_the_policy(project, fake):
     (project.root / "build").mkdir()
     project.write_jobs("jobs:\n  j:\n    agent: false\n    pre_run: 'rm -rf build'\n")
     assert project.cli("run-job", "j").exit_code == 1
-    assert last_run(project)["reason"] == "pre_run_blocked" and (project.root / "build").exists()
+    assert last_run(project)["reason"] == "blocked" and (project.root / "build").exists()
     project.write_jobs("jobs:\n  j:\n    agent: false\n    approvals: approve\n    pre_run: 'rm -rf build'\n")
     assert project.cli("run-job", "j").exit_code == 0
     assert not (project.root / "build").exists()
