@@ -154,9 +154,13 @@ class ControlPlane:
         import fnmatch
 
         pattern = _VARIABLE.sub("*", word)
+        if not pattern.strip("*?[]/."):
+            return False  # nothing literal to go on (`kill $PID`): the tamper check is the backstop
         full = self.host_path(pattern, cwd) if not pattern.startswith("*") else pattern
+        parts = full.split("/")
+        prefixes = ["/".join(parts[:k]) for k in range(1, len(parts) + 1)]  # the path, or a folder above it
         protected = (*self.files, *self.folders, *self.unreadable)
-        return any(fnmatch.fnmatchcase(p, full) or fnmatch.fnmatchcase(p, full + "/*") for p in protected)
+        return any(fnmatch.fnmatchcase(p, pre) for p in protected for pre in prefixes if pre.strip("*/"))
 
     # -- hashing ----------------------------------------------------------------------------
     def hashed_files(self) -> tuple[str, ...]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 import sqlite3
+import time
 
 import pytest
 
@@ -32,7 +32,10 @@ def last_run(project):
 def events(project, run_id, kind):
     db = sqlite3.connect(project.home / "runner.db")
     db.row_factory = sqlite3.Row
-    return [json.loads(r["payload"]) for r in db.execute("SELECT * FROM run_events WHERE run_id=? AND kind=?", (run_id, kind))]
+    return [
+        json.loads(r["payload"])
+        for r in db.execute("SELECT * FROM run_events WHERE run_id=? AND kind=?", (run_id, kind))
+    ]
 
 
 def tool_results(fake, n):
@@ -163,6 +166,8 @@ def plane(tmp_path):
         "python3 tool.py --out=jobs.yaml",
         "cd sub && echo x >> ../jobs.yaml",
         "echo x >> $PWD/jobs.yaml",
+        "rm -r ${{ROOT}}/skills/x",
+        "echo x > ~/../$U/p/*.md".replace("~/../$U", "{proj}"),
         "echo x > skills/new/SKILL.md",
         "sh -c 'cat /tmp/x > jobs.yaml'",
         "echo x > {home}/runner.db",
@@ -171,7 +176,7 @@ def plane(tmp_path):
 )
 def test_writes_of_control_files_are_at_least_dangerous(tmp_path, command):
     cp = plane(tmp_path)
-    text = command.format(home=tmp_path / "home")
+    text = command.format(home=tmp_path / "home", proj=tmp_path / "proj")
     decision = decide(text, policy="deny", allow=("*",), callback=None, control=cp)
     assert not decision.allowed and WRITES_CONTROL in decision.reasons, decision
     approved = decide(text, policy="approve", allow=(), callback=None, control=cp)
@@ -180,7 +185,15 @@ def test_writes_of_control_files_are_at_least_dangerous(tmp_path, command):
 
 @pytest.mark.parametrize(
     "command",
-    ["cat jobs.yaml", "grep -n prompt jobs.yaml", "git diff jobs.yaml", "cp jobs.yaml /tmp/copy", "echo x > notes.md"],
+    [
+        "cat jobs.yaml",
+        "grep -n prompt jobs.yaml",
+        "git diff jobs.yaml",
+        "cp jobs.yaml /tmp/copy",
+        "echo x > notes.md",
+        "kill -9 $PPID",
+        "mkdir -p $OUT/reports",
+    ],
 )
 def test_reading_control_files_and_writing_others_stays_safe(tmp_path, command):
     decision = decide(command, policy="deny", allow=(), callback=None, control=plane(tmp_path))
@@ -213,9 +226,7 @@ def test_fingerprint_names_changed_added_and_removed_files(tmp_path):
 
 def test_serve_holds_a_tampered_jobs_yaml_until_reload(project, fake, serve):
     write_config(project)
-    project.write_jobs(
-        "jobs:\n  j:\n    schedule: in 1s\n    prompt: go\n    approvals: approve\n    catchup: skip\n"
-    )
+    project.write_jobs("jobs:\n  j:\n    schedule: in 1s\n    prompt: go\n    approvals: approve\n    catchup: skip\n")
     added = "  added:\\n    schedule: every 1h\\n    agent: false\\n    pre_run: echo added\\n"
     fake.add(call("terminal", {"command": f"printf '{added}' >> jobs.yaml"}), final("done"))
     daemon = serve().started()
