@@ -44,6 +44,8 @@ class BackendContext:
     env_passthrough: tuple[str, ...] = ()
     secret_values: tuple[str, ...] = ()
     output_cap: int = DEFAULT_OUTPUT_CAP
+    #: the runner's control files and folders inside the workdir (Docker mounts them read-only)
+    protected: tuple[Path, ...] = ()
 
 
 @runtime_checkable

@@ -3,7 +3,8 @@
 The container starts with an idle loop as its only process and is removed at ``close()``.
 Hardening is not optional: all capabilities dropped, no-new-privileges, a pids limit, no
 network unless the spec asks, tmpfs ``/tmp``, the invoking uid:gid, and never the Docker
-socket. The job's workdir is bind-mounted read-write at ``/workspace``.
+socket. The job's workdir is bind-mounted read-write at ``/workspace``; the runner's control
+files inside it (jobs.yaml, templates, skills, ...) are bind-mounted over themselves read-only.
 """
 
 from __future__ import annotations
@@ -53,6 +54,19 @@ CONNECT_TIMEOUT = 10  # seconds to reach the daemon at all
 API_TIMEOUT = 60  # seconds for one API call (streams are not limited)
 T = TypeVar("T")
 _TRANSPORT_ERRORS = (DockerException, RequestException, OSError)
+
+
+def _read_only_mounts(host_dir: Path, protected: tuple[Path, ...]) -> list[Mount]:
+    """The runner's control files inside the workdir, mounted over themselves read-only."""
+    out = []
+    for path in protected:
+        try:
+            rel = path.resolve().relative_to(host_dir)
+        except ValueError:
+            continue
+        if rel.parts and path.exists():
+            out.append(Mount(f"{WORKSPACE}/{rel.as_posix()}", str(path.resolve()), type="bind", read_only=True))
+    return out
 
 
 def connect() -> docker.DockerClient:
@@ -190,7 +204,11 @@ class DockerBackend:
             security_opt=["no-new-privileges"],
             pids_limit=PIDS_LIMIT,
             tmpfs={"/tmp": "rw,nosuid,nodev,mode=1777"},
-            mounts=[Mount(WORKSPACE, str(host_dir), type="bind", read_only=False), *self._mounts],
+            mounts=[
+                Mount(WORKSPACE, str(host_dir), type="bind", read_only=False),
+                *_read_only_mounts(host_dir, self.ctx.protected),
+                *self._mounts,
+            ],
             environment={} if uid in ("0", "root") else {"HOME": "/tmp"},
             mem_limit=spec.memory,
             nano_cpus=spec.nano_cpus,

@@ -69,6 +69,18 @@ class StoreError(RunnerError, RuntimeError):
     reason = "store"
 
 
+class Tampered(RunnerError, PermissionError):
+    """The run changed one of the runner's control files (jobs.yaml, config.yaml, ...)."""
+
+    reason = "tampered"
+
+
+class Blocked(RunnerError, PermissionError):
+    """The job's ``pre_run`` is a command the approval policy does not let run."""
+
+    reason = "blocked"
+
+
 class AlreadyRunning(UsageError):
     """Another process holds an exclusive lock (e.g. a second ``runner serve``)."""
 

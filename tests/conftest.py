@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,27 @@ REPO = Path(__file__).resolve().parent.parent
 for _name in list(os.environ):
     if _name.startswith(("OPENAI_", "RUNNER_")) and not _name.startswith("RUNNER_TEST_"):
         del os.environ[_name]
+
+# The real home of the person running pytest, captured before any test changes HOME. No test may
+# run with it: a command that slips past the classifier then hits a throwaway folder instead.
+REAL_HOME = os.path.realpath(os.path.expanduser("~"))
+
+
+def assert_throwaway_home(env: Mapping[str, str]) -> None:
+    """Fail when ``env`` (a test's, or a subprocess's) would use the real home folder."""
+    home = env.get("HOME")
+    assert home, "a test process must get an explicit throwaway HOME"
+    assert os.path.realpath(home) != REAL_HOME, f"a test is using the real home folder {REAL_HOME}"
+
+
+@pytest.fixture(autouse=True)
+def throwaway_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Every test runs with HOME in a fresh temporary folder; the guard checks it is still there
+    at the end (a test that put the real HOME back fails)."""
+    home = tmp_path_factory.mktemp("userhome")
+    monkeypatch.setenv("HOME", str(home))
+    yield home
+    assert_throwaway_home(os.environ)
 
 
 @pytest.fixture
@@ -72,6 +93,7 @@ class Project:
             PYTHONPATH=str(REPO),
         )
         env.update(extra)
+        assert_throwaway_home(env)
         return env
 
     def start_job(self, name: str, fake: FakeOpenAI, timeout: float = 20) -> subprocess.Popen[str]:
@@ -95,15 +117,19 @@ class Project:
         from runner.cli import cli
 
         runner = CliRunner()
-        return runner.invoke(cli, list(args), env=env or self.env(), input=input, catch_exceptions=False)
+        env = env or self.env()
+        assert_throwaway_home({**os.environ, **env})
+        return runner.invoke(cli, list(args), env=env, input=input, catch_exceptions=False)
 
     def run(
         self, *args: str, env: dict[str, str] | None = None, timeout: float = 60, **kw: Any
     ) -> subprocess.CompletedProcess[str]:
         """Run ``python -m runner ARGS`` as a real subprocess."""
+        env = env or self.env()
+        assert_throwaway_home(env)
         return subprocess.run(
             [sys.executable, "-m", "runner", *args],
-            env=env or self.env(),
+            env=env,
             cwd=self.root,
             capture_output=True,
             text=True,

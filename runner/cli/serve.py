@@ -1,4 +1,5 @@
-"""``runner serve``: the scheduler daemon (and, later, the kanban dispatcher and idle Curator)."""
+"""``runner serve``: the scheduler daemon (with the kanban dispatcher and idle Curator), and
+``runner serve reload``."""
 
 from __future__ import annotations
 
@@ -9,19 +10,40 @@ import click
 from runner.cli._util import settings
 
 
-@click.command("serve")
+@click.group("serve", invoke_without_command=True)
 @click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
     default="info",
     show_default=True,
 )
-def serve(log_level: str) -> None:
+@click.pass_context
+def serve(ctx: click.Context, log_level: str) -> None:
     """Fire scheduled jobs until SIGTERM/SIGINT (one instance per RUNNER_HOME)."""
+    if ctx.invoked_subcommand is not None:
+        return
     from runner.serve.daemon import run_serve
     from runner.serve.loops import LOOPS
 
     sys.exit(run_serve(settings(), loops=LOOPS, log_level=log_level))
+
+
+@serve.command("reload")
+def serve_reload() -> None:
+    """Make the running serve reload jobs.yaml now (SIGHUP); also lifts the hold a run that
+    changed the runner's control files left on hot reload."""
+    import os
+    import signal
+
+    from runner.errors import UsageError
+    from runner.serve.daemon import serve_pid
+
+    home = settings().home
+    pid = serve_pid(home)
+    if pid is None:
+        raise UsageError(f"runner serve is not running for {home}")
+    os.kill(pid, signal.SIGHUP)
+    click.echo(f"asked serve (pid {pid}) to reload jobs.yaml")
 
 
 COMMANDS = [serve]

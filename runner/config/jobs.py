@@ -6,6 +6,7 @@ Every problem in the file is collected and reported at once as ``FILE: job NAME:
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -288,3 +289,29 @@ def _check_job(
         if item not in known:
             problems.append(f"toolsets: unknown toolset or tool {item!r}; known: {', '.join(sorted(known))}")
     return problems, (None if problems else job)
+
+
+def referenced_files(jobs: JobsFile) -> list[Path]:
+    """jobs.yaml, prompt templates and pre_run scripts (what hot reload watches and a run protects)."""
+    files = {jobs.path}
+    for job in jobs.jobs.values():
+        files.update(job_inputs(job))
+    return sorted(files)
+
+
+def job_inputs(job: Job) -> list[Path]:
+    """The files one job reads from the project: its prompt template and its pre_run script."""
+    prompt = job.prompt_path()
+    return [prompt, *_script(job)] if prompt is not None else _script(job)
+
+
+def _script(job: Job) -> list[Path]:
+    text = job.spec.pre_run or ""
+    try:
+        first = shlex.split(text)[0] if text.strip() else ""
+    except ValueError:
+        return []
+    if not first:
+        return []
+    path = job.resolve_path(first)
+    return [path] if path.is_file() else []

@@ -107,6 +107,7 @@ def _tool_context(run: Run, skills: SkillSession | None) -> ToolContext:
         emit=run.emit,
         redact=run.redactor,
         interactive=run.req.interactive,
+        control=run.control,
     )
     return ToolContext(
         backend=run.backend,
@@ -119,6 +120,7 @@ def _tool_context(run: Run, skills: SkillSession | None) -> ToolContext:
         settings=run.settings,
         skills=skills,
         kanban=run.req.task.session if run.req.task is not None else None,
+        control=run.control,
     )
 
 

@@ -19,12 +19,13 @@ from typing import Any
 from backends.base import Backend, BackendContext
 from runner.atomic import write_private
 from runner.clock import utcnow
-from runner.errors import RunnerError, failure_reason
+from runner.errors import RunnerError, Tampered, failure_reason
 from runner.run.delivery import deliver
 from runner.run.prepare import Prepared, prepare
 from runner.run.prerun import PreRunResult
 from runner.run.produce import Produced, pre_run_failed
 from runner.run.request import RunOutcome, RunRequest
+from runner.safety.control import ControlPlane, Fingerprint
 from runner.safety.redact import Redactor
 from runner.settings import Settings
 from runner.statuses import RunStatus
@@ -55,6 +56,8 @@ class Run:
         self.pre: PreRunResult | None = None
         self.result = RunOutcome(run_id, RunStatus.FAILED)
         self._backend: Backend | None = None
+        self.control: ControlPlane | None = None
+        self._before: Fingerprint | None = None
 
     @classmethod
     def start(cls, settings: Settings, req: RunRequest, prepared: Prepared) -> Run:
@@ -73,8 +76,10 @@ class Run:
     def go(self) -> RunOutcome:
         try:
             self.emit("run_started", {"job": self.job.name, "trigger": self.req.trigger, "pid": os.getpid()})
+            self.protect()
             self.open_backend()
             produced = self.pre_run() or self.prepared.producer.produce(self)
+            self.check_tamper()
             self.result = self.conclude(produced)
         except KeyboardInterrupt:
             self.result = RunOutcome(
@@ -91,6 +96,34 @@ class Run:
         assert self._backend is not None, "the backend is opened before any step that uses it"
         return self._backend
 
+    def protect(self) -> None:
+        """Compute the run's control plane and fingerprint it before anything can change it."""
+        from runner.run.protect import protected_set
+        from runner.run.request import Replay
+
+        cassette = self.req.model.path if isinstance(self.req.model, Replay) else None
+        workdir = self.req.workdir or self.job.workdir
+        self.control = protected_set(self.settings, self.job, workdir=workdir, cassette=cassette)
+        self._before = self.control.fingerprint()
+
+    def check_tamper(self) -> None:
+        """Fail the run (reason ``tampered``) when a protected file changed since ``protect``;
+        hot reload is held until an operator reloads serve."""
+        if self.control is None or self._before is None:
+            return
+        from runner.run.protect import hold_reloads, tampered
+
+        before, self._before = self._before, None  # checked once
+        changed = tampered(self.control, before)
+        if not changed:
+            return
+        hold_reloads(self.settings, self.run_id, changed)
+        self.emit("tampered", {"files": list(changed)})
+        raise Tampered(
+            f"the run changed the runner's control files: {', '.join(changed)}; serve will not reload "
+            "jobs.yaml until an operator checks them and runs `runner serve reload`"
+        )
+
     def open_backend(self) -> None:
         import backends
 
@@ -101,15 +134,29 @@ class Run:
             job=self.job.name,
             env_passthrough=tuple(self.job.spec.env_passthrough),
             secret_values=self.prepared.secrets,
+            protected=self.control.inside_workdir() if self.control is not None else (),
         )
         self._backend = backends.resolve(self.job.spec.backend, ctx=ctx)
+        if self.control is not None:
+            self.control = self.control.seen_from(self._backend.workdir)
 
     def pre_run(self) -> Produced | None:
         """Run the job's ``pre_run``; a ``{"wake": false}`` or a timeout ends the run here."""
         if not self.job.spec.pre_run:
             return None
-        from runner.run.prerun import run_pre
+        from runner.run.prerun import check_pre, run_pre
+        from runner.safety.approval import build_gate
 
+        gate = build_gate(
+            self.job,
+            store=self.settings.store,
+            run_id=self.run_id,
+            emit=self.emit,
+            redact=self.redactor,
+            interactive=self.req.interactive,
+            control=self.control,
+        )
+        check_pre(self.job, gate.check)
         pre = self.pre = run_pre(self.job, self.backend, run_id=self.run_id)
         self.emit("pre_run", {"exit_code": pre.exit_code, "timed_out": pre.timed_out, "stdout": pre.stdout[-4000:]})
         if not pre.wake:
@@ -189,6 +236,10 @@ class Run:
         """Close the backend and give the row its final status (always, from ``go``'s ``finally``)."""
         if self._backend is not None:
             self._backend.close()
+        try:
+            self.check_tamper()  # a run that failed or was interrupted is checked too
+        except Tampered as exc:
+            self.result = self.failed(exc)
         r = self.result
         finish_run(
             self.settings.store, self.run_id, r.status, reason=r.reason, error=r.error, output_path=r.output_path

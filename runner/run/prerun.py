@@ -1,6 +1,8 @@
 """pre_run: a command or script run through the job's backend before the agent.
 
-Its stdout goes to the template as ``pre_run.stdout``; a last line ``{"wake": false}`` skips
+It goes through the approval gate first, like a terminal command of the agent: hardline is
+refused under every policy, dangerous follows the job's ``approvals:``; a script it names is
+classified by its content too. Its stdout goes to the template as ``pre_run.stdout``; a last line ``{"wake": false}`` skips
 the run. A path relative to jobs.yaml runs that script (uploaded first on remote backends).
 """
 
@@ -9,10 +11,17 @@ from __future__ import annotations
 import json
 import os
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from backends.base import Backend
 from runner.config.jobs import Job
+from runner.errors import Blocked
+
+if TYPE_CHECKING:
+    from runner.safety.approval import Decision
 
 
 @dataclass(frozen=True)
@@ -50,6 +59,57 @@ def command_for(job: Job, backend: Backend, run_id: str) -> str:
     remote = f"/tmp/runner-prerun-{run_id}-{script.name}"
     backend.write_file(remote, script.read_bytes())
     return f"chmod +x {shlex.quote(remote)} && {shlex.quote(remote)}{rest}"
+
+
+def texts_to_check(job: Job) -> list[str]:
+    """What the approval gate sees of a ``pre_run``: the command line, and the text of the script
+    it names (a shell script is classified as a whole, line by line as the shell reads it)."""
+    text = job.spec.pre_run or ""
+    out = [text]
+    script = _script_path(text, job)
+    if script is not None:
+        content = script.read_text(encoding="utf-8", errors="replace")
+        if _is_shell(content):
+            out.append(content)
+    return out
+
+
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "busybox"})
+
+
+def _is_shell(content: str) -> bool:
+    """A script without a shebang runs under ``sh``; one naming another interpreter is not shell."""
+    if not content.startswith("#!"):
+        return True
+    words = content[2:].partition("\n")[0].split()
+    names = [os.path.basename(w) for w in words if not w.startswith("-")]
+    if names and names[0] == "env":
+        names = names[1:]
+    return not names or names[0] in _SHELLS
+
+
+def check_pre(job: Job, check: Callable[[str], Decision]) -> None:
+    """Refuse a ``pre_run`` the job's policy would not let the agent run: hardline under every
+    policy, dangerous unless the policy (``approve``, an ``allow:`` pattern, a person) allows it."""
+    for text in texts_to_check(job):
+        decision = check(text)
+        if not decision.allowed:
+            what = "pre_run" if text == job.spec.pre_run else "pre_run script"
+            raise Blocked(
+                f"job {job.name}: {what} refused ({decision.level}: {'; '.join(decision.reasons)}) "
+                f"under approvals: {job.spec.approvals}"
+            )
+
+
+def _script_path(text: str, job: Job) -> Path | None:
+    try:
+        first = shlex.split(text)[0] if text.strip() else ""
+    except ValueError:
+        return None
+    if not first:
+        return None
+    script = job.resolve_path(first)
+    return script if script.is_file() else None
 
 
 def run_pre(job: Job, backend: Backend, *, run_id: str) -> PreRunResult:

@@ -20,11 +20,15 @@ import select
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Protocol
 
+from runner.safety.control import WRITES_CONTROL
 from runner.safety.result import ApprovalResult
 from runner.safety.shell import Verdict, classify
+
+if TYPE_CHECKING:
+    from runner.safety.control import ControlPlane
 
 BLOCKED_TEMPLATE = "blocked: {reasons}; this command is not allowed in this run. Find another way to do the task."
 HARDLINE_TEMPLATE = "blocked: {reasons}; this command never runs under runner. Do not retry it."
@@ -127,15 +131,29 @@ def allow_match(verdict: Verdict, patterns: Sequence[str]) -> bool:
     return all(any(fnmatch.fnmatchcase(seg, p) for p in patterns) for seg in flagged)
 
 
-def decide(command: str, *, policy: str, allow: Sequence[str], callback: Callback | None) -> Decision:
-    """Pure decision for ``command`` (no I/O beyond what the callback does)."""
-    verdict = classify(command)
+def with_control(verdict: Verdict, control: ControlPlane | None) -> Verdict:
+    """``verdict`` made at least dangerous when the command writes one of the runner's control
+    files (a static check on the segments the classifier examined)."""
+    if control is None or verdict.level == "hardline":
+        return verdict
+    hits = control.command_writes(verdict)
+    if not hits:
+        return verdict
+    return replace(verdict, level="dangerous", reasons=(*verdict.reasons, WRITES_CONTROL), flagged=hits)
+
+
+def decide(
+    command: str, *, policy: str, allow: Sequence[str], callback: Callback | None, control: ControlPlane | None = None
+) -> Decision:
+    """Pure decision for ``command`` (no I/O beyond what the callback does). ``allow:`` patterns
+    never approve a write of the control files: only the policy (or a person) can."""
+    verdict = with_control(classify(command), control)
     reasons = tuple(verdict.reasons)
     if verdict.level == "hardline":
         return Decision(False, "hardline", reasons, "hardline", HARDLINE_TEMPLATE.format(reasons="; ".join(reasons)))
     if verdict.level == "safe":
         return Decision(True, "safe", reasons, "safe")
-    if allow_match(verdict, allow):
+    if WRITES_CONTROL not in reasons and allow_match(verdict, allow):
         return Decision(True, "dangerous", reasons, "allow")
     if callback is None:  # fail closed
         return Decision(False, "dangerous", reasons, "policy", BLOCKED_TEMPLATE.format(reasons="; ".join(reasons)))
@@ -154,12 +172,18 @@ class Gate:
     allow: tuple[str, ...]
     callback: Callback | None
     record: Callable[[str, Decision], None]
+    control: ControlPlane | None = None
 
     def __call__(self, command: str) -> ApprovalResult:
-        decision = decide(command, policy=self.policy, allow=self.allow, callback=self.callback)
+        decision = self.check(command)
+        return ApprovalResult(decision.allowed, decision.message)
+
+    def check(self, command: str) -> Decision:
+        """Decide ``command`` and audit the decision unless it is safe."""
+        decision = decide(command, policy=self.policy, allow=self.allow, callback=self.callback, control=self.control)
         if decision.level != "safe":
             self.record(command, decision)
-        return ApprovalResult(decision.allowed, decision.message)
+        return decision
 
 
 def audit_recorder(
@@ -207,7 +231,9 @@ def build_gate(
     emit: Callable[[str, dict[str, Any]], None],
     redact: Callable[[str], str],
     interactive: bool,
+    control: ControlPlane | None = None,
 ) -> Gate:
     policy = job.spec.approvals
     callback = callback_for(policy, interactive=interactive)
-    return Gate(policy, tuple(job.spec.allow), callback, audit_recorder(store, run_id, policy, emit, redact))
+    record = audit_recorder(store, run_id, policy, emit, redact)
+    return Gate(policy, tuple(job.spec.allow), callback, record, control)

@@ -10,7 +10,9 @@ clock, the log and ``wake()``); the composition root (``runner.cli.serve``) pass
 framework does not know which loops exist.
 
 One instance per RUNNER_HOME: an ``flock`` on ``RUNNER_HOME/run/serve.lock`` (released by the
-kernel when the process dies); a second serve exits 2 naming the pid that holds it.
+kernel when the process dies); a second serve exits 2 naming the pid that holds it. The lock file
+holds the pid: ``runner serve reload`` sends it SIGHUP, which reloads jobs.yaml at once (and
+lifts the reload hold a tampering run leaves).
 """
 
 from __future__ import annotations
@@ -58,6 +60,37 @@ def acquire_lock(home: Path) -> int:
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
     return fd
+
+
+def serve_pid(home: Path) -> int | None:
+    """The pid of the serve holding ``home``'s lock, or None when no serve runs there."""
+    path = home / "run" / "serve.lock"
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.read(fd, 64).decode(errors="replace").strip()
+            return int(text) if text.isdigit() else None
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None  # nobody holds it
+    finally:
+        os.close(fd)
+
+
+def _release_hold_at_start(home: Path, log: logging.Logger) -> None:
+    """Starting serve is an operator's load of jobs.yaml: a reload hold left by a tampering run is
+    cleared, loudly."""
+    from runner.safety.control import hold_path
+
+    hold = hold_path(home)
+    if hold.exists():
+        why = hold.read_text(errors="replace").strip()
+        log.warning("loading jobs.yaml although a run changed the control files (%s); hold cleared", why)
+        hold.unlink(missing_ok=True)
 
 
 def setup_logging(home: Path, level: str = "INFO") -> logging.Logger:
@@ -177,6 +210,7 @@ class Serve:
         launcher = Launcher()
         warmed = launcher.warm()  # the forkserver imports the worker while we load jobs
         jobs = load_jobs(s.jobs_path, default_timezone=config.timezone)
+        _release_hold_at_start(s.home, log)
         store = s.store  # opening it marks rows of dead workers `unknown`
         store.execute("PRAGMA wal_autocheckpoint=0")
         checkpointer = Checkpointer(store.path).start()
@@ -200,7 +234,7 @@ class Serve:
         watcher = JobsWatcher(jobs.path, default_timezone=config.timezone, current=jobs, wake=self.wake).start()
         host = ServeHost(s, store, self.clock, log, self.wake)
         tickers: list[Ticker] = [
-            ReloadTicker(watcher, schedule, log),
+            ReloadTicker(watcher, schedule, log, s.home),
             pool,
             schedule,
             HeartbeatTicker(store, pool, config.serve.heartbeat_s),

@@ -11,14 +11,13 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import shlex
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
-from runner.config.jobs import Job, JobsFile, load_jobs
+from runner.config.jobs import JobsFile, load_jobs, referenced_files
 from runner.errors import RunnerError
 from runner.serve.schedule import ScheduleTicker
 
@@ -30,29 +29,7 @@ class Loaded:
     jobs: JobsFile | None
     problems: tuple[str, ...]
     warnings: tuple[str, ...] = ()
-
-
-def referenced_files(jobs: JobsFile) -> list[Path]:
-    """jobs.yaml, prompt templates and pre_run scripts."""
-    files = {jobs.path}
-    for job in jobs.jobs.values():
-        prompt = job.prompt_path()
-        if prompt is not None:
-            files.add(prompt)
-        files.update(_script(job))
-    return sorted(files)
-
-
-def _script(job: Job) -> list[Path]:
-    text = job.spec.pre_run or ""
-    try:
-        first = shlex.split(text)[0] if text.strip() else ""
-    except ValueError:
-        return []
-    if not first:
-        return []
-    path = job.resolve_path(first)
-    return [path] if path.is_file() else []
+    forced: bool = False  # SIGHUP / `runner serve reload`: an operator asked for it
 
 
 def signature(files: list[Path]) -> Signature:
@@ -125,25 +102,68 @@ class JobsWatcher:
             if result.jobs is not None:
                 self._files = referenced_files(result.jobs)
                 self._sig = signature(self._files)
-            self.results.put(result)
+            self.results.put(replace(result, forced=forced))
             self.wake()
 
 
 class ReloadTicker:
-    """Installs what the watcher loaded, on the main loop."""
+    """Installs what the watcher loaded, on the main loop.
+
+    A change is applied only once every run that was running when it arrived has ended (one of
+    them may have made it), and not at all while a run that changed the control files left the
+    reload hold (``RUNNER_HOME/run/reload.hold``): then only an operator's reload (SIGHUP,
+    ``runner serve reload``) installs jobs.yaml, and clears the hold."""
 
     name = "reload"
 
-    def __init__(self, watcher: JobsWatcher, schedule: ScheduleTicker, log: logging.Logger):
-        self.watcher, self.schedule, self.log = watcher, schedule, log
+    def __init__(self, watcher: JobsWatcher, schedule: ScheduleTicker, log: logging.Logger, home: Path | None = None):
+        self.watcher, self.schedule, self.log, self.home = watcher, schedule, log, home
+        self._pending: Loaded | None = None
+        self._waiting_for: set[str] = set()
 
     def tick(self, now: datetime) -> None:
         while True:
             try:
                 result = self.watcher.results.get_nowait()
             except queue.Empty:
-                return
-            self._apply(result, now)
+                break
+            if result.forced:
+                self._pending, self._waiting_for = None, set()
+                self._release_hold()
+                self._apply(result, now)
+            else:
+                self._pending = result
+                self._waiting_for |= self._running()
+        if self._pending is not None and not (self._waiting_for & self._running()):
+            result, self._pending, self._waiting_for = self._pending, None, set()
+            if not self._held(result):
+                self._apply(result, now)
+
+    def _running(self) -> set[str]:
+        from runner.statuses import RunStatus
+
+        rows = self.schedule.store.query("SELECT id FROM runs WHERE status=?", (RunStatus.RUNNING,))
+        return {r["id"] for r in rows}
+
+    def _held(self, result: Loaded) -> bool:
+        from runner.safety.control import hold_path
+
+        if self.home is None or not hold_path(self.home).exists():
+            return False
+        why = hold_path(self.home).read_text(errors="replace").strip()
+        self.log.error(
+            "jobs.yaml changed, but a run changed the runner's control files (%s); still running the last "
+            "jobs an operator loaded. Check the files, then: runner serve reload",
+            why,
+        )
+        return True
+
+    def _release_hold(self) -> None:
+        from runner.safety.control import hold_path
+
+        if self.home is not None and hold_path(self.home).exists():
+            hold_path(self.home).unlink(missing_ok=True)
+            self.log.warning("reload forced by an operator: the reload hold is cleared")
 
     def _apply(self, result: Loaded, now: datetime) -> None:
         for warning in result.warnings:

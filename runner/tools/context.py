@@ -16,6 +16,7 @@ from backends.base import Backend
 from runner.safety.result import ApprovalResult, ApproveFn
 
 if TYPE_CHECKING:
+    from runner.safety.control import ControlPlane
     from runner.settings import Settings
     from runner.skills.session import SkillSession
     from runner.tools.kanban import KanbanTask
@@ -45,6 +46,7 @@ class ToolContext:
     settings: Settings | None = None  # the runner's settings (store, jobs, config)
     skills: SkillSession | None = None  # the run's skills session (skill_view, skill_manage)
     kanban: KanbanTask | None = None  # the task a kanban worker holds (the kanban tools act on it)
+    control: ControlPlane | None = None  # the runner's control files: the file tools refuse them
 
     @property
     def workdir(self) -> str:

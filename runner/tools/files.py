@@ -69,6 +69,20 @@ def confine(ctx: ToolContext, raw: str) -> str:
     return path
 
 
+def _protected(ctx: ToolContext, tool: str, path: str, raw: str, *, write: bool) -> ToolResult | None:
+    """The refusal when ``path`` is one of the runner's control files (written: any of them;
+    read: RUNNER_HOME and config.yaml), with its audit row; None when the path is free."""
+    if ctx.control is None:
+        return None
+    hit = ctx.control.write_hit(path) if write else ctx.control.read_hit(path)
+    if hit is None:
+        return None
+    from runner.safety.control import BLOCKED_LINE, audit_refusal
+
+    audit_refusal(ctx, f"{tool} {raw}", hit)
+    return ToolResult(BLOCKED_LINE.format(path=raw), failed=True)
+
+
 def _read_bytes(ctx: ToolContext, path: str, raw: str) -> bytes:
     try:
         return ctx.backend.read_file(path)
@@ -96,6 +110,8 @@ def read_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     offset = _int_arg(args, "offset", 1, minimum=1)
     limit = _int_arg(args, "limit", DEFAULT_LINES, minimum=1)
     path = confine(ctx, raw)
+    if blocked := _protected(ctx, "read_file", path, raw, write=False):
+        return blocked
     data = _read_bytes(ctx, path, raw)
     if b"\x00" in data[:8192]:
         raise ToolError(f"{raw} is a binary file ({len(data)} bytes); not shown")
@@ -116,6 +132,8 @@ def write_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     raw = _str_arg(args, "path")
     content = _str_arg(args, "content")
     path = confine(ctx, raw)
+    if blocked := _protected(ctx, "write_file", path, raw, write=True):
+        return blocked
     data = content.encode("utf-8")
     _write(ctx, path, data, raw)
     return ToolResult(f"wrote {len(data)} bytes to {raw}")
@@ -128,6 +146,8 @@ def edit_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     if not old:
         raise ToolError("old_string is empty; use write_file to create a file")
     path = confine(ctx, raw)
+    if blocked := _protected(ctx, "edit_file", path, raw, write=True):
+        return blocked
     text = decode(_read_bytes(ctx, path, raw))
     count = text.count(old)
     if count == 0:
@@ -148,7 +168,10 @@ def search_files(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     raw = _str_arg(args, "path", required=False, default=".")
     glob = _str_arg(args, "glob", required=False)
     path = confine(ctx, raw)
+    if blocked := _protected(ctx, "search_files", path, raw, write=False):
+        return blocked
     include = f"--include={shlex.quote(glob)} " if glob else ""
+    include += _exclusions(ctx, path)
     command = (
         f"grep -rnIE --exclude-dir=.git {include}-e {shlex.quote(pattern)} -- {shlex.quote(path)} "
         f"2>/dev/null | head -n {SEARCH_MAX + 1}"
@@ -165,9 +188,23 @@ def search_files(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     return ToolResult(truncate_text("\n".join(lines), ctx.output_chars) + more)
 
 
+def _exclusions(ctx: ToolContext, path: str) -> str:
+    """grep options that skip the unreadable control files under the searched folder."""
+    if ctx.control is None:
+        return ""
+    out = []
+    for hidden in ctx.control.unreadable_below(path):
+        name = posixpath.basename(hidden)
+        flag = "--exclude-dir" if os.path.isdir(hidden) else "--exclude"
+        out.append(f"{flag}={shlex.quote(name)} ")
+    return "".join(out)
+
+
 def list_dir(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     raw = _str_arg(args, "path", required=False, default=".")
     path = confine(ctx, raw)
+    if blocked := _protected(ctx, "list_dir", path, raw, write=False):
+        return blocked
     result = ctx.backend.run(f"ls -lA -- {shlex.quote(path)}", timeout=ctx.time_left(30))
     if result.exit_code != 0:
         raise ToolError(result.output.strip() or f"cannot list {raw}")

@@ -180,3 +180,32 @@ def test_cleanup_stale_removes_only_inactive_runs(make_backend: Callable[..., An
     with pytest.raises(BackendError):
         stale.run("true", timeout=5)
     assert live.run("echo ok", timeout=5).output == "ok\n"
+
+
+def test_protected_files_inside_the_workdir_are_read_only_in_the_container(docker_image: str, tmp_path: Path) -> None:
+    """The control plane (jobs.yaml, a template folder) is bind-mounted read-only over itself."""
+    ctx = make_ctx(tmp_path, run_id="protected-run", job="protected")
+    work = ctx.workdir
+    (work / "jobs.yaml").write_text("jobs: {}\n")
+    (work / "jobs").mkdir()
+    (work / "jobs" / "prompt.md").write_text("hello\n")
+    (work / "notes.txt").write_text("free\n")
+    ctx = BackendContext(
+        workdir=work,
+        home=ctx.home,
+        run_id="protected-run",
+        job="protected",
+        protected=(work / "jobs.yaml", work / "jobs"),
+    )
+    backend = resolve({"type": "docker", "image": docker_image}, ctx=ctx)
+    try:
+        for target in ("/workspace/jobs.yaml", "/workspace/jobs/prompt.md", "/workspace/jobs/new.md"):
+            res = backend.run(f"echo tampered >> {target}", timeout=30)
+            assert res.exit_code != 0, (target, res.output)
+        assert backend.run("echo more >> /workspace/notes.txt", timeout=30).exit_code == 0
+    finally:
+        backend.close()
+    assert (work / "jobs.yaml").read_text() == "jobs: {}\n"
+    assert (work / "jobs" / "prompt.md").read_text() == "hello\n"
+    assert not (work / "jobs" / "new.md").exists()
+    assert (work / "notes.txt").read_text() == "free\nmore\n"
