@@ -94,9 +94,11 @@ class Alerter:
         base_dir: Path,
         redactor: Redactor | None = None,
         stdout: TextIO | None = None,
+        emit: Recorder | None = None,
     ):
         self.store, self.config = store, config
         self.redactor = redactor or Redactor()
+        self.emit = emit  # the recorder of the run this process is running (one seq counter per run)
         self.ctx = SendContext(config, base_dir=base_dir, home=home, redactor=self.redactor, stdout=stdout)
 
     def sinks(self, job: Job | None) -> list[Sink]:
@@ -142,7 +144,7 @@ class Alerter:
             self.store, end.job, topic, end.run_id, every=limits.every, min_interval=limits.min_interval, now=utcnow()
         )
         if not decision.send:
-            Recorder(self.store, end.run_id, self.redactor)(
+            self._recorder(end.run_id)(
                 "alert", {"event": event, "sent": False, "streak": decision.streak, "throttled": True}
             )
             return []
@@ -154,10 +156,13 @@ class Alerter:
     def _send(self, sinks: list[Sink], event: str, end: RunEnd, note: str = "") -> list[Delivered]:
         message = self.message(event, end, note)
         results = [send(sink, message, self.ctx) for sink in sinks]
-        Recorder(self.store, end.run_id, self.redactor)(
-            "alert", {"event": event, "sent": True, "sinks": [r.as_dict() for r in results]}
-        )
+        self._recorder(end.run_id)("alert", {"event": event, "sent": True, "sinks": [r.as_dict() for r in results]})
         return results
+
+    def _recorder(self, run_id: str) -> Recorder:
+        if self.emit is not None and self.emit.run_id == run_id:
+            return self.emit
+        return Recorder(self.store, run_id, self.redactor)
 
     def message(self, event: str, end: RunEnd, note: str = "") -> Message:
         r = self.redactor

@@ -172,6 +172,7 @@ class Run:
             base_dir=self.job.base_dir,
             redactor=self.redactor,
             stdout=self.req.stdout,
+            emit=self.emit,
         )
 
     def deliver(self, output: str, status: RunStatus, path: Path | None) -> tuple[dict[str, Any], ...]:
