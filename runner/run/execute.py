@@ -221,6 +221,7 @@ class Run:
         )
         seconds = round(time.monotonic() - self.started, 3)
         self.emit("run_finished", {"status": r.status, "reason": r.reason, "seconds": seconds})
-        if self.req.deliver:
+        stopped = self.req.stop.is_set() and r.status != RunStatus.SUCCEEDED
+        if self.req.deliver and not stopped:  # stopped by a signal: whoever sent it decides (serve alerts)
             text = tail(r.output) if r.output else tail_of_run(self.settings.store, self.run_id)
             self.alerter.run_ended(self.job, RunEnd(self.job.name, self.run_id, r.status, r.reason, r.error, text))
