@@ -16,7 +16,8 @@ class Received:
     path: str
     headers: dict[str, str]
     body: bytes
-    at: float
+    at: float  # time.monotonic()
+    wall: float  # time.time()
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -35,7 +36,13 @@ class Receiver:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 with lock:
                     receiver.requests.append(
-                        Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.monotonic())
+                        Received(
+                            self.path,
+                            {k.lower(): v for k, v in self.headers.items()},
+                            body,
+                            time.monotonic(),
+                            time.time(),
+                        )
                     )
                     status, headers = receiver.script.pop(0) if receiver.script else (204, {})
                 self.send_response(status)

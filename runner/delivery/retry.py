@@ -53,12 +53,15 @@ def post(url: str, *, body: bytes, headers: Mapping[str, str], policy: Policy) -
     """POST ``body`` to ``url`` up to ``policy.attempts`` times."""
     import httpx
 
+    from runner.agent.llm import shared_ssl_context
+
+    verify = shared_ssl_context()  # built once per process: a bundle load per request costs tens of ms
     detail, status = "", None
     wait = policy.backoff
     for attempt in range(1, policy.attempts + 1):
         hint: float | None = None
         try:
-            response = httpx.post(url, content=body, headers=dict(headers), timeout=policy.timeout)
+            response = httpx.post(url, content=body, headers=dict(headers), timeout=policy.timeout, verify=verify)
         except httpx.HTTPError as exc:
             status, detail = None, f"{type(exc).__name__}: {exc}"
         else:
