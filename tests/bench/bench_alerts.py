@@ -13,7 +13,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from datetime import datetime
 from pathlib import Path
 
@@ -36,7 +35,9 @@ def main(count: int) -> None:
             f"serve: {{max_parallel: 8}}\nalerts: ['webhook:{receiver.url}/alerts']\n"
             "delivery: {attempts: 2, backoff: 0.1}\n"
         )
-        jobs = "".join(f"  j{i:03d}:\n    schedule: in 2s\n    agent: false\n    pre_run: 'exit 1'\n" for i in range(count))
+        jobs = "".join(
+            f"  j{i:03d}:\n    schedule: in 2s\n    agent: false\n    pre_run: 'exit 1'\n" for i in range(count)
+        )
         (root / "jobs.yaml").write_text("jobs:\n" + jobs)
         env = clean_env(RUNNER_HOME=str(home), RUNNER_JOBS=str(root / "jobs.yaml"))
         serve = subprocess.Popen(
@@ -48,7 +49,9 @@ def main(count: int) -> None:
             serve.send_signal(signal.SIGTERM)
             serve.wait(60)
         db = sqlite3.connect(home / "runner.db")
-        ended = {run_id: datetime.fromisoformat(at).timestamp() for run_id, at in db.execute("SELECT id, ended_at FROM runs")}
+        ended = {
+            run_id: datetime.fromisoformat(at).timestamp() for run_id, at in db.execute("SELECT id, ended_at FROM runs")
+        }
     receiver.stop()
     lat = sorted(r.wall - ended[r.json()["run_id"]] for r in receiver.requests)
     p50 = statistics.median(lat)
@@ -56,7 +59,9 @@ def main(count: int) -> None:
     print(f"alerts received: {len(lat)} of {count} failed runs")
     for name, value in (("p50", p50), ("p99", p99)):
         verdict = "ok" if value <= TARGETS[name] else "OVER TARGET"
-        print(f"run ended -> alert received {name}: {value * 1000:8.1f} ms  (target <= {TARGETS[name]:.0f} s) {verdict}")
+        print(
+            f"run ended -> alert received {name}: {value * 1000:8.1f} ms  (target <= {TARGETS[name]:.0f} s) {verdict}"
+        )
     print(f"max: {lat[-1] * 1000:.1f} ms")
 
 

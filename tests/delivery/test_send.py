@@ -22,13 +22,21 @@ from runner.safety.redact import Redactor
 from tests.receivers import Receiver
 
 FAST = {"delivery": {"attempts": 3, "backoff": 0.05, "max_backoff": 3, "timeout": 5}}
-MSG = Message("20260101-000000-abcdef", "20260101-000000-abcdef", "[runner] j: run failed", "line one\nline two",
-              {"job": "j", "run_id": "20260101-000000-abcdef", "status": "failed", "output": "x"})
+MSG = Message(
+    "20260101-000000-abcdef",
+    "20260101-000000-abcdef",
+    "[runner] j: run failed",
+    "line one\nline two",
+    {"job": "j", "run_id": "20260101-000000-abcdef", "status": "failed", "output": "x"},
+)
 
 
 def ctx(tmp_path: Path, environ: dict[str, str] | None = None, **config: object) -> SendContext:
     return SendContext(
-        Config(**{**FAST, **config}), base_dir=tmp_path, home=tmp_path, redactor=Redactor(include_env=False),
+        Config(**{**FAST, **config}),
+        base_dir=tmp_path,
+        home=tmp_path,
+        redactor=Redactor(include_env=False),
         environ=environ or {},
     )
 
@@ -170,8 +178,20 @@ def test_labels_mask_secrets(sink: str, shown: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "bad", ["ftp:x", "webhook:notaurl", "slack:", "telegram:abc", "email:nobody", "file:", "stdout:x", 3,
-            {"webhook": {"url": "https://x.org", "colour": 1}}, {"webhook": {}}, {"slack": {"url": "https://x"}}]
+    "bad",
+    [
+        "ftp:x",
+        "webhook:notaurl",
+        "slack:",
+        "telegram:abc",
+        "email:nobody",
+        "file:",
+        "stdout:x",
+        3,
+        {"webhook": {"url": "https://x.org", "colour": 1}},
+        {"webhook": {}},
+        {"slack": {"url": "https://x"}},
+    ],
 )
 def test_invalid_sinks_are_rejected(bad: object) -> None:
     with pytest.raises(ValueError):

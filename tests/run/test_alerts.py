@@ -83,7 +83,11 @@ def test_failed_delivery_is_visible_and_alerted(project, fake, receiver: Receive
         assert f"delivery to webhook:{dead.url}/x?*** failed: HTTP 500 (gave up after 3 attempts)" in res.stderr
         summary = json.loads(res.stdout)
         assert summary["status"] == "succeeded" and summary["delivery_failed"] is True
-        assert summary["delivery"][1] == {"sink": f"webhook:{dead.url}/x?***", "ok": False, "detail": summary["delivery"][1]["detail"]}
+        assert summary["delivery"][1] == {
+            "sink": f"webhook:{dead.url}/x?***",
+            "ok": False,
+            "detail": summary["delivery"][1]["detail"],
+        }
         [row] = runs(project)
         assert row["status"] == "succeeded" and row["delivery_failed"] == 1
         assert "abc123" not in row["delivery"]

@@ -57,7 +57,9 @@ def test_pause_alert_then_recovery_after_resume(project, serve, receiver: Receiv
 @pytest.mark.slow
 def test_worker_timeout_alert(project, serve, receiver: Receiver):
     alerts_config(project, receiver)
-    project.write_jobs("jobs:\n  slow:\n    schedule: every 2s\n    agent: false\n    pre_run: 'sleep 30'\n    timeout: 1s\n")
+    project.write_jobs(
+        "jobs:\n  slow:\n    schedule: every 2s\n    agent: false\n    pre_run: 'sleep 30'\n    timeout: 1s\n"
+    )
     daemon = serve().started()
     [req] = receiver.wait(1, timeout=20)
     alert = req.json()
