@@ -3,6 +3,9 @@ again after a doubling backoff; any other answer is final."""
 
 from __future__ import annotations
 
+import functools
+import os
+import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,6 +36,17 @@ class Posted:
     detail: str
 
 
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """The verification context of the HTTP sinks, built once per process (loading the CA bundle
+    costs tens of milliseconds; serve's forkserver builds it before forking workers). Same sources
+    as the model client's: SSL_CERT_FILE / SSL_CERT_DIR, else certifi."""
+    import certifi
+
+    cafile, capath = os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")
+    return ssl.create_default_context(cafile=cafile or (None if capath else certifi.where()), capath=capath)
+
+
 def retry_after(value: str | None) -> float | None:
     """Seconds from a Retry-After header (delta-seconds or an HTTP date); None when absent or unreadable."""
     if not value:
@@ -53,9 +67,7 @@ def post(url: str, *, body: bytes, headers: Mapping[str, str], policy: Policy) -
     """POST ``body`` to ``url`` up to ``policy.attempts`` times."""
     import httpx
 
-    from runner.agent.llm import shared_ssl_context
-
-    verify = shared_ssl_context()  # built once per process: a bundle load per request costs tens of ms
+    verify = tls_context()  # built once per process: a bundle load per request costs tens of ms
     detail, status = "", None
     wait = policy.backoff
     for attempt in range(1, policy.attempts + 1):

@@ -47,3 +47,7 @@ for _name in MODULES:
 from runner.agent.llm import shared_ssl_context  # noqa: E402
 
 shared_ssl_context()
+
+from runner.delivery.retry import tls_context  # noqa: E402
+
+tls_context()
