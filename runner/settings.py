@@ -62,9 +62,24 @@ class Settings:
     @cached_property
     def store(self) -> Store:
         from runner.store import Store
-        from runner.store.runs import mark_orphans_unknown
+        from runner.store.runs import recover_orphans
 
         self.ensure_home()
         store = Store.open(self.home / "runner.db")
-        mark_orphans_unknown(store)
+        lost = recover_orphans(store)
+        if lost:
+            self.alert_lost(store, lost)
         return store
+
+    def alert_lost(self, store: Store, run_ids: list[str]) -> None:
+        """Alert each run found ``unknown`` (its worker died); jobs.yaml may be absent or broken here,
+        then config.yaml's ``alerts:`` apply."""
+        from runner.delivery.alerts import alert_lost
+        from runner.errors import UsageError
+
+        try:
+            jobs = self.jobs.jobs
+        except UsageError:
+            jobs = {}
+        base = self.jobs_path.parent
+        alert_lost(store, self.config, run_ids, jobs, home=self.home, base_dir=base)

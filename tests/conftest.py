@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from runner.testing import FakeOpenAI
+from tests.receivers import Receiver
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -59,6 +60,14 @@ def fake() -> Iterator[FakeOpenAI]:
     server = FakeOpenAI().start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A local HTTP receiver on 127.0.0.1 (webhook, Slack, Discord, Telegram formats)."""
+    r = Receiver().start()
+    yield r
+    r.stop()
 
 
 @dataclass

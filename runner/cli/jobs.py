@@ -67,7 +67,7 @@ def jobs_list(as_json: bool) -> None:
         from runner.serve.state import serve_status
 
         for row in s.store.query(
-            "SELECT job, status, created_at FROM runs r WHERE created_at = "
+            "SELECT job, status, created_at, delivery_failed FROM runs r WHERE created_at = "
             "(SELECT MAX(created_at) FROM runs WHERE job = r.job)"
         ):
             last[row["job"]] = row
@@ -89,6 +89,7 @@ def jobs_list(as_json: bool) -> None:
                 "paused_reason": state.paused_reason if state else None,
                 "failure_streak": state.failure_streak if state else 0,
                 "last_status": (last.get(name) or {}).get("status"),
+                "last_delivery_failed": bool((last.get(name) or {}).get("delivery_failed")),
                 "description": job.spec.description,
                 "serve_alive": serve_alive,
             }
@@ -108,7 +109,7 @@ def jobs_list(as_json: bool) -> None:
                 r["next_fire"] or "-",
                 r["backend"],
                 "paused" if r["paused"] else ("yes" if r["enabled"] else "no"),
-                r["last_status"] or "-",
+                (r["last_status"] or "-") + (" (delivery FAILED)" if r["last_delivery_failed"] else ""),
             ]
             for r in rows
         ],

@@ -19,7 +19,10 @@ from runner.statuses import RunStatus, Trigger
 @click.option("--replay", type=click.Path(dir_okay=False, path_type=Path), help="answer the model from a cassette")
 @click.option("--record", type=click.Path(dir_okay=False, path_type=Path), help="record model turns to a cassette")
 @click.option("--json", "as_json", is_flag=True, help="print the run summary as JSON")
-def run_job(name: str, var_pairs: tuple[str, ...], replay: Path | None, record: Path | None, as_json: bool) -> None:
+@click.option("--no-deliver", is_flag=True, help="keep the output file; send nothing (no sinks, no alerts)")
+def run_job(
+    name: str, var_pairs: tuple[str, ...], replay: Path | None, record: Path | None, as_json: bool, no_deliver: bool
+) -> None:
     """Run job NAME now and exit with its status (0 ok, 1 failed, 2 bad input, 130 interrupted)."""
     from runner.run.execute import execute
     from runner.run.request import Live, ModelSource, Record, Replay, RunRequest
@@ -46,9 +49,12 @@ def run_job(name: str, var_pairs: tuple[str, ...], replay: Path | None, record: 
         stdout=sys.stderr if as_json else sys.stdout,
         stop=stop,
         interactive=has_tty(),
+        deliver=not no_deliver,
     )
     with two_stage_stop(stop):  # first SIGINT/SIGTERM: finish the current step; second: stop hard
         outcome = execute(s, req)
+    for failed in outcome.delivery_failed:
+        click.echo(f"delivery to {failed['sink']} failed: {failed['detail']}", err=True)
     if as_json:
         echo_json(outcome.as_dict())
     else:

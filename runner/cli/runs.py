@@ -32,12 +32,13 @@ def _duration(row: dict[str, Any]) -> str:
 @click.option("--job", help="only this job")
 @click.option("--status", type=click.Choice(STATUSES), help="only runs with this status")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 100000))
+@click.option("--delivery-failed", is_flag=True, help="only runs where a delivery sink failed")
 @click.option("--json", "as_json", is_flag=True)
-def runs_list(job: str | None, status: str | None, limit: int, as_json: bool) -> None:
-    """List recent runs, newest first."""
+def runs_list(job: str | None, status: str | None, limit: int, delivery_failed: bool, as_json: bool) -> None:
+    """List recent runs, newest first; DELIVERY is ok, FAILED (a sink failed after its retries) or -."""
     from runner.store.runs import list_runs
 
-    rows = list_runs(settings().store, job=job, status=status, limit=limit)
+    rows = list_runs(settings().store, job=job, status=status, limit=limit, delivery_failed=delivery_failed)
     if as_json:
         echo_json(rows)
         return
@@ -57,11 +58,19 @@ def runs_list(job: str | None, status: str | None, limit: int, as_json: bool) ->
                 r["iterations"],
                 f"{(r['prompt_tokens'] or 0) + (r['completion_tokens'] or 0)}",
                 f"{r['cost_usd'] or 0:.4f}",
+                _delivery(r),
             ]
             for r in rows
         ],
-        ["RUN", "JOB", "TRIGGER", "STATUS", "REASON", "STARTED", "TOOK", "TURNS", "TOKENS", "COST$"],
+        ["RUN", "JOB", "TRIGGER", "STATUS", "REASON", "STARTED", "TOOK", "TURNS", "TOKENS", "COST$", "DELIVERY"],
     )
+
+
+def _delivery(row: dict[str, Any]) -> str:
+    """``ok``, ``FAILED`` (some sink failed after its retries) or ``-`` (nothing was delivered)."""
+    if row.get("delivery_failed"):
+        return "FAILED"
+    return "ok" if row.get("delivery") else "-"
 
 
 def _load(run_id: str) -> dict[str, Any]:
@@ -129,9 +138,12 @@ def runs_show(run_id: str, as_json: bool) -> None:
     if row["output_path"]:
         click.echo(f"output   {row['output_path']}")
     if row["delivery"]:
+        from runner.config.sinks import mask_sink_label
+
         sinks = json.loads(row["delivery"])
         click.echo(
-            "delivery " + ", ".join(f"{d['sink']}={'ok' if d['ok'] else 'FAILED ' + d['detail']}" for d in sinks)
+            "delivery "
+            + ", ".join(f"{mask_sink_label(d['sink'])}={'ok' if d['ok'] else 'FAILED ' + d['detail']}" for d in sinks)
         )
     click.echo("")
     click.echo("steps:")

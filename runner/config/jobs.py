@@ -18,6 +18,7 @@ from pydantic import BeforeValidator, Field, ValidationError, field_validator
 from backends.spec import BackendSpec, LocalSpec, parse_spec
 from runner.config import yamlio
 from runner.config.schedules import Schedule, parse_duration, parse_schedule, parse_timezone
+from runner.config.sinks import check_sink
 from runner.config.strict import Strict
 from runner.errors import ConfigError, UsageError
 
@@ -25,6 +26,7 @@ JOB_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 TEMPLATE_SUFFIXES = (".j2", ".jinja", ".jinja2", ".md", ".txt", ".tmpl")
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
+SinkItem = Annotated[str | dict[str, Any], BeforeValidator(check_sink)]
 
 
 def _backend(value: Any) -> Any:
@@ -40,17 +42,6 @@ class Retries(Strict):
 class Budget(Strict):
     max_cost_usd: float | None = Field(None, ge=0)
     max_tokens: int | None = Field(None, ge=1)
-
-
-def _deliver_item(value: str) -> str:
-    if value in ("file", "stdout"):
-        return value
-    kind, _, rest = value.partition(":")
-    if kind == "file" and rest:
-        return value
-    if kind == "webhook" and re.match(r"^https?://[^\s]+$", rest):
-        return value
-    raise ValueError(f"invalid sink {value!r} (use file, file:PATH, stdout or webhook:https://...)")
 
 
 class JobSpec(Strict):
@@ -81,7 +72,8 @@ class JobSpec(Strict):
     catchup: Literal["skip", "once", "all"] = "once"
     catchup_window: Duration | None = None
     overlap: Literal["skip", "queue", "allow", "replace"] = "skip"
-    deliver: list[Annotated[str, BeforeValidator(_deliver_item)]] = Field(default_factory=lambda: ["file"])
+    deliver: list[SinkItem] = Field(default_factory=lambda: list[str | dict[str, Any]](["file"]))
+    on_failure: list[SinkItem] | None = None  # alert sinks; None: config.yaml's ``alerts:``
     budget: Budget = Field(default_factory=Budget)
     env_passthrough: list[str] = Field(default_factory=list)
     allow_paths: list[str] = Field(default_factory=list)

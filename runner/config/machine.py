@@ -11,6 +11,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator
 
 from runner.config import yamlio
+from runner.config.jobs import Duration, SinkItem
 from runner.config.strict import Strict
 from runner.errors import ConfigError, UsageError
 
@@ -79,6 +80,39 @@ class SkillsConfig(Strict):
     dirs: list[str] = Field(default_factory=list)
 
 
+class AlertsThrottle(Strict):
+    """After the first alert of a failure streak, send every ``every``-th one, or one when
+    ``min_interval`` has passed since the last sent; the rest are counted and reported."""
+
+    every: int = Field(10, ge=1)
+    min_interval: Duration = 3600.0
+
+
+class DeliveryConfig(Strict):
+    """HTTP sinks (webhook, slack, discord, telegram): attempts and backoff between them."""
+
+    attempts: int = Field(3, ge=1, le=10)
+    backoff: Duration = 10.0  # before the 2nd attempt; doubled each time
+    max_backoff: Duration = 60.0  # also the cap on a 429's Retry-After
+    timeout: Duration = 10.0
+
+
+class SmtpConfig(Strict):
+    host: str = "localhost"
+    port: int = Field(25, ge=1, le=65535)
+    user: str | None = None
+    password: str | None = None  # env:NAME or a literal (then config.yaml must be chmod 600)
+    from_: str = Field("runner@localhost", alias="from")
+    starttls: bool = False
+    ssl: bool = False
+    timeout: Duration = 30.0
+
+
+class TelegramConfig(Strict):
+    bot_token: str = "env:TELEGRAM_BOT_TOKEN"
+    base_url: str = "https://api.telegram.org"
+
+
 class Config(Strict):
     timezone: str = "UTC"
     providers: dict[str, Provider] = Field(default_factory=dict)
@@ -86,6 +120,11 @@ class Config(Strict):
     curator: CuratorConfig = Field(default_factory=CuratorConfig)
     kanban: KanbanConfig = Field(default_factory=KanbanConfig)
     skills: SkillsConfig = Field(default_factory=SkillsConfig)
+    alerts: list[SinkItem] = Field(default_factory=list)
+    alerts_throttle: AlertsThrottle = Field(default_factory=AlertsThrottle)
+    delivery: DeliveryConfig = Field(default_factory=DeliveryConfig)
+    smtp: SmtpConfig | None = None
+    telegram: TelegramConfig = Field(default_factory=TelegramConfig)
     path: str | None = None
 
     @field_validator("timezone")
@@ -148,7 +187,11 @@ def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
 
 
 def _has_literal_keys(config: Config) -> bool:
-    return any(not k.startswith(("env:", "envlist:")) for p in config.providers.values() for k in p.api_keys)
+    if any(not k.startswith(("env:", "envlist:")) for p in config.providers.values() for k in p.api_keys):
+        return True
+    password = config.smtp.password if config.smtp else None
+    token = config.telegram.bot_token
+    return bool(password and not password.startswith("env:")) or not token.startswith("env:")
 
 
 def resolve_key(ref: str, index: int = 0, environ: dict[str, str] | None = None) -> tuple[str, str | None]:

@@ -1,5 +1,7 @@
-"""Delivery sinks for a run's output: ``file``, ``file:PATH`` (PATH may be a template), ``stdout``,
-``webhook:URL``. A failing sink is recorded on the run; it never fails the run."""
+"""Delivering a run's output to its ``deliver:`` sinks: ``file``, ``file:PATH`` (PATH may be a
+template), ``stdout`` here; webhook, Slack, Discord, Telegram and email through
+``runner.delivery.send`` (retries, ``env:NAME``, signatures). A failing sink is recorded on the
+run (``delivery_failed``) and alerted; it never changes the run's status."""
 
 from __future__ import annotations
 
@@ -7,88 +9,65 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from runner.atomic import write_private
 from runner.config.jobs import Job
+from runner.config.sinks import Sink, parse_sink
+from runner.delivery.message import Message
+from runner.delivery.send import Delivered, SendContext, send
 
 SILENT = "[SILENT]"
-WEBHOOK_TIMEOUT = 10.0
 
-
-@dataclass(frozen=True)
-class Delivered:
-    sink: str
-    ok: bool
-    detail: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"sink": self.sink, "ok": self.ok, "detail": self.detail}
+__all__ = ["SILENT", "Delivered", "Output", "deliver", "is_silent"]
 
 
 def is_silent(output: str) -> bool:
     return output.strip() == SILENT
 
 
-def deliver(
-    job: Job,
-    *,
-    run_id: str,
-    status: str,
-    output: str,
-    output_path: Path | None,
-    variables: dict[str, Any],
-    redact: Callable[[str], str],
-    stdout: TextIO | None = None,
-) -> list[Delivered]:
-    what = _Run(job, run_id, status, output, output_path, variables, stdout)
-    results: list[Delivered] = []
-    for sink in job.spec.deliver:
-        try:
-            results.append(_one(sink, what))
-        except Exception as exc:  # recorded on the run, by design never fatal
-            results.append(Delivered(sink, False, redact(f"{type(exc).__name__}: {exc}")))
-    return results
-
-
 @dataclass(frozen=True)
-class _Run:
+class Output:
+    """One run's output as its sinks see it."""
+
     job: Job
     run_id: str
     status: str
-    output: str
-    output_path: Path | None
+    text: str
+    path: Path | None
     variables: dict[str, Any]
-    stdout: TextIO | None
+
+    def message(self) -> Message:
+        payload = {"job": self.job.name, "run_id": self.run_id, "status": self.status, "output": self.text}
+        subject = f"[runner] {self.job.name}: run {self.status}"
+        return Message(self.run_id, self.run_id, subject, self.text, payload)
 
 
-def _one(sink: str, r: _Run) -> Delivered:
-    job, output, output_path = r.job, r.output, r.output_path
-    if sink == "file":
-        return Delivered(sink, output_path is not None, str(output_path or "no output file"))
-    if sink == "stdout":
-        stream = r.stdout or sys.stdout
-        stream.write(output if output.endswith("\n") else output + "\n")
-        stream.flush()
-        return Delivered(sink, True)
-    kind, _, target = sink.partition(":")
-    if kind == "file":
-        from runner.run.prompt import render
-
-        rendered = render(target, r.variables, name=f"job {job.name}: deliver {sink}", base=job.base_dir)
-        path = job.resolve_path(rendered)
-        write_private(path, output)
-        return Delivered(sink, True, str(path))
-    if kind == "webhook":
-        import httpx
-
-        payload = {"job": job.name, "run_id": r.run_id, "status": r.status, "output": output}
-        response = httpx.post(target, json=payload, timeout=WEBHOOK_TIMEOUT)
-        ok = 200 <= response.status_code < 300
-        return Delivered(_mask_url(sink), ok, f"HTTP {response.status_code}")
-    return Delivered(sink, False, "unknown sink")
+def deliver(out: Output, ctx: SendContext, render: Callable[[str, dict[str, Any], str], str]) -> list[Delivered]:
+    """Send ``out`` to each of the job's sinks, in order; ``render`` expands a ``file:PATH`` template."""
+    message = out.message()
+    results: list[Delivered] = []
+    for item in out.job.spec.deliver:
+        sink = parse_sink(item)
+        if sink.kind == "file":
+            results.append(_file(sink, out, ctx, render))
+        elif sink.kind == "stdout":
+            stream = ctx.stdout or sys.stdout
+            stream.write(out.text if out.text.endswith("\n") else out.text + "\n")
+            stream.flush()
+            results.append(Delivered("stdout", True))
+        else:
+            results.append(send(sink, message, ctx))
+    return results
 
 
-def _mask_url(sink: str) -> str:
-    base, _, _query = sink.partition("?")
-    return base + ("?..." if _query else "")
+def _file(sink: Sink, out: Output, ctx: SendContext, render: Callable[[str, dict[str, Any], str], str]) -> Delivered:
+    if not sink.target:
+        return Delivered("file", out.path is not None, str(out.path or "no output file"))
+    try:
+        rendered = render(sink.target, out.variables, f"job {out.job.name}: deliver {sink.label}")
+        path = out.job.resolve_path(rendered)
+        write_private(path, out.text)
+    except (OSError, ValueError) as exc:
+        return Delivered(sink.label, False, ctx.redactor(f"{type(exc).__name__}: {exc}"))
+    return Delivered(sink.label, True, str(path))

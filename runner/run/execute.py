@@ -19,8 +19,10 @@ from typing import Any
 from backends.base import Backend, BackendContext
 from runner.atomic import write_private
 from runner.clock import utcnow
+from runner.delivery.alerts import Alerter, RunEnd, tail, tail_of_run
+from runner.delivery.send import SendContext
 from runner.errors import RunnerError, Tampered, failure_reason
-from runner.run.delivery import deliver
+from runner.run.delivery import Output, deliver
 from runner.run.prepare import Prepared, prepare
 from runner.run.prerun import PreRunResult
 from runner.run.produce import Produced, pre_run_failed
@@ -189,8 +191,9 @@ class Run:
         """Write the output (redacted) and deliver it unless it is silent or empty."""
         output = self.redactor(produced.output)
         path = self.write_output(output) if output or produced.silent else None
+        delivery: tuple[dict[str, Any], ...] = ()
         if output and not produced.silent:
-            self.deliver(output, produced.status, path)
+            delivery = self.deliver(output, produced.status, path)
         return RunOutcome(
             self.run_id,
             produced.status,
@@ -199,6 +202,7 @@ class Run:
             error=produced.error,
             output_path=str(path) if path else None,
             silent=produced.silent,
+            delivery=delivery,
         )
 
     def write_output(self, output: str) -> Path:
@@ -206,20 +210,42 @@ class Run:
         write_private(path, output)
         return path
 
-    def deliver(self, output: str, status: RunStatus, path: Path | None) -> None:
-        delivered = deliver(
-            self.job,
-            run_id=self.run_id,
-            status=status,
-            output=output,
-            output_path=path,
-            variables=self.variables,
-            redact=self.redactor,
+    @cached_property
+    def alerter(self) -> Alerter:
+        return Alerter(
+            self.settings.store,
+            self.settings.config,
+            home=self.settings.home,
+            base_dir=self.job.base_dir,
+            redactor=self.redactor,
+            stdout=self.req.stdout,
+            emit=self.emit,
+        )
+
+    def deliver(self, output: str, status: RunStatus, path: Path | None) -> tuple[dict[str, Any], ...]:
+        """Send the output to the job's sinks; record each result and ``delivery_failed`` on the row."""
+        if not self.req.deliver:
+            self.emit("delivered", {"skipped": "--no-deliver"})
+            return ()
+        from runner.run.prompt import render
+
+        ctx = SendContext(
+            self.settings.config,
+            base_dir=self.job.base_dir,
+            home=self.settings.home,
+            redactor=self.redactor,
             stdout=self.req.stdout,
         )
-        sinks = [d.as_dict() for d in delivered]
-        self.emit("delivered", {"sinks": sinks})
-        update_run(self.settings.store, self.run_id, delivery=dumps(sinks))
+        out = Output(self.job, self.run_id, status, output, path, self.variables)
+        delivered = deliver(
+            out, ctx, lambda text, variables, name: render(text, variables, name=name, base=self.job.base_dir)
+        )
+        sinks = tuple(d.as_dict() for d in delivered)
+        failed = [d for d in delivered if not d.ok]
+        self.emit("delivered", {"sinks": list(sinks)})
+        update_run(self.settings.store, self.run_id, delivery=dumps(list(sinks)), delivery_failed=int(bool(failed)))
+        self.alerter.delivery(self.job, RunEnd(self.job.name, self.run_id, status, tail=tail(output)), delivered)
+        return sinks
 
     def failed(self, exc: RunnerError) -> RunOutcome:
         reason, error = failure_reason(exc), self.redactor(str(exc))
@@ -246,3 +272,7 @@ class Run:
         )
         seconds = round(time.monotonic() - self.started, 3)
         self.emit("run_finished", {"status": r.status, "reason": r.reason, "seconds": seconds})
+        stopped = self.req.stop.is_set() and r.status != RunStatus.SUCCEEDED
+        if self.req.deliver and not stopped:  # stopped by a signal: whoever sent it decides (serve alerts)
+            text = tail(r.output) if r.output else tail_of_run(self.settings.store, self.run_id)
+            self.alerter.run_ended(self.job, RunEnd(self.job.name, self.run_id, r.status, r.reason, r.error, text))

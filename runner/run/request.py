@@ -77,6 +77,7 @@ class RunRequest:
     workdir: Path | None = None
     interactive: bool = False  # a person at a TTY may answer `approvals: manual` prompts
     task: TaskHooks | None = None
+    deliver: bool = True  # False (``run-job --no-deliver``): no delivery sinks and no alerts
 
 
 EXIT_CODES = {RunStatus.SUCCEEDED: 0, RunStatus.SKIPPED: 0, RunStatus.INTERRUPTED: 130}
@@ -91,6 +92,11 @@ class RunOutcome:
     error: str | None = None
     output_path: str | None = None
     silent: bool = False
+    delivery: tuple[dict[str, Any], ...] = ()  # one {sink, ok, detail} per sink, labels masked
+
+    @property
+    def delivery_failed(self) -> list[dict[str, Any]]:
+        return [d for d in self.delivery if not d["ok"]]
 
     @property
     def exit_code(self) -> int:
@@ -104,5 +110,7 @@ class RunOutcome:
             "error": self.error,
             "output_path": self.output_path,
             "silent": self.silent,
+            "delivery": list(self.delivery),
+            "delivery_failed": bool(self.delivery_failed),
             "output": self.output,
         }

@@ -193,6 +193,7 @@ class Serve:
 
     def run(self) -> int:
         from runner.config.jobs import load_jobs
+        from runner.delivery.background import BackgroundAlerts
         from runner.serve.launcher import Launcher
         from runner.serve.pool import Paths, Pool
         from runner.serve.schedule import ScheduleTicker
@@ -215,6 +216,7 @@ class Serve:
         store.execute("PRAGMA wal_autocheckpoint=0")
         checkpointer = Checkpointer(store.path).start()
         schedule: ScheduleTicker | None = None
+        alerts = BackgroundAlerts(store.path, config, home=s.home, base_dir=jobs.base_dir, log=log)
         pool = Pool(
             store=store,
             spawner=launcher,
@@ -224,6 +226,7 @@ class Serve:
             max_parallel=config.serve.max_parallel,
             kill_grace=config.serve.kill_grace,
             on_pause=lambda name, why: schedule.mark_paused(name, why) if schedule else None,
+            alerts=alerts,
         )
         schedule = ScheduleTicker(store=store, pool=pool, log=log)
         warmed()
@@ -257,6 +260,7 @@ class Serve:
                 if ticker is not pool:
                     ticker.close()
             pool.close()
+            alerts.close(config.serve.shutdown_grace)
             checkpointer.stop()
             heartbeat(store, now=self.clock.now(), running=0, waiting=0, stopped=True)
             signal.set_wakeup_fd(old_wakeup)

@@ -20,10 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from multiprocessing.connection import wait
+from typing import Protocol
 
 from runner.clock import iso
 from runner.config.jobs import Job
 from runner.config.schedules import format_duration
+from runner.delivery.alerts import RunEnd, is_alerted
 from runner.serve.fire import ActiveRun, Fire, Paths, describe_exit
 from runner.serve.host import Clock
 from runner.serve.launcher import Handle, Spawner, WorkerSpec
@@ -34,6 +36,14 @@ from runner.store.runs import create_run, finish_run, update_run
 
 FAILED = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.UNKNOWN)
 SCHEDULED = (Trigger.SCHEDULE, Trigger.RETRY)
+
+
+class Alerts(Protocol):
+    """Where the pool reports the endings it decides (timeouts, shutdown, dead workers) and pauses."""
+
+    def run_ended(self, job: Job | None, end: RunEnd) -> None: ...
+
+    def paused(self, job: Job | None, end: RunEnd, why: str) -> None: ...
 
 
 @dataclass
@@ -70,6 +80,7 @@ class Pool:
         kill_grace: float,
         on_pause: Callable[[str, str], None] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        alerts: Alerts | None = None,
     ):
         """``spawner`` starts workers (``Launcher`` in serve); ``clock`` gives slot and retry times;
         ``monotonic`` measures run timeouts and the kill grace. Tests inject all three."""
@@ -78,6 +89,7 @@ class Pool:
         self.max_parallel = max_parallel
         self.kill_grace = kill_grace
         self.on_pause = on_pause
+        self.alerts = alerts
         self._running: dict[str, _Running] = {}
         self._per_job: dict[str, int] = {}
         self._waiting: list[_Waiting] = []
@@ -169,7 +181,9 @@ class Pool:
             handle = self.spawner.spawn(spec)
         except OSError as exc:
             self.log.error("cannot start a worker for %s (run %s): %s", fire.job.name, fire.run_id, exc)
-            finish_run(self.store, fire.run_id, RunStatus.FAILED, reason="spawn", error=f"cannot start a worker: {exc}")
+            error = f"cannot start a worker: {exc}"
+            finish_run(self.store, fire.run_id, RunStatus.FAILED, reason="spawn", error=error)
+            self._alert(fire, RunEnd(fire.job.name, fire.run_id, RunStatus.FAILED, "spawn", error))
             return
         waited = max(0.0, (now - (fire.not_before or entry.queued_at)).total_seconds())
         if waited >= 0.001 or fire.trigger != Trigger.SCHEDULE:  # a fire row starts with waited_s 0
@@ -242,6 +256,7 @@ class Pool:
         if override is not None:
             status, reason, error = override
             finish_run(self.store, fire.run_id, status, reason=reason, error=error)
+            self._alert(fire, RunEnd(fire.job.name, fire.run_id, status, reason, error))
         self.log.info(
             "finished %s run %s: %s%s (exit %s)",
             fire.job.name,
@@ -256,7 +271,11 @@ class Pool:
         if status in (RunStatus.FAILED, RunStatus.TIMED_OUT) and fire.attempt <= retries.attempts and not self._closing:
             self._retry(fire, retries.backoff * 2 ** (fire.attempt - 1))
         elif status in FAILED or completed:
-            self._streak(fire, failed=status in FAILED)
+            self._streak(fire, RunEnd(fire.job.name, fire.run_id, status, reason))
+
+    def _alert(self, fire: Fire, end: RunEnd) -> None:
+        if self.alerts is not None and is_alerted(end.status, end.reason):
+            self.alerts.run_ended(fire.job, end)
 
     def _retry(self, fire: Fire, delay: float) -> None:
         due = self.clock.now() + timedelta(seconds=delay)
@@ -282,7 +301,8 @@ class Pool:
         retry = Fire(run_id, fire.job, fire.slot, Trigger.RETRY, fire.attempt + 1, root, fire.task_id, None, due)
         self.submit(retry)
 
-    def _streak(self, fire: Fire, *, failed: bool) -> None:
+    def _streak(self, fire: Fire, end: RunEnd) -> None:
+        failed = end.status in FAILED
         streak = record_slot_result(self.store, fire.job.name, failed)
         limit = fire.job.spec.pause_after_failures
         if failed and limit is not None and streak >= limit:
@@ -291,6 +311,8 @@ class Pool:
             self.log.warning("%s %s; resume with: runner jobs resume %s", fire.job.name, why, fire.job.name)
             if self.on_pause is not None:
                 self.on_pause(fire.job.name, why)
+            if self.alerts is not None:
+                self.alerts.paused(fire.job, end, why)
 
     # -- start-up and shutdown -------------------------------------------------------------------
     def adopt(self, jobs: dict[str, Job]) -> int:

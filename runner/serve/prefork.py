@@ -20,6 +20,9 @@ MODULES = [
     "runner.run.prompt",
     "runner.run.prerun",
     "runner.run.delivery",
+    "runner.delivery.alerts",
+    "runner.delivery.send",
+    "runner.delivery.retry",
     "runner.tools",
     "runner.tools.files",
     "runner.tools.terminal",
@@ -44,3 +47,7 @@ for _name in MODULES:
 from runner.agent.llm import shared_ssl_context  # noqa: E402
 
 shared_ssl_context()
+
+from runner.delivery.retry import tls_context  # noqa: E402
+
+tls_context()

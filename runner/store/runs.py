@@ -97,9 +97,16 @@ def get_run(store: Store, run_id: str) -> dict[str, Any] | None:
 
 
 def list_runs(
-    store: Store, *, job: str | None = None, status: str | None = None, limit: int = 20
+    store: Store,
+    *,
+    job: str | None = None,
+    status: str | None = None,
+    limit: int = 20,
+    delivery_failed: bool = False,
 ) -> list[dict[str, Any]]:
     where, params = [], []
+    if delivery_failed:
+        where.append("delivery_failed = 1")
     if job:
         where.append("job = ?")
         params.append(job)
@@ -125,18 +132,27 @@ def last_output(store: Store, job: str) -> str:
 
 
 def mark_orphans_unknown(store: Store) -> int:
-    """Rows left ``running`` on this host by a process that is gone become ``unknown``."""
+    """Rows left ``running`` on this host by a process that is gone become ``unknown``; return how many."""
+    return len(recover_orphans(store))
+
+
+def recover_orphans(store: Store) -> list[str]:
+    """As ``mark_orphans_unknown``; return the ids this call changed (each is changed by exactly one
+    process, so each is alerted once)."""
     rows = store.query("SELECT id, pid, pid_start FROM runs WHERE status=? AND host=?", (RunStatus.RUNNING, HOST))
     dead = [r["id"] for r in rows if not r["pid"] or not pid_alive(int(r["pid"]), r["pid_start"])]
+    changed: list[str] = []
     for run_id in dead:
         with store.transaction() as conn:
-            conn.execute(
+            cur = conn.execute(
                 "UPDATE runs SET status=?, ended_at=?, reason=COALESCE(reason, 'worker_lost'), "
                 "error=COALESCE(error, 'the worker process disappeared before recording a final status') "
                 "WHERE id=? AND status=?",
                 (RunStatus.UNKNOWN, iso(utcnow()), run_id, RunStatus.RUNNING),
             )
-    return len(dead)
+            if cur.rowcount:
+                changed.append(run_id)
+    return changed
 
 
 def events(store: Store, run_id: str, after: int = 0) -> list[dict[str, Any]]:

@@ -120,6 +120,8 @@ def test_file_sink_template_and_webhook(project, fake):
     threading.Thread(target=hook.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{hook.server_address[1]}/x"
+        project.home.mkdir(parents=True, exist_ok=True)  # the dead sink's retries, short
+        (project.home / "config.yaml").write_text("delivery: {attempts: 2, backoff: 0.05}\n")
         fake.add(final("the report"))
         project.write_jobs(
             "jobs:\n  w:\n    prompt: go\n"

@@ -1,0 +1,213 @@
+"""Failure alerts: what a run's end, a pause or a failed delivery sends to ``on_failure:`` (the
+job's) or ``alerts:`` (config.yaml's) sinks, throttled per job, redacted, recorded as an
+``alert`` event on the run.
+
+Sent by the process that finalises the run: the run worker (its own failures, a failed delivery,
+a recovery), serve's pool (timeouts, shutdown, a dead worker, a pause) and the store's recovery
+of rows left ``running`` (``unknown``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from runner.clock import utcnow
+from runner.config.sinks import Sink, parse_sink
+from runner.delivery import throttle
+from runner.delivery.message import Message, capped
+from runner.delivery.send import Delivered, SendContext, send
+from runner.safety.redact import Redactor
+from runner.statuses import RunStatus
+from runner.store import Store
+from runner.store.runs import Recorder
+
+if TYPE_CHECKING:
+    from runner.config.jobs import Job
+    from runner.config.machine import Config
+
+FAILING = frozenset({RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.UNKNOWN})
+ALERTED_INTERRUPTIONS = frozenset({"shutdown"})  # a person's Ctrl-C or an overlap replace is no alert
+TAIL_LINES = 20
+TAIL_CHARS = 1500
+
+
+class Event:
+    FAILED = "failed"
+    RECOVERED = "recovered"
+    PAUSED = "paused"
+    DELIVERY_FAILED = "delivery_failed"
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """A run's final state as an alert reports it."""
+
+    job: str
+    run_id: str
+    status: RunStatus
+    reason: str | None = None
+    error: str | None = None
+    tail: str = ""  # the last lines of the output or partial answer
+
+
+def is_alerted(status: RunStatus, reason: str | None) -> bool:
+    return status in FAILING or (status == RunStatus.INTERRUPTED and reason in ALERTED_INTERRUPTIONS)
+
+
+def tail(text: str) -> str:
+    lines = text.rstrip().splitlines()[-TAIL_LINES:]
+    joined = "\n".join(lines)
+    return joined[-TAIL_CHARS:]
+
+
+def tail_of_run(store: Store, run_id: str) -> str:
+    """The output file's last lines, else the last thing the model said, for a run another process ended."""
+    row = store.one("SELECT output_path FROM runs WHERE id=?", (run_id,))
+    if row and row["output_path"]:
+        try:
+            return tail(Path(row["output_path"]).read_text(encoding="utf-8"))
+        except OSError:
+            pass  # the file is gone: fall back to the events
+    ev = store.one(
+        "SELECT payload FROM run_events WHERE run_id=? AND kind IN ('response', 'tool_result', 'pre_run') "
+        "ORDER BY seq DESC LIMIT 1",
+        (run_id,),
+    )
+    if ev is None:
+        return ""
+    payload = json.loads(ev["payload"])
+    return tail(str(payload.get("content") or payload.get("result") or payload.get("stdout") or ""))
+
+
+class Alerter:
+    """Sends alerts for one process; ``job`` may be None when jobs.yaml no longer names it."""
+
+    def __init__(
+        self,
+        store: Store,
+        config: Config,
+        *,
+        home: Path,
+        base_dir: Path,
+        redactor: Redactor | None = None,
+        stdout: TextIO | None = None,
+        emit: Recorder | None = None,
+    ):
+        self.store, self.config = store, config
+        self.redactor = redactor or Redactor()
+        self.emit = emit  # the recorder of the run this process is running (one seq counter per run)
+        self.ctx = SendContext(config, base_dir=base_dir, home=home, redactor=self.redactor, stdout=stdout)
+
+    def sinks(self, job: Job | None) -> list[Sink]:
+        items = job.spec.on_failure if job is not None and job.spec.on_failure is not None else self.config.alerts
+        return [parse_sink(item) for item in items]
+
+    # -- the events ------------------------------------------------------------------------------
+    def run_ended(self, job: Job | None, end: RunEnd) -> list[Delivered]:
+        """A run reached its final status: a failure alert (throttled), or a recovery after failures."""
+        sinks = self.sinks(job)
+        if not sinks:
+            return []
+        if is_alerted(end.status, end.reason):
+            return self._throttled(sinks, throttle.FAILURE, Event.FAILED, end)
+        if end.status == RunStatus.SUCCEEDED:
+            streak = throttle.reset(self.store, end.job, throttle.FAILURE)
+            if streak:
+                note = f"succeeded after {streak} failed run{'s' if streak > 1 else ''}"
+                return self._send(sinks, Event.RECOVERED, end, note=note)
+        return []
+
+    def paused(self, job: Job | None, end: RunEnd, why: str) -> list[Delivered]:
+        sinks = self.sinks(job)
+        note = f"{why}; resume with: runner jobs resume {end.job}"
+        return self._send(sinks, Event.PAUSED, end, note=note) if sinks else []
+
+    def delivery(self, job: Job | None, end: RunEnd, delivered: list[Delivered]) -> list[Delivered]:
+        """After the output's delivery: an alert naming the sinks that failed after their retries."""
+        sinks = self.sinks(job)
+        failed = [d for d in delivered if not d.ok]
+        if not sinks:
+            return []
+        if not failed:
+            throttle.reset(self.store, end.job, throttle.DELIVERY)
+            return []
+        note = "delivery failed: " + "; ".join(f"{d.sink}: {d.detail}" for d in failed)
+        return self._throttled(sinks, throttle.DELIVERY, Event.DELIVERY_FAILED, end, note=note)
+
+    # -- sending ------------------------------------------------------------------------------------
+    def _throttled(self, sinks: list[Sink], topic: str, event: str, end: RunEnd, note: str = "") -> list[Delivered]:
+        limits = self.config.alerts_throttle
+        decision = throttle.record(
+            self.store, end.job, topic, end.run_id, every=limits.every, min_interval=limits.min_interval, now=utcnow()
+        )
+        if not decision.send:
+            self._recorder(end.run_id)(
+                "alert", {"event": event, "sent": False, "streak": decision.streak, "throttled": True}
+            )
+            return []
+        extra = f"{decision.streak} in a row" if decision.streak > 1 else ""
+        if decision.suppressed:
+            extra += f"; {decision.suppressed} similar alert(s) held back since the last one"
+        return self._send(sinks, event, end, note="; ".join(x for x in (note, extra.strip("; ")) if x))
+
+    def _send(self, sinks: list[Sink], event: str, end: RunEnd, note: str = "") -> list[Delivered]:
+        message = self.message(event, end, note)
+        results = [send(sink, message, self.ctx) for sink in sinks]
+        self._recorder(end.run_id)("alert", {"event": event, "sent": True, "sinks": [r.as_dict() for r in results]})
+        return results
+
+    def _recorder(self, run_id: str) -> Recorder:
+        if self.emit is not None and self.emit.run_id == run_id:
+            return self.emit
+        return Recorder(self.store, run_id, self.redactor)
+
+    def message(self, event: str, end: RunEnd, note: str = "") -> Message:
+        r = self.redactor
+        hint = f"runner runs show {end.run_id}"
+        payload = {
+            "type": "alert",
+            "event": event,
+            "job": end.job,
+            "run_id": end.run_id,
+            "status": str(end.status),
+            "reason": end.reason,
+            "error": r(end.error) if end.error else None,
+            "note": r(note) or None,
+            "tail": r(end.tail),
+            "hint": hint,
+        }
+        title = {
+            Event.FAILED: f"run {end.status}",
+            Event.RECOVERED: "recovered",
+            Event.PAUSED: "paused",
+            Event.DELIVERY_FAILED: "delivery failed",
+        }[event]
+        subject = f"[runner] {end.job}: {title}"
+        lines = [f"run {end.run_id}: {end.status}" + (f" ({end.reason})" if end.reason else "")]
+        if payload["error"]:
+            lines.append(f"error: {payload['error']}")
+        if payload["note"]:
+            lines.append(str(payload["note"]))
+        if payload["tail"]:
+            lines += ["--- last lines ---", capped(str(payload["tail"]), TAIL_CHARS), "---"]
+        lines.append(f"see: {hint}")
+        return Message(end.run_id, f"{end.run_id}:{event}", subject, "\n".join(lines), payload)
+
+
+def alert_lost(
+    store: Store, config: Config, run_ids: list[str], jobs: dict[str, Job], *, home: Path, base_dir: Path
+) -> None:
+    """Alerts for runs the store's recovery just marked ``unknown``."""
+    alerter = Alerter(store, config, home=home, base_dir=base_dir)
+    for run_id in run_ids:
+        row = store.one("SELECT job, status, reason, error FROM runs WHERE id=?", (run_id,))
+        if row is None:
+            continue
+        job = jobs.get(row["job"])
+        end = RunEnd(
+            row["job"], run_id, RunStatus(row["status"]), row["reason"], row["error"], tail_of_run(store, run_id)
+        )
+        alerter.run_ended(job, end)
