@@ -25,7 +25,7 @@ from runner.run.prepare import Prepared, prepare
 from runner.run.prerun import PreRunResult
 from runner.run.produce import Produced, pre_run_failed
 from runner.run.request import RunOutcome, RunRequest
-from runner.safety.redact import Redactor
+from runner.safety.redact import Redactor, sink_label
 from runner.settings import Settings
 from runner.statuses import RunStatus
 from runner.store import dumps
@@ -170,7 +170,7 @@ class Run:
             redact=self.redactor,
             stdout=self.req.stdout,
         )
-        sinks = [d.as_dict() for d in delivered]
+        sinks = self.redactor.redact_obj([{**d.as_dict(), "sink": sink_label(d.sink)} for d in delivered])
         self.emit("delivered", {"sinks": sinks})
         update_run(self.settings.store, self.run_id, delivery=dumps(sinks))
 

@@ -357,3 +357,24 @@ class Redactor:
         if isinstance(value, list | tuple):
             return [self.redact_obj(v) for v in value]
         return value
+
+
+def sink_label(sink: str) -> str:
+    """A delivery sink as recorded and shown: a ``webhook:URL`` keeps its scheme, host, port and
+    first path segment; a password, the rest of the path and the query are masked (webhook URLs
+    carry their secret in the path: Slack, Discord, most others)."""
+    kind, _, target = sink.partition(":")
+    if kind != "webhook":
+        return sink
+    from urllib.parse import urlsplit
+
+    try:
+        url = urlsplit(target)
+        port = f":{url.port}" if url.port else ""
+    except ValueError:
+        return f"webhook:{MASK}"
+    user = f"{url.username}:{MASK}@" if url.password else (f"{url.username}@" if url.username else "")
+    segments = url.path.split("/")
+    path = "/".join(segments[:2]) + (f"/{MASK}" if len(segments) > 2 and any(segments[2:]) else "")
+    query = f"?{MASK}" if url.query else ""
+    return f"webhook:{url.scheme}://{user}{url.hostname or ''}{port}{path}{query}"

@@ -25,7 +25,22 @@ PLANTED = [
 
 def corpus(size: int = 1_000_000, seed: int = 7) -> str:
     rng = random.Random(seed)
-    words = "the run job model tool result file path value config error status output line".split()
+    words = [
+        "the",
+        "run",
+        "job",
+        "model",
+        "tool",
+        "result",
+        "file",
+        "path",
+        "value",
+        "config",
+        "error",
+        "status",
+        "output",
+        "line",
+    ]
     parts: list[str] = []
     total = 0
     while total < size:
@@ -33,7 +48,7 @@ def corpus(size: int = 1_000_000, seed: int = 7) -> str:
         if kind == 0:
             line = f"def f_{rng.randrange(10**6)}(x):\n    return x + {rng.randrange(100)}  # {' '.join(rng.choices(words, k=6))}\n"
         elif kind == 1:
-            line = json.dumps({"id": rng.randrange(10**9), "msg": " ".join(rng.choices(words, k=8)) + "\n\"q\""}) + "\n"
+            line = json.dumps({"id": rng.randrange(10**9), "msg": " ".join(rng.choices(words, k=8)) + '\n"q"'}) + "\n"
         elif kind == 2:
             line = f"GET https://example.org/api/v1/items?page={rng.randrange(99)}&q=a%20b 200 {rng.random():.3f}s\n"
         elif kind == 3:
