@@ -32,6 +32,7 @@ SECRET_ENV_NAME = re.compile(
     r"(API_?KEYS?|TOKENS?|SECRETS?|PASSWORD|PASSWD|PRIVATE_KEY|CREDENTIALS?|ACCESS_KEY|AUTH|WEBHOOK(?:_URL)?)$", re.I
 )
 
+_MASK_GLUE = re.compile(re.escape(MASK) + r"[A-Za-z0-9_:]")
 _WORD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 
 
@@ -119,7 +120,8 @@ FAMILIES: tuple[Family, ...] = (
     _family("stripe", r"whsec_[A-Za-z0-9+/=]{16,}", []),
     _family("telegram", r":AA[A-Za-z0-9_\-]{32,34}(?![A-Za-z0-9_\-])", [], lead=r"[0-9]{5,16}\Z", span_lead=True),
     _family("jwt", r"eyJ[A-Za-z0-9_=-]{5,}\.[A-Za-z0-9_=-]{5,}(?:\.[A-Za-z0-9_+/=-]*)?", []),
-    _family("github", r"gh(?:[pousr]_[A-Za-z0-9]{20,}|ithub_pat_[A-Za-z0-9_]{20,})", []),
+    _family("github", r"gh[pousr]_[A-Za-z0-9]{20,}", []),
+    _family("github", r"github_pat_[A-Za-z0-9_]{20,}", []),
     _family("gitlab", r"gl(?:pat|ptt|dt|rt|oas|cbt|imt|ft|agent)-[A-Za-z0-9_\-]{20,}", []),
     _family("slack", r"xox[abposre]-[A-Za-z0-9\-]{10,}", []),
     _family(
@@ -279,7 +281,7 @@ def family_spans(text: str) -> list[tuple[str, int, int]]:
             continue
         for m in fam.regex.finditer(where):
             start = m.start()
-            if fam.boundary and not _at_boundary(text, start):
+            if fam.boundary and not fam.span_lead and not _at_boundary(text, start):
                 continue
             if fam.lead is not None:
                 lead = fam.lead.search(where, max(0, start - 40), start)
@@ -347,7 +349,17 @@ class Redactor:
         if not text:
             return text
         spans = self.spans(text)
-        return _mask(text, spans) if spans else text
+        if not spans:
+            return text
+        out = _mask(text, spans)
+        for _ in range(3):  # a mask glued to a word ("[REDACTED]ghp_...") makes a new boundary: again
+            if not _MASK_GLUE.search(out):
+                break
+            again = self.spans(out)
+            if not again:
+                break
+            out = _mask(out, again)
+        return out
 
     def redact_obj(self, value: Any) -> Any:
         if isinstance(value, str):
