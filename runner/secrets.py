@@ -18,7 +18,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 ENV_FD = "RUNNER_SECRETS_FD"
@@ -30,22 +30,6 @@ _NAME = re.compile(
     re.I,
 )
 _REF = re.compile(r"\benv(?:list)?:([A-Za-z_][A-Za-z0-9_]*)")
-# token formats that make a variable secret whatever its name (not the keyword/URL families)
-_VALUE_FAMILIES = frozenset(
-    {
-        "pem",
-        "openai_stripe",
-        "stripe",
-        "telegram",
-        "jwt",
-        "github",
-        "gitlab",
-        "slack",
-        "slack_webhook",
-        "discord_webhook",
-    }
-    | {"aws", "google", "huggingface", "npm", "pypi"}
-)
 
 _held: dict[str, str] = {}
 
@@ -78,16 +62,16 @@ def is_secret_name(name: str, refs: frozenset[str] = frozenset()) -> bool:
     return name in refs or bool(_NAME.search(name))
 
 
-def secret_vars(env: Mapping[str, str], refs: frozenset[str] = frozenset()) -> dict[str, str]:
+def secret_vars(
+    env: Mapping[str, str], refs: frozenset[str] = frozenset(), is_token: Callable[[str], bool] | None = None
+) -> dict[str, str]:
     """The variables of ``env`` to keep out of an environment block: secret names, the names
-    config.yaml refers to (``env:NAME``), and values in a known token format."""
-    from runner.safety.redact import family_spans
-
+    config.yaml refers to (``env:NAME``), and values ``is_token`` recognises (a key format)."""
     out: dict[str, str] = {}
     for name, value in env.items():
         if name == ENV_FD or not value:
             continue
-        if is_secret_name(name, refs) or any(kind in _VALUE_FAMILIES for kind, _, _ in family_spans(value)):
+        if is_secret_name(name, refs) or (is_token is not None and is_token(value)):
             out[name] = value
     return out
 
@@ -177,7 +161,7 @@ def child_env(extra: Mapping[str, str] | None = None) -> tuple[dict[str, str], i
     return env, fd
 
 
-def hide_and_reexec(args: Sequence[str]) -> None:
+def hide_and_reexec(args: Sequence[str], is_token: Callable[[str], bool] | None = None) -> None:
     """At the start of a command that runs tools: re-execute without secrets in the environment
     block, holding them in memory instead. Other commands only take over handed secrets."""
     if ENV_FD in os.environ:
@@ -185,7 +169,7 @@ def hide_and_reexec(args: Sequence[str]) -> None:
         return
     if not runs_tools(args):
         return
-    found = secret_vars(os.environ, config_refs(args, os.environ))
+    found = secret_vars(os.environ, config_refs(args, os.environ), is_token)
     if not found:
         return
     env = {k: v for k, v in os.environ.items() if k not in found}

@@ -250,9 +250,9 @@ def secret_env_values(environ: Mapping[str, str] | None = None) -> list[str]:
     """Values of secret-named variables: the process's own environment and the secrets it holds
     (``runner.secrets``), or ``environ``."""
     if environ is None:
-        from runner.secrets import environ as held_environ
+        import runner.secrets as held
 
-        environ = held_environ()
+        environ = held.environ()
     return [v for k, v in environ.items() if SECRET_ENV_NAME.search(k) and len(v) >= MIN_SECRET_LEN]
 
 
@@ -297,6 +297,18 @@ def family_spans(text: str) -> list[tuple[str, int, int]]:
                 continue
             found.append((fam.kind, start if group == 0 else s, e))
     return found
+
+
+# token formats that make a variable secret whatever its name (not the keyword/URL families)
+_TOKEN_KINDS = frozenset(
+    {"pem", "openai_stripe", "stripe", "telegram", "jwt", "github", "gitlab", "slack", "slack_webhook", "discord_webhook"}
+    | {"aws", "google", "huggingface", "npm", "pypi"}
+)
+
+
+def is_token(value: str) -> bool:
+    """``value`` holds a key in a known format (so its variable is secret whatever its name)."""
+    return any(kind in _TOKEN_KINDS for kind, _, _ in family_spans(value))
 
 
 def _mask(text: str, spans: list[tuple[int, int]]) -> str:
