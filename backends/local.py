@@ -22,6 +22,7 @@ from backends.base import (
     split_marker,
     wrap_command,
 )
+from runner import secrets
 from runner.errors import BackendError
 from runner.procs import group_alive, kill_tree, start_time
 
@@ -45,7 +46,7 @@ class LocalBackend:
             int, str | None
         ] = {}  # command sessions that may still have processes: pgid -> start time of its leader
         self._closed = False
-        self._base_env = scrub_env(os.environ, passthrough=ctx.env_passthrough, secret_values=ctx.secret_values)
+        self._base_env = scrub_env(secrets.environ(), passthrough=ctx.env_passthrough, secret_values=ctx.secret_values)
         if not Path(self.workdir).is_dir():
             raise BackendError(f"local backend: workdir {self.workdir} does not exist")
 

@@ -112,8 +112,11 @@ def run_loop(
     pricing: Pricing = Pricing(),
     stop: threading.Event | None = None,
     prune: Callable[[list[dict[str, Any]]], None] | None = None,
+    redact: Callable[[str], str] | None = None,
 ) -> LoopResult:
-    """Run the conversation in ``messages`` (mutated in place) to a final answer or a limit."""
+    """Run the conversation in ``messages`` (mutated in place) to a final answer or a limit.
+
+    ``redact`` masks secrets in every tool result before the model (and the record) sees it."""
     stop = stop or threading.Event()
     by_name = {t.name: t for t in tools}
     schemas = [t.schema() for t in tools]
@@ -134,7 +137,7 @@ def run_loop(
                 if stop.is_set():
                     result, failed = "not run: the run was interrupted", True
                 else:
-                    result, failed = _run_tool(call, by_name, ctx, emit)
+                    result, failed = _run_tool(call, by_name, ctx, emit, redact)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
                 totals.last_progress = time.monotonic()
                 recent_failures = _track_loop(recent_failures, call, failed)
@@ -218,7 +221,9 @@ def _ask(
     return reply
 
 
-def _run_tool(call: ToolCall, by_name: dict[str, ToolEntry], ctx: ToolContext, emit: Emit) -> tuple[str, bool]:
+def _run_tool(
+    call: ToolCall, by_name: dict[str, ToolEntry], ctx: ToolContext, emit: Emit, redact: Callable[[str], str] | None
+) -> tuple[str, bool]:
     emit("tool_call", {"id": call.id, "name": call.name, "arguments": call.arguments})
     started = time.monotonic()
     failed = True
@@ -240,6 +245,8 @@ def _run_tool(call: ToolCall, by_name: dict[str, ToolEntry], ctx: ToolContext, e
                     result, failed = answer.text, answer.failed
                 except ToolError as exc:
                     result = f"error: {exc}"
+    if redact is not None:
+        result = redact(result)
     emit(
         "tool_result",
         {

@@ -73,6 +73,11 @@ def cli(ctx: click.Context, jobs_path: str | None, config_path: str | None, home
 
 
 def main(argv: list[str] | None = None) -> None:
+    if argv is None:  # the real program (not a test calling main): keep secrets out of /proc/PID/environ
+        from runner.safety.redact import is_token
+        from runner.secrets import hide_and_reexec
+
+        hide_and_reexec(sys.argv[1:], is_token)
     try:
         cli.main(args=argv, prog_name="runner")
     except BrokenPipeError:  # `runner runs list | head`

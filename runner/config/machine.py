@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import stat
 from pathlib import Path
 from typing import Any, Literal
@@ -10,6 +9,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator
 
+from runner import secrets
 from runner.config import yamlio
 from runner.config.jobs import Duration, SinkItem
 from runner.config.strict import Strict
@@ -155,7 +155,7 @@ def _env_provider(environ: dict[str, str]) -> Provider | None:
 
 def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
     """Load config.yaml (absent is fine) and add the env fallback provider ``default``."""
-    env = dict(os.environ if environ is None else environ)
+    env = dict(secrets.environ() if environ is None else environ)
     data: dict[str, Any] = {}
     if path.exists():
         try:
@@ -196,7 +196,7 @@ def _has_literal_keys(config: Config) -> bool:
 
 def resolve_key(ref: str, index: int = 0, environ: dict[str, str] | None = None) -> tuple[str, str | None]:
     """Return (label, value) for the ``index``-th ``api_keys`` entry; value None when its env var is unset."""
-    env = os.environ if environ is None else environ
+    env = secrets.environ() if environ is None else environ
     if ref.startswith("env:"):
         name = ref[4:]
         return name, env.get(name) or None

@@ -101,7 +101,8 @@ def parse_sink(value: str | dict[str, Any]) -> Sink:
 
 
 def mask_url(url: str, *, hide_path: bool = False) -> str:
-    """``url`` without ``user:pass@``, query and fragment; with ``hide_path`` also without its path."""
+    """``url`` without ``user:pass@``, query, fragment and any path past its first segment; with
+    ``hide_path`` without its path at all (Slack and Discord keep their secret there)."""
     if ENV_REF.match(url):
         return url
     parts = urlsplit(url)
@@ -113,6 +114,8 @@ def mask_url(url: str, *, hide_path: bool = False) -> str:
     path = parts.path
     if hide_path and path.strip("/"):
         path = "/***"
+    elif path.count("/") > 1 and path.strip("/").count("/"):  # webhook URLs often carry a secret past the first segment
+        path = "/" + path.strip("/").split("/", 1)[0] + "/***"
     tail = "?***" if parts.query else ""
     return f"{parts.scheme}://{host}{path}{tail}"
 

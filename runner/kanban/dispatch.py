@@ -30,6 +30,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
+from runner import secrets
 from runner.clock import iso
 from runner.kanban.board import Board
 from runner.kanban.model import Claim, FenceError, Reclaimed
@@ -103,13 +104,25 @@ class ProcessLauncher:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         with os.fdopen(fd, "ab", buffering=0) as log:
             log.write(f"=== attempt {claim.attempt} (fence {claim.fence}) starting at {_now()}\n".encode())
-            env = dict(os.environ)
-            env.update({ENV_TASK: str(claim.task_id), ENV_FENCE: str(claim.fence), "PYTHONUNBUFFERED": "1"})
+            # the held keys go to the worker through an inherited fd, never its environment block
+            env, keys_fd = secrets.child_env(
+                {ENV_TASK: str(claim.task_id), ENV_FENCE: str(claim.fence), "PYTHONUNBUFFERED": "1"}
+            )
             argv = [self.python, "-m", "runner", "--home", str(home), "--jobs", str(self.settings.jobs_path)]
             argv += ["--config", str(self.settings.config_path), "kanban", "work"]
-            return subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
+            try:
+                return subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                    pass_fds=() if keys_fd is None else (keys_fd,),
+                )
+            finally:
+                if keys_fd is not None:
+                    os.close(keys_fd)
 
 
 def _now() -> str:

@@ -160,7 +160,16 @@ def _converse(
 
     def loop(lim: Limits) -> LoopResult:
         return run_loop(
-            messages, tools, ctx, llm, lim, emit=run.emit, pricing=connected.pricing, stop=run.req.stop, prune=pruner
+            messages,
+            tools,
+            ctx,
+            llm,
+            lim,
+            emit=run.emit,
+            pricing=connected.pricing,
+            stop=run.req.stop,
+            prune=pruner,
+            redact=run.redactor,
         )
 
     result = loop(limits)

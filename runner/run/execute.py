@@ -240,7 +240,7 @@ class Run:
         delivered = deliver(
             out, ctx, lambda text, variables, name: render(text, variables, name=name, base=self.job.base_dir)
         )
-        sinks = tuple(d.as_dict() for d in delivered)
+        sinks = tuple(self.redactor.redact_obj([d.as_dict() for d in delivered]))
         failed = [d for d in delivered if not d.ok]
         self.emit("delivered", {"sinks": list(sinks)})
         update_run(self.settings.store, self.run_id, delivery=dumps(list(sinks)), delivery_failed=int(bool(failed)))

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from runner import secrets
 from runner.config.jobs import Job
 from runner.errors import TemplateError
 
@@ -76,7 +76,7 @@ def variables(
     last_output: str = "",
     environ: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    env = os.environ if environ is None else environ
+    env = secrets.environ() if environ is None else environ
     local_now = now.astimezone(_zone(job.tz_name))
     return {
         "now": local_now,

@@ -86,7 +86,10 @@ class Launcher:
         return ready
 
     def spawn(self, spec: WorkerSpec) -> WorkerHandle:
-        proc = self._ctx.Process(target=worker_main, args=(spec,), name=f"runner-{spec.job.name}")
+        from runner import secrets
+
+        # the keys travel in the pickled arguments (a socket), never in an environment block
+        proc = self._ctx.Process(target=worker_main, args=(spec, secrets.held()), name=f"runner-{spec.job.name}")
         proc.start()
         return WorkerHandle(proc)
 
@@ -124,7 +127,7 @@ def _noop() -> None:
     return None
 
 
-def worker_main(spec: WorkerSpec) -> None:
+def worker_main(spec: WorkerSpec, held: dict[str, str] | None = None) -> None:
     """The body of a worker process: one ``execute`` of a queued ledger row.
 
     First SIGTERM/SIGINT: finish the current step, start nothing new; a second one stops at
@@ -132,6 +135,10 @@ def worker_main(spec: WorkerSpec) -> None:
     queued row, so the ledger always says why.
     """
     os.setpgid(0, 0)
+    if held:
+        from runner import secrets
+
+        secrets.install(held)
     stop = threading.Event()
     install_two_stage_stop(stop)
     from runner.errors import RunnerError, failure_reason

@@ -273,4 +273,5 @@ def test_no_raw_key_in_db_events_logs_or_outputs(project, fake, tmp_path):
         assert not [b[:80] for b in blobs if key in b], f"raw key {key[:12]}... leaked"
     assert fingerprint(KEYS[0]) in listing and "[REDACTED]" in res.stdout
     tool_output = json.dumps(fake.requests[2]["body"])
-    assert KEYS[1] in tool_output and "scrubbed" in tool_output  # the file was read; the env var was not passed on
+    # the file was read, but the key in it is masked before the model sees it; the env var was not passed on
+    assert KEYS[1] not in tool_output and "[REDACTED]" in tool_output and "scrubbed" in tool_output
