@@ -24,6 +24,8 @@ def backend_group() -> None:
 def backend_run(spec: str, command: tuple[str, ...], timeout: float, workdir: Path | None) -> None:
     """Run COMMAND once in the backend SPEC, print its output, exit with its exit code.
 
+    Several words run as that argv (quoted for the shell); a single word is a shell command line.
+
     Example: runner backend run docker:python:3.12-slim -- python -V
     """
     import backends
@@ -33,13 +35,20 @@ def backend_run(spec: str, command: tuple[str, ...], timeout: float, workdir: Pa
     s.ensure_home()
     ctx = BackendContext(workdir=(workdir or Path.cwd()).resolve(), home=s.home, job="backend-run")
     with backends.resolve(spec, ctx=ctx) as backend:
-        result = backend.run(" ".join(command), timeout=timeout)
+        result = backend.run(command_line(command), timeout=timeout)
     sys.stdout.write(result.output)
     if result.output and not result.output.endswith("\n"):
         sys.stdout.write("\n")
     if result.timed_out:
         click.echo(f"timed out after {timeout:g}s", err=True)
     sys.exit(result.exit_code)
+
+
+def command_line(argv: tuple[str, ...]) -> str:
+    """``sh -c 'echo a; echo b'`` keeps its quoting; one argument (``'ls | wc -l'``) stays a shell string."""
+    import shlex
+
+    return argv[0] if len(argv) == 1 else shlex.join(argv)
 
 
 def _check_backend(spec: Any, s: Any, workdir: Path) -> tuple[bool, str]:

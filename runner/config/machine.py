@@ -7,7 +7,6 @@ import stat
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import Field, ValidationError, field_validator
 
 from runner.config import yamlio
@@ -119,10 +118,7 @@ def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
     env = dict(os.environ if environ is None else environ)
     data: dict[str, Any] = {}
     if path.exists():
-        try:
-            loaded = yamlio.load(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: invalid YAML: {_yaml_problem(exc)}") from None
+        loaded = yamlio.load_file(path)
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{path}: expected a mapping at the top level")
         data = loaded or {}
@@ -167,11 +163,3 @@ def resolve_key(ref: str, index: int = 0, environ: dict[str, str] | None = None)
 
 def _loc(loc: tuple[Any, ...]) -> str:
     return ".".join(str(p) for p in loc)
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    if mark is not None:
-        return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
-    return str(problem)
