@@ -22,10 +22,11 @@ from runner.errors import CassetteError, ConfigError
 MAX_CASSETTE_BYTES = 64 * 1024 * 1024
 
 
-class BadCassette(CassetteError):
-    """The cassette given to ``--replay`` is missing or unreadable: bad input, exit 2, before any run row."""
-
-    exit_code = 2
+def BadCassette(message: str) -> CassetteError:  # noqa: N802 - reads as the error it builds
+    """The cassette given to ``--replay`` is missing or invalid: bad input, exit 2, before any run row."""
+    error = CassetteError(message)
+    error.exit_code = 2
+    return error
 
 
 def load_cassette(path: Path) -> list[Message]:

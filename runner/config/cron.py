@@ -24,6 +24,7 @@ MACROS = {
     "@hourly": "0 * * * *",
 }
 MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
+MONTH_DAYS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 DAYS = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
 
 
@@ -58,6 +59,14 @@ class CronFields:
     day_star: bool  # the day-of-month field starts with '*'
     weekday_star: bool
     hour_star: bool  # the hour field is exactly '*'
+
+    def can_fire(self) -> bool:
+        """Whether any date matches (without building a trigger). With the OR rule every week has a
+        matching day; otherwise some chosen day must exist in some chosen month (29 February counts:
+        within 28 years every date falls on every weekday)."""
+        if not (self.day_star or self.weekday_star):
+            return True
+        return any(day <= MONTH_DAYS[month - 1] for month in self.months for day in self.days)
 
     def trigger(self) -> Any:
         """An APScheduler trigger matching these fields, read on naive wall-clock times stored as UTC."""

@@ -199,7 +199,7 @@ def _shown(name: str, limit: int = 80) -> str:
 
 
 def _suggest(name: str, known: dict[str, Job]) -> str:
-    """The closest job names (at most 3), never the whole list."""
+    """The closest job names (at most 3); the whole list only when it is short."""
     import difflib
 
     if not known:
@@ -207,6 +207,8 @@ def _suggest(name: str, known: dict[str, Job]) -> str:
     close = difflib.get_close_matches(name[:64], list(known), n=3, cutoff=0.6)
     if close:
         return f"; did you mean {', '.join(close)}?"
+    if len(known) <= 10:
+        return f"; known jobs: {', '.join(sorted(known))}"
     return f"; it has {len(known)} jobs (see: runner jobs list)"
 
 

@@ -87,6 +87,21 @@ class Config(Strict):
     skills: SkillsConfig = Field(default_factory=SkillsConfig)
     path: str | None = None
 
+    def split_model_ref(self, ref: str) -> tuple[str, str]:
+        """(provider name, model or "") of a jobs.yaml ``model:`` entry.
+
+        ``NAME`` is a provider; ``NAME/model`` is a provider and its model only when NAME names a
+        configured provider; otherwise a text with a slash is a model id for the ``default``
+        provider (``meta-llama/Llama-3.1-8B-Instruct``)."""
+        if ref in self.providers:
+            return ref, ""
+        name, slash, model = ref.partition("/")
+        if slash and name in self.providers:
+            return name, model
+        if slash and name and model:
+            return "default", ref
+        return ref, ""
+
     @field_validator("timezone")
     @classmethod
     def _tz(cls, value: str) -> str:

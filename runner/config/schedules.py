@@ -182,7 +182,7 @@ def parse_schedule(text: str, tz: tzinfo, *, now: datetime | None = None) -> Sch
     if lowered.startswith("in "):
         return OneShotSchedule(raw, None, parse_duration(lowered[3:]))
     if len(raw.split()) == 5 or raw.startswith("@"):
-        return _parse_cron(raw, tz, now)
+        return _parse_cron(raw, tz)
     if re.match(r"^\d{4}-\d{2}-\d{2}", raw):
         try:
             at = datetime.fromisoformat(raw)
@@ -197,18 +197,13 @@ def parse_schedule(text: str, tz: tzinfo, *, now: datetime | None = None) -> Sch
     )
 
 
-def _parse_cron(raw: str, tz: tzinfo, now: datetime | None) -> CronSchedule:
+def _parse_cron(raw: str, tz: tzinfo) -> CronSchedule:
     try:
         fields = parse_cron(raw)
-        trigger = fields.trigger()  # fields only: matched on wall-clock time
-    except (ValueError, TypeError) as exc:
+    except ValueError as exc:
         raise ValueError(f"invalid cron {raw!r}: {exc}") from exc
-    start = (now or datetime.now(tz)).astimezone(tz).replace(tzinfo=UTC)
-    # A cron that cannot fire within ~28 years (the leap-year/weekday cycle) never will.
-    nxt = trigger.get_next_fire_time(None, start)
-    if nxt is None or (nxt - start) > timedelta(days=366 * 29):
+    if not fields.can_fire():
         raise ValueError(f"cron {raw!r} can never fire")
     schedule = CronSchedule(raw, tz)
-    schedule.__dict__["fields"] = fields
-    schedule.__dict__["_wall_trigger"] = trigger  # reuse the trigger built for validation
+    schedule.__dict__["fields"] = fields  # the APScheduler trigger is built on the first next_fire
     return schedule

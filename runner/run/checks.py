@@ -54,15 +54,18 @@ def check_job(job: Job, config: Config | None, *, env: Any, now: datetime, skill
 
 
 def _check_models(job: Job, config: Config) -> list[str]:
-    from runner.run.model_choice import NO_MODEL, choose
-
+    """Each ``model:`` entry names a configured provider (``default`` alone may come from the
+    environment at run time: its absence is reported by the run and by ``doctor``)."""
+    known = ", ".join(sorted(config.providers)) or "(none)"
     problems = []
     for ref in job.models:
-        try:
-            choose(config, ref, job=job.name)
-        except ConfigError as exc:
-            if str(exc) != NO_MODEL.format(job=job.name, config=config.path or "config.yaml"):
-                problems.append(f"model: {str(exc).removeprefix(f'job {job.name}: model: ')}")
+        name, _ = config.split_model_ref(ref)
+        if name in config.providers or (name == "default" and not config.providers):
+            continue
+        if name != ref.partition("/")[0]:
+            problems.append(f"model: {ref!r} names no provider, and as a model id it needs a 'default' provider")
+        else:
+            problems.append(f"model: unknown provider {name!r}; configured: {known}")
     return problems
 
 

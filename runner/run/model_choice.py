@@ -31,19 +31,7 @@ class ModelChoice:
 
 
 def split_ref(config: Config, ref: str) -> tuple[str, str]:
-    """(provider name, model or "") of a ``model:`` entry.
-
-    ``NAME`` is a provider; ``NAME/model`` is a provider and its model only when NAME names a
-    configured provider; otherwise a text with a slash is a model id for the ``default``
-    provider (``meta-llama/Llama-3.1-8B-Instruct``)."""
-    if ref in config.providers:
-        return ref, ""
-    name, slash, model = ref.partition("/")
-    if slash and name in config.providers:
-        return name, model
-    if slash and name and model:
-        return "default", ref
-    return ref, ""
+    return config.split_model_ref(ref)
 
 
 def choose(config: Config, ref: str, *, job: str) -> ModelChoice:

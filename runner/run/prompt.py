@@ -29,8 +29,9 @@ MAX_POWER_BITS = 100_000  # `2 ** n` results beyond this many bits are refused
 KNOWN_VARIABLES = frozenset({"now", "today", "yesterday", "job", "run", "vars", "pre_run", "last_output", "env"})
 
 
-class OutputCapExceeded(TemplateError):
-    pass
+class OutputCapExceeded(Exception):
+    """A template would render more than the cap (``'x' * 4000000000``); ``render`` turns it
+    into a TemplateError naming the template."""
 
 
 def _sized(value: Any) -> bool:
