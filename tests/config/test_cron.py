@@ -181,3 +181,17 @@ def test_next_fire_agrees_with_croniter(text, zone, naive_start):
     assert ours is not None
     earlier = min(ours, theirs)
     assert _offset_changes(tz, max(start, earlier - timedelta(hours=2)), earlier), (text, zone, start, ours, theirs)
+
+
+def test_jobs_next_and_jobs_list_show_weekdays(project):
+    """`jobs next` and `jobs list` use the same planner: a weekday cron fires Monday to Friday."""
+    import json
+
+    project.write_jobs("jobs:\n  w:\n    schedule: '0 9 * * 1-5'\n    timezone: Europe/Berlin\n    prompt: hi\n")
+    res = project.run("jobs", "next", "w", "-n", "10", "--json")
+    assert res.returncode == 0, res.stderr
+    fires = [datetime.fromisoformat(r["local"]) for r in json.loads(res.stdout)]
+    assert {f.strftime("%a") for f in fires} == {"Mon", "Tue", "Wed", "Thu", "Fri"}
+    assert all(f.hour == 9 and f.minute == 0 for f in fires)
+    listed = project.run("jobs", "list", "--json")
+    assert json.loads(listed.stdout)[0]["next_fire"] == fires[0].astimezone(UTC).isoformat(timespec="seconds")
