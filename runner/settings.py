@@ -31,13 +31,19 @@ class Settings:
     home: Path
     jobs_path: Path
     config_path: Path
+    config_given: bool = False  # --config was passed: a missing file is an error, not "use defaults"
 
     @classmethod
     def from_options(cls, *, jobs: str | None = None, config: str | None = None, home: str | None = None) -> Settings:
         home_path = Path(home).expanduser() if home else default_home()
         jobs_path = Path(jobs).expanduser() if jobs else default_jobs_path()
         config_path = Path(config).expanduser() if config else home_path / "config.yaml"
-        return cls(home=home_path.absolute(), jobs_path=jobs_path.absolute(), config_path=config_path.absolute())
+        return cls(
+            home=home_path.absolute(),
+            jobs_path=jobs_path.absolute(),
+            config_path=config_path.absolute(),
+            config_given=config is not None,
+        )
 
     def ensure_home(self) -> Path:
         """Create RUNNER_HOME (0700) and its folders; return it."""
@@ -50,7 +56,10 @@ class Settings:
     @cached_property
     def config(self) -> Config:
         from runner.config.machine import load_config
+        from runner.errors import UsageError
 
+        if self.config_given and not self.config_path.exists():
+            raise UsageError(f"{self.config_path}: config file not found (given with --config)")
         return load_config(self.config_path)
 
     @cached_property

@@ -17,27 +17,36 @@ import yaml
 
 from runner.agent.types import LLM, Message
 from runner.config import yamlio
-from runner.errors import CassetteError
+from runner.errors import CassetteError, ConfigError
+
+MAX_CASSETTE_BYTES = 64 * 1024 * 1024
+
+
+def BadCassette(message: str) -> CassetteError:  # noqa: N802 - reads as the error it builds
+    """The cassette given to ``--replay`` is missing or invalid: bad input, exit 2, before any run row."""
+    error = CassetteError(message)
+    error.exit_code = 2
+    return error
 
 
 def load_cassette(path: Path) -> list[Message]:
+    if not path.exists():
+        raise BadCassette(f"{path}: cassette not found")
     try:
-        data = yamlio.load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CassetteError(f"{path}: cassette not found") from None
-    except yaml.YAMLError as exc:
-        raise CassetteError(f"{path}: invalid YAML: {exc}") from None
+        data = yamlio.load_file(path, limit=MAX_CASSETTE_BYTES)
+    except ConfigError as exc:
+        raise BadCassette(str(exc)) from None
     turns = data.get("turns") if isinstance(data, dict) else None
     if not isinstance(turns, list) or not turns:
-        raise CassetteError(f"{path}: a cassette needs a non-empty 'turns:' list")
+        raise BadCassette(f"{path}: a cassette needs a non-empty 'turns:' list")
     out = []
     for i, turn in enumerate(turns, 1):
         if not isinstance(turn, dict):
-            raise CassetteError(f"{path}: turn {i}: expected a mapping")
+            raise BadCassette(f"{path}: turn {i}: expected a mapping")
         try:
             out.append(Message.from_record(turn))
         except (KeyError, TypeError, ValueError) as exc:
-            raise CassetteError(f"{path}: turn {i}: {exc}") from None
+            raise BadCassette(f"{path}: turn {i}: {exc}") from None
     return out
 
 

@@ -24,6 +24,8 @@ def backend_group() -> None:
 def backend_run(spec: str, command: tuple[str, ...], timeout: float, workdir: Path | None) -> None:
     """Run COMMAND once in the backend SPEC, print its output, exit with its exit code.
 
+    Several words run as that argv (quoted for the shell); a single word is a shell command line.
+
     Example: runner backend run docker:python:3.12-slim -- python -V
     """
     import backends
@@ -33,13 +35,20 @@ def backend_run(spec: str, command: tuple[str, ...], timeout: float, workdir: Pa
     s.ensure_home()
     ctx = BackendContext(workdir=(workdir or Path.cwd()).resolve(), home=s.home, job="backend-run")
     with backends.resolve(spec, ctx=ctx) as backend:
-        result = backend.run(" ".join(command), timeout=timeout)
+        result = backend.run(command_line(command), timeout=timeout)
     sys.stdout.write(result.output)
     if result.output and not result.output.endswith("\n"):
         sys.stdout.write("\n")
     if result.timed_out:
         click.echo(f"timed out after {timeout:g}s", err=True)
     sys.exit(result.exit_code)
+
+
+def command_line(argv: tuple[str, ...]) -> str:
+    """``sh -c 'echo a; echo b'`` keeps its quoting; one argument (``'ls | wc -l'``) stays a shell string."""
+    import shlex
+
+    return argv[0] if len(argv) == 1 else shlex.join(argv)
 
 
 def _check_backend(spec: Any, s: Any, workdir: Path) -> tuple[bool, str]:
@@ -57,45 +66,22 @@ def _check_backend(spec: Any, s: Any, workdir: Path) -> tuple[bool, str]:
 
 
 @click.command("doctor")
+@click.option("--deep", is_flag=True, help="also send each provider a one-token request")
 @click.option("--json", "as_json", is_flag=True)
-def doctor(as_json: bool) -> None:
-    """Check config, jobs.yaml, the store and every backend the jobs use; report what works."""
-    from runner.errors import RunnerError
-
+def doctor(deep: bool, as_json: bool) -> None:
+    """Check config, each provider (keys set, base URL reachable, model listed), jobs.yaml, the
+    store and every backend the jobs use; report what works; exit 1 if anything is broken."""
     s = settings()
     checks: list[dict[str, Any]] = []
 
     def add(name: str, ok: bool, detail: str = "") -> None:
         checks.append({"check": name, "ok": ok, "detail": detail})
 
-    try:
-        cfg = s.config
-        add("config", True, f"{s.config_path} ({'found' if s.config_path.exists() else 'absent: env defaults'})")
-        add(
-            "model",
-            bool(cfg.providers),
-            ", ".join(f"{n}: {p.base_url} {p.model}" for n, p in cfg.providers.items())
-            or "no provider: set OPENAI_API_KEY or providers: in config.yaml",
-        )
-    except RunnerError as exc:
-        add("config", False, str(exc))
-    try:
-        store = s.store
-        add("store", True, f"{store.path}")
-    except RunnerError as exc:
-        add("store", False, str(exc))
-    try:
-        jobs = s.jobs
-        add("jobs.yaml", True, f"{jobs.path}: {len(jobs.jobs)} jobs")
-        seen: dict[Any, Any] = {}
-        for job in jobs.jobs.values():
-            seen.setdefault(job.spec.backend, job)  # one check per distinct spec
-        for spec, job in seen.items():
-            ok, detail = _check_backend(spec, s, job.workdir if job.workdir.is_dir() else Path.cwd())
-            where = getattr(spec, "image", None) or getattr(spec, "host", None)
-            add(f"backend {spec.type}" + (f" {where}" if where else ""), ok, detail)
-    except RunnerError as exc:
-        add("jobs.yaml", False, str(exc))
+    jobs = _doctor_jobs(s, add)
+    _doctor_config(s, add, jobs, deep=deep)
+    _doctor_store(s, add)
+    if jobs is not None:
+        _doctor_backends(s, add, jobs)
     uses_docker = any(c["check"].startswith("backend docker") for c in checks)
     cleaned = _cleanup_containers(s) if uses_docker else None
     if cleaned is not None:
@@ -107,6 +93,80 @@ def doctor(as_json: bool) -> None:
             click.echo(f"{'ok ' if c['ok'] else 'BAD'}  {c['check']:<28} {c['detail']}")
     if not all(c["ok"] for c in checks):
         sys.exit(1)
+
+
+def _doctor_jobs(s: Any, add: Any) -> Any:
+    """jobs.yaml loaded and checked as `runner jobs validate` does; the JobsFile, or None."""
+    from datetime import UTC, datetime
+
+    from runner.errors import RunnerError
+    from runner.run.checks import check_jobs
+
+    try:
+        jobs = s.jobs
+    except RunnerError as exc:
+        add("jobs.yaml", False, str(exc).splitlines()[0] + (" (see: runner jobs validate)" if "\n" in str(exc) else ""))
+        return None
+    problems = check_jobs(jobs, s, now=datetime.now(UTC))
+    if problems:
+        more = f" (and {len(problems) - 1} more: runner jobs validate)" if len(problems) > 1 else ""
+        add("jobs.yaml", False, problems[0] + more)
+    else:
+        add("jobs.yaml", True, f"{jobs.path}: {len(jobs.jobs)} jobs")
+    return jobs
+
+
+def _doctor_config(s: Any, add: Any, jobs: Any, *, deep: bool) -> None:
+    from runner.cli._probe import probe_provider
+    from runner.errors import RunnerError
+
+    try:
+        cfg = s.config
+    except RunnerError as exc:
+        add("config", False, str(exc))
+        return
+    add("config", True, f"{s.config_path} ({'found' if s.config_path.exists() else 'absent: env defaults'})")
+    if not cfg.providers:
+        add("model", False, "no provider: set OPENAI_API_KEY or providers: in config.yaml")
+        return
+    wanted = _models_by_provider(cfg, jobs)
+    for name, provider in sorted(cfg.providers.items()):
+        result = probe_provider(name, provider, wanted.get(name, set()), deep=deep)
+        add(f"provider {name}", result.ok, result.detail)
+
+
+def _models_by_provider(cfg: Any, jobs: Any) -> dict[str, set[str]]:
+    """The models jobs ask of each provider (``provider/model`` and ``org/model`` entries)."""
+    from runner.run.model_choice import split_ref
+
+    out: dict[str, set[str]] = {}
+    for job in jobs.jobs.values() if jobs is not None else []:
+        if not job.spec.agent:
+            continue
+        for ref in job.models:
+            name, model = split_ref(cfg, ref)
+            if name in cfg.providers and model:
+                out.setdefault(name, set()).add(model)
+    return out
+
+
+def _doctor_store(s: Any, add: Any) -> None:
+    from runner.errors import RunnerError
+
+    try:
+        add("store", True, f"{s.store.path}")
+    except RunnerError as exc:
+        add("store", False, str(exc))
+
+
+def _doctor_backends(s: Any, add: Any, jobs: Any) -> None:
+    seen: dict[Any, Any] = {}
+    for job in jobs.jobs.values():
+        seen.setdefault(job.spec.backend, job)  # one check per distinct spec (the models are frozen)
+    for spec, job in seen.items():
+        ok, detail = _check_backend(spec, s, job.workdir if job.workdir.is_dir() else Path.cwd())
+        where = getattr(spec, "image", None) or getattr(spec, "host", None)
+        add(f"backend {spec.type}" + (f" {where}" if where else ""), ok, detail)
 
 
 def _cleanup_containers(s: Any) -> int | None:

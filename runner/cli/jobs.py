@@ -124,9 +124,10 @@ def jobs_list(as_json: bool) -> None:
 @jobs_group.command("validate")
 @click.option("--json", "as_json", is_flag=True)
 def jobs_validate(as_json: bool) -> None:
-    """Check jobs.yaml (and its templates); print every problem; exit 2 if there are any."""
-    from runner.errors import ConfigError, TemplateError
-    from runner.run.prompt import check_syntax
+    """Check jobs.yaml, its templates (undefined variables, read statically), models, pre_run
+    scripts, skills and one-shot times; print every problem; exit 2 if there are any."""
+    from runner.errors import ConfigError
+    from runner.run.checks import check_jobs
 
     s = settings()
     problems: list[str] = []
@@ -136,12 +137,7 @@ def jobs_validate(as_json: bool) -> None:
         problems = exc.problems
         jf = None
     if jf is not None:
-        for job in jf.jobs.values():
-            if job.spec.agent:
-                try:
-                    check_syntax(job)
-                except TemplateError as exc:
-                    problems.append(f"{jf.path}: job {job.name}: prompt: {exc}")
+        problems.extend(check_jobs(jf, s, now=datetime.now(UTC)))
     if as_json:
         echo_json({"ok": not problems, "problems": problems, "jobs": sorted(jf.jobs) if jf and not problems else []})
     elif problems:

@@ -73,14 +73,42 @@ def _delivery(row: dict[str, Any]) -> str:
     return "ok" if row.get("delivery") else "-"
 
 
-def _load(run_id: str) -> dict[str, Any]:
-    from runner.errors import UsageError
-    from runner.store.runs import get_run
+MAX_ID_CHARS = 64
+MIN_PART_CHARS = 4
 
-    row = get_run(settings().store, run_id)
-    if row is None:
-        raise UsageError(f"no run {run_id!r} (see: runner runs list)")
-    return row
+
+def _like_escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def find_run(store: Any, run_id: str) -> dict[str, Any]:
+    """The run whose id is ``run_id``, else the one run whose id starts with it, else the one run
+    whose id contains it (at least 4 characters; ``%`` and ``_`` are plain characters)."""
+    from runner.errors import UsageError
+
+    text = run_id.strip()
+    if not text or len(text) > MAX_ID_CHARS:
+        raise UsageError(f"{_shown(run_id)} is not a run id (see: runner runs list)")
+    row = store.one("SELECT * FROM runs WHERE id=?", (text,))
+    if row is not None:
+        return dict(row)
+    if len(text) >= MIN_PART_CHARS:
+        for pattern in (f"{_like_escape(text)}%", f"%{_like_escape(text)}%"):
+            rows = store.query("SELECT * FROM runs WHERE id LIKE ? ESCAPE '\\' ORDER BY id DESC LIMIT 6", (pattern,))
+            if len(rows) == 1:
+                return dict(rows[0])
+            if rows:
+                shown = ", ".join(r["id"] for r in rows[:5])
+                raise UsageError(f"run id {text!r} is ambiguous: {shown}{', ...' if len(rows) > 5 else ''}")
+    raise UsageError(f"no run {_shown(text)} (see: runner runs list)")
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= 40 else text[:40] + "...")
+
+
+def _load(run_id: str) -> dict[str, Any]:
+    return find_run(settings().store, run_id)
 
 
 def format_event(ev: dict[str, Any], *, width: int = 400) -> str:

@@ -12,7 +12,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BeforeValidator, Field, ValidationError, field_validator
 
 from backends.spec import BackendSpec, LocalSpec, parse_spec
@@ -151,9 +150,26 @@ class JobsFile:
     def get(self, name: str) -> Job:
         job = self.jobs.get(name)
         if job is None:
-            known = ", ".join(sorted(self.jobs)) or "(none)"
-            raise UsageError(f"{self.path}: unknown job {name!r}; known jobs: {known}")
+            raise UsageError(f"{self.path}: unknown job {_shown(name)}{_suggest(name, self.jobs)}")
         return job
+
+
+def _shown(name: str, limit: int = 80) -> str:
+    return repr(name if len(name) <= limit else name[:limit] + "...")
+
+
+def _suggest(name: str, known: dict[str, Job]) -> str:
+    """The closest job names (at most 3); the whole list only when it is short."""
+    import difflib
+
+    if not known:
+        return "; the file has no jobs"
+    close = difflib.get_close_matches(name[:64], list(known), n=3, cutoff=0.6)
+    if close:
+        return f"; did you mean {', '.join(close)}?"
+    if len(known) <= 10:
+        return f"; known jobs: {', '.join(sorted(known))}"
+    return f"; it has {len(known)} jobs (see: runner jobs list)"
 
 
 def looks_like_path(prompt: str) -> bool:
@@ -188,15 +204,7 @@ def load_jobs(path: Path, *, default_timezone: str = "UTC", now: datetime | None
     """Parse and validate jobs.yaml; raise ConfigError listing every problem."""
     if not path.exists():
         raise UsageError(f"{path}: jobs file not found (use --jobs PATH or set RUNNER_JOBS)")
-    try:
-        data = yamlio.load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        from runner.config.machine import _yaml_problem
-
-        raise ConfigError(f"{path}: invalid YAML: {_yaml_problem(exc)}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text") from None
-    data = data or {}
+    data = yamlio.load_file(path) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping with 'jobs:' at the top level")
     problems: list[str] = []
@@ -252,6 +260,29 @@ def _check_backend(job: Job) -> list[str]:
     return []
 
 
+PRE_RUN_SUFFIXES = (".sh", ".bash", ".py", ".pl", ".rb", ".js")
+
+
+def _check_pre_run(spec: JobSpec, base_dir: Path) -> list[str]:
+    """A pre_run whose first word is a relative script path must name a file beside jobs.yaml."""
+    import shlex
+
+    text = (spec.pre_run or "").strip()
+    if not text:
+        return []
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        return [f"pre_run: cannot split the command: {exc}"]
+    first = words[0] if words else ""
+    if not first or first.startswith(("/", "~", "$")) or not ("/" in first or first.endswith(PRE_RUN_SUFFIXES)):
+        return []
+    script = (base_dir / first).resolve()
+    if not script.is_file():
+        return [f"pre_run: script {first} not found (looked in {base_dir})"]
+    return []
+
+
 def _check_job(
     name: str, spec: JobSpec, base_dir: Path, default_tz: str, now: datetime | None
 ) -> tuple[list[str], Job | None]:
@@ -267,6 +298,7 @@ def _check_job(
         problems.append("prompt: required for an agent job (or set agent: false with a pre_run)")
     if not spec.agent and not spec.pre_run:
         problems.append("pre_run: required when agent is false")
+    problems.extend(_check_pre_run(spec, base_dir))
     job = Job(name=name, spec=spec, base_dir=base_dir, tz_name=tz_name, schedule_obj=schedule_obj)
     prompt_path = job.prompt_path()
     if prompt_path is not None and not prompt_path.is_file():

@@ -6,7 +6,6 @@ import stat
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import Field, ValidationError, field_validator
 
 from runner import secrets
@@ -127,6 +126,21 @@ class Config(Strict):
     telegram: TelegramConfig = Field(default_factory=TelegramConfig)
     path: str | None = None
 
+    def split_model_ref(self, ref: str) -> tuple[str, str]:
+        """(provider name, model or "") of a jobs.yaml ``model:`` entry.
+
+        ``NAME`` is a provider; ``NAME/model`` is a provider and its model only when NAME names a
+        configured provider; otherwise a text with a slash is a model id for the ``default``
+        provider (``meta-llama/Llama-3.1-8B-Instruct``)."""
+        if ref in self.providers:
+            return ref, ""
+        name, slash, model = ref.partition("/")
+        if slash and name in self.providers:
+            return name, model
+        if slash and name and model:
+            return "default", ref
+        return ref, ""
+
     @field_validator("timezone")
     @classmethod
     def _tz(cls, value: str) -> str:
@@ -158,10 +172,7 @@ def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
     env = dict(secrets.environ() if environ is None else environ)
     data: dict[str, Any] = {}
     if path.exists():
-        try:
-            loaded = yamlio.load(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: invalid YAML: {_yaml_problem(exc)}") from None
+        loaded = yamlio.load_file(path)
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{path}: expected a mapping at the top level")
         data = loaded or {}
@@ -210,11 +221,3 @@ def resolve_key(ref: str, index: int = 0, environ: dict[str, str] | None = None)
 
 def _loc(loc: tuple[Any, ...]) -> str:
     return ".".join(str(p) for p in loc)
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    if mark is not None:
-        return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
-    return str(problem)

@@ -14,6 +14,8 @@ from functools import cached_property
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from runner.config.cron import CronFields, parse_cron
+
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION = re.compile(r"^\s*(?:(\d+)\s*([smhdw]))+\s*$")
 _PART = re.compile(r"(\d+)\s*([smhdw])")
@@ -65,7 +67,7 @@ class Schedule(Protocol):
 
 @dataclass(frozen=True)
 class CronSchedule:
-    """5-field cron read in wall-clock time of ``tz``.
+    """5-field cron (Vixie semantics, runner/config/cron.py) read in wall-clock time of ``tz``.
 
     DST: a wall time that does not exist (spring forward, 02:30 in America/New_York on
     2025-03-09) fires at the same distance past the gap, 03:30 local; a wall time that occurs
@@ -80,10 +82,12 @@ class CronSchedule:
     tz: tzinfo
 
     @cached_property
-    def _wall_trigger(self) -> Any:
-        from apscheduler.triggers.cron import CronTrigger
+    def fields(self) -> CronFields:
+        return parse_cron(self.text)
 
-        return CronTrigger.from_crontab(self.text, timezone=UTC)
+    @cached_property
+    def _wall_trigger(self) -> Any:
+        return self.fields.trigger()
 
     def _next_wall(self, wall: datetime) -> datetime | None:
         """First naive wall-clock time >= ``wall`` matching the fields (no DST involved)."""
@@ -95,7 +99,7 @@ class CronSchedule:
         second = wall.replace(tzinfo=self.tz, fold=1).astimezone(UTC)
         if first == second or first.astimezone(self.tz).replace(tzinfo=None) != wall:
             return [first]  # an ordinary time, or a time in a gap (read with the offset before it)
-        return [first, second] if self.text.split()[1] == "*" else [first]
+        return [first, second] if self.fields.hour_star else [first]
 
     def _stable(self, at: datetime) -> bool:
         """No UTC-offset change within 3 h either side of ``at``."""
@@ -177,9 +181,8 @@ def parse_schedule(text: str, tz: tzinfo, *, now: datetime | None = None) -> Sch
         return IntervalSchedule(raw, seconds)
     if lowered.startswith("in "):
         return OneShotSchedule(raw, None, parse_duration(lowered[3:]))
-    fields = raw.split()
-    if len(fields) == 5:
-        return _parse_cron(raw, tz, now)
+    if len(raw.split()) == 5 or raw.startswith("@"):
+        return _parse_cron(raw, tz)
     if re.match(r"^\d{4}-\d{2}-\d{2}", raw):
         try:
             at = datetime.fromisoformat(raw)
@@ -189,23 +192,18 @@ def parse_schedule(text: str, tz: tzinfo, *, now: datetime | None = None) -> Sch
             at = at.replace(tzinfo=tz)
         return OneShotSchedule(raw, at)
     raise ValueError(
-        f"invalid schedule {raw!r}: use a 5-field cron ('0 2 * * *'), 'every 30m', 'in 2h' "
+        f"invalid schedule {raw!r}: use a 5-field cron ('0 2 * * *') or @daily, 'every 30m', 'in 2h' "
         "or an ISO-8601 time ('2026-12-01T09:00')"
     )
 
 
-def _parse_cron(raw: str, tz: tzinfo, now: datetime | None) -> CronSchedule:
-    from apscheduler.triggers.cron import CronTrigger
-
+def _parse_cron(raw: str, tz: tzinfo) -> CronSchedule:
     try:
-        trigger = CronTrigger.from_crontab(raw, timezone=UTC)  # fields only: matched on wall-clock time
-    except (ValueError, TypeError) as exc:
+        fields = parse_cron(raw)
+    except ValueError as exc:
         raise ValueError(f"invalid cron {raw!r}: {exc}") from exc
-    start = (now or datetime.now(tz)).astimezone(tz).replace(tzinfo=UTC)
-    # A cron that cannot fire within ~28 years (the leap-year/weekday cycle) never will.
-    nxt = trigger.get_next_fire_time(None, start)
-    if nxt is None or (nxt - start) > timedelta(days=366 * 29):
+    if not fields.can_fire():
         raise ValueError(f"cron {raw!r} can never fire")
     schedule = CronSchedule(raw, tz)
-    schedule.__dict__["_wall_trigger"] = trigger  # reuse the trigger built for validation
+    schedule.__dict__["fields"] = fields  # the APScheduler trigger is built on the first next_fire
     return schedule

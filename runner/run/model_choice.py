@@ -30,16 +30,23 @@ class ModelChoice:
         return Pricing(self.provider.pricing.input_per_mtok, self.provider.pricing.output_per_mtok)
 
 
+def split_ref(config: Config, ref: str) -> tuple[str, str]:
+    return config.split_model_ref(ref)
+
+
 def choose(config: Config, ref: str, *, job: str) -> ModelChoice:
-    """``default`` / ``NAME`` (a provider) or ``NAME/model`` (a provider and a model)."""
-    name, _, model = ref.partition("/")
-    if name not in config.providers and ref in config.providers:
-        name, model = ref, ""
+    """``default`` / ``NAME`` (a provider), ``NAME/model``, or ``org/model`` on the default provider."""
+    name, model = split_ref(config, ref)
     provider = config.providers.get(name)
     if provider is None:
         if name == "default" and not config.providers:
             raise ConfigError(NO_MODEL.format(job=job, config=config.path or "config.yaml"))
         known = ", ".join(sorted(config.providers)) or "(none)"
+        if name != ref.partition("/")[0]:
+            raise ConfigError(
+                f"job {job}: model: {ref!r} names no provider, and as a model id it needs a 'default' "
+                f"provider; configured: {known}"
+            )
         raise ConfigError(f"job {job}: model: unknown provider {name!r}; configured: {known}")
     return ModelChoice(name, provider, model or provider.model)
 
@@ -90,6 +97,6 @@ def context_budget(config: Config, job: Job) -> int:
     """Tokens the conversation may fill before pruning: ``context_budget:``, else 60% of the window."""
     if job.spec.context_budget:
         return job.spec.context_budget
-    provider = config.providers.get(job.models[0].partition("/")[0])
+    provider = config.providers.get(split_ref(config, job.models[0])[0])
     window = provider.context_window if provider is not None else 128_000
     return int(window * 0.6)

@@ -1,4 +1,9 @@
-"""Prompts: the job's Jinja2 template (StrictUndefined) and the run's frozen system prompt."""
+"""Prompts: the job's Jinja2 template and the run's frozen system prompt.
+
+Templates render in Jinja2's sandbox (no underscore attributes, bounded ``range``) with
+StrictUndefined and a cap on the rendered size: ``'x' * 4000000000`` is refused before it is
+built. ``check_template`` finds undefined names statically (for ``jobs validate`` and serve).
+"""
 
 from __future__ import annotations
 
@@ -19,10 +24,46 @@ You are an unattended agent run by `runner` for the job "{job}". Nobody is watch
 - Dangerous commands may be blocked by policy; when a tool says "blocked", find another way."""
 
 
-def template_env(base: Path) -> Any:
-    import jinja2
+MAX_OUTPUT_CHARS = 4_000_000  # a rendered prompt; far above any context window
+MAX_POWER_BITS = 100_000  # `2 ** n` results beyond this many bits are refused
+KNOWN_VARIABLES = frozenset({"now", "today", "yesterday", "job", "run", "vars", "pre_run", "last_output", "env"})
 
-    return jinja2.Environment(
+
+class OutputCapExceeded(Exception):
+    """A template would render more than the cap (``'x' * 4000000000``); ``render`` turns it
+    into a TemplateError naming the template."""
+
+
+def _sized(value: Any) -> bool:
+    return isinstance(value, str | bytes | list | tuple)
+
+
+def _check_repeat(left: Any, right: Any, cap: int) -> None:
+    for seq, count in ((left, right), (right, left)):
+        if _sized(seq) and isinstance(count, int) and len(seq) * count > cap:
+            raise OutputCapExceeded(
+                f"template output over the {cap:,}-character cap ('*' would make {len(seq) * count:,})"
+            )
+
+
+def template_env(base: Path, *, cap: int = MAX_OUTPUT_CHARS) -> Any:
+    """A sandboxed environment whose ``*`` and ``**`` cannot build values beyond ``cap``."""
+    import jinja2
+    from jinja2.sandbox import SandboxedEnvironment
+
+    class CappedEnvironment(SandboxedEnvironment):
+        intercepted_binops = frozenset({"*", "**"})
+
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            if operator == "*":
+                _check_repeat(left, right, cap)
+            elif (
+                isinstance(left, int) and isinstance(right, int) and max(left.bit_length(), 1) * right > MAX_POWER_BITS
+            ):
+                raise OutputCapExceeded(f"template error: '**' result over {MAX_POWER_BITS:,} bits")
+            return super().call_binop(context, operator, left, right)
+
+    return CappedEnvironment(
         loader=jinja2.FileSystemLoader(str(base)),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
@@ -30,19 +71,34 @@ def template_env(base: Path) -> Any:
     )
 
 
-def render(source: str, variables: dict[str, Any], *, name: str, base: Path) -> str:
-    """Render ``source`` (template text) with StrictUndefined; TemplateError names the variable."""
+def render(source: str, variables: dict[str, Any], *, name: str, base: Path, cap: int = MAX_OUTPUT_CHARS) -> str:
+    """Render ``source`` (template text); TemplateError names the variable, line or limit."""
     import jinja2
 
-    env = template_env(base)
+    env = template_env(base, cap=cap)
     try:
-        return env.from_string(source).render(**variables)
+        return _capped_join(env.from_string(source).generate(**variables), cap)
+    except OutputCapExceeded as exc:
+        raise TemplateError(f"{name}: {exc}") from None
     except jinja2.UndefinedError as exc:
         raise TemplateError(f"{name}: undefined template variable: {exc.message}") from None
     except jinja2.TemplateSyntaxError as exc:
         raise TemplateError(f"{name}: line {exc.lineno}: template syntax error: {exc.message}") from None
     except jinja2.TemplateError as exc:
         raise TemplateError(f"{name}: template error: {exc}") from None
+    except MemoryError:
+        raise TemplateError(f"{name}: template error: out of memory while rendering") from None
+
+
+def _capped_join(chunks: Any, cap: int) -> str:
+    out: list[str] = []
+    size = 0
+    for chunk in chunks:
+        size += len(chunk)
+        if size > cap:
+            raise OutputCapExceeded(f"template output over the {cap:,}-character cap")
+        out.append(chunk)
+    return "".join(out)
 
 
 def job_template(job: Job) -> tuple[str, str]:
@@ -64,6 +120,49 @@ def check_syntax(job: Job) -> None:
         template_env(job.base_dir).parse(source)
     except jinja2.TemplateSyntaxError as exc:
         raise TemplateError(f"{name}: line {exc.lineno}: template syntax error: {exc.message}") from None
+
+
+def check_template(job: Job, env: Any = None) -> list[str]:
+    """Problems of the job's template found without rendering it: syntax, names no run defines,
+    ``vars.X`` with no X in the job's ``vars:``, ``env.X`` with no X in ``env_vars:``."""
+    import jinja2
+    from jinja2 import meta
+
+    try:
+        source, name = job_template(job)
+    except TemplateError as exc:
+        return [str(exc)]
+    env = env or template_env(job.base_dir)
+    try:
+        ast = env.parse(source)
+    except jinja2.TemplateSyntaxError as exc:
+        return [f"{name}: line {exc.lineno}: template syntax error: {exc.message}"]
+    problems = [
+        f"{name}: undefined template variable {var!r} (known: {', '.join(sorted(KNOWN_VARIABLES))})"
+        for var in sorted(meta.find_undeclared_variables(ast) - KNOWN_VARIABLES - set(env.globals))
+    ]
+    allowed = {"vars": set(job.spec.vars), "env": set(job.spec.env_vars)}
+    for holder, key, line in _member_uses(ast):
+        if key not in allowed[holder]:
+            where = "the job's vars:" if holder == "vars" else "env_vars:"
+            problems.append(f"{name}: line {line}: {holder}.{key} is not defined ({key!r} is not in {where})")
+    return problems
+
+
+def _member_uses(ast: Any) -> list[tuple[str, str, int]]:
+    """``vars.X`` / ``vars['X']`` / ``env.X`` uses in the template: (holder, key, line)."""
+    from jinja2 import nodes
+
+    out = []
+    for node in ast.find_all((nodes.Getattr, nodes.Getitem)):
+        target = node.node
+        if not (isinstance(target, nodes.Name) and target.name in ("vars", "env") and target.ctx == "load"):
+            continue
+        if isinstance(node, nodes.Getattr):
+            out.append((target.name, node.attr, node.lineno))
+        elif isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str):
+            out.append((target.name, node.arg.value, node.lineno))
+    return out
 
 
 def variables(

@@ -234,7 +234,9 @@ class Serve:
         register_serve(store, jobs_path=str(jobs.path), heartbeat_s=config.serve.heartbeat_s, now=now)
         adopted = pool.adopt(jobs.jobs)
         schedule.set_jobs(jobs.jobs, now)
-        watcher = JobsWatcher(jobs.path, default_timezone=config.timezone, current=jobs, wake=self.wake).start()
+        watcher = JobsWatcher(
+            jobs.path, default_timezone=config.timezone, current=jobs, wake=self.wake, settings=s
+        ).start()
         host = ServeHost(s, store, self.clock, log, self.wake)
         tickers: list[Ticker] = [
             ReloadTicker(watcher, schedule, log, s.home),

@@ -14,12 +14,16 @@ import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runner.config.jobs import JobsFile, load_jobs, referenced_files
 from runner.errors import RunnerError
 from runner.serve.schedule import ScheduleTicker
+
+if TYPE_CHECKING:
+    from runner.settings import Settings
 
 Signature = tuple[tuple[str, int, int, int] | tuple[str], ...]
 
@@ -44,30 +48,35 @@ def signature(files: list[Path]) -> Signature:
     return tuple(out)
 
 
-def load(path: Path, default_timezone: str) -> Loaded:
+def load(path: Path, default_timezone: str, settings: Settings | None = None) -> Loaded:
+    """jobs.yaml parsed and validated; with ``settings``, the checks of ``runner jobs validate``
+    (templates, models, skills, one-shots) become warnings: logged, never blocking the reload."""
     try:
         jobs = load_jobs(path, default_timezone=default_timezone)
     except RunnerError as exc:
         return Loaded(None, tuple(str(exc).splitlines()))
-    from runner.run.prompt import check_syntax
+    if settings is None:
+        return Loaded(jobs, ())
+    from runner.run.checks import check_jobs
 
-    warnings = []
-    for job in jobs.jobs.values():
-        if job.spec.agent:
-            try:
-                check_syntax(job)
-            except RunnerError as exc:
-                warnings.append(f"{jobs.path}: job {job.name}: prompt: {exc}")
-    return Loaded(jobs, (), tuple(warnings))
+    return Loaded(jobs, (), tuple(check_jobs(jobs, settings, now=datetime.now(UTC))))
 
 
 class JobsWatcher:
     """A daemon thread that reloads jobs.yaml when it or a referenced file changes."""
 
     def __init__(
-        self, path: Path, *, default_timezone: str, current: JobsFile, wake: Callable[[], None], interval: float = 1.0
+        self,
+        path: Path,
+        *,
+        default_timezone: str,
+        current: JobsFile,
+        wake: Callable[[], None],
+        interval: float = 1.0,
+        settings: Settings | None = None,
     ):
         self.path, self.default_timezone, self.wake, self.interval = path, default_timezone, wake, interval
+        self.settings = settings
         self.results: queue.Queue[Loaded] = queue.Queue()
         self._files = referenced_files(current)
         self._sig = signature(self._files)
@@ -98,7 +107,7 @@ class JobsWatcher:
             if sig == self._sig and not forced:
                 continue
             self._sig = sig
-            result = load(self.path, self.default_timezone)
+            result = load(self.path, self.default_timezone, self.settings)
             if result.jobs is not None:
                 self._files = referenced_files(result.jobs)
                 self._sig = signature(self._files)

@@ -70,6 +70,8 @@ class FakeOpenAI:
         self.script: list[Reply] = []
         self.default: Reply | None = None
         self.requests: list[dict[str, Any]] = []
+        self.models = ["gpt-4.1-mini"]  # what GET /models lists (runner doctor reads it)
+        self.gets: list[str] = []  # paths of GET requests (kept apart from the chat requests)
         self.lock = threading.Lock()
         self._counter = 0
         server = self
@@ -79,6 +81,9 @@ class FakeOpenAI:
 
             def log_message(self, *args: Any) -> None:
                 return
+
+            def do_GET(self) -> None:
+                server._list_models(self)
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
@@ -155,6 +160,18 @@ class FakeOpenAI:
             handler.wfile.write(payload)
         except (BrokenPipeError, ConnectionResetError):
             return
+
+    def _list_models(self, handler: BaseHTTPRequestHandler) -> None:
+        found = handler.path.rstrip("/").endswith("/models")
+        payload = json.dumps({"object": "list", "data": [{"id": m, "object": "model"} for m in self.models]})
+        raw = payload.encode() if found else b'{"error": {"message": "not found"}}'
+        with self.lock:
+            self.gets.append(handler.path)
+        handler.send_response(200 if found else 404)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(raw)))
+        handler.end_headers()
+        handler.wfile.write(raw)
 
     @staticmethod
     def _completion(reply: Reply, body: dict[str, Any], n: int) -> dict[str, Any]:

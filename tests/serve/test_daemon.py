@@ -131,6 +131,21 @@ def test_hot_reload_add_remove_invalid_and_sighup(project, serve):
     assert daemon.stop() == 0
 
 
+def test_reload_logs_what_jobs_validate_finds_and_keeps_the_jobs(project, serve):
+    write_config(project)
+    project.write_jobs(TICK)
+    daemon = serve().started()
+    wait_for(lambda: job_rows(project.home, "tick"), 10)
+    project.write_jobs(TICK + "  greet:\n    prompt: 'hi {{ vars.who }}'\n    model: [default, ghost]\n")
+    daemon.wait_log("reloaded", 6)
+    log = daemon.log()
+    assert "job greet: prompt: line 1: vars.who is not defined" in log
+    assert "job greet: model: unknown provider 'ghost'" in log
+    before = len(job_rows(project.home, "tick"))
+    wait_for(lambda: len(job_rows(project.home, "tick")) > before, 5, what="tick to keep firing")
+    assert daemon.stop() == 0
+
+
 def test_sigterm_interrupts_running_worker(project, serve):
     write_config(project, shutdown_grace=3)
     project.write("jobs/long.sh", "echo $$ > long.pid\nexec sleep 60\n", mode=0o755)

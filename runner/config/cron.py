@@ -1,0 +1,165 @@
+"""Vixie cron expressions: fields, names, ranges, steps, macros and the day-of-month/day-of-week OR rule.
+
+``parse_cron`` reads the text into a ``CronFields`` (the set of values of each field), and
+``CronFields.trigger()`` builds the APScheduler 3 trigger that matches it on wall-clock times.
+APScheduler numbers ``day_of_week`` from Monday = 0, so days are handed to it by name, never by
+number. When both day fields are restricted (neither starts with ``*``) a day matches if either
+field matches (Vixie's rule), which is an ``OrTrigger`` of a day-of-month trigger and a
+day-of-week trigger.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+MACROS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
+MONTH_DAYS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+DAYS = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
+
+
+@dataclass(frozen=True)
+class _Field:
+    name: str
+    low: int
+    high: int
+    names: tuple[str, ...] = ()  # names[i] is the value low + i (months) or i (days)
+    names_from: int = 0
+
+
+FIELDS = (
+    _Field("minute", 0, 59),
+    _Field("hour", 0, 23),
+    _Field("day of month", 1, 31),
+    _Field("month", 1, 12, tuple(MONTHS), 1),
+    _Field("day of week", 0, 7, tuple(DAYS), 0),
+)
+_ITEM = re.compile(r"^(?:(\*)|([a-z0-9]+)(?:-([a-z0-9]+))?)(?:/(\d+))?$")
+
+
+@dataclass(frozen=True)
+class CronFields:
+    """The expanded fields of one cron expression (day of week: 0 = Sunday, 7 folded into 0)."""
+
+    minutes: frozenset[int]
+    hours: frozenset[int]
+    days: frozenset[int]
+    months: frozenset[int]
+    weekdays: frozenset[int]
+    day_star: bool  # the day-of-month field starts with '*'
+    weekday_star: bool
+    hour_star: bool  # the hour field is exactly '*'
+
+    def can_fire(self) -> bool:
+        """Whether any date matches (without building a trigger). With the OR rule every week has a
+        matching day; otherwise some chosen day must exist in some chosen month (29 February counts:
+        within 28 years every date falls on every weekday)."""
+        if not (self.day_star or self.weekday_star):
+            return True
+        return any(day <= MONTH_DAYS[month - 1] for month in self.months for day in self.days)
+
+    def trigger(self) -> Any:
+        """An APScheduler trigger matching these fields, read on naive wall-clock times stored as UTC."""
+        from datetime import UTC
+
+        from apscheduler.triggers.combining import OrTrigger
+        from apscheduler.triggers.cron import CronTrigger
+
+        common = {"minute": _list(self.minutes, 60), "hour": _list(self.hours, 24), "month": _list(self.months, 12)}
+        days = _list(self.days, 31)
+        weekdays = "*" if len(self.weekdays) == 7 else ",".join(DAYS[d] for d in sorted(self.weekdays))
+        if self.day_star or self.weekday_star:
+            return CronTrigger(**common, day=days, day_of_week=weekdays, timezone=UTC)
+        return OrTrigger(
+            [
+                CronTrigger(**common, day=days, timezone=UTC),
+                CronTrigger(**common, day_of_week=weekdays, timezone=UTC),
+            ]
+        )
+
+
+def _list(values: frozenset[int], size: int) -> str:
+    return "*" if len(values) == size else ",".join(str(v) for v in sorted(values))
+
+
+def expand_macro(text: str) -> str:
+    """The 5 fields a ``@macro`` stands for; other text unchanged. ``@reboot`` is refused."""
+    raw = text.strip()
+    if not raw.startswith("@"):
+        return raw
+    lowered = raw.lower()
+    if lowered == "@reboot":
+        raise ValueError(
+            "@reboot is not supported: runner has no boot event (use 'in 1m' or run it from serve's start)"
+        )
+    if lowered not in MACROS:
+        raise ValueError(f"unknown cron macro {raw!r} (use one of {', '.join(MACROS)})")
+    return MACROS[lowered]
+
+
+def parse_cron(text: str) -> CronFields:
+    """Parse a 5-field cron (or a macro); raise ValueError naming the bad field."""
+    fields = expand_macro(text).split()
+    if len(fields) != 5:
+        raise ValueError(f"a cron needs 5 fields (minute hour day-of-month month day-of-week), got {len(fields)}")
+    values = [_parse_field(part, spec) for part, spec in zip(fields, FIELDS, strict=True)]
+    weekdays = frozenset(0 if d == 7 else d for d in values[4])
+    return CronFields(
+        minutes=frozenset(values[0]),
+        hours=frozenset(values[1]),
+        days=frozenset(values[2]),
+        months=frozenset(values[3]),
+        weekdays=weekdays,
+        day_star=fields[2].startswith("*"),
+        weekday_star=fields[4].startswith("*"),
+        hour_star=fields[1] == "*",
+    )
+
+
+def _parse_field(text: str, spec: _Field) -> set[int]:
+    out: set[int] = set()
+    for item in text.lower().split(","):
+        out |= _parse_item(item, spec)
+    return out
+
+
+def _parse_item(item: str, spec: _Field) -> set[int]:
+    match = _ITEM.match(item)
+    if match is None:
+        raise ValueError(f"{spec.name}: cannot read {item!r}")
+    star, first, last, step_text = match.groups()
+    step = int(step_text) if step_text else 1
+    if step < 1:
+        raise ValueError(f"{spec.name}: step must be at least 1 in {item!r}")
+    if star:
+        low, high = spec.low, spec.high
+    else:
+        low = _value(first, spec)
+        # `N/step` runs from N to the field's end (as cronie and croniter read it)
+        high = _value(last, spec) if last else (spec.high if step_text else low)
+        if spec.names == tuple(DAYS) and last and high == 0 and low > 0:
+            high = 7  # `fri-sun`: Sunday closes the range
+        if high < low:
+            raise ValueError(f"{spec.name}: range {item!r} runs backwards")
+    return set(range(low, high + 1, step))
+
+
+def _value(text: str, spec: _Field) -> int:
+    if text.isdigit():
+        value = int(text)
+        if not spec.low <= value <= spec.high:
+            raise ValueError(f"{spec.name}: {value} is out of range {spec.low}-{spec.high}")
+        return value
+    if text in spec.names:
+        return spec.names.index(text) + spec.names_from
+    raise ValueError(f"{spec.name}: unknown value {text!r}")

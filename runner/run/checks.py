@@ -1,0 +1,84 @@
+"""Checks of a loaded jobs.yaml that need more than the file: templates read statically, model
+providers from config.yaml, one-shots against the clock, skills from the skills loader.
+
+``runner jobs validate`` reports them as errors (exit 2); serve's reload logs them as warnings,
+so a one-shot that already ran does not stop the scheduler.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from runner.config.jobs import Job, JobsFile
+from runner.config.schedules import OneShotSchedule
+from runner.errors import ConfigError
+
+if TYPE_CHECKING:
+    from runner.config.machine import Config
+    from runner.settings import Settings
+
+
+def check_jobs(jobs: JobsFile, settings: Settings, *, now: datetime) -> list[str]:
+    """Every problem as ``FILE: job NAME: field: message``, in job order."""
+    from runner.run.prompt import template_env
+
+    config = _config(settings)
+    envs: dict[Path, Any] = {}
+    skills = _skill_names(settings) if any(j.spec.skills for j in jobs.jobs.values()) else None
+    problems: list[str] = []
+    for job in jobs.jobs.values():
+        prefix = f"{jobs.path}: job {job.name}: "
+        env = envs.setdefault(job.base_dir, template_env(job.base_dir))
+        problems.extend(prefix + p for p in check_job(job, config, env=env, now=now, skills=skills))
+    return problems
+
+
+def check_job(job: Job, config: Config | None, *, env: Any, now: datetime, skills: set[str] | None) -> list[str]:
+    from runner.run.prompt import check_template
+
+    problems: list[str] = []
+    if job.spec.agent:
+        problems.extend(f"prompt: {p.removeprefix(f'job {job.name}: prompt: ')}" for p in check_template(job, env))
+        if config is not None:
+            problems.extend(_check_models(job, config))
+    sched = job.schedule_obj
+    if isinstance(sched, OneShotSchedule) and sched.at is not None and sched.at < now:
+        problems.append(f"schedule: {job.spec.schedule} is in the past; this one-shot will never fire")
+    if skills is not None:
+        for name in job.spec.skills:
+            if name not in skills:
+                problems.append(f"skills: no skill named {name!r} (see: runner skills list)")
+    return problems
+
+
+def _check_models(job: Job, config: Config) -> list[str]:
+    """Each ``model:`` entry names a configured provider (``default`` alone may come from the
+    environment at run time: its absence is reported by the run and by ``doctor``)."""
+    known = ", ".join(sorted(config.providers)) or "(none)"
+    problems = []
+    for ref in job.models:
+        name, _ = config.split_model_ref(ref)
+        if name in config.providers or (name == "default" and not config.providers):
+            continue
+        if name != ref.partition("/")[0]:
+            problems.append(f"model: {ref!r} names no provider, and as a model id it needs a 'default' provider")
+        else:
+            problems.append(f"model: unknown provider {name!r}; configured: {known}")
+    return problems
+
+
+def _config(settings: Settings) -> Config | None:
+    """config.yaml; None when it is broken (its own check reports that)."""
+    try:
+        return settings.config
+    except ConfigError:
+        return None
+
+
+def _skill_names(settings: Settings) -> set[str]:
+    from runner.skills.loader import load_catalog, sources_for
+
+    catalog = load_catalog(sources_for(settings))
+    return set(catalog.skills) | {s.name for s in catalog.unavailable}
