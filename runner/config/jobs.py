@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from pydantic import BeforeValidator, Field, ValidationError, field_validator
@@ -18,6 +18,9 @@ from runner.config import yamlio
 from runner.config.schedules import Schedule, parse_duration, parse_schedule, parse_timezone
 from runner.config.strict import Strict
 from runner.errors import ConfigError, UsageError
+
+if TYPE_CHECKING:
+    from runner.safety.ssrf import WebPolicy
 
 JOB_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 TEMPLATE_SUFFIXES = (".j2", ".jinja", ".jinja2", ".md", ".txt", ".tmpl")
@@ -74,6 +77,27 @@ class Budget(Strict):
     max_tokens: int | None = Field(None, ge=1)
 
 
+class WebSpec(Strict):
+    """``web:``: where web_fetch may connect (see docs/safety.md)."""
+
+    allow_private: bool = False
+    allow_domains: list[str] = Field(default_factory=list)
+    deny_domains: list[str] = Field(default_factory=list)
+
+    @field_validator("allow_domains", "deny_domains")
+    @classmethod
+    def _domains(cls, value: list[str]) -> list[str]:
+        for domain in value:
+            if not re.match(r"^\.?[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\.?$", domain):
+                raise ValueError(f"{domain!r} is not a domain name (write example.com, no scheme or path)")
+        return value
+
+    def policy(self) -> WebPolicy:
+        from runner.safety.ssrf import WebPolicy
+
+        return WebPolicy(self.allow_private, tuple(self.allow_domains), tuple(self.deny_domains))
+
+
 def _deliver_item(value: str) -> str:
     if value in ("file", "stdout"):
         return value
@@ -120,6 +144,7 @@ class JobSpec(Strict):
     context_budget: int | None = Field(None, ge=1000)
     summarize: bool = False
     pause_after_failures: int | None = Field(None, ge=1)
+    web: WebSpec = Field(default_factory=WebSpec)
 
     @field_validator("timezone")
     @classmethod

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from backends.base import Backend
 from runner.safety.result import ApprovalResult, ApproveFn
+from runner.safety.ssrf import WebPolicy
 
 if TYPE_CHECKING:
     from runner.settings import Settings
@@ -45,6 +46,7 @@ class ToolContext:
     settings: Settings | None = None  # the runner's settings (store, jobs, config)
     skills: SkillSession | None = None  # the run's skills session (skill_view, skill_manage)
     kanban: KanbanTask | None = None  # the task a kanban worker holds (the kanban tools act on it)
+    web: WebPolicy = WebPolicy()  # the job's ``web:`` key: where web_fetch may connect
 
     @property
     def workdir(self) -> str:
