@@ -23,9 +23,12 @@ from backends.base import (
     wrap_command,
 )
 from runner.errors import BackendError, UsageError
-from runner.procs import group_alive, kill_tree, start_time
+from runner.procs import group_alive, kill_marked, kill_tree, start_time
 
 KILL_GRACE_S = 0.5
+#: every command of a run carries RUNNER_RUN_MARK=<this backend's mark> in its environment, so
+#: close() finds what it left behind even after ``setsid``/double fork took it out of the tree
+MARK_VAR = "RUNNER_RUN_MARK"
 
 
 class LocalBackend:
@@ -43,6 +46,7 @@ class LocalBackend:
         ] = {}  # command sessions that may still have processes: pgid -> start time of its leader
         self._closed = False
         self._base_env = scrub_env(os.environ, passthrough=ctx.env_passthrough, secret_values=ctx.secret_values)
+        self._mark = f"{ctx.run_id or 'adhoc'}-{self._nonce}"
         if not Path(self.workdir).is_dir():
             raise BackendError(f"local backend: workdir {self.workdir} does not exist")
 
@@ -62,6 +66,7 @@ class LocalBackend:
         child_env = dict(self._base_env)
         if env:
             child_env.update(env)
+        child_env[MARK_VAR] = self._mark
         script = wrap_command(command, here, self._nonce)
         try:
             proc = subprocess.Popen(
@@ -126,6 +131,7 @@ class LocalBackend:
             groups, self._groups = dict(self._groups), {}
         for pgid, start in groups.items():
             kill_tree(pgid, 0, start=start, group=pgid)
+        kill_marked(MARK_VAR, self._mark)  # what left the command sessions (setsid, double fork)
 
     def __enter__(self) -> LocalBackend:
         return self
