@@ -23,17 +23,23 @@ FLIPPER = """
 import os, shutil, sys
 work, outside = sys.argv[1], sys.argv[2]
 os.chdir(work)
+
+
+def put(make):
+    while True:
+        try:
+            make()
+            return
+        except OSError:  # a write_file in the window created a folder d: drop it and try again
+            shutil.rmtree("d", ignore_errors=True)
+
+
 flips = 0
 while not os.path.exists("stop"):
     os.rename("d", "parked")
-    os.symlink(outside, "d")
+    put(lambda: os.symlink(outside, "d"))
     os.unlink("d")
-    while True:
-        try:
-            os.rename("parked", "d")
-            break
-        except OSError:  # a write_file in the window created a folder d: drop it, put the real one back
-            shutil.rmtree("d", ignore_errors=True)
+    put(lambda: os.rename("parked", "d"))
     flips += 1
     if flips % 100 == 0:
         with open("flips.tmp", "w") as fh:
@@ -66,7 +72,7 @@ def flipper(box: tuple[ToolContext, Path, Path]) -> Iterator[Path]:
     yield work / "flips"
     (work / "stop").write_text("")
     try:
-        proc.wait(timeout=10)
+        assert proc.wait(timeout=10) == 0, "the flipper process failed (see its stderr)"
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -361,3 +361,26 @@ def test_docker_fetch_runs_inside_the_container(docker_backend, serve):
     ctx, _ = make_ctx(backend)
     blocked = web_fetch({"url": srv.url("/again")}, ctx)
     assert blocked.failed and "loopback" in blocked.text and len(srv.requests) == 2
+
+
+def test_a_docker_run_with_no_network_is_told_why_web_fetch_is_missing(docker_backend, project, fake):
+    import json
+    import sqlite3
+
+    from tests.fakeopenai import final
+
+    fake.add(final("done"))
+    project.write_jobs(
+        "jobs:\n  w:\n    prompt: go\n    toolsets: [web, files]\n"
+        f"    backend: {{type: docker, image: '{DOCKER_IMAGE}', pull: never}}\n"
+    )
+    res = project.cli("run-job", "w")
+    assert res.exit_code == 0, res.output
+    db = sqlite3.connect(project.home / "runner.db")
+    [payload] = [json.loads(p) for (p,) in db.execute("SELECT payload FROM run_events WHERE kind = 'prompt'")]
+    assert "web_fetch" not in payload["tools"] and "read_file" in payload["tools"]
+    assert payload["unavailable"] == {
+        "web_fetch": "the job's Docker backend has network: none, so nothing can be fetched"
+    }
+    offered = [t["function"]["name"] for t in fake.requests[0]["body"]["tools"]]
+    assert "web_fetch" not in offered
