@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from html.parser import HTMLParser
@@ -113,9 +114,10 @@ def _pinned(target: Target) -> tuple[str, str]:
     return url, host_header
 
 
-def host_get(target: Target) -> Response:
-    """One GET from this machine to the checked address (Host header and TLS SNI name the host;
-    no proxy from the environment, which would resolve the name again)."""
+def host_get(target: Target, *, verify: ssl.SSLContext | bool = True) -> Response:
+    """One GET from this machine to the checked address (Host header and TLS SNI name the host,
+    and the certificate is checked against the host; no proxy from the environment, which would
+    resolve the name again). ``verify``: httpx's certificate check (a context trusting a test CA)."""
     import httpx
 
     url, host_header = _pinned(target)
@@ -123,7 +125,7 @@ def host_get(target: Target) -> Response:
     headers = {"Host": host_header, "User-Agent": USER_AGENT}
     try:
         with (
-            httpx.Client(timeout=FETCH_TIMEOUT, follow_redirects=False, trust_env=False) as client,
+            httpx.Client(timeout=FETCH_TIMEOUT, follow_redirects=False, trust_env=False, verify=verify) as client,
             client.stream("GET", url, headers=headers, extensions=extensions) as response,
         ):
             chunks, size = [], 0

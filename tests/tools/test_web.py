@@ -384,3 +384,55 @@ def test_a_docker_run_with_no_network_is_told_why_web_fetch_is_missing(docker_ba
     }
     offered = [t["function"]["name"] for t in fake.requests[0]["body"]["tools"]]
     assert "web_fetch" not in offered
+
+
+def test_https_goes_to_the_pinned_address_with_the_host_in_sni_and_certificate_check(tmp_path):
+    """A real TLS server on 127.0.0.1 with a certificate for pinned.test only (made with openssl):
+    the fetch connects to the checked address, and succeeds only because SNI and the certificate
+    check use the host name, not the address."""
+    import functools
+    import shutil
+    import ssl
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not installed")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=pinned.test",
+         "-addext", "subjectAltName=DNS:pinned.test", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    seen_sni: list[str | None] = []
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(cert, key)
+    server_ctx.sni_callback = lambda sock, name, ctx: seen_sni.append(name)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = f"host={self.headers.get('Host')}".encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv.socket = server_ctx.wrap_socket(srv.socket, server_side=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        trust = ssl.create_default_context(cafile=str(cert))
+        get = functools.partial(host_get, verify=trust)
+        url = f"https://pinned.test:{srv.server_address[1]}/"
+        response = fetch(url, WebPolicy(allow_private=True), get, lambda host, port: ["127.0.0.1"])
+        assert response.status == 200 and response.body == f"host=pinned.test:{srv.server_address[1]}".encode()
+        assert seen_sni == ["pinned.test"]
+        with pytest.raises(ToolError, match="fetch failed"):  # a name the certificate does not hold
+            fetch(
+                url.replace("pinned.test", "other.test"), WebPolicy(allow_private=True), get, lambda h, p: ["127.0.0.1"]
+            )
+    finally:
+        srv.shutdown()
+        srv.server_close()
