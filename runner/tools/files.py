@@ -1,7 +1,7 @@
 """File tools that work through the job's backend, confined to the workdir (plus ``allow_paths``).
 
 On the local backend every open walks the path beneath the roots with ``O_NOFOLLOW`` (see
-beneath.py), so a symlink flipped by a background process or a hard link cannot lead outside;
+runner/safety/beneath.py), so a symlink flipped by a background process or a hard link cannot lead outside;
 search and list read the tree through directory fds too. Docker and SSH backends see the files
 through their own shell (a Docker container sees only its mounts).
 """
@@ -20,8 +20,8 @@ from typing import Any
 
 from backends.base import decode, truncate_text
 from runner.errors import BackendError
+from runner.safety.beneath import Escape, open_dir, open_file, read_beneath, write_beneath
 from runner.tools import Registry, ToolError, ToolResult
-from runner.tools.beneath import Escape, open_dir, open_file, read_beneath, write_beneath
 from runner.tools.context import ToolContext
 
 READ_CAP_BYTES = 512 * 1024

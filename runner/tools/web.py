@@ -134,8 +134,8 @@ def host_get(target: Target, *, verify: ssl.SSLContext | bool = True) -> Respons
                 size += len(chunk)
                 if size >= MAX_BYTES:
                     break
-            headers = {k.lower(): v for k, v in response.headers.items()}
-            return Response(response.status_code, headers, b"".join(chunks)[:MAX_BYTES], target.url)
+            answer = {k.lower(): v for k, v in response.headers.items()}
+            return Response(response.status_code, answer, b"".join(chunks)[:MAX_BYTES], target.url)
     except httpx.HTTPError as exc:
         raise ToolError(f"fetch failed: {type(exc).__name__}: {exc}") from None
 
@@ -214,7 +214,7 @@ def _parse_raw(raw: str, url: str) -> Response:
             name, colon, value = line.partition(":")
             if colon:
                 headers[name.strip().lower()] = value.strip()
-        return Response(status, headers, body.encode("utf-8", "surrogateescape"), url)
+        return Response(status, headers, body.encode("utf-8"), url)
 
 
 def refuse(ctx: ToolContext, url: str, reason: str) -> ToolResult:

@@ -195,3 +195,11 @@ def test_write_keeps_the_mode_and_replaces_a_symlink_instead_of_following_it(box
     write_file({"path": "alias.sh", "content": "own file\n"}, ctx)
     assert not (work / "alias.sh").is_symlink() and script.read_text() == "echo 2\n"
     assert [p.name for p in work.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_a_fifo_is_refused_instead_of_blocking(box):
+    ctx, work, _ = box
+    os.mkfifo(work / "pipe")
+    with pytest.raises(ToolError, match="not a regular file"):
+        read_file({"path": "pipe"}, ctx)
+    assert "no matches" in search_files({"pattern": "x"}, ctx).text

@@ -436,3 +436,49 @@ def test_https_goes_to_the_pinned_address_with_the_host_in_sni_and_certificate_c
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_the_curl_getter_pins_the_address_and_leaves_redirects_to_the_checker(local, serve):
+    """The command the Docker path runs when the image has curl, run here through the local
+    backend (same shell command): --resolve sends it to the checked address, and curl does not
+    follow the redirect itself (each hop is a separate, checked request)."""
+    import shutil
+
+    from runner.tools.web import container_get
+
+    if shutil.which("curl") is None:
+        pytest.skip("curl not installed")
+    srv = serve()
+    srv.routes["/r"] = (302, {"Location": "/final"}, b"")
+    ctx, _ = make_ctx(local)
+    url = f"http://pinned.test:{srv.port}/r"
+    response = fetch(url, WebPolicy(allow_private=True), container_get(ctx, "curl"), lambda h, p: ["127.0.0.1"])
+    assert response.status == 200 and b"hello from the server" in response.body
+    assert [(r["path"], r["host"]) for r in srv.requests] == [
+        ("/r", f"pinned.test:{srv.port}"),
+        ("/final", f"pinned.test:{srv.port}"),
+    ]
+    with pytest.raises(Blocked, match="deny_domains"):
+        fetch(url, WebPolicy(allow_private=True, deny_domains=("pinned.test",)), container_get(ctx, "curl"))
+
+
+def test_a_run_refusing_a_fetch_tells_the_model_and_writes_an_approvals_row(project, fake, serve):
+    import json
+    import sqlite3
+
+    from tests.fakeopenai import call, final
+
+    srv = serve()
+    fake.add(call("web_fetch", {"url": srv.url("/private")}), final("done"))
+    project.write_jobs("jobs:\n  w:\n    prompt: go\n    toolsets: [web]\n")
+    res = project.cli("run-job", "w")
+    assert res.exit_code == 0, res.output
+    [tool_msg] = [m for m in fake.requests[1]["body"]["messages"] if m["role"] == "tool"]
+    assert tool_msg["content"].startswith("blocked: 127.0.0.1 resolves to 127.0.0.1, a loopback address")
+    assert srv.requests == []
+    db = sqlite3.connect(project.home / "runner.db")
+    rows = db.execute("SELECT command, level, reasons, policy, decision, decided_by FROM approvals").fetchall()
+    assert [(r[0], r[1], r[3], r[4], r[5]) for r in rows] == [
+        (f"web_fetch {srv.url('/private')}", "blocked", "web", "denied", "web policy")
+    ]
+    assert "loopback" in json.loads(rows[0][2])[0]

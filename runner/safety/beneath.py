@@ -163,7 +163,8 @@ def _check_links(st: os.stat_result, shown: str) -> None:
 
 
 def open_file(dir_fd: int, name: str, shown: str) -> int:
-    """An fd for reading the regular file ``name`` in ``dir_fd`` (no symlink, one link only)."""
+    """An fd for reading the regular file ``name`` in ``dir_fd`` (no symlink, one link only);
+    OSError for anything but a regular file."""
     try:
         fd = os.open(name, FILE_FLAGS, dir_fd=dir_fd)
     except OSError as exc:
@@ -174,6 +175,8 @@ def open_file(dir_fd: int, name: str, shown: str) -> int:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(errno.EISDIR, "Is a directory", shown)
+        if not stat.S_ISREG(st.st_mode):  # a fifo would block, a device is not the workdir's
+            raise OSError(errno.EINVAL, "not a regular file", shown)
         _check_links(st, shown)
     except BaseException:
         os.close(fd)
