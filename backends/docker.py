@@ -41,7 +41,7 @@ from backends.base import (
     wrap_command,
     wrap_remote,
 )
-from backends.docker_spec import WORKSPACE, DockerSpec, check_not_docker_socket, parse_docker_spec
+from backends.docker_spec import WORKSPACE, DockerSpec, HostMount, check_not_docker_socket
 from runner.errors import BackendError
 
 log = logging.getLogger(__name__)
@@ -95,6 +95,7 @@ class DockerBackend:
         self._seq = count(1)
         self._lock = threading.Lock()
         self._closed = False
+        self._mounts = [_bind(m) for m in spec.host_mounts(Path(ctx.workdir))]
         host_dir = Path(ctx.workdir).resolve()
         if not host_dir.is_dir():
             raise BackendError(f"docker backend: workdir {host_dir} does not exist")
@@ -176,19 +177,20 @@ class DockerBackend:
     def _start(self, host_dir: Path) -> Any:
         spec = self.spec
         labels = {LABEL_MANAGED: "1", LABEL_RUN: self.ctx.run_id or "", LABEL_JOB: self.ctx.job or ""}
-        uid = spec.user.partition(":")[0]
+        user = spec.user or f"{os.getuid()}:{os.getgid()}"
+        uid = user.partition(":")[0]
         options: dict[str, Any] = dict(
             entrypoint=["/bin/sh", "-c", IDLE],
             name=self.name,
             labels=labels,
-            user=spec.user,
+            user=user,
             working_dir=WORKSPACE,
             network_mode=spec.network,
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             pids_limit=PIDS_LIMIT,
             tmpfs={"/tmp": "rw,nosuid,nodev,mode=1777"},
-            mounts=[Mount(WORKSPACE, str(host_dir), type="bind", read_only=False), *spec.mounts],
+            mounts=[Mount(WORKSPACE, str(host_dir), type="bind", read_only=False), *self._mounts],
             environment={} if uid in ("0", "root") else {"HOME": "/tmp"},
             mem_limit=spec.memory,
             nano_cpus=spec.nano_cpus,
@@ -287,5 +289,9 @@ def cleanup_stale(is_active: Callable[[str], bool], *, client: docker.DockerClie
     return removed
 
 
-def from_spec(spec: dict[str, Any], *, ctx: BackendContext) -> DockerBackend:
-    return DockerBackend(parse_docker_spec(spec, base=Path(ctx.workdir)), ctx)
+def _bind(mount: HostMount) -> Mount:
+    return Mount(mount.target, str(mount.source), type="bind", read_only=mount.read_only)
+
+
+def from_spec(spec: DockerSpec, *, ctx: BackendContext) -> DockerBackend:
+    return DockerBackend(spec, ctx)

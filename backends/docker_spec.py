@@ -1,116 +1,147 @@
-"""The ``docker`` backend spec: validation of a jobs.yaml mapping into a DockerSpec.
+"""The ``docker`` backend spec: the one model of a docker backend, for jobs.yaml and ``docker:IMAGE``.
 
-Kept apart from backends/docker.py so reading a spec never needs the Docker SDK or a daemon.
+Kept apart from backends/docker.py so reading a spec never imports the Docker SDK or needs a daemon.
+What depends on the workdir (mount sources relative to it, the Docker-socket refusal) is checked
+by ``DockerSpec.host_mounts(base)`` / ``check(base)``, not while the fields are read.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import posixpath
 import re
 import stat
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Literal
 
-from docker.types import Mount
+from pydantic import BaseModel, BeforeValidator, ConfigDict, field_validator
 
 from runner.errors import UsageError
 
 WORKSPACE = "/workspace"
-SPEC_KEYS = frozenset({"type", "image", "network", "memory", "cpus", "mounts", "pull", "user"})
-PULL_POLICIES = ("missing", "never", "always")
+DEFAULT_MEMORY = 1024**3  # 1 GiB, as ``memory: 1g``
+DEFAULT_CPUS = 1.0
 _UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 _KNOWN_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
 
 
-@dataclass(frozen=True)
-class DockerSpec:
-    image: str
-    network: str = "none"
-    memory: int | None = None  # bytes
-    nano_cpus: int | None = None
-    mounts: tuple[Mount, ...] = ()
-    pull: str = "missing"
-    user: str = ""
-
-
-def parse_docker_spec(spec: Mapping[str, Any], *, base: Path) -> DockerSpec:
-    """Validate a docker spec; relative mount sources are relative to ``base`` (the workdir)."""
-    unknown = set(spec) - SPEC_KEYS
-    if unknown:
-        raise UsageError(
-            f"docker backend: unknown option(s) {', '.join(sorted(unknown))}; "
-            f"known: {', '.join(sorted(SPEC_KEYS - {'type'}))}"
-        )
-    image = spec.get("image")
-    if not isinstance(image, str) or not image.strip() or any(ch.isspace() for ch in image):
-        raise UsageError(f"docker backend: `image` must be an image name, got {image!r}")
-    pull = str(spec.get("pull", "missing"))
-    if pull not in PULL_POLICIES:
-        raise UsageError(f"docker backend: `pull` must be one of {', '.join(PULL_POLICIES)}, got {pull!r}")
-    network = str(spec.get("network") or "none")
-    user = str(spec.get("user") or f"{os.getuid()}:{os.getgid()}")
-    mounts = spec.get("mounts") or []
-    if not isinstance(mounts, list):
-        raise UsageError("docker backend: `mounts` must be a list")
-    return DockerSpec(
-        image=image,
-        network=network,
-        memory=parse_memory(spec.get("memory")),
-        nano_cpus=parse_cpus(spec.get("cpus")),
-        mounts=tuple(parse_mount(item, base) for item in mounts),
-        pull=pull,
-        user=user,
-    )
-
-
 def parse_memory(value: object) -> int | None:
+    """``512m``, ``1g``, ``1.5g`` or a number of bytes -> bytes; None means no limit."""
     if value is None:
         return None
     match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([bkmg]?)b?", str(value).strip().lower())
-    if not match or float(match.group(1)) <= 0:
-        raise UsageError(f"docker backend: `memory` must look like 512m or 1g, got {value!r}")
+    if isinstance(value, bool) or not match or float(match.group(1)) <= 0:
+        raise ValueError(f"must look like 512m or 1g, got {value!r}")
     return int(float(match.group(1)) * _UNITS[match.group(2)])
 
 
-def parse_cpus(value: object) -> int | None:
+def parse_cpus(value: object) -> float | None:
+    """A positive number of CPUs (``1``, ``0.5``, ``"1.5"``); None means no limit."""
     if value is None:
         return None
     try:
-        cpus = float(str(value))
+        cpus = float(str(value)) if not isinstance(value, bool) else 0.0
     except ValueError:
         cpus = 0.0
-    if not cpus > 0:
-        raise UsageError(f"docker backend: `cpus` must be a positive number, got {value!r}")
-    return int(cpus * 1e9)
+    if not (cpus > 0 and math.isfinite(cpus)):
+        raise ValueError(f"must be a positive number, got {value!r}")
+    return cpus
 
 
-def parse_mount(item: object, base: Path) -> Mount:
-    """``"host:container[:ro|rw]"`` or ``{source, target, rw}``; read-only unless rw."""
-    if isinstance(item, str):
-        parts = item.split(":")
-        if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
-            raise UsageError(f"docker mount {item!r}: expected HOST:CONTAINER[:ro|rw]")
-        source, target, writable = parts[0], parts[1], parts[2:] == ["rw"]
-    elif isinstance(item, Mapping):
-        extra = set(item) - {"source", "target", "rw"}
-        src, dst = item.get("source"), item.get("target")
-        if extra or not isinstance(src, str) or not isinstance(dst, str):
-            raise UsageError(f"docker mount {dict(item)!r}: expected keys source, target and optional rw")
-        source, target, writable = src, dst, item.get("rw") is True
-    else:
-        raise UsageError(f"docker mount {item!r}: expected a string or a mapping")
-    if not source or not target.startswith("/"):
-        raise UsageError(f"docker mount {item!r}: need a host path and an absolute container path")
-    if posixpath.normpath(target) == WORKSPACE:
-        raise UsageError(f"docker mount {item!r}: {WORKSPACE} is the job's workdir already")
-    host = (base / Path(source).expanduser()).resolve()
-    check_not_docker_socket(host, what=f"mount {source!r}")
-    if not host.exists():
-        raise UsageError(f"docker mount {item!r}: {host} does not exist")
-    return Mount(target, str(host), type="bind", read_only=not writable)
+def _mount_fields(item: object) -> object:
+    """``"host:container[:ro|rw]"`` -> ``{source, target, rw}``; a mapping is left to the model."""
+    if not isinstance(item, str):
+        return item
+    parts = item.split(":")
+    if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
+        raise ValueError(f"mount {item!r}: expected HOST:CONTAINER[:ro|rw]")
+    return {"source": parts[0], "target": parts[1], "rw": parts[2:] == ["rw"]}
+
+
+class MountSpec(BaseModel):
+    """One extra bind mount: a host path (relative to the workdir) at ``target``; read-only unless ``rw``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: str
+    target: str
+    rw: bool = False
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, value: str) -> str:
+        if not value:
+            raise ValueError("need a host path")
+        return value
+
+    @field_validator("target")
+    @classmethod
+    def _target(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError(f"need an absolute container path, got {value!r}")
+        if posixpath.normpath(value) == WORKSPACE:
+            raise ValueError(f"{WORKSPACE} is the job's workdir already")
+        return value
+
+    def __str__(self) -> str:
+        return f"{self.source}:{self.target}" + (":rw" if self.rw else "")
+
+
+@dataclass(frozen=True)
+class HostMount:
+    """A mount checked against the workdir: an absolute host path that exists and is not the Docker socket."""
+
+    source: Path
+    target: str
+    read_only: bool
+
+
+class DockerSpec(BaseModel):
+    """``{type: docker, image, network: none, memory: 1g, cpus: 1, mounts, pull: missing, user}``.
+
+    ``memory`` is held in bytes and ``cpus`` as a number; ``null`` for either means no limit.
+    ``user`` unset means the invoking uid:gid (filled in by the backend).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["docker"] = "docker"
+    image: str
+    network: str = "none"
+    memory: Annotated[int | None, BeforeValidator(parse_memory)] = DEFAULT_MEMORY
+    cpus: Annotated[float | None, BeforeValidator(parse_cpus)] = DEFAULT_CPUS
+    mounts: tuple[Annotated[MountSpec, BeforeValidator(_mount_fields)], ...] = ()
+    pull: Literal["missing", "never", "always"] = "missing"
+    user: str | None = None
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        if not value.strip() or any(ch.isspace() for ch in value):
+            raise ValueError(f"must be an image name, got {value!r}")
+        return value
+
+    @property
+    def nano_cpus(self) -> int | None:
+        return None if self.cpus is None else int(self.cpus * 1e9)
+
+    def host_mounts(self, base: Path) -> tuple[HostMount, ...]:
+        """The mounts with sources resolved against ``base`` (the workdir); UsageError when one is missing
+        or would expose the Docker socket."""
+        out = []
+        for mount in self.mounts:
+            host = (base / Path(mount.source).expanduser()).resolve()
+            check_not_docker_socket(host, what=f"mount {str(mount)!r}")
+            if not host.exists():
+                raise UsageError(f"docker backend: mount {str(mount)!r}: {host} does not exist")
+            out.append(HostMount(host, mount.target, read_only=not mount.rw))
+        return tuple(out)
+
+    def check(self, base: Path) -> None:
+        """What only the workdir can tell (see ``host_mounts``); raises UsageError."""
+        self.host_mounts(base)
 
 
 def docker_sockets() -> list[Path]:

@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from backends.base import (
     TIMEOUT_EXIT,
@@ -22,8 +22,11 @@ from backends.base import (
     split_marker,
     wrap_command,
 )
-from runner.errors import BackendError, UsageError
+from runner.errors import BackendError
 from runner.procs import group_alive, kill_marked, kill_tree, start_time
+
+if TYPE_CHECKING:
+    from backends.spec import LocalSpec
 
 KILL_GRACE_S = 0.5
 #: every command of a run carries RUNNER_RUN_MARK=<this backend's mark> in its environment, so
@@ -156,8 +159,5 @@ def _pump(proc: subprocess.Popen[bytes], buf: OutputBuffer) -> None:
     proc.stdout.close()
 
 
-def from_spec(spec: dict[str, Any], *, ctx: BackendContext) -> LocalBackend:
-    unknown = set(spec) - {"type"}
-    if unknown:
-        raise UsageError(f"local backend takes no options (got {', '.join(sorted(unknown))})")
+def from_spec(spec: LocalSpec, *, ctx: BackendContext) -> LocalBackend:
     return LocalBackend(ctx)

@@ -39,7 +39,7 @@ from backends.base import (
     wrap_command,
     wrap_remote,
 )
-from backends.ssh_spec import SSHSpec, parse_ssh_spec
+from backends.ssh_spec import SSHSpec
 from runner.errors import BackendError, UsageError
 
 SUN_PATH_MAX = 100  # sockaddr_un holds 108 bytes; ssh adds a temporary suffix while binding
@@ -231,5 +231,5 @@ def _read_all(errors: IO[bytes]) -> str:
     return decode(errors.read()).strip() or "connection failed"
 
 
-def from_spec(spec: dict[str, Any], *, ctx: BackendContext) -> SSHBackend:
-    return SSHBackend(parse_ssh_spec(spec), ctx)
+def from_spec(spec: SSHSpec, *, ctx: BackendContext) -> SSHBackend:
+    return SSHBackend(spec, ctx)

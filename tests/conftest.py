@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from tests.fakeopenai import FakeOpenAI
+from runner.testing import FakeOpenAI
 
 REPO = Path(__file__).resolve().parent.parent
 

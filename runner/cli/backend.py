@@ -87,19 +87,13 @@ def doctor(as_json: bool) -> None:
     try:
         jobs = s.jobs
         add("jobs.yaml", True, f"{jobs.path}: {len(jobs.jobs)} jobs")
-        seen: dict[str, Any] = {}
+        seen: dict[Any, Any] = {}
         for job in jobs.jobs.values():
-            spec = job.spec.backend.model_dump(exclude_none=True)
-            key = repr(sorted(spec.items()))
-            if key not in seen:
-                seen[key] = (spec, job)
-        for spec, job in seen.values():
+            seen.setdefault(job.spec.backend, job)  # one check per distinct spec
+        for spec, job in seen.items():
             ok, detail = _check_backend(spec, s, job.workdir if job.workdir.is_dir() else Path.cwd())
-            add(
-                f"backend {spec.get('type')}" + (f" {spec.get('image') or spec.get('host')}" if len(spec) > 1 else ""),
-                ok,
-                detail,
-            )
+            where = getattr(spec, "image", None) or getattr(spec, "host", None)
+            add(f"backend {spec.type}" + (f" {where}" if where else ""), ok, detail)
     except RunnerError as exc:
         add("jobs.yaml", False, str(exc))
     uses_docker = any(c["check"].startswith("backend docker") for c in checks)

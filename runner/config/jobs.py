@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import yaml
 from pydantic import BeforeValidator, Field, ValidationError, field_validator
 
+from backends.spec import BackendSpec, LocalSpec, parse_spec
 from runner.config import yamlio
 from runner.config.schedules import Schedule, parse_duration, parse_schedule, parse_timezone
 from runner.config.strict import Strict
@@ -28,43 +29,9 @@ TEMPLATE_SUFFIXES = (".j2", ".jinja", ".jinja2", ".md", ".txt", ".tmpl")
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 
 
-class LocalSpec(Strict):
-    type: Literal["local"] = "local"
-
-
-class DockerSpec(Strict):
-    type: Literal["docker"]
-    image: str
-    network: str = "none"
-    memory: str | None = "1g"
-    cpus: float | None = 1.0
-    mounts: list[str | dict[str, Any]] = Field(default_factory=list)
-    pull: Literal["missing", "never", "always"] = "missing"
-    user: str | None = None
-
-
-class SSHSpec(Strict):
-    type: Literal["ssh"]
-    host: str
-    user: str | None = None
-    port: int = Field(22, ge=1, le=65535)
-    key: str | None = None
-    workdir: str | None = None
-    strict_host_key_checking: Literal["yes", "no", "accept-new"] = "accept-new"
-    known_hosts_file: str | None = None
-    connect_timeout: int = 10
-    ssh_options: list[str] = Field(default_factory=list)
-
-
-BackendSpec = Annotated[LocalSpec | DockerSpec | SSHSpec, Field(discriminator="type")]
-
-
 def _backend(value: Any) -> Any:
-    if isinstance(value, str):
-        from backends import parse_spec
-
-        return parse_spec(value)
-    return value
+    """A string spec (``docker:IMAGE``, ...) becomes its model; a mapping is left to the union."""
+    return parse_spec(value) if isinstance(value, str) else value
 
 
 class Retries(Strict):
@@ -309,17 +276,9 @@ def load_jobs(path: Path, *, default_timezone: str = "UTC", now: datetime | None
 
 
 def _check_backend(job: Job) -> list[str]:
-    """The backend's own spec parser (memory format, mount paths, no docker socket, ...)."""
-    spec = job.spec.backend.model_dump(exclude_none=True)
+    """What the backend spec can only tell with the workdir (docker mount sources, no Docker socket)."""
     try:
-        if spec["type"] == "docker":
-            from backends.docker_spec import parse_docker_spec
-
-            parse_docker_spec(spec, base=job.workdir)
-        elif spec["type"] == "ssh":
-            from backends.ssh_spec import parse_ssh_spec
-
-            parse_ssh_spec(spec)
+        job.spec.backend.check(job.workdir)
     except UsageError as exc:
         return [f"backend: {exc}"]
     return []

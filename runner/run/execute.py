@@ -102,7 +102,7 @@ class Run:
             env_passthrough=tuple(self.job.spec.env_passthrough),
             secret_values=self.prepared.secrets,
         )
-        self._backend = backends.resolve(self.job.spec.backend.model_dump(exclude_none=True), ctx=ctx)
+        self._backend = backends.resolve(self.job.spec.backend, ctx=ctx)
 
     def pre_run(self) -> Produced | None:
         """Run the job's ``pre_run``; a ``{"wake": false}`` or a timeout ends the run here."""

@@ -23,15 +23,14 @@ import signal
 import sqlite3
 import sys
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from runner.clock import utcnow
 from runner.errors import AlreadyRunning
+from runner.serve.host import Clock, ServeHost, SystemClock, Ticker, TickerFactory
 from runner.settings import Settings
 from runner.store import Store
 
@@ -42,39 +41,6 @@ if TYPE_CHECKING:
 MAX_SLEEP_S = 1.0  # the loop looks at the wall clock at least this often (clock jumps, sleep)
 LOG_BYTES = 5_000_000
 LOG_BACKUPS = 3
-
-
-class Clock(Protocol):
-    def now(self) -> datetime: ...
-
-
-class SystemClock:
-    def now(self) -> datetime:
-        return utcnow()
-
-
-class Ticker(Protocol):
-    name: str
-
-    def tick(self, now: datetime) -> None: ...
-
-    def next_wake(self, now: datetime) -> datetime | None: ...
-
-    def close(self) -> None: ...
-
-
-@dataclass
-class ServeHost:
-    """What a loop added to serve gets to work with."""
-
-    settings: Settings
-    store: Store
-    clock: Clock
-    log: logging.Logger
-    wake: Callable[[], None] = field(repr=False)
-
-
-TickerFactory = Callable[[ServeHost], Ticker]
 
 
 # -- one instance per RUNNER_HOME ----------------------------------------------------------

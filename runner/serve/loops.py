@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from datetime import datetime, timedelta
 
-from runner.serve.daemon import ServeHost, Ticker, TickerFactory
+from runner.serve.host import ServeHost, Ticker, TickerFactory
 from runner.statuses import ACTIVE
 
 

@@ -20,12 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from multiprocessing.connection import wait
-from typing import Protocol
 
 from runner.clock import iso
 from runner.config.jobs import Job
 from runner.config.schedules import format_duration
 from runner.serve.fire import ActiveRun, Fire, Paths, describe_exit
+from runner.serve.host import Clock
 from runner.serve.launcher import Handle, Spawner, WorkerSpec
 from runner.serve.state import record_slot_result, set_paused
 from runner.statuses import RunStatus, Trigger
@@ -34,10 +34,6 @@ from runner.store.runs import create_run, finish_run, update_run
 
 FAILED = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.UNKNOWN)
 SCHEDULED = (Trigger.SCHEDULE, Trigger.RETRY)
-
-
-class Clock(Protocol):
-    def now(self) -> datetime: ...
 
 
 @dataclass
@@ -73,8 +69,12 @@ class Pool:
         max_parallel: int,
         kill_grace: float,
         on_pause: Callable[[str, str], None] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ):
+        """``spawner`` starts workers (``Launcher`` in serve); ``clock`` gives slot and retry times;
+        ``monotonic`` measures run timeouts and the kill grace. Tests inject all three."""
         self.store, self.spawner, self.clock, self.log, self.paths = store, spawner, clock, log, paths
+        self.monotonic = monotonic
         self.max_parallel = max_parallel
         self.kill_grace = kill_grace
         self.on_pause = on_pause
@@ -174,14 +174,14 @@ class Pool:
         waited = max(0.0, (now - (fire.not_before or entry.queued_at)).total_seconds())
         if waited >= 0.001 or fire.trigger != Trigger.SCHEDULE:  # a fire row starts with waited_s 0
             update_run(self.store, fire.run_id, waited_s=round(waited, 3))
-        self._running[fire.run_id] = _Running(fire, handle, now, time.monotonic() + fire.job.spec.timeout)
+        self._running[fire.run_id] = _Running(fire, handle, now, self.monotonic() + fire.job.spec.timeout)
         self._per_job[fire.job.name] = self._per_job.get(fire.job.name, 0) + 1
         self.log.info("started %s run %s (pid %d, waited %.3fs)", fire.job.name, fire.run_id, handle.pid, waited)
 
     # -- the loop ----------------------------------------------------------------------------
     def tick(self, now: datetime) -> None:
         self.reap()
-        mono = time.monotonic()
+        mono = self.monotonic()
         for run in list(self._running.values()):
             if run.stop_reason is None and mono >= run.deadline:
                 self.log.warning("run %s of %s hit its timeout; stopping it", run.fire.run_id, run.fire.job.name)
@@ -193,7 +193,7 @@ class Pool:
         self.pump()
 
     def next_wake(self, now: datetime) -> datetime | None:
-        mono = time.monotonic()
+        mono = self.monotonic()
         times: list[datetime] = []
         for run in self._running.values():
             if run.stop_reason is None:
@@ -208,7 +208,7 @@ class Pool:
 
     def _stop(self, run: _Running, reason: str) -> None:
         run.stop_reason = reason
-        run.term_at = time.monotonic()
+        run.term_at = self.monotonic()
         run.handle.signal_tree(signal.SIGTERM)
 
     def reap(self) -> None:

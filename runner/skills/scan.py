@@ -103,7 +103,9 @@ def quick_scan(text: str, *, kind: Kind = "markdown") -> list[SkillFinding]:
         for match in _INVISIBLE_RE.finditer(body):
             char = match.group()
             name = unicodedata.name(char, f"U+{ord(char):04X}")
-            findings.append(SkillFinding("invisible_unicode", _line_of(body, match.start()), f"U+{ord(char):04X} {name}"))
+            findings.append(
+                SkillFinding("invisible_unicode", _line_of(body, match.start()), f"U+{ord(char):04X} {name}")
+            )
             if len(findings) >= 5:
                 break
     lowered = body.lower()

@@ -9,7 +9,7 @@ import sqlite3
 import time
 
 from runner.safety.redact import fingerprint
-from tests.fakeopenai import call, error, final
+from runner.testing import call, error, final
 
 KEYS = [f"pool-key-{i:02d}-q7w8e9r0t1y2u3" for i in range(10)]
 BACKUP = "backup-key-z9x8c7v6b5n4m3"

@@ -6,7 +6,7 @@ import signal
 import sqlite3
 import time
 
-from tests.fakeopenai import call, error, final, hang
+from runner.testing import call, error, final, hang
 
 
 def config(project, fake, **provider):
@@ -148,7 +148,7 @@ def test_invisible_unicode_in_context_file_is_blocked(project, fake):
 
 
 def test_finish_reason_length_is_recorded(project, fake):
-    from tests.fakeopenai import Reply
+    from runner.testing import Reply
 
     fake.add(Reply(content="cut off mid", finish_reason="length"))
     project.write_jobs("jobs:\n  p:\n    prompt: go\n")

@@ -6,22 +6,9 @@ from backends.base import BackendContext
 from backends.local import LocalBackend
 from runner.agent.loop import Limits, run_loop
 from runner.agent.types import Message, ToolCall, Usage
+from runner.testing import ScriptedLLM as Scripted
 from runner.tools import discover
 from runner.tools.context import ApprovalResult, ToolContext
-
-
-class Scripted:
-    """A deterministic model: answers from a list (the loop's tests need nothing more)."""
-
-    model = "scripted"
-
-    def __init__(self, *turns):
-        self.turns = list(turns)
-        self.seen = []
-
-    def complete(self, messages, tools, *, timeout=None):
-        self.seen.append((list(messages), list(tools)))
-        return self.turns.pop(0)
 
 
 def tc(name, args, i=0):
@@ -76,7 +63,7 @@ def test_same_failing_call_three_times_is_a_loop(tmp_path):
     llm = Scripted(*[tc("terminal", '{"command": "false"}', i) for i in range(5)])
     result = run_loop([{"role": "user", "content": "go"}], tools, ctx, llm, Limits(), emit=emit)
     assert result.status == "failed" and result.reason == "loop"
-    assert len(llm.seen) == 3
+    assert len(llm.requests) == 3
 
 
 def test_budget_tokens_stops(tmp_path):
@@ -92,7 +79,7 @@ def test_stop_event_interrupts_between_steps(tmp_path):
     stop.set()
     llm = Scripted(Message("never"))
     result = run_loop([{"role": "user", "content": "go"}], tools, ctx, llm, Limits(), emit=emit, stop=stop)
-    assert result.status == "interrupted" and llm.seen == []
+    assert result.status == "interrupted" and llm.requests == []
 
 
 def test_registry_discovers_every_module():

@@ -16,7 +16,7 @@ from backend_helpers import make_ctx
 from backends import resolve
 from backends.base import BackendContext
 from backends.docker import LABEL_JOB, LABEL_MANAGED, LABEL_RUN, cleanup_stale
-from backends.docker_spec import parse_docker_spec
+from backends.docker_spec import DockerSpec
 from runner.errors import BackendError, UsageError
 
 pytestmark = pytest.mark.docker
@@ -156,10 +156,10 @@ def test_docker_socket_is_never_mounted(tmp_path: Path) -> None:
     for sock in sockets:
         for source in (sock, os.path.dirname(sock), "/"):
             with pytest.raises(UsageError, match="Docker socket"):
-                parse_docker_spec({"image": "x", "mounts": [f"{source}:/mnt"]}, base=tmp_path)
+                DockerSpec.model_validate({"image": "x", "mounts": [f"{source}:/mnt"]}).check(tmp_path)
     fake = tmp_path / "docker.sock"
     with pytest.raises(UsageError, match="Docker socket"):
-        parse_docker_spec({"image": "x", "mounts": [f"{fake}:/var/run/docker.sock"]}, base=tmp_path)
+        DockerSpec.model_validate({"image": "x", "mounts": [f"{fake}:/var/run/docker.sock"]}).check(tmp_path)
 
 
 def test_workdir_exposing_the_socket_is_refused(docker_image: str) -> None:

@@ -1,7 +1,10 @@
-"""Spec parsing: string and mapping specs, per-backend validation. No services needed."""
+"""Spec parsing: string and mapping specs into the one model per backend, per-backend validation.
+No services needed."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,9 +13,10 @@ from hypothesis import strategies as st
 
 from backends import known_types, parse_spec, resolve
 from backends.base import BackendContext
-from backends.docker_spec import parse_docker_spec
+from backends.docker_spec import DockerSpec
 from backends.local import LocalBackend
-from backends.ssh_spec import parse_ssh_spec
+from backends.spec import LocalSpec
+from backends.ssh_spec import SSHSpec
 from runner.errors import UsageError
 
 
@@ -31,7 +35,8 @@ from runner.errors import UsageError
     ],
 )
 def test_string_specs(text: str, expected: dict[str, object]) -> None:
-    assert parse_spec(text) == expected
+    assert parse_spec(text) == parse_spec(expected)
+    assert parse_spec(text).model_dump(exclude_defaults=True) == {k: v for k, v in expected.items() if k != "type"}
 
 
 @pytest.mark.parametrize(
@@ -60,9 +65,29 @@ def test_unknown_type_lists_the_known_ones() -> None:
 
 
 def test_mapping_specs_keep_their_keys_and_default_to_local() -> None:
-    assert parse_spec({}) == {"type": "local"}
+    assert parse_spec({}) == LocalSpec()
     spec = {"type": "docker", "image": "python:3.12-slim", "network": "none", "memory": "1g", "cpus": 1}
-    assert parse_spec(spec) == spec
+    assert parse_spec(spec) == DockerSpec(image="python:3.12-slim", network="none", memory=1024**3, cpus=1.0)
+    model = parse_spec(spec)
+    assert parse_spec(model) is model
+
+
+def test_string_and_mapping_forms_share_the_defaults() -> None:
+    """One model per backend: ``docker:IMAGE`` is hardened like a job's docker spec (1 GiB, 1 CPU), and
+    ``ssh:host`` like a job's ssh spec passes no port, so ~/.ssh/config decides."""
+    docker = parse_spec("docker:busybox")
+    assert docker == parse_spec({"type": "docker", "image": "busybox"})
+    assert isinstance(docker, DockerSpec) and (docker.memory, docker.nano_cpus) == (1024**3, 1_000_000_000)
+    ssh = parse_spec("ssh:example.com")
+    assert ssh == parse_spec({"type": "ssh", "host": "example.com"})
+    assert isinstance(ssh, SSHSpec) and ssh.port is None
+    assert "-p" not in ssh.ssh_argv(Path("/tmp/cp"), "60s")
+
+
+def test_the_union_and_the_registry_agree() -> None:
+    import backends
+
+    assert sorted(backends._FACTORIES) == known_types()
 
 
 @given(st.text(max_size=80))
@@ -71,7 +96,7 @@ def test_parse_spec_raises_only_usage_errors(text: str) -> None:
         out = parse_spec(text)
     except UsageError:
         return
-    assert out["type"] in known_types()
+    assert out.type in known_types()
 
 
 @given(st.dictionaries(st.text(max_size=12), st.one_of(st.none(), st.integers(), st.text(max_size=12))))
@@ -80,7 +105,7 @@ def test_parse_spec_mapping_raises_only_usage_errors(spec: dict[str, object]) ->
         out = parse_spec(spec)
     except UsageError:
         return
-    assert out["type"] in known_types()
+    assert out.type in known_types()
 
 
 def test_resolve_local_and_its_options(tmp_path: Path) -> None:
@@ -92,9 +117,17 @@ def test_resolve_local_and_its_options(tmp_path: Path) -> None:
         resolve({"type": "local", "image": "x"}, ctx=ctx)
 
 
+def docker_spec(fields: dict[str, object], base: Path) -> DockerSpec:
+    """Parse a docker mapping and run its workdir checks, as jobs.yaml loading does."""
+    spec = parse_spec({"type": "docker", **fields})
+    assert isinstance(spec, DockerSpec)
+    spec.check(base)
+    return spec
+
+
 def test_docker_spec_values(tmp_path: Path) -> None:
     (tmp_path / "data").mkdir()
-    spec = parse_docker_spec(
+    spec = docker_spec(
         {"image": "busybox", "memory": "1g", "cpus": "1.5", "mounts": ["data:/data", "data:/rw:rw"]},
         base=tmp_path,
     )
@@ -104,11 +137,13 @@ def test_docker_spec_values(tmp_path: Path) -> None:
         "none",
         "missing",
     )
-    assert [(m["Target"], m["Source"], m["ReadOnly"]) for m in spec.mounts] == [
-        ("/data", str(tmp_path / "data"), True),
-        ("/rw", str(tmp_path / "data"), False),
+    assert [(m.target, m.source, m.read_only) for m in spec.host_mounts(tmp_path)] == [
+        ("/data", tmp_path / "data", True),
+        ("/rw", tmp_path / "data", False),
     ]
-    assert parse_docker_spec({"image": "x", "memory": "512m"}, base=tmp_path).memory == 512 * 1024**2
+    assert docker_spec({"image": "x", "memory": "512m"}, base=tmp_path).memory == 512 * 1024**2
+    unlimited = docker_spec({"image": "x", "memory": None, "cpus": None}, base=tmp_path)
+    assert (unlimited.memory, unlimited.nano_cpus) == (None, None)
 
 
 @pytest.mark.parametrize(
@@ -127,17 +162,19 @@ def test_docker_spec_values(tmp_path: Path) -> None:
         {"image": "x", "mounts": ["data:/workspace"]},
         {"image": "x", "mounts": [{"source": "data"}]},
         {"image": "x", "privileged": True},
+        {"image": "x", "cpus": "inf"},
     ],
 )
 def test_docker_spec_errors(bad: dict[str, object], tmp_path: Path) -> None:
     (tmp_path / "data").mkdir()
     with pytest.raises(UsageError):
-        parse_docker_spec(bad, base=tmp_path)
+        docker_spec(bad, base=tmp_path)
 
 
 def test_ssh_spec_values() -> None:
-    spec = parse_ssh_spec(
+    spec = parse_spec(
         {
+            "type": "ssh",
             "host": "example.com",
             "user": "deploy",
             "port": "2222",
@@ -146,6 +183,7 @@ def test_ssh_spec_values() -> None:
             "ssh_options": {"ProxyJump": "bastion"},
         }
     )
+    assert isinstance(spec, SSHSpec)
     assert (spec.port, spec.strict_host_key_checking, spec.ssh_options) == (
         2222,
         "no",
@@ -178,4 +216,24 @@ def test_ssh_spec_values() -> None:
 )
 def test_ssh_spec_errors(bad: dict[str, object]) -> None:
     with pytest.raises(UsageError):
-        parse_ssh_spec(bad)
+        parse_spec({"type": "ssh", **bad})
+
+
+NO_SDK = """
+import sys
+from pathlib import Path
+import backends.docker_spec, backends.spec, backends.ssh_spec, runner.config.jobs
+jobs = runner.config.jobs.load_jobs(Path(sys.argv[1]))
+jobs.get("boxed").spec.backend.check(jobs.get("boxed").workdir)
+assert "docker" not in sys.modules, sorted(m for m in sys.modules if m.startswith("docker"))
+"""
+
+
+def test_reading_specs_never_imports_the_docker_sdk(tmp_path: Path) -> None:
+    """An uncached ``runner jobs list`` loads jobs.yaml: a docker job must not pull in the Docker SDK."""
+    (tmp_path / "data").mkdir()
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text("jobs:\n  boxed:\n    prompt: hi\n    backend: {type: docker, image: x, mounts: [data:/data]}\n")
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", NO_SDK, str(jobs)], cwd=root, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr

@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 from runner.serve.planner import JobState  # noqa: E402
 from runner.serve.state import save_sight  # noqa: E402
 from runner.store import Store  # noqa: E402
-from tests.fakeopenai import FakeOpenAI, final  # noqa: E402
+from runner.testing import FakeOpenAI, final  # noqa: E402
 
 
 def pct(values: list[float], p: float) -> float:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from _common import REPO, clean_env, row, time_cli
 
-from tests.fakeopenai import FakeOpenAI, final
+from runner.testing import FakeOpenAI, final
 
 
 def main() -> None:

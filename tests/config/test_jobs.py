@@ -40,6 +40,19 @@ def test_valid_file_and_defaults(project):
         ("  hello:\n    prompt: hi\n    timeout: soon\n", "job hello: timeout: invalid duration"),
         ("  hello:\n    prompt: hi\n    backend: {type: docker}\n", "job hello: backend.docker.image: Field required"),
         ("  hello:\n    prompt: hi\n    backend: {type: kubernetes}\n", "job hello: backend"),
+        (
+            "  hello:\n    prompt: hi\n    backend: {type: docker, image: x, memory: lots}\n",
+            "job hello: backend.docker.memory: must look like 512m",
+        ),
+        (
+            "  hello:\n    prompt: hi\n    backend: {type: docker, image: x, mounts: ['nowhere:/m']}\n",
+            "job hello: backend: docker backend: mount 'nowhere:/m'",
+        ),
+        (
+            "  hello:\n    prompt: hi\n    backend: {type: ssh, host: h, ssh_options: [ControlPath=/x]}\n",
+            "job hello: backend.ssh.ssh_options: may not set ControlPath",
+        ),
+        ("  hello:\n    prompt: hi\n    backend: 'ssh:h:0'\n", "job hello: backend: ssh backend: port: must be"),
         ("  hello:\n    prompt: hi\n    approvals: maybe\n", "job hello: approvals"),
         ("  hello:\n    prompt: hi\n    toolsets: [terminal, teleport]\n", "unknown toolset or tool 'teleport'"),
         ("  hello:\n    prompt: hi\n    deliver: [email]\n", "invalid sink 'email'"),
@@ -179,7 +192,7 @@ def test_config_with_literal_keys_must_be_private(tmp_path):
 
 
 def test_home_created_private(project, fake):
-    from tests.fakeopenai import final
+    from runner.testing import final
 
     fake.add(final("done"))
     project.write_jobs("jobs:\n  a:\n    prompt: hi\n")

@@ -10,9 +10,9 @@ from runner.kanban.board import Board
 from runner.kanban.work import REMINDER, UNFINISHED, TaskSession
 from runner.statuses import FINAL
 from runner.store import Store
+from runner.testing import call, final
 from runner.tools import discover
 from runner.tools.context import ToolContext
-from tests.fakeopenai import call, final
 from tests.kanban_util import board_of, dispatcher, status_of, wait_for, write_config
 
 JOBS = """\

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakeopenai import call, calls, error, final
+from runner.testing import call, calls, error, final
 
 ONE = "jobs:\n  one:\n    prompt: 'Say hello to {{ vars.who }}'\n    vars: {who: world}\n    deliver: [file, stdout]\n"
 

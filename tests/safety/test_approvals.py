@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from runner.safety.approval import AutoApprove, decide
-from tests.fakeopenai import call, final
+from runner.testing import call, final
 
 
 def approvals(project):

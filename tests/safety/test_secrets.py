@@ -7,7 +7,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from runner.safety.redact import Redactor, fingerprint
-from tests.fakeopenai import call, final
+from runner.testing import call, final
 
 POOL_KEY = "sk-pool-key-9f8e7d6c5b4a39281706"
 PLANTED = {

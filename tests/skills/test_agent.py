@@ -6,7 +6,7 @@ import json
 
 from runner.skills import SkillPaths
 from runner.skills.usage import UsageFile
-from tests.fakeopenai import call, final
+from runner.testing import call, final
 from tests.skillkit import skill_md, write_skill
 
 LEARN = """\

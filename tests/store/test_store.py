@@ -10,7 +10,7 @@ import pytest
 
 from runner.store import Store, migration_names
 from runner.store.runs import create_run, finish_run, mark_orphans_unknown
-from tests.fakeopenai import hang
+from runner.testing import hang
 
 
 def test_migrations_applied_once_and_recorded(tmp_path):

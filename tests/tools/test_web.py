@@ -367,7 +367,7 @@ def test_a_docker_run_with_no_network_is_told_why_web_fetch_is_missing(docker_ba
     import json
     import sqlite3
 
-    from tests.fakeopenai import final
+    from runner.testing import final
 
     fake.add(final("done"))
     project.write_jobs(
@@ -466,7 +466,7 @@ def test_a_run_refusing_a_fetch_tells_the_model_and_writes_an_approvals_row(proj
     import json
     import sqlite3
 
-    from tests.fakeopenai import call, final
+    from runner.testing import call, final
 
     srv = serve()
     fake.add(call("web_fetch", {"url": srv.url("/private")}), final("done"))

@@ -4,6 +4,9 @@ This is the edge of the world for the tests: everything else (CLI, store, loop, 
 backends) runs for real. A script is a list of replies consumed in order; each reply is a
 final answer, one or more tool calls, an HTTP error (with headers), or a hang. The server
 logs every request it receives (body, headers, the API key used) for assertions.
+
+Standard library only (``http.server``), so it imports without pytest; ``python -m
+runner.testing.fakeopenai`` serves "ok" to every request for manual tries.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from typing import Any
 
 @dataclass
 class Reply:
+    """One scripted answer: 200 with content and/or tool calls, or an error status, or a hang."""
+
     status: int = 200
     content: str | None = None
     tool_calls: list[tuple[str, Any]] = field(default_factory=list)
@@ -30,26 +35,37 @@ class Reply:
 
 
 def final(text: str, usage: tuple[int, int] = (100, 20)) -> Reply:
+    """A final answer (no tool calls): the run ends with ``text`` as its output."""
     return Reply(content=text, usage=usage)
 
 
 def call(name: str, args: Any = None, *more: tuple[str, Any]) -> Reply:
+    """A turn that calls tool ``name`` with ``args`` (a dict, or raw JSON text), then ``more``."""
     return Reply(tool_calls=[(name, args if args is not None else {}), *more])
 
 
 def calls(*pairs: tuple[str, Any]) -> Reply:
+    """A turn with several tool calls: ``calls(("read_file", {...}), ("terminal", {...}))``."""
     return Reply(tool_calls=list(pairs))
 
 
 def error(status: int, message: str = "error", headers: dict[str, str] | None = None, **kw: Any) -> Reply:
+    """An HTTP error with an OpenAI-style error body (and e.g. ``retry-after`` headers)."""
     return Reply(status=status, body={"error": {"message": message, "type": "test"}}, headers=headers or {}, **kw)
 
 
 def hang(seconds: float) -> Reply:
+    """Answer only after ``seconds`` (to hit request, idle and run timeouts)."""
     return Reply(hang=seconds, content="too late")
 
 
 class FakeOpenAI:
+    """The server: ``start()`` it, point ``OPENAI_BASE_URL`` at ``base_url``, ``add()`` replies.
+
+    A request takes the first scripted reply whose ``keys`` admit its API key; with none left
+    it gets ``default`` if set, else HTTP 500 "script exhausted". ``requests`` logs each request.
+    """
+
     def __init__(self) -> None:
         self.script: list[Reply] = []
         self.default: Reply | None = None
