@@ -24,12 +24,15 @@ from backends.base import (
 )
 from runner import secrets
 from runner.errors import BackendError
-from runner.procs import group_alive, kill_tree, start_time
+from runner.procs import group_alive, kill_marked, kill_tree, start_time
 
 if TYPE_CHECKING:
     from backends.spec import LocalSpec
 
 KILL_GRACE_S = 0.5
+#: every command of a run carries RUNNER_RUN_MARK=<this backend's mark> in its environment, so
+#: close() finds what it left behind even after ``setsid``/double fork took it out of the tree
+MARK_VAR = "RUNNER_RUN_MARK"
 
 
 class LocalBackend:
@@ -47,6 +50,7 @@ class LocalBackend:
         ] = {}  # command sessions that may still have processes: pgid -> start time of its leader
         self._closed = False
         self._base_env = scrub_env(secrets.environ(), passthrough=ctx.env_passthrough, secret_values=ctx.secret_values)
+        self._mark = f"{ctx.run_id or 'adhoc'}-{self._nonce}"
         if not Path(self.workdir).is_dir():
             raise BackendError(f"local backend: workdir {self.workdir} does not exist")
 
@@ -66,6 +70,7 @@ class LocalBackend:
         child_env = dict(self._base_env)
         if env:
             child_env.update(env)
+        child_env[MARK_VAR] = self._mark
         script = wrap_command(command, here, self._nonce)
         try:
             proc = subprocess.Popen(
@@ -130,6 +135,7 @@ class LocalBackend:
             groups, self._groups = dict(self._groups), {}
         for pgid, start in groups.items():
             kill_tree(pgid, 0, start=start, group=pgid)
+        kill_marked(MARK_VAR, self._mark)  # what left the command sessions (setsid, double fork)
 
     def __enter__(self) -> LocalBackend:
         return self

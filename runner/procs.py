@@ -91,6 +91,51 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def marked(name: str, value: str) -> list[int]:
+    """Live processes of this user (not this one) started with ``name=value`` in their environment
+    (``/proc/PID/environ`` holds the environment a process was exec'd with); empty without /proc."""
+    needle = f"{name}={value}".encode()
+    uid, me = os.getuid(), os.getpid()
+    out: list[int] = []
+    entries = os.listdir(PROC) if PROC.is_dir() else []
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            if (PROC / entry).stat().st_uid != uid:
+                continue
+            environ = (PROC / entry / "environ").read_bytes()
+        except OSError:
+            continue  # gone, or not ours to read
+        if needle in environ.split(b"\0"):
+            out.append(int(entry))
+    return out
+
+
+def kill_marked(name: str, value: str, *, rounds: int = 5) -> int:
+    """SIGKILL every process ``marked(name, value)`` finds, and its process group unless that is
+    ours; again while new ones appear (a process forking as it dies), at most ``rounds`` times.
+    Returns how many processes were signalled."""
+    own = os.getpgrp()
+    killed: set[tuple[int, str | None]] = set()
+    for _ in range(rounds):
+        found = [(pid, start_time(pid)) for pid in marked(name, value)]
+        fresh = [(pid, start) for pid, start in found if (pid, start) not in killed]
+        if not fresh:
+            break
+        for pid, start in fresh:
+            killed.add((pid, start))
+            try:
+                pgid = os.getpgid(pid)
+            except ProcessLookupError:
+                continue
+            if pgid != own:
+                _send(os.killpg, pgid, signal.SIGKILL)
+            _send(os.kill, pid, signal.SIGKILL)
+        time.sleep(POLL_S)
+    return len(killed)
+
+
 class ProcessTree:
     """A process and its descendants, each remembered with its start time when first seen, so a
     later signal still reaches children orphaned in between and never a process that reused a pid.

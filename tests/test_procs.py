@@ -123,3 +123,25 @@ def test_two_stage_stop_first_sets_then_interrupts_and_restores() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(1)
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
+def test_kill_marked_finds_processes_by_their_environment_only():
+    mark = f"m{os.getpid()}-{time.monotonic_ns()}"
+    env = dict(os.environ, PROCS_TEST_MARK=mark)
+    other = dict(os.environ, PROCS_TEST_MARK=mark + "-other")
+    ours = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env, start_new_session=True)
+    theirs = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=other, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while procs.marked("PROCS_TEST_MARK", mark) != [ours.pid] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert procs.marked("PROCS_TEST_MARK", mark) == [ours.pid]
+        assert procs.kill_marked("PROCS_TEST_MARK", mark) == 1
+        assert ours.wait(timeout=5) == -signal.SIGKILL
+        assert theirs.poll() is None and procs.marked("PROCS_TEST_MARK", mark) == []
+    finally:
+        for proc in (ours, theirs):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

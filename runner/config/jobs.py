@@ -10,7 +10,7 @@ import shlex
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, ValidationError, field_validator
 
@@ -20,6 +20,9 @@ from runner.config.schedules import Schedule, parse_duration, parse_schedule, pa
 from runner.config.sinks import check_sink
 from runner.config.strict import Strict
 from runner.errors import ConfigError, UsageError
+
+if TYPE_CHECKING:
+    from runner.safety.ssrf import WebPolicy
 
 JOB_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 TEMPLATE_SUFFIXES = (".j2", ".jinja", ".jinja2", ".md", ".txt", ".tmpl")
@@ -41,6 +44,28 @@ class Retries(Strict):
 class Budget(Strict):
     max_cost_usd: float | None = Field(None, ge=0)
     max_tokens: int | None = Field(None, ge=1)
+
+
+class WebSpec(Strict):
+    """``web:``: where web_fetch may connect (see docs/safety.md)."""
+
+    allow_private: bool = False
+    allow_domains: list[str] = Field(default_factory=list)
+    deny_domains: list[str] = Field(default_factory=list)
+
+    @field_validator("allow_domains", "deny_domains")
+    @classmethod
+    def _domains(cls, value: list[str]) -> list[str]:
+        for domain in value:
+            if not re.match(r"^\.?[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\.?$", domain):
+                raise ValueError(f"{domain!r} is not a domain name (write example.com, no scheme or path)")
+        return value
+
+    def policy(self) -> WebPolicy:
+        from runner.safety.ssrf import WebPolicy
+
+        return WebPolicy(self.allow_private, tuple(self.allow_domains), tuple(self.deny_domains))
+
 
 
 class JobSpec(Strict):
@@ -79,6 +104,7 @@ class JobSpec(Strict):
     context_budget: int | None = Field(None, ge=1000)
     summarize: bool = False
     pause_after_failures: int | None = Field(None, ge=1)
+    web: WebSpec = Field(default_factory=WebSpec)
 
     @field_validator("timezone")
     @classmethod

@@ -45,7 +45,8 @@ class AgentOutput:
         ctx = _tool_context(run, skills)
         from runner.tools import discover
 
-        tools = discover().select(run.job.spec.toolsets, ctx)
+        registry = discover()
+        tools = registry.select(run.job.spec.toolsets, ctx)
         user_prompt = self._user_prompt(run)
         messages = _first_messages(run, tools, skills, user_prompt)
         run.emit(
@@ -54,6 +55,7 @@ class AgentOutput:
                 "system_chars": len(messages[0]["content"]),
                 "user": user_prompt[:4000],
                 "tools": [t.name for t in tools],
+                "unavailable": registry.unavailable(run.job.spec.toolsets, ctx),
                 "model": connected.llm.model,
             },
         )
@@ -121,6 +123,7 @@ def _tool_context(run: Run, skills: SkillSession | None) -> ToolContext:
         skills=skills,
         kanban=run.req.task.session if run.req.task is not None else None,
         control=run.control,
+        web=job.spec.web.policy(),
     )
 
 

@@ -29,7 +29,7 @@ class ToolResult:
 
 
 Handler = Callable[[dict[str, Any], "ToolContext"], ToolResult]
-CheckFn = Callable[["ToolContext"], bool]
+CheckFn = Callable[["ToolContext"], "bool | str"]  # True: offered; False or a reason: not offered
 
 TOOLSETS = ("terminal", "files", "web", "skills", "kanban")
 
@@ -54,7 +54,16 @@ class ToolEntry:
         }
 
     def available(self, ctx: ToolContext) -> bool:
-        return self.check_fn is None or bool(self.check_fn(ctx))
+        return self.unavailable_reason(ctx) is None
+
+    def unavailable_reason(self, ctx: ToolContext) -> str | None:
+        """None when the tool is offered in this run, else why not (a check may return its reason)."""
+        if self.check_fn is None:
+            return None
+        verdict = self.check_fn(ctx)
+        if verdict is True:
+            return None
+        return verdict if isinstance(verdict, str) and verdict else "not available in this run"
 
 
 @dataclass
@@ -93,6 +102,17 @@ class Registry:
         wanted = set(toolsets)
         picked = [e for e in self.entries.values() if (e.toolset in wanted or e.name in wanted) and e.available(ctx)]
         return sorted(picked, key=lambda e: (TOOLSETS.index(e.toolset), e.name))
+
+    def unavailable(self, toolsets: Iterable[str], ctx: ToolContext) -> dict[str, str]:
+        """Tools a job's ``toolsets:`` picks that this run does not offer, with the reason."""
+        wanted = set(toolsets)
+        out: dict[str, str] = {}
+        for e in sorted(self.entries.values(), key=lambda e: e.name):
+            if e.toolset in wanted or e.name in wanted:
+                reason = e.unavailable_reason(ctx)
+                if reason is not None:
+                    out[e.name] = reason
+        return out
 
 
 def discover() -> Registry:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from backends.base import Backend
 from runner.safety.result import ApprovalResult, ApproveFn
+from runner.safety.ssrf import WebPolicy
 
 if TYPE_CHECKING:
     from runner.safety.control import ControlPlane
@@ -47,6 +48,7 @@ class ToolContext:
     skills: SkillSession | None = None  # the run's skills session (skill_view, skill_manage)
     kanban: KanbanTask | None = None  # the task a kanban worker holds (the kanban tools act on it)
     control: ControlPlane | None = None  # the runner's control files: the file tools refuse them
+    web: WebPolicy = WebPolicy()  # the job's ``web:`` key: where web_fetch may connect
 
     @property
     def workdir(self) -> str:

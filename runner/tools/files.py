@@ -1,14 +1,26 @@
-"""File tools that work through the job's backend, confined to the workdir (plus ``allow_paths``)."""
+"""File tools that work through the job's backend, confined to the workdir (plus ``allow_paths``).
+
+On the local backend every open walks the path beneath the roots with ``O_NOFOLLOW`` (see
+runner/safety/beneath.py), so a symlink flipped by a background process or a hard link cannot lead outside;
+search and list read the tree through directory fds too. Docker and SSH backends see the files
+through their own shell (a Docker container sees only its mounts).
+"""
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import posixpath
+import re
 import shlex
+import stat
+import time
+from collections.abc import Iterator
 from typing import Any
 
 from backends.base import decode, truncate_text
 from runner.errors import BackendError
+from runner.safety.beneath import Escape, open_dir, open_file, read_beneath, write_beneath
 from runner.tools import Registry, ToolError, ToolResult
 from runner.tools.context import ToolContext
 
@@ -48,7 +60,10 @@ def _inside(path: str, roots: list[str]) -> bool:
 
 def _realpath(ctx: ToolContext, path: str) -> str:
     if ctx.backend.is_local:
-        return os.path.realpath(path)
+        try:
+            return os.path.realpath(path)
+        except OSError:  # a link vanished while realpath read it: the open beneath the roots decides
+            return path
     result = ctx.backend.run(f"readlink -f -- {shlex.quote(path)} || echo {shlex.quote(path)}", timeout=30)
     lines = result.output.strip().splitlines()
     return lines[-1] if lines else path
@@ -85,7 +100,11 @@ def _protected(ctx: ToolContext, tool: str, path: str, raw: str, *, write: bool)
 
 def _read_bytes(ctx: ToolContext, path: str, raw: str) -> bytes:
     try:
+        if ctx.backend.is_local:
+            return read_beneath(_roots(ctx), path, shown=raw)
         return ctx.backend.read_file(path)
+    except Escape as exc:
+        raise ToolError(f"path {raw!r}: {exc}") from None
     except FileNotFoundError:
         raise ToolError(f"no such file: {raw}") from None
     except IsADirectoryError:
@@ -98,7 +117,14 @@ def _read_bytes(ctx: ToolContext, path: str, raw: str) -> bytes:
 
 def _write(ctx: ToolContext, path: str, data: bytes, raw: str) -> None:
     try:
-        ctx.backend.write_file(path, data)
+        if ctx.backend.is_local:
+            write_beneath(_roots(ctx), path, data, shown=raw, tmp_suffix=os.urandom(6).hex())
+        else:
+            ctx.backend.write_file(path, data)
+    except Escape as exc:
+        raise ToolError(f"path {raw!r}: {exc}") from None
+    except IsADirectoryError:
+        raise ToolError(f"{raw} is a directory") from None
     except BackendError:
         raise
     except OSError as exc:
@@ -170,14 +196,11 @@ def search_files(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     path = confine(ctx, raw)
     if blocked := _protected(ctx, "search_files", path, raw, write=False):
         return blocked
-    include = f"--include={shlex.quote(glob)} " if glob else ""
-    include += _exclusions(ctx, path)
-    command = (
-        f"grep -rnIE --exclude-dir=.git {include}-e {shlex.quote(pattern)} -- {shlex.quote(path)} "
-        f"2>/dev/null | head -n {SEARCH_MAX + 1}"
+    lines = (
+        _search_local(ctx, path, raw, pattern, glob)
+        if ctx.backend.is_local
+        else _search_shell(ctx, path, pattern, glob)
     )
-    result = ctx.backend.run(command, timeout=ctx.time_left(60))
-    lines = [ln for ln in result.output.splitlines() if ln]
     prefix = ctx.workdir.rstrip("/") + "/"
     lines = [ln[len(prefix) :] if ln.startswith(prefix) else ln for ln in lines]
     if not lines:
@@ -205,10 +228,155 @@ def list_dir(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     path = confine(ctx, raw)
     if blocked := _protected(ctx, "list_dir", path, raw, write=False):
         return blocked
+    text = _list_local(ctx, path, raw) if ctx.backend.is_local else _list_shell(ctx, path, raw)
+    return ToolResult(truncate_text(text, ctx.output_chars))
+
+
+def _list_shell(ctx: ToolContext, path: str, raw: str) -> str:
     result = ctx.backend.run(f"ls -lA -- {shlex.quote(path)}", timeout=ctx.time_left(30))
     if result.exit_code != 0:
         raise ToolError(result.output.strip() or f"cannot list {raw}")
-    return ToolResult(truncate_text(result.output.rstrip(), ctx.output_chars))
+    return result.output.rstrip()
+
+
+def _list_local(ctx: ToolContext, path: str, raw: str) -> str:
+    """``ls -lA``-like lines (mode, links, size, mtime, name) read through a directory fd."""
+    fd = _open_dir_or_error(ctx, path, raw)
+    assert fd is not None
+    try:
+        rows = []
+        for name in sorted(os.listdir(fd)):
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(st.st_mtime))
+            shown = name + ("/" if stat.S_ISDIR(st.st_mode) else "")
+            if stat.S_ISLNK(st.st_mode):
+                shown += f" -> {os.readlink(name, dir_fd=fd)}"
+            rows.append(f"{stat.filemode(st.st_mode)} {st.st_nlink:>3} {st.st_size:>10} {when} {shown}")
+    finally:
+        os.close(fd)
+    return f"total {len(rows)}\n" + "\n".join(rows)
+
+
+def _open_dir_or_error(ctx: ToolContext, path: str, raw: str, *, file_ok: bool = False) -> int | None:
+    """fd of the directory ``path``; None when it is a file and ``file_ok``; else ToolError."""
+    try:
+        return open_dir(_roots(ctx), path)
+    except Escape as exc:
+        raise ToolError(f"path {raw!r}: {exc}") from None
+    except FileNotFoundError:
+        raise ToolError(f"no such file or directory: {raw}") from None
+    except NotADirectoryError:
+        if file_ok:
+            return None
+        raise ToolError(f"{raw} is not a directory") from None
+    except OSError as exc:
+        raise ToolError(f"cannot open {raw}: {exc.strerror or exc}") from None
+
+
+def _search_shell(ctx: ToolContext, path: str, pattern: str, glob: str) -> list[str]:
+    include = f"--include={shlex.quote(glob)} " if glob else ""
+    include += _exclusions(ctx, path)
+    command = (
+        f"grep -rnIE --exclude-dir=.git {include}-e {shlex.quote(pattern)} -- {shlex.quote(path)} "
+        f"2>/dev/null | head -n {SEARCH_MAX + 1}"
+    )
+    result = ctx.backend.run(command, timeout=ctx.time_left(60))
+    return [ln for ln in result.output.splitlines() if ln]
+
+
+POSIX_CLASSES = {
+    "alpha": "a-zA-Z",
+    "digit": "0-9",
+    "alnum": "a-zA-Z0-9",
+    "upper": "A-Z",
+    "lower": "a-z",
+    "space": r"\s",
+    "blank": r" \t",
+    "punct": r"!-/:-@\[-`{-~",
+    "xdigit": "0-9A-Fa-f",
+    "word": r"\w",
+}
+SEARCH_FILE_CAP = 16 * 1024 * 1024  # bytes of one file searched (grep has no cap; a run does not need one)
+
+
+def _compile_ere(pattern: str) -> re.Pattern[str]:
+    """A POSIX extended regex (what grep -E takes) as a Python one: the same syntax but for the
+    ``[[:class:]]`` names, which are spelled out."""
+    text = re.sub(r"\[:(\w+):\]", lambda m: POSIX_CLASSES.get(m.group(1), m.group(0)), pattern)
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise ToolError(f"invalid pattern {pattern!r}: {exc}") from None
+
+
+def _search_local(ctx: ToolContext, path: str, raw: str, pattern: str, glob: str) -> list[str]:
+    """grep -rnIE in Python over directory fds: no symlink followed, hard-linked and binary
+    files skipped; paths shown as grep shows them (absolute, the caller strips the workdir)."""
+    regex = _compile_ere(pattern)
+    out: list[str] = []
+    for shown, fd in _files_under(ctx, path, raw, glob):
+        with os.fdopen(fd, "rb") as fh:
+            data = fh.read(SEARCH_FILE_CAP)
+        if b"\x00" in data[:8192]:
+            continue
+        for number, line in enumerate(decode(data).splitlines(), 1):
+            if regex.search(line):
+                out.append(f"{shown}:{number}:{line}")
+                if len(out) > SEARCH_MAX:
+                    return out
+    return out
+
+
+def _files_under(ctx: ToolContext, path: str, raw: str, glob: str) -> Iterator[tuple[str, int]]:
+    """(shown path, open fd) of each regular, singly linked file under ``path`` (or ``path`` itself)."""
+    top = _open_dir_or_error(ctx, path, raw, file_ok=True)
+    if top is None:  # a single file
+        fd = _open_one(ctx, path)
+        if fd is not None:
+            yield path, fd
+        return
+    hidden = set(ctx.control.unreadable_below(path)) if ctx.control is not None else set()
+
+    def shown(dirpath: str, name: str) -> str:
+        return posixpath.normpath(posixpath.join(path, dirpath, name))
+
+    try:
+        for dirpath, dirnames, filenames, dir_fd in os.fwalk(".", dir_fd=top, follow_symlinks=False):
+            dirnames[:] = sorted(d for d in dirnames if d != ".git" and shown(dirpath, d) not in hidden)
+            for name in sorted(filenames):
+                if (glob and not fnmatch.fnmatch(name, glob)) or shown(dirpath, name) in hidden:
+                    continue
+                try:
+                    fd = open_file(dir_fd, name, name)
+                except (Escape, OSError):
+                    continue  # a symlink, a hard-linked file, a fifo that vanished...
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    os.close(fd)
+                    continue
+                yield shown(dirpath, name), fd
+    finally:
+        os.close(top)
+
+
+def _open_one(ctx: ToolContext, path: str) -> int | None:
+    parent, name = posixpath.split(path)
+    try:
+        fd = open_dir(_roots(ctx), parent)
+    except (Escape, OSError):
+        return None
+    try:
+        one = open_file(fd, name, name)
+    except (Escape, OSError):
+        return None
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(os.fstat(one).st_mode):
+        os.close(one)
+        return None
+    return one
 
 
 _PATH = {"type": "string", "description": "path relative to the job's workdir"}

@@ -297,3 +297,37 @@ def test_runs_list_filters_and_json(project, fake):
     assert [r["job"] for r in failed] == ["two"]
     assert "one" in project.cli("runs", "list").output
     assert project.cli("runs", "show", "nope").exit_code == 2
+
+
+def _processes_with(env_entry: bytes) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                environ = Path(f"/proc/{entry}/environ").read_bytes()
+            except OSError:
+                continue
+            if env_entry in environ.split(b"\0"):
+                found.append(int(entry))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
+def test_processes_the_run_started_do_not_outlive_it(project, fake):
+    """`setsid` (a session of its own) and a double fork both leave the command's process tree;
+    the run's end still kills them."""
+    token = f"LEFTOVER_{os.getpid()}_{threading.get_ident()}=1"
+    fake.add(
+        call("terminal", {"command": f"{token} setsid sleep 303 & {token} sh -c 'sleep 304 &' ; echo started"}),
+        final("done"),
+    )
+    project.write_jobs("jobs:\n  t:\n    prompt: go\n    toolsets: [terminal]\n")
+    res = project.run("run-job", "t")
+    try:
+        assert res.returncode == 0, res.stderr
+        tool_msgs = [m for m in fake.requests[1]["body"]["messages"] if m["role"] == "tool"]
+        assert "started" in tool_msgs[0]["content"]
+        assert _processes_with(token.encode()) == []
+    finally:
+        for pid in _processes_with(token.encode()):
+            os.kill(pid, 9)

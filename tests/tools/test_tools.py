@@ -2,6 +2,7 @@
 
 import os
 import threading
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from backends.base import BackendContext
 from backends.local import LocalBackend
 from runner.safety.injection import scan
+from runner.safety.ssrf import WebPolicy
 from runner.tools import ToolError, discover
 from runner.tools.context import ApprovalResult, ToolContext
 from runner.tools.files import edit_file, list_dir, read_file, search_files, write_file
@@ -121,7 +123,8 @@ def test_web_fetch_reduces_html(ctx):
     srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
-        out = web_fetch({"url": f"http://127.0.0.1:{srv.server_address[1]}/"}, ctx).text
+        allowed = replace(ctx, web=WebPolicy(allow_private=True), approve=lambda command: ApprovalResult(True))
+        out = web_fetch({"url": f"http://127.0.0.1:{srv.server_address[1]}/"}, allowed).text
     finally:
         srv.shutdown()
     assert out.startswith("HTTP 200") and "Para bold" in out and "- one" in out
