@@ -18,7 +18,7 @@ from runner.safety.shell.syntax import ParseError
 MAX_WORDS = 4096
 MAX_CHARS = 1 << 20
 _MAX_NESTING = 64
-_SEQUENCE = re.compile(r"^(-?\d+|[A-Za-z])\.\.(-?\d+|[A-Za-z])(?:\.\.(-?\d+))?$")
+_MAX_SEQUENCE_TEXT = 48  # "{-100000..100000..7}" and the like; longer bodies are not sequences
 
 
 class _Budget:
@@ -33,75 +33,114 @@ def brace_expand(value: str) -> list[str]:
     return _expand(value, _Budget(), 0)
 
 
-def _expand(value: str, budget: _Budget, depth: int) -> list[str]:
+def _expand(text: str, budget: _Budget, depth: int) -> list[str]:
+    """bash's ``brace_expand``: preamble, the first valid group, and the rest."""
     if depth > _MAX_NESTING:
         raise ParseError("brace expansion nested too deep")
-    group = _first_group(value)
-    if group is None:
-        return [value]
-    start, end, alternatives = group
-    pre, post = value[:start], value[end + 1 :]
-    tails = _expand(post, budget, depth + 1)
+    i = 0
+    while True:
+        i = _gobble(text, i, "{")
+        if i < 0:
+            return [text]
+        close = _gobble(text, i + 1, "}")
+        if close >= 0:
+            break
+        i += 1
+    pre, amble, post = text[:i], text[i + 1 : close], text[close + 1 :]
+    if "," in amble:
+        middles = [m for part in _split_amble(amble) for m in _expand(part, budget, depth + 1)]
+    else:
+        sequence = _sequence(amble) if len(amble) <= _MAX_SEQUENCE_TEXT else None
+        if sequence is None:
+            if not post:
+                return [text]
+            sequence = ["{" + amble + "}"]
+        middles = sequence
+    tails = _expand(post, budget, depth + 1) if post else [""]
     out: list[str] = []
-    for alt in alternatives:
-        for middle in _expand(alt, budget, depth + 1):
-            for tail in tails:
-                word = pre + middle + tail
-                budget.chars -= len(word)
-                out.append(word)
-                if len(out) > MAX_WORDS or budget.chars < 0:
-                    raise ParseError(f"brace expansion over {MAX_WORDS} words")
+    for middle in middles:
+        for tail in tails:
+            word = pre + middle + tail
+            budget.chars -= len(word)
+            out.append(word)
+            if len(out) > MAX_WORDS or budget.chars < 0:
+                raise ParseError(f"brace expansion over {MAX_WORDS} words")
     return out
 
 
-def _first_group(value: str) -> tuple[int, int, list[str]] | None:
-    """The leftmost ``{...}`` that is a brace group: its bounds and its alternatives.
-
-    One pass with a stack pairs the braces and assigns each comma to the innermost open
-    brace, so finding the group is linear in the length of the word."""
-    stack: list[int] = []
-    commas: dict[int, list[int]] = {}
-    pairs: list[tuple[int, int]] = []
-    i, n = 0, len(value)
+def _gobble(text: str, i: int, satisfy: str) -> int:
+    """bash's ``brace_gobbler``: the index of the ``{`` that opens a group, the ``}``
+    that closes one (only after a separator at its level), or the next separator."""
+    level = 0
+    separators = 0 if satisfy == "}" else 1
+    n = len(text)
     while i < n:
-        c = value[i]
-        if c == "{":
-            if i > 0 and value[i - 1] == "$":  # ${name}: a parameter, skip to its end
-                close = value.find("}", i)
-                i = n if close < 0 else close + 1
+        c = text[i]
+        if c == "$" and text.startswith("{", i + 1):  # ${...} is a parameter
+            level += 1
+            i += 2
+            continue
+        if c in "$<>" and text.startswith("(", i + 1):  # $( ) <( ) >( ) pass through whole
+            i = _skip_parens(text, i + 2)
+            continue
+        if c == satisfy and level == 0 and separators > 0:
+            if c == "{" and (i == 0 or text[i - 1] in _BLANKS) and (i + 1 >= n or text[i + 1] in _BLANKS + "}"):
+                i += 1  # "{ " and a word-initial "{}" open nothing
                 continue
-            stack.append(i)
-        elif c == "}" and stack:
-            pairs.append((stack.pop(), i))
-        elif c == "," and stack:
-            commas.setdefault(stack[-1], []).append(i)
+            return i
+        if c == "{":
+            level += 1
+        elif c == "}" and level:
+            level -= 1
+        elif satisfy == "}" and level == 0 and (c == "," or (text.startswith("..", i) and text[i + 2 : i + 3] != "}")):
+            separators += 1
         i += 1
-    for open_at, close_at in sorted(pairs):
-        cuts = commas.get(open_at)
-        if cuts:
-            bounds = [open_at, *cuts, close_at]
-            alternatives = [value[a + 1 : b] for a, b in zip(bounds, bounds[1:], strict=False)]
-            return open_at, close_at, alternatives
-        sequence = _sequence(value[open_at + 1 : close_at])
-        if sequence is not None:
-            return open_at, close_at, sequence
-    return None
+    return -1
+
+
+_BLANKS = " \t\n"
+
+
+def _skip_parens(text: str, i: int) -> int:
+    depth = 1
+    while i < len(text) and depth:
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        i += 1
+    return i
+
+
+def _split_amble(amble: str) -> list[str]:
+    """The alternatives: ``amble`` cut at the commas outside inner braces."""
+    parts: list[str] = []
+    start = 0
+    while True:
+        comma = _gobble(amble, start, ",")
+        if comma < 0:
+            parts.append(amble[start:])
+            return parts
+        parts.append(amble[start:comma])
+        start = comma + 1
+
+
+_SEQUENCE = re.compile(r"^([+-]?\d+|[A-Za-z])\.\.([+-]?\d+|[A-Za-z])(?:\.\.([+-]?\d+))?$")
 
 
 def _sequence(body: str) -> list[str] | None:
-    """``1..5``, ``-1..-3``, ``a..e``, ``0..10..5``; None when ``body`` is not a sequence."""
+    """``1..5``, ``-1..-3``, ``a..e``, ``01..10..3``; None when ``body`` is not a sequence."""
     m = _SEQUENCE.match(body)
     if not m:
         return None
     first, last, step_text = m.groups()
     step = abs(int(step_text)) if step_text else 1
     step = step or 1
-    if first.lstrip("-").isdigit() and last.lstrip("-").isdigit():
-        a, b = int(first), int(last)
-        if abs(b - a) // step + 1 > MAX_WORDS:
-            raise ParseError(f"brace expansion over {MAX_WORDS} words")
-        return [str(x) for x in range(a, b + (1 if b >= a else -1), step if b >= a else -step)]
-    if first.isalpha() and last.isalpha():
-        a, b = ord(first), ord(last)
-        return [chr(x) for x in range(a, b + (1 if b >= a else -1), step if b >= a else -step)]
-    return None
+    numeric = first[-1].isdigit()
+    if numeric != last[-1].isdigit():
+        return None
+    a, b = (int(first), int(last)) if numeric else (ord(first), ord(last))
+    if abs(b - a) // step + 1 > MAX_WORDS:
+        raise ParseError(f"brace expansion over {MAX_WORDS} words")
+    values = range(a, b + (1 if b >= a else -1), step if b >= a else -step)
+    if not numeric:
+        return [chr(x) for x in values]
+    width = max((len(t) for t in (first, last) if t.lstrip("+-").startswith("0") and len(t.lstrip("+-")) > 1), default=0)
+    return [f"{x:0{width}d}" if width else str(x) for x in values]

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from runner.safety.shell.common import NO_TRAITS, Traits, check_write
+from runner.safety.shell.common import MAX_WRITTEN, NO_TRAITS, TOO_LARGE, Traits, check_write
 from runner.safety.shell.expand import ASSIGNMENT, UNKNOWN, expand, stdin_text, strip_keywords
 from runner.safety.shell.normalize import normalize
 from runner.safety.shell.paths import normalize_path
@@ -218,7 +218,12 @@ class _Context:
     def _remember(self, path: str, text: str | None, append: bool = False) -> None:
         key = normalize_path(path, self.cwd)
         old = self.written.get(key, "") if append else ""
-        self.written[key] = None if text is None or old is None else old + text + "\n"
+        if text is None or old is None:
+            self.written[key] = None
+        elif old is TOO_LARGE or len(old) + len(text) > MAX_WRITTEN:
+            self.written[key] = TOO_LARGE
+        else:
+            self.written[key] = old + text + "\n"
 
     def _argv(self, argv: tuple[str, ...], stdin: str | None) -> Traits:
         """Peel wrappers, apply the rules, and follow what the command reads on stdin."""

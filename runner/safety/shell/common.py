@@ -123,6 +123,10 @@ def has_long(parsed: Parsed, *names: str) -> bool:
     return any(opt.partition("=")[0] in names for opt in parsed.long)
 
 
+MAX_WRITTEN = 256 * 1024
+TOO_LARGE = "\x00(a script too large to examine)"  # compared by identity: written text beyond MAX_WRITTEN
+
+
 def written_text(path: str, sink: Sink) -> str | None:
     """The known text of a file written earlier in the same command, or None."""
     if not sink.written:

@@ -47,7 +47,7 @@ def expand(
             out.extend(_split(value, variables.get("IFS")))  # unquoted expansion: word splitting
             continue
         if "{" in value and (not w.quoted or w.braces):
-            out.extend(brace_expand(value))
+            out.extend(x for x in brace_expand(value) if x or w.quoted)  # bash drops empty words
             continue
         out.append(value)
     return tuple(out)
@@ -73,7 +73,7 @@ def _split(value: str, ifs: str | None) -> list[str]:
         if extra:
             value = value.translate({ord(c): " " for c in extra})
     fields = value.split()
-    return [f for field in fields for f in (brace_expand(field) if "{" in field else [field])]
+    return [f for field in fields for f in (brace_expand(field) if "{" in field else [field]) if f]
 
 
 def strip_keywords(argv: tuple[str, ...]) -> tuple[str, ...]:

@@ -15,7 +15,7 @@ import socket
 from functools import lru_cache
 from urllib.parse import urlsplit
 
-from runner.safety.shell.common import Rule, Sink, Traits, check_write, has_long, parse_args, written_text
+from runner.safety.shell.common import TOO_LARGE, Rule, Sink, Traits, check_write, has_long, parse_args, written_text
 from runner.safety.shell.normalize import decode_ansi_c
 from runner.safety.shell.payloads import code_risk, scan_code
 from runner.safety.shell.rules_exec import awk_program
@@ -80,7 +80,9 @@ def run_file(path: str, sink: Sink, lang: str) -> None:
     if path.rsplit("/", 1)[-1] in sink.downloaded:
         sink.danger("download then execute")
     text = written_text(path, sink)
-    if text is not None:
+    if text is TOO_LARGE:
+        sink.danger("runs a script written by the same command, too large to examine")
+    elif text is not None:
         sink.danger("runs a script written by the same command")
         run_code(text, sink, "interpreter" if path.endswith(_CODE_SUFFIXES) else lang)
 
