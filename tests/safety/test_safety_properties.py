@@ -119,7 +119,7 @@ STRING_WRAPPERS = (
     "source <(printf '%s\\n' {q})",
     "xargs -I{{}} sh -c '{{}}' <<< {q}",
     "GIT_SSH_COMMAND={q} git fetch",
-    "c={q}; eval \"$c\"",
+    'c={q}; eval "$c"',
 )
 PREFIX_WRAPPERS = ("timeout 10", "timeout --signal=KILL 5", "nice -n 19", "nohup", "stdbuf -oL", "setsid -f",
                    "ionice -c3", "chrt -i 0", "command", "exec", "time")  # fmt: skip

@@ -22,15 +22,26 @@ _MAX_SEQUENCE_TEXT = 48  # "{-100000..100000..7}" and the like; longer bodies ar
 
 
 class _Budget:
-    __slots__ = ("chars",)
+    """Characters produced, and characters scanned while looking for groups: bash's search
+    is quadratic on ``{{{{...}``; past ``4 * len + 64k`` scanned characters we fail closed."""
 
-    def __init__(self) -> None:
+    __slots__ = ("chars", "scan")
+
+    def __init__(self, length: int) -> None:
         self.chars = MAX_CHARS
+        self.scan = 4 * length + 65536
+
+    def scanned(self, n: int) -> None:
+        self.scan -= n
+        if self.scan < 0:
+            raise ParseError("brace expansion too complex")
 
 
 def brace_expand(value: str) -> list[str]:
     """The words ``value`` expands to (``[value]`` when it has no brace group)."""
-    return _expand(value, _Budget(), 0)
+    if "}" not in value:
+        return [value]
+    return _expand(value, _Budget(len(value)), 0)
 
 
 def _expand(text: str, budget: _Budget, depth: int) -> list[str]:
@@ -39,16 +50,16 @@ def _expand(text: str, budget: _Budget, depth: int) -> list[str]:
         raise ParseError("brace expansion nested too deep")
     i = 0
     while True:
-        i = _gobble(text, i, "{")
+        i = _gobble(text, i, "{", budget)
         if i < 0:
             return [text]
-        close = _gobble(text, i + 1, "}")
+        close = _gobble(text, i + 1, "}", budget)
         if close >= 0:
             break
         i += 1
     pre, amble, post = text[:i], text[i + 1 : close], text[close + 1 :]
     if "," in amble:
-        middles = [m for part in _split_amble(amble) for m in _expand(part, budget, depth + 1)]
+        middles = [m for part in _split_amble(amble, budget) for m in _expand(part, budget, depth + 1)]
     else:
         sequence = _sequence(amble) if len(amble) <= _MAX_SEQUENCE_TEXT else None
         if sequence is None:
@@ -68,12 +79,13 @@ def _expand(text: str, budget: _Budget, depth: int) -> list[str]:
     return out
 
 
-def _gobble(text: str, i: int, satisfy: str) -> int:
+def _gobble(text: str, i: int, satisfy: str, budget: _Budget) -> int:
     """bash's ``brace_gobbler``: the index of the ``{`` that opens a group, the ``}``
     that closes one (only after a separator at its level), or the next separator."""
     level = 0
     separators = 0 if satisfy == "}" else 1
     n = len(text)
+    budget.scanned(n - i)  # the most this search can look at
     while i < n:
         c = text[i]
         if c == "$" and text.startswith("{", i + 1):  # ${...} is a parameter
@@ -109,12 +121,12 @@ def _skip_parens(text: str, i: int) -> int:
     return i
 
 
-def _split_amble(amble: str) -> list[str]:
+def _split_amble(amble: str, budget: _Budget) -> list[str]:
     """The alternatives: ``amble`` cut at the commas outside inner braces."""
     parts: list[str] = []
     start = 0
     while True:
-        comma = _gobble(amble, start, ",")
+        comma = _gobble(amble, start, ",", budget)
         if comma < 0:
             parts.append(amble[start:])
             return parts
@@ -142,5 +154,7 @@ def _sequence(body: str) -> list[str] | None:
     values = range(a, b + (1 if b >= a else -1), step if b >= a else -step)
     if not numeric:
         return [chr(x) for x in values]
-    width = max((len(t) for t in (first, last) if t.lstrip("+-").startswith("0") and len(t.lstrip("+-")) > 1), default=0)
+    width = max(
+        (len(t) for t in (first, last) if t.lstrip("+-").startswith("0") and len(t.lstrip("+-")) > 1), default=0
+    )
     return [f"{x:0{width}d}" if width else str(x) for x in values]

@@ -21,7 +21,7 @@ from runner.safety.shell.common import MAX_WRITTEN, NO_TRAITS, TOO_LARGE, Traits
 from runner.safety.shell.expand import ASSIGNMENT, UNKNOWN, expand, stdin_text, strip_keywords
 from runner.safety.shell.normalize import normalize
 from runner.safety.shell.paths import normalize_path
-from runner.safety.shell.payloads import coarse_hardline, is_fork_bomb, scan_code, scan_sql
+from runner.safety.shell.payloads import coarse_hardline, is_fork_bomb, scan_sql
 from runner.safety.shell.rules import run_rules
 from runner.safety.shell.rules_exec import exec_value, runs_code
 from runner.safety.shell.rules_net import canonical_name, replay_transform, run_code
@@ -379,6 +379,8 @@ def _head_substituted(cmd: Command) -> bool:
         if not ASSIGNMENT.match(word.value):
             return bool(word.subs)
     return False
+
+
 _SILENT = frozenset({"true", "false", ":"})
 _UNKNOWN_INPUT = "${xargs_input}"  # an argument xargs reads that we cannot see
 _XARGS_ITEMS = 64

@@ -138,7 +138,9 @@ _SQL_WHERE = re.compile(r"\bWHERE\b", re.I)
 
 
 _REDIS_FLUSH = re.compile(r"(?<![\w-])FLUSH(?:ALL|DB)(?![\w-])", re.I)
-_MONGO_DROP = re.compile(r"\.(?:dropDatabase|drop|dropCollection|dropUser|dropAllUsers)\s*\(|\.(?:deleteMany|remove)\s*\(\s*\{\s*\}")
+_MONGO_DROP = re.compile(
+    r"\.(?:dropDatabase|drop|dropCollection|dropUser|dropAllUsers)\s*\(|\.(?:deleteMany|remove)\s*\(\s*\{\s*\}"
+)
 
 
 def scan_sql(text: str, sink: Sink) -> None:

@@ -76,15 +76,19 @@ _SPECS: dict[str, _Spec] = {
     "ionice": _spec("-c -n -p -P -u --class --classdata --pid --pgid --uid"),
     "taskset": _spec(positionals=1),
     "chroot": _spec("--userspec --groups", positionals=1),
-    "chrt": _spec("-T -P -D --sched-runtime --sched-period --sched-deadline", positionals=1,
-                  no_command=frozenset({"-p", "--pid", "-m", "--max"})),
+    "chrt": _spec(
+        "-T -P -D --sched-runtime --sched-period --sched-deadline",
+        positionals=1,
+        no_command=frozenset({"-p", "--pid", "-m", "--max"}),
+    ),
     "systemd-run": _spec(
         "-p --property -E --setenv -u --unit --description --slice -M --machine -H --host --on-active "
         "--on-calendar --uid --gid --nice -D --working-directory",
         reason="systemd-run (starts a transient service)",
     ),
-    "runuser": _spec("-u --user -g --group -G --supp-group -s --shell -w --whitelist-environment",
-                     reason="switch user (runuser)"),
+    "runuser": _spec(
+        "-u --user -g --group -G --supp-group -s --shell -w --whitelist-environment", reason="switch user (runuser)"
+    ),
     "prlimit": _spec("-p --pid -o --output"),
     "cpulimit": _spec("-l --limit -p --pid -e --exe"),
     "faketime": _spec("-m -p -f", positionals=1),
@@ -258,8 +262,11 @@ def _trap(argv: tuple[str, ...]) -> Step:
 
 def _su(argv: tuple[str, ...]) -> Step:
     name = command_name(argv[0])
-    if name == "runuser" and "-c" not in argv and "--command" not in argv and not any(
-        a.startswith("--command=") for a in argv
+    if (
+        name == "runuser"
+        and "-c" not in argv
+        and "--command" not in argv
+        and not any(a.startswith("--command=") for a in argv)
     ):
         return _prefix(argv, _SPECS["runuser"])
     if name == "sg" and len(argv) >= 3 and argv[2] not in ("-c",):
