@@ -14,6 +14,7 @@ coarse scan of the text still shows a hardline signature.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -246,7 +247,7 @@ class _Context:
         if not argv:
             return _RAN_CODE if ran_code else NO_TRAITS
         name = canonical_name(argv[0])
-        if UNKNOWN.search(argv[0]):
+        if UNKNOWN.search(argv[0], _known_prefix(argv[0])):
             self.danger("command name comes from an expansion the classifier cannot resolve")
         if name in ("cd", "pushd"):
             self._cd(argv[1:])
@@ -371,6 +372,15 @@ class _Flow:
 
 _NO_FLOW = _Flow(False, False, None)
 _RAN_CODE = Traits(shellish=True)  # a wrapper ran shell text (eval, bash -c)
+
+
+_KNOWN_PREFIX = re.compile(r"^(?:\$HOME|\$\{HOME\}|\$PWD|\$\{PWD\})(?=/)")
+
+
+def _known_prefix(word: str) -> int:
+    """``$HOME/bin/tool`` names a program by a path, not by a hidden expansion."""
+    m = _KNOWN_PREFIX.match(word)
+    return m.end() if m else 0
 
 
 def _head_substituted(cmd: Command) -> bool:

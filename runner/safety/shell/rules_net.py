@@ -65,9 +65,9 @@ def source(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
         return Traits(shellish=True)
     target = args[0]
     stdin = target in _STDIN_FILES
-    if _NOT_A_PLAIN_FILE.search(target) or stdin:
+    if _NOT_A_PLAIN_FILE.search(target.removeprefix("$HOME/")) or stdin:
         sink.danger(f"{name} of something that is not a plain file")
-    elif not stdin:
+    else:
         run_file(target, sink, "shell")
     return Traits(shellish=True, stdin_exec="shell" if stdin else None, lang="shell")
 
