@@ -14,8 +14,9 @@ anything mutable.
 
 from __future__ import annotations
 
-import fnmatch
+import functools
 import os
+import re
 import select
 import sys
 import time
@@ -124,11 +125,100 @@ class Decision:
 
 def allow_match(verdict: Verdict, patterns: Sequence[str]) -> bool:
     """Every pipeline that produced a finding must match a pattern (so `git status; rm -rf x`
-    is not approved by `allow: ["git status"]`)."""
-    if not patterns:
+    is not approved by `allow: ["git status"]`).
+
+    Matching is argument by argument: the pattern and the pipeline are split into commands
+    and words the way the classifier splits them, both must have the same commands with
+    the same number of words, and each word must match its pattern word, where ``*``,
+    ``?`` and ``[...]`` match within that one word only. So ``rm -rf ./build*`` approves
+    ``rm -rf ./build-x`` but never ``rm -rf ./build ~/.ssh``. A word holding a command
+    substitution matches only the identical pattern word, and a pipeline with a
+    here-document (whose body the pattern cannot see) is never approved by a pattern.
+    """
+    flagged = [s.strip() for s in verdict.flagged if s.strip()]
+    if not patterns or not flagged:
         return False
-    flagged = [s.strip() for s in verdict.flagged if s.strip()] or [""]
-    return all(any(fnmatch.fnmatchcase(seg, p) for p in patterns) for seg in flagged)
+    shapes = [shape for shape in (_shape(p) for p in patterns) if shape is not None]
+    for text in flagged:
+        target = _shape(text)
+        if target is None or not any(_same_shape(target, shape) for shape in shapes):
+            return False
+    return True
+
+
+_Shape = tuple[tuple[tuple[tuple[str, bool], ...], ...], ...]  # pipelines > commands > (word, literal)
+
+
+def _shape(text: str) -> _Shape | None:
+    """Pipelines of commands of words, as the classifier's tokenizer reads ``text``;
+    None when it cannot be read or holds a here-document."""
+    from runner.safety.shell.split import parse
+    from runner.safety.shell.syntax import ParseBudget, ParseError
+
+    try:
+        script = parse(text, ParseBudget(2 * len(text) + 1024))
+    except ParseError:
+        return None
+    pipelines = []
+    for pipeline in script.pipelines:
+        commands = []
+        for cmd in pipeline.commands:
+            words = [(w.value, bool(w.subs)) for w in cmd.words]
+            for r in cmd.redirects:
+                if r.op in ("<<", "<<-"):
+                    return None
+                words.append((f"{r.fd}{r.op}", True))
+                words.append((r.target.value, bool(r.target.subs)))
+            commands.append(tuple(words))
+        pipelines.append(tuple(commands))
+    return tuple(pipelines)
+
+
+def _same_shape(target: _Shape, pattern: _Shape) -> bool:
+    if len(target) != len(pattern):
+        return False
+    for t_pipe, p_pipe in zip(target, pattern, strict=True):
+        if len(t_pipe) != len(p_pipe):
+            return False
+        for t_cmd, p_cmd in zip(t_pipe, p_pipe, strict=True):
+            if len(t_cmd) != len(p_cmd):
+                return False
+            for (word, literal), (pat, _) in zip(t_cmd, p_cmd, strict=True):
+                if not (word == pat if literal else _word_matches(word, pat)):
+                    return False
+    return True
+
+
+def _word_matches(word: str, pattern: str) -> bool:
+    """Glob match of one word where ``*`` and ``?`` stop at ``/``, and a ``..`` path
+    component matches only a pattern that spells it (``./build*`` is not ``./build/..``)."""
+    if word == pattern:
+        return True
+    if ".." in word.split("/") and ".." not in pattern.split("/"):
+        return False
+    return _glob_regex(pattern).fullmatch(word) is not None
+
+
+@functools.lru_cache(maxsize=256)
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[" and "]" in pattern[i + 2 :]:
+            end = pattern.index("]", i + 2)
+            body = pattern[i + 1 : end]
+            body = "^" + body[1:] if body.startswith("!") else body
+            out.append("[" + body.replace("\\", "\\\\") + "]")
+            i = end
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return re.compile("".join(out), re.S)
 
 
 def with_control(verdict: Verdict, control: ControlPlane | None) -> Verdict:

@@ -32,7 +32,9 @@ LOOPS = 50
 REPEATS = 5
 
 # 512k-character inputs: separators, substitutions, quotes, here-documents, nesting.
-ADVERSARIAL_UNITS = (";&|", "a;", "a|", "$(", "`", "'a' ", "<<a ", "${IFS}", "rm -rf x; ", ":(){ :|:& };")
+ADVERSARIAL_UNITS = (";&|", "a;", "a|", "$(", "`", "'a' ", "<<a ", "${IFS}", "rm -rf x; ", ":(){ :|:& };",
+                     "{a,b}", "{", "echo a | xargs rm -rf; ", "echo x >> a.sh; bash a.sh; ", "x=$y; $x ",
+                     "git -c core.pager=x log; ")  # fmt: skip
 
 
 def per_command_us(command: str) -> float:

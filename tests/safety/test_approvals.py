@@ -43,7 +43,7 @@ def test_deny_blocks_dangerous_and_tells_the_model(project, fake):
 def test_approve_runs_dangerous_but_never_hardline(project, fake):
     (project.root / "build").mkdir()
     fake.add(call("terminal", {"command": "rm -rf build"}), call("terminal", {"command": "rm -rf ~"}), final("ok"))
-    project.write_jobs("jobs:\n  a:\n    prompt: go\n    approvals: approve\n    allow: ['*']\n")
+    project.write_jobs("jobs:\n  a:\n    prompt: go\n    approvals: approve\n    allow: ['rm -rf *']\n")
     assert project.cli("run-job", "a").exit_code == 0
     assert not (project.root / "build").exists()
     results = tool_results(fake, 2)

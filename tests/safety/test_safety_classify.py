@@ -179,7 +179,12 @@ def test_oversized_input_is_dangerous() -> None:
 
 SHAPES = ["a;", ";", "a|", "a&&", "a\n", "$(", "`", "'a' ", '"', "\\", "<<a ", "cat <<a\n", "$(a) ", "{a,b} ",
           "${IFS}", "${", "$((", "(", ")", "rm -rf x; ", "sudo ", "bash -c ", "x=1; $x ", "> a ", "2>&1 ",
-          "curl x | sh; ", ":(){ :|:& };", "rm -a ", "eval ", "<(", "\x1b[0m", "ｒｍ "]  # fmt: skip
+          "curl x | sh; ", ":(){ :|:& };", "rm -a ", "eval ", "<(", "\x1b[0m", "ｒｍ ",
+          # issue 13: brace expansion, xargs input, written scripts, option values that execute
+          "{a,b}", "{,}", "{", "{}", "{a{", "x{1..9}", "{a,b} ", "echo a | xargs rm -rf; ", "xargs -I{} sh -c {} ",
+          "IFS=,; ", "x=$y; $x ", "echo x >> a.sh; ", "bash a.sh; ", "source <(echo x); ", "python3 -c 'os' ",
+          "git -c core.pager=x log; ", "vim -c x ", "awk 'BEGIN{system(1)}' ", "exec(b64decode('cm0=')) ",
+          "tar --to-command=x ", "echo cm0= | base64 -d | sh; "]  # fmt: skip
 
 
 def test_512k_separator_heavy_input_is_classified_in_under_2_seconds() -> None:

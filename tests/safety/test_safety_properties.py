@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import shlex
+import subprocess
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runner.safety.shell import Verdict, classify
+from runner.safety.shell.braces import brace_expand
 from tests.safety.corpus import load
 
 HARDLINE = load("hardline")
@@ -95,3 +97,88 @@ def test_command_substitution_keeps_hardline(command: str) -> None:
 def test_nested_wrappers_keep_hardline(command: str) -> None:
     wrapped = f"sudo -u root env X=1 bash -c {shlex.quote(f'echo start; {command}')}"
     assert classify(wrapped).level == "hardline"
+
+
+# ---------------------------------------------------------------- executing wrappers (issue 13)
+
+# Each wraps one command string so that it runs; {q} is the command shell-quoted. Wrapping
+# never lowers the class of what is wrapped, whatever the wrapper hides it in.
+STRING_WRAPPERS = (
+    "bash -c {q}",
+    "env -S {q}",
+    "eval {q}",
+    "script -qc {q} /dev/null",
+    "find . -exec sh -c {q} \\;",
+    "git -c core.pager={q} log",
+    "git -c core.fsmonitor={q} status",
+    "tar -xf a.tar --to-command={q}",
+    "tar --checkpoint=1 --checkpoint-action=exec={q} -cf a.tar .",
+    "rsync -e {q} a host:b",
+    "man -P {q} ls",
+    "sh <<< {q}",
+    "source <(printf '%s\\n' {q})",
+    "xargs -I{{}} sh -c '{{}}' <<< {q}",
+    "GIT_SSH_COMMAND={q} git fetch",
+    'c={q}; eval "$c"',
+)
+PREFIX_WRAPPERS = ("timeout 10", "timeout --signal=KILL 5", "nice -n 19", "nohup", "stdbuf -oL", "setsid -f",
+                   "ionice -c3", "chrt -i 0", "command", "exec", "time")  # fmt: skip
+
+
+@SETTINGS
+@given(st.sampled_from(HARDLINE + DANGEROUS), st.sampled_from(STRING_WRAPPERS))
+def test_a_string_wrapper_never_lowers_the_level(command: str, wrapper: str) -> None:
+    wrapped = wrapper.format(q=shlex.quote(command))
+    assert RANK[classify(wrapped).level] >= RANK[classify(command).level], wrapped
+
+
+@SETTINGS
+@given(st.sampled_from([c for c in HARDLINE if "=" not in c.split(" ")[0]]), st.sampled_from(PREFIX_WRAPPERS))
+def test_a_prefix_wrapper_keeps_hardline(command: str, wrapper: str) -> None:
+    assert classify(f"{wrapper} {command}").level == "hardline"
+
+
+@SETTINGS
+@given(st.sampled_from(HARDLINE))
+def test_a_script_written_then_run_keeps_hardline(command: str) -> None:
+    script = f"printf '%s\\n' {shlex.quote(command)} > job.sh"
+    assert classify(f"{script}; bash job.sh").level == "hardline"
+    assert classify(f"{script} && chmod +x job.sh && ./job.sh").level == "hardline"
+
+
+# ---------------------------------------------------------------- brace expansion (issue 13)
+
+_brace_word = st.text(alphabet="ab01,{}.", min_size=1, max_size=12)
+
+
+@SETTINGS
+@given(_brace_word)
+def test_brace_expansion_matches_bash(word: str) -> None:
+    """Generated from the characters ``a b 0 1 , { } .`` only, so the word is inert: bash
+    just prints it. Bash drops words that expand to nothing, and printf with no argument
+    prints one empty line."""
+    out = subprocess.run(["bash", "-c", 'printf "%s\\n" ' + word], capture_output=True, text=True, check=True)
+    expected = out.stdout.split("\n")[:-1]
+    mine = [w for w in brace_expand(word) if w]
+    assert mine == expected or (mine == [] and expected == [""])
+
+
+_path_part = st.sampled_from(["/", "tmp", "etc", "x", "{", "}", ",", "..", "~", "usr", "/bin"])
+
+
+@SETTINGS
+@given(st.lists(_path_part, min_size=1, max_size=8))
+def test_brace_expanded_rm_is_as_severe_as_its_worst_expansion(parts: list[str]) -> None:
+    word = "".join(parts)
+    expansions = [w for w in brace_expand(word) if w]
+    if not expansions:
+        return
+    worst = max(RANK[classify(f"rm -rf {shlex.quote(e)}").level] for e in expansions)
+    assert RANK[classify(f"rm -rf {word}").level] == worst
+
+
+def test_brace_expansion_above_the_cap_fails_closed() -> None:
+    verdict = classify("echo " + "{a,b}" * 13)  # 8192 words
+    assert verdict.level == "dangerous"
+    assert verdict.reasons[-1].endswith("failing closed")
+    assert classify("mkfs.ext4 " + "{,}" * 13 + "/dev/sda1").level == "hardline"

@@ -14,16 +14,18 @@ coarse scan of the text still shows a hardline signature.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from typing import Literal
 
-from runner.safety.shell.common import NO_TRAITS, Traits, check_write
-from runner.safety.shell.expand import ASSIGNMENT, expand, stdin_text, strip_keywords
+from runner.safety.shell.common import MAX_WRITTEN, NO_TRAITS, TOO_LARGE, Traits, check_write
+from runner.safety.shell.expand import ASSIGNMENT, UNKNOWN, expand, stdin_text, strip_keywords
 from runner.safety.shell.normalize import normalize
 from runner.safety.shell.paths import normalize_path
-from runner.safety.shell.payloads import coarse_hardline, is_fork_bomb, scan_code, scan_sql
+from runner.safety.shell.payloads import coarse_hardline, is_fork_bomb, scan_sql
 from runner.safety.shell.rules import run_rules
-from runner.safety.shell.rules_net import canonical_name, replay_transform
+from runner.safety.shell.rules_exec import exec_value, runs_code
+from runner.safety.shell.rules_net import canonical_name, replay_transform, run_code
 from runner.safety.shell.split import parse
 from runner.safety.shell.syntax import MAX_DEPTH, Command, ParseBudget, ParseError, Redirect, Script, render
 from runner.safety.shell.unwrap import unwrap
@@ -81,6 +83,7 @@ class _Context:
     def __init__(self, text: str) -> None:
         self.cwd: str | None = None
         self.downloaded: set[str] = set()
+        self.written: dict[str, str | None] = {}
         self._vars: dict[str, str] = {}
         self._hard: dict[str, None] = {}
         self._danger: dict[str, None] = {}
@@ -126,59 +129,110 @@ class _Context:
 
     # ------------------------------------------------------------------ structure
 
-    def _script(self, script: Script) -> tuple[bool, bool]:
-        """Examine every pipeline; report whether anything downloads or decodes."""
+    def _script(self, script: Script) -> _Flow:
+        """Examine every pipeline; report whether anything downloads or decodes, and the
+        script's output when every pipeline's output is known."""
         if is_fork_bomb(script.skeleton):
             self.hard("fork bomb")
         downloads = decodes = False
+        outputs: list[str] | None = []
         for pipeline in script.pipelines:
             texts = [render(c) for c in pipeline.commands]
             if self._depth == 0:
                 self._top = " | ".join(texts)
             traits = [self._command(c, t) for c, t in zip(pipeline.commands, texts, strict=True)]
-            if len(traits) > 1:
-                self._pipeline(traits)
+            out = self._pipeline(traits) if len(traits) > 1 else traits[0].stdout_text
+            if outputs is not None:
+                outputs = None if out is None else [*outputs, out]
             downloads = downloads or any(t.downloads for t in traits)
             decodes = decodes or any(t.decodes for t in traits)
-        return downloads, decodes
+        output = "\n".join(o.rstrip("\n") for o in outputs) if outputs else None
+        return _Flow(downloads, decodes, output)
 
     def _command(self, cmd: Command, text: str) -> Traits:
         self._segments.append(text)
-        downloads, decodes = self._substitutions(cmd)
+        flow, outputs = self._substitutions(cmd)
         if cmd.redirects:
             self._redirects(cmd.redirects)
-        argv = self._assignments(expand(cmd.words, self._vars))
+        argv = self._assignments(expand(cmd.words, self._vars, outputs))
+        stdin = stdin_text(cmd.redirects, outputs) if cmd.redirects else None
         if not argv:
             return NO_TRAITS
-        traits = self._argv(argv, stdin_text(cmd.redirects) if cmd.redirects else None)
-        if traits.shellish and downloads:
+        traits = self._argv(argv, stdin)
+        if (flow.downloads or flow.decodes) and _head_substituted(cmd):
+            traits = replace(traits, shellish=True)  # the command itself is a command's output
+        if stdin is not None and traits.stdout_text is None and traits.transform:
+            traits = replace(traits, stdout_text=replay_transform(traits.transform, stdin))
+        if traits.shellish and flow.downloads:
             self.danger("download substituted into a shell")
-        if traits.shellish and decodes:
+        if traits.shellish and flow.decodes:
             self.danger("decoded payload substituted into a shell")
+        if traits.lang:
+            self._process_sub_operands(cmd, traits.lang, outputs)
+        if cmd.redirects:
+            self._record_writes(cmd.redirects, traits.stdout_text)
         return traits
 
-    def _substitutions(self, cmd: Command) -> tuple[bool, bool]:
-        """Examine ``$( )``, backticks and ``<( )`` of one command; they run first."""
+    def _substitutions(self, cmd: Command) -> tuple[_Flow, dict[str, str]]:
+        """Examine ``$( )``, backticks and ``<( )`` of one command; they run first. Returns
+        what they do and the output of those whose output is known, by source text."""
         if not cmd.redirects and not any(w.subs for w in cmd.words):
-            return False, False
+            return _NO_FLOW, {}
         subs = [s for w in cmd.words for s in w.subs]
         for r in cmd.redirects:
             subs.extend(r.target.subs)
             subs.extend(r.body_subs)
         downloads = decodes = False
+        outputs: dict[str, str] = {}
         for sub in subs:
             self._enter()
             try:
-                d, e = self._script(sub.script)
+                flow = self._script(sub.script)
             finally:
                 self._depth -= 1
-            downloads, decodes = downloads or d, decodes or e
-        return downloads, decodes
+            downloads, decodes = downloads or flow.downloads, decodes or flow.decodes
+            if flow.output is not None:
+                outputs[sub.raw] = flow.output
+        return _Flow(downloads, decodes, None), outputs
+
+    def _process_sub_operands(self, cmd: Command, lang: str, outputs: dict[str, str]) -> None:
+        """``bash <(...)``, ``source <(...)``, ``python3 <(...)``: the substitution's output
+        is the program. Known output is examined; unknown output is code we cannot see."""
+        for word in cmd.words[1:]:
+            for sub in word.subs:
+                if sub.kind != "proc" or not sub.raw.startswith("<("):
+                    continue
+                text = outputs.get(sub.raw)
+                if text is None:
+                    self.danger("runs the output of a process substitution")
+                else:
+                    self.danger("runs code from a process substitution")
+                    run_code(text, self, lang)
+
+    def _record_writes(self, redirects: tuple[Redirect, ...], text: str | None) -> None:
+        """Remember files this command writes, with their text when it is known, so a
+        script written and then run in the same command line is examined."""
+        for r in redirects:
+            if r.op in _WRITE_OPS and r.fd in ("", "1"):
+                self._remember(r.target.value, text, append=r.op in (">>", "&>>"))
+
+    def _remember(self, path: str, text: str | None, append: bool = False) -> None:
+        key = normalize_path(path, self.cwd)
+        old = self.written.get(key, "") if append else ""
+        if text is None or old is None:
+            self.written[key] = None
+        elif old is TOO_LARGE or len(old) + len(text) > MAX_WRITTEN:
+            self.written[key] = TOO_LARGE
+        else:
+            self.written[key] = old + text + "\n"
 
     def _argv(self, argv: tuple[str, ...], stdin: str | None) -> Traits:
         """Peel wrappers, apply the rules, and follow what the command reads on stdin."""
+        ran_code = False
         for _ in range(64):
             argv = strip_keywords(argv)
+            if argv and canonical_name(argv[0]) == "xargs":
+                return self._xargs(argv, stdin)
             step = unwrap(argv) if argv else None
             if step is None:
                 break
@@ -188,10 +242,13 @@ class _Context:
                 self._assign(assignment, standalone=False)
             for payload in step.payloads:
                 self.run_script(payload)
+                ran_code = True
             argv = step.argv
         if not argv:
-            return NO_TRAITS
+            return _RAN_CODE if ran_code else NO_TRAITS
         name = canonical_name(argv[0])
+        if UNKNOWN.search(argv[0], _known_prefix(argv[0])):
+            self.danger("command name comes from an expansion the classifier cannot resolve")
         if name in ("cd", "pushd"):
             self._cd(argv[1:])
             return NO_TRAITS
@@ -199,6 +256,8 @@ class _Context:
             for arg in argv[1:]:
                 self._assign(arg, standalone=True)
             return NO_TRAITS
+        if name in _SILENT:
+            return Traits(stdout_text="")
         traits = run_rules(argv, self)
         if stdin is not None:
             self._feed(traits, stdin)
@@ -206,22 +265,45 @@ class _Context:
                 return Traits(stdout_text=stdin)
         return traits
 
+    def _xargs(self, argv: tuple[str, ...], stdin: str | None) -> Traits:
+        """``xargs [opts] CMD``: CMD runs with words read from stdin. Unknown input may be
+        anything; known input (``echo / | xargs rm -rf``) is put in place."""
+        template, replace_str = xargs_template(argv)
+        if runs_code(template):
+            self.danger("xargs runs code")
+        self._xargs_run(template, replace_str, stdin)
+        return Traits(xargs=(template, replace_str))
+
+    def _xargs_run(self, template: tuple[str, ...], replace_str: str | None, text: str | None) -> None:
+        if replace_str is not None:
+            items = [_UNKNOWN_INPUT] if text is None else [line for line in text.split("\n") if line.strip()]
+            for item in items[:_XARGS_ITEMS]:
+                self.run_argv(tuple(a.replace(replace_str, item) for a in template))
+        else:
+            words = [_UNKNOWN_INPUT] if text is None else text.split()
+            self.run_argv(template + tuple(words[:_XARGS_ITEMS]))
+
     def _feed(self, traits: Traits, stdin: str) -> None:
         """Known text arrives on the standard input of a command: does it execute it?"""
         if traits.stdin_exec == "shell":
             self.run_script(stdin)
         elif traits.stdin_exec == "interpreter":
-            scan_code(stdin, self)
+            run_code(stdin, self, "interpreter")
         if traits.sql:
             scan_sql(stdin, self)
+        if traits.xargs is not None:
+            self._xargs_run(traits.xargs[0], traits.xargs[1], stdin)
+        for path in traits.tees:
+            self._remember(path, stdin)
 
-    def _pipeline(self, stages: list[Traits]) -> None:
+    def _pipeline(self, stages: list[Traits]) -> str | None:
         """What flows between stages: network or decoded data into a shell, known text
-        into a shell or a database client, a shell wired to a socket."""
+        into a shell or a database client, a shell wired to a socket. Returns the output of
+        the last stage when it is known."""
         downloads = decodes = False
         text: str | None = None
         for t in stages:
-            if t.stdin_exec:
+            if t.stdin_exec or t.xargs is not None:
                 if downloads:
                     self.danger("pipe from network into shell")
                 if decodes:
@@ -235,6 +317,7 @@ class _Context:
                 text = replay_transform(t.transform, text) if text is not None else None
         if any(t.socket for t in stages) and any(t.stdin_exec == "shell" or t.interactive for t in stages):
             self.danger("reverse shell (shell wired to a network socket)")
+        return text
 
     def _redirects(self, redirects: tuple[Redirect, ...]) -> None:
         for r in redirects:
@@ -262,6 +345,8 @@ class _Context:
         name, value = m.groups()
         if name == "DOCKER_HOST":
             self.danger("DOCKER_HOST (talks to another Docker daemon)")
+        if name in _EXEC_VARS and value:
+            exec_value(value, self, f"{name}=")
         if standalone:
             self._vars[name] = value
 
@@ -276,3 +361,70 @@ class _Context:
         for word in argv[:i]:
             self._assign(word, standalone=i == len(argv))
         return argv[i:]
+
+
+@dataclass(frozen=True)
+class _Flow:
+    downloads: bool
+    decodes: bool
+    output: str | None  # what the script prints, when it is known
+
+
+_NO_FLOW = _Flow(False, False, None)
+_RAN_CODE = Traits(shellish=True)  # a wrapper ran shell text (eval, bash -c)
+
+
+_KNOWN_PREFIX = re.compile(r"^(?:\$HOME|\$\{HOME\}|\$PWD|\$\{PWD\})(?=/)")
+
+
+def _known_prefix(word: str) -> int:
+    """``$HOME/bin/tool`` names a program by a path, not by a hidden expansion."""
+    m = _KNOWN_PREFIX.match(word)
+    return m.end() if m else 0
+
+
+def _head_substituted(cmd: Command) -> bool:
+    """Does the command word (after any ``NAME=value``) come from a substitution?"""
+    for word in cmd.words:
+        if not ASSIGNMENT.match(word.value):
+            return bool(word.subs)
+    return False
+
+
+_SILENT = frozenset({"true", "false", ":"})
+_UNKNOWN_INPUT = "${xargs_input}"  # an argument xargs reads that we cannot see
+_XARGS_ITEMS = 64
+# Environment variables whose value a program runs as a command.
+_EXEC_VARS = frozenset(
+    {"GIT_SSH_COMMAND", "GIT_SSH", "GIT_PAGER", "PAGER", "MANPAGER", "GIT_EDITOR", "EDITOR", "VISUAL",
+     "GIT_EXTERNAL_DIFF", "GIT_SEQUENCE_EDITOR", "GIT_ASKPASS", "SSH_ASKPASS", "GIT_PROXY_COMMAND",
+     "LESSOPEN", "LESSCLOSE", "BASH_ENV", "ENV", "PROMPT_COMMAND", "SUDO_ASKPASS", "BROWSER"}
+)  # fmt: skip
+_XARGS_VALUE = frozenset(
+    {"-a", "-d", "-E", "-L", "-n", "-P", "-s", "--arg-file", "--delimiter", "--eof", "--max-lines",
+     "--max-args", "--max-procs", "--max-chars", "--process-slot-var"}
+)  # fmt: skip
+
+
+def xargs_template(argv: tuple[str, ...]) -> tuple[tuple[str, ...], str | None]:
+    """The command xargs runs (``echo`` by default) and its ``-I`` replacement string."""
+    replace_str: str | None = None
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            i += 1
+            break
+        if not arg.startswith("-") or arg == "-":
+            break
+        if arg in ("-I", "--replace") and i + 1 < len(argv):
+            replace_str = argv[i + 1]
+            i += 2
+            continue
+        if arg.startswith("-I"):
+            replace_str = arg[2:]
+        elif arg.startswith("--replace") or arg.startswith("-i"):
+            replace_str = arg.partition("=")[2] or arg[2:] if not arg.startswith("--") else arg.partition("=")[2]
+            replace_str = replace_str or "{}"
+        i += 2 if arg in _XARGS_VALUE else 1
+    return argv[i:] or ("echo",), replace_str

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from runner.safety.shell.paths import is_block_device, is_sysrq, sensitive_write
+from runner.safety.shell.paths import is_block_device, is_sysrq, normalize_path, sensitive_write
 
 
 class Sink(Protocol):
@@ -20,6 +20,7 @@ class Sink(Protocol):
 
     cwd: str | None  # working directory when a ``cd`` made it known, else None
     downloaded: set[str]  # base names of files fetched earlier in the same command
+    written: dict[str, str | None]  # files written earlier in the same command: their text, if known
 
     def hard(self, reason: str) -> None:
         """Record a hardline finding: never runs."""
@@ -47,6 +48,9 @@ class Traits:
     interactive: bool = False  # an interactive shell (bash -i)
     stdout_text: str | None = None  # known output (echo, printf, cat of a here-document)
     sql: bool = False  # a database client that executes SQL from stdin
+    lang: str | None = None  # "shell" | "interpreter": runs the files it is given as code
+    xargs: tuple[tuple[str, ...], str | None] | None = None  # xargs: command template, -I string
+    tees: tuple[str, ...] = ()  # files that receive a copy of stdin (tee)
 
 
 NO_TRAITS = Traits()
@@ -117,6 +121,17 @@ def parse_args(
 
 def has_long(parsed: Parsed, *names: str) -> bool:
     return any(opt.partition("=")[0] in names for opt in parsed.long)
+
+
+MAX_WRITTEN = 256 * 1024
+TOO_LARGE = "\x00(a script too large to examine)"  # compared by identity: written text beyond MAX_WRITTEN
+
+
+def written_text(path: str, sink: Sink) -> str | None:
+    """The known text of a file written earlier in the same command, or None."""
+    if not sink.written:
+        return None
+    return sink.written.get(normalize_path(path, sink.cwd))
 
 
 def check_write(path: str, sink: Sink, how: str = "write") -> None:

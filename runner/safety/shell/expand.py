@@ -1,23 +1,24 @@
 """Static expansion: what we can know about a command's words without running anything.
 
 Obfuscation usually hides a command name or a path behind an expansion the shell
-performs: ``x=rm; $x -rf /``, ``$(echo rm) -rf /``, ``{rm,-rf,/}``. We replay the
-expansions whose result is certain from the text alone: variables assigned earlier in
-the same command string, substitutions that only ``echo`` / ``printf`` literals, and
-brace lists. Everything else stays literal.
+performs: ``x=rm; $x -rf /``, ``$(echo rm) -rf /``, ``{rm,-rf,/}``, ``IFS=,; c=rm,-rf,/; $c``.
+We replay the expansions whose result is certain from the text alone: variables assigned
+earlier in the same command string (split on ``IFS`` when one was assigned), substitutions
+whose output the classifier could work out (``echo``, ``printf``, decoders of known text),
+and brace expansion (complete, capped: see ``braces.py``). Everything else stays literal,
+``$name`` and ``$(...)`` included, and the classifier treats such a word as unknown.
 """
 
 from __future__ import annotations
 
 import re
 
-from runner.safety.shell.rules_net import echo, printf
+from runner.safety.shell.braces import brace_expand
 from runner.safety.shell.syntax import Redirect, Word
 
 ASSIGNMENT = re.compile(r"^([A-Za-z_]\w*)\+?=(.*)$", re.S)
 _VAR_REF = re.compile(r"\$(?:\{([A-Za-z_]\w*)\}|([A-Za-z_]\w*))")
-_BRACE = re.compile(r"^(.*?)\{([^{}]*,[^{}]*)\}(.*)$", re.S)
-_MAX_BRACE_WORDS = 64
+UNKNOWN = re.compile(r"\$[({A-Za-z_]|`")  # an expansion still unresolved in a word
 
 # Words that structure a script but run nothing themselves.
 _KEYWORDS = frozenset(
@@ -28,22 +29,51 @@ _KEYWORDS = frozenset(
 _DATA_ONLY = frozenset({"for", "select", "case", "in"})
 
 
-def expand(words: tuple[Word, ...], variables: dict[str, str]) -> tuple[str, ...]:
-    """The argument vector the shell would build, as far as it is statically certain."""
+def expand(
+    words: tuple[Word, ...], variables: dict[str, str], outputs: dict[str, str] | None = None
+) -> tuple[str, ...]:
+    """The argument vector the shell would build, as far as it is statically certain.
+
+    ``outputs`` maps the source text of a substitution (``$(echo rm)``) to its known output."""
     out: list[str] = []
     for w in words:
-        value = _static_substitutions(w) if w.subs else w.value
+        value = substituted(w, outputs) if w.subs and outputs else w.value
+        changed = value is not w.value
         if variables and "$" in value:
             expanded = _VAR_REF.sub(lambda m: variables.get(m.group(1) or m.group(2), m.group()), value)
-            if expanded != value and not w.quoted:
-                out.extend(expanded.split())  # unquoted expansion: word splitting
-                continue
+            changed = changed or expanded != value
             value = expanded
-        if not w.quoted and "{" in value and "," in value:
-            out.extend(_brace_expand(value))
+        if changed and not w.quoted:
+            out.extend(_split(value, variables.get("IFS")))  # unquoted expansion: word splitting
+            continue
+        if "{" in value and (not w.quoted or w.braces):
+            out.extend(x for x in brace_expand(value) if x or w.quoted)  # bash drops empty words
             continue
         out.append(value)
     return tuple(out)
+
+
+def substituted(word: Word, outputs: dict[str, str] | None) -> str:
+    """``word``'s value with each substitution whose output is known replaced by it."""
+    value = word.value
+    if not outputs:
+        return value
+    for sub in word.subs:
+        text = outputs.get(sub.raw)
+        if text is not None and sub.kind == "cmd":
+            value = value.replace(sub.raw, text.rstrip("\n"), 1)
+    return value
+
+
+def _split(value: str, ifs: str | None) -> list[str]:
+    """Field splitting. With an assigned ``IFS`` we split on its characters *and* on
+    blanks: over-splitting can only make more text look like a command, never less."""
+    if ifs:
+        extra = "".join(c for c in ifs if not c.isspace())
+        if extra:
+            value = value.translate({ord(c): " " for c in extra})
+    fields = value.split()
+    return [f for field in fields for f in (brace_expand(field) if "{" in field else [field]) if f]
 
 
 def strip_keywords(argv: tuple[str, ...]) -> tuple[str, ...]:
@@ -61,63 +91,15 @@ def strip_keywords(argv: tuple[str, ...]) -> tuple[str, ...]:
     return argv
 
 
-def stdin_text(redirects: tuple[Redirect, ...]) -> str | None:
-    """The text a command reads on stdin when a here-document or here-string gives it."""
+def stdin_text(redirects: tuple[Redirect, ...], outputs: dict[str, str] | None = None) -> str | None:
+    """The text a command reads on stdin when a here-document, a here-string or a process
+    substitution with known output (``sh < <(echo ...)``) gives it."""
     text = None
     for r in redirects:
         if r.op in ("<<", "<<-"):
             text = r.body
         elif r.op == "<<<":
-            text = r.target.value
+            text = substituted(r.target, outputs)
+        elif r.op == "<" and outputs and r.target.subs and r.target.value.startswith("<("):
+            text = outputs.get(r.target.value)
     return text
-
-
-def _static_substitutions(word: Word) -> str:
-    """Replace ``$(echo rm)`` / ``$(printf /)`` with their output; others stay literal."""
-    value = word.value
-    for sub in word.subs:
-        pipelines = sub.script.pipelines
-        if sub.kind != "cmd" or len(pipelines) != 1 or len(pipelines[0].commands) != 1:
-            continue
-        cmd = pipelines[0].commands[0]
-        if not cmd.words or cmd.words[0].value not in ("echo", "printf") or any(w.subs for w in cmd.words):
-            continue
-        producer = echo if cmd.words[0].value == "echo" else printf
-        traits = producer("", tuple(w.value for w in cmd.words[1:]), _NullSink())
-        if traits.stdout_text is not None:
-            value = value.replace(sub.raw, traits.stdout_text.rstrip("\n"), 1)
-    return value
-
-
-def _brace_expand(value: str) -> list[str]:
-    """``pre{a,b}post`` -> ``prea prepost``: up to three groups, at most 64 words."""
-    results = [value]
-    for _ in range(3):
-        expanded: list[str] = []
-        changed = False
-        for item in results:
-            m = _BRACE.match(item)
-            if m and len(expanded) < _MAX_BRACE_WORDS:
-                pre, inner, post = m.groups()
-                expanded.extend(pre + part + post for part in inner.split(","))
-                changed = True
-            else:
-                expanded.append(item)
-        results = expanded[:_MAX_BRACE_WORDS]
-        if not changed:
-            break
-    return results
-
-
-class _NullSink:
-    """``echo`` and ``printf`` report nothing; they only need a sink to call."""
-
-    cwd: str | None = None
-
-    def __init__(self) -> None:
-        self.downloaded: set[str] = set()
-
-    def hard(self, reason: str) -> None: ...
-    def danger(self, reason: str) -> None: ...
-    def run_argv(self, argv: tuple[str, ...]) -> None: ...
-    def run_script(self, text: str) -> None: ...

@@ -75,13 +75,31 @@ def _is_protected(path: str) -> bool:
     return parent in _HOME_PARENTS and bool(name) and not _GLOB.search(name)
 
 
+_UNRESOLVED = re.compile(r"\$[({A-Za-z_0-9@*#?!$-]|`")
+_LEADING_HOME = re.compile(r"^(?:\$HOME|\$\{HOME\})(?=/|$)")
+
+
+def with_unknown_rest(path: str) -> str:
+    """A path whose text still holds an expansion we could not resolve (``/$(true)``,
+    ``/usr/$x``) can be anything that starts with its static prefix, the empty string
+    included: it becomes the prefix followed by ``*``, so ``/$x`` counts as ``/*``."""
+    start = 0
+    home = _LEADING_HOME.match(path)
+    if home:
+        start = home.end()
+    m = _UNRESOLVED.search(path, start)
+    return path if m is None else path[: m.start()] + "*"
+
+
 def protected_target(path: str, cwd: str | None = None) -> str | None:
     """If deleting ``path`` recursively would wipe the system or a home, say what it wipes.
 
     ``/``, a system directory, a home directory, or a broad glob directly inside one of
     them (``/*``, ``/etc/*``, ``~/.*``). Any glob directly under ``/`` counts, since
-    ``/u*`` already matches ``/usr``.
+    ``/u*`` already matches ``/usr``. An unresolved expansion counts as a glob.
     """
+    if "$" in path or "`" in path:
+        path = with_unknown_rest(path)
     norm = normalize_path(path, cwd)
     if not norm.startswith("/"):
         return None

@@ -8,6 +8,8 @@ matters, so 128k characters of hostile input cannot make them slow.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 
 from runner.safety.shell.common import Sink
@@ -36,7 +38,7 @@ def _unquote(literal: str) -> str:
     return body.replace("\\'", "'").replace('\\"', '"').replace("\\\\", "\\")
 
 
-def scan_code(code: str, sink: Sink) -> None:
+def scan_code(code: str, sink: Sink, depth: int = 0) -> None:
     """Program text for python/perl/ruby/node/php: find shell strings it hands to the
     system and recursive deletes, fork bombs and reverse shells it performs itself."""
     for m in _SHELL_CALL.finditer(code):
@@ -54,6 +56,73 @@ def scan_code(code: str, sink: Sink) -> None:
         sink.hard("fork bomb")
     if _SOCKET.search(code) and _SHELL_SPAWN.search(code):
         sink.danger("reverse shell (socket wired to a shell)")
+    if depth < 3 and ("b64" in code or "base64" in code or "atob" in code):
+        for text in _decoded_literals(code):
+            scan_decoded(text, sink, depth + 1)
+
+
+_B64_LITERAL = re.compile(
+    r"(?:b64decode|decodebytes|decodestring|base64_decode|decode64|atob|urlsafe_b64decode)\s*\(\s*[bu]?("
+    + _STRING
+    + r")|Buffer\.from\s*\(\s*("
+    + _STRING
+    + r")\s*,\s*['\"]base64"
+)
+
+
+def _decoded_literals(code: str) -> list[str]:
+    out: list[str] = []
+    for m in _B64_LITERAL.finditer(code):
+        literal = _unquote(m.group(1) or m.group(2))
+        try:
+            out.append(base64.b64decode("".join(literal.split()) + "==", validate=False).decode("utf-8", "replace"))
+        except (binascii.Error, ValueError):
+            continue
+    return out
+
+
+def scan_decoded(text: str, sink: Sink, depth: int = 1) -> None:
+    """Text a program decodes at run time and then executes: scan it as program text and
+    for hardline shell signatures (it may be either)."""
+    sink.danger("runs a decoded payload")
+    for label in coarse_labels(text):
+        sink.hard(f"decoded payload containing {label}")
+    scan_code(text, sink, depth)
+
+
+# ---------------------------------------------------------------- how risky is inline code
+
+# Inline programs (``python -c``, ``perl -e``, here-documents fed to an interpreter) are
+# safe only when they use no capability that reaches the system: every name below is a
+# way to run a command, load code, decode hidden text, touch files, processes or the
+# network, or reach such a thing indirectly (``getattr``, ``__import__``, ``sys.modules``).
+# Anything else an inline program can do is computing and printing.
+_RISKY_CODE = re.compile(
+    r"__\w*__|`|%x|\bqx\b|\$\w+\s*\(|[\])]\s*\(|&\s*[{$]|\bimport\s*\(|(?<![.\w])(?:load|open|require|include|do)\b"
+    r"|\b(?:exec\w*|eval\w*|system|popen\w*|spawn\w*|fork\w*|subprocess|pty|ctypes|cffi|importlib|import_module"
+    r"|send|method|io|help|getattr|setattr|delattr|globals|locals|vars|compile|breakpoint|builtins?|modules|base64|b64decode|atob"
+    r"|codecs|decode\w*|fromhex|unhexlify|marshal|pickle|shelve|zlib|bz2|lzma|gzip|chr|socket|shutil|pathlib"
+    r"|signal|kill\w*|unlink\w*|remove\w*|rmdir|rmtree|rm_rf|rm_r|rmSync|syscall|child_process|Function"
+    r"|constructor|prototype|globalThis|global|Buffer|binding|mainModule|dlopen|vm|fs|net|https?|fetch|Deno|Bun"
+    r"|Kernel|IO|File|Dir|FileUtils|Open3|Process|public_send|instance_eval|class_eval|define_method|const_get"
+    r"|shell_exec|passthru|proc_open|pcntl_\w+|assert|create_function|call_user_func\w*|preg_replace"
+    r"|file_put_contents|fopen|fwrite|include_once|require_once|loadstring|loadfile|dofile|setenv|putenv"
+    r"|environ|ENV|chmod|chown|rename|symlink|truncate|write_text|write_bytes|mkdir|makedirs|urllib|requests"
+    r"|execute|interact|webbrowser|platform|tempfile|sqlite3|multiprocessing|threading|asyncio)\b"
+    r"|(?<!import )\bos\b(?!\.(?:getcwd|path|sep|linesep|name|cpu_count|getpid)\b)"
+    r"|\bimport\s+os\s+as\b|\bfrom\s+os\b"
+)
+_PERL_EVAL_FLAG = re.compile(r"\bs([^\w\s])(?:\\.|(?!\1).)*+\1(?:\\.|(?!\1).)*+\1[a-z]*e")
+
+
+def code_risk(code: str) -> str | None:
+    """Why an inline program is not trivially benign, or None when it only computes."""
+    m = _RISKY_CODE.search(code)
+    if m:
+        return f"inline code uses {m.group().strip()[:24]}"
+    if "s" in code and _PERL_EVAL_FLAG.search(code):
+        return "inline code evaluates a substitution (s///e)"
+    return None
 
 
 # ---------------------------------------------------------------- SQL
@@ -68,7 +137,18 @@ _SQL_DELETE = re.compile(r"(?<![\w-])DELETE\s++FROM\b", re.I)
 _SQL_WHERE = re.compile(r"\bWHERE\b", re.I)
 
 
+_REDIS_FLUSH = re.compile(r"(?<![\w-])FLUSH(?:ALL|DB)(?![\w-])", re.I)
+_MONGO_DROP = re.compile(
+    r"\.(?:dropDatabase|drop|dropCollection|dropUser|dropAllUsers)\s*\(|\.(?:deleteMany|remove)\s*\(\s*\{\s*\}"
+)
+
+
 def scan_sql(text: str, sink: Sink) -> None:
+    """SQL, redis and mongo shell commands that drop or flush data."""
+    if _REDIS_FLUSH.search(text):
+        sink.danger("database flush (redis FLUSHALL/FLUSHDB)")
+    if "(" in text and _MONGO_DROP.search(text):
+        sink.danger("database drop (mongo)")
     if _SQL_DROP.search(text):
         sink.danger("SQL DROP")
     if _SQL_TRUNCATE.search(text):
@@ -136,6 +216,11 @@ def _writes_block_device(flat: str) -> bool:
 
 
 def coarse_hardline(text: str) -> list[str]:
+    """``coarse_labels`` worded for input that failed closed."""
+    return [f"unparseable input containing {label}" for label in coarse_labels(text)]
+
+
+def coarse_labels(text: str) -> list[str]:
     """Hardline signatures anywhere in text we could not parse (or that is too long to).
 
     Quotes and backslashes are deleted and ``$IFS``/``$@`` become blanks first, so
@@ -154,4 +239,4 @@ def coarse_hardline(text: str) -> list[str]:
         found["shutdown or reboot"] = None
     if "/dev/" in flat and _writes_block_device(flat):
         found["write to a block device"] = None
-    return [f"unparseable input containing {label}" for label in found]
+    return list(found)

@@ -8,10 +8,10 @@ Commands whose arguments are only text (``echo``, ``grep``, ``git commit -m``) a
 
 from __future__ import annotations
 
-from runner.safety.shell import rules_fs, rules_net, rules_sys
+from runner.safety.shell import rules_exec, rules_fs, rules_net, rules_sys
 from runner.safety.shell.common import NO_TRAITS, Rule, Sink, Traits
 
-RULES: dict[str, Rule] = {**rules_fs.RULES, **rules_net.RULES, **rules_sys.RULES}
+RULES: dict[str, Rule] = {**rules_fs.RULES, **rules_net.RULES, **rules_sys.RULES, **rules_exec.RULES}
 
 INERT = frozenset(
     {"echo", "printf", "grep", "egrep", "fgrep", "zgrep", "rg", "ag", "ack", "true", "false", ":",
@@ -31,8 +31,8 @@ def run_rules(argv: tuple[str, ...], sink: Sink) -> Traits:
     traits = rule(name, args, sink) if rule is not None else None
     if not _inert(name, args):
         rules_net.scan_args(args, sink)
-    if "/" in argv[0] and argv[0].rsplit("/", 1)[-1] in sink.downloaded:
-        sink.danger("download then execute")
+    if "/" in argv[0]:
+        rules_net.run_file(argv[0], sink, "shell")
     if argv[0].startswith(("$(", "`")):  # the output of a command is run as a command
         traits = Traits(shellish=True) if traits is None else traits
     return traits or NO_TRAITS

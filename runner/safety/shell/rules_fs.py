@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 
-from runner.safety.shell.common import Parsed, Rule, Sink, check_write, has_long, parse_args
+from runner.safety.shell.common import Parsed, Rule, Sink, Traits, check_write, has_long, parse_args
 from runner.safety.shell.paths import is_block_device, normalize_path, protected_target
+from runner.safety.shell.rules_exec import exec_value, runs_code
 
 
 def rm(name: str, args: tuple[str, ...], sink: Sink) -> None:
@@ -58,6 +59,8 @@ def find(name: str, args: tuple[str, ...], sink: Sink) -> None:
     start = protected or starts[0]
     placeholder = start if not filtered else start.rstrip("/") + "/x"
     for argv in execs:
+        if runs_code(argv):
+            sink.danger(f"find -exec runs code ({argv[0]})")
         sink.run_argv(tuple(a.replace("{}", placeholder) for a in argv))
 
 
@@ -82,7 +85,11 @@ def _find_expression(expr: tuple[str, ...]) -> tuple[bool, bool, list[tuple[str,
 
 
 def rsync(name: str, args: tuple[str, ...], sink: Sink) -> None:
-    parsed = parse_args(args, with_value="efT", long_with_value="--rsh --exclude --include --filter")
+    parsed = parse_args(args, with_value="efT", long_with_value="--rsh --exclude --include --filter --rsync-path")
+    for key in ("-e", "--rsh", "--rsync-path"):
+        value = parsed.values.get(key)
+        if value:
+            exec_value(value, sink, f"rsync {key}")
     if any(opt.startswith("--delete") for opt in parsed.long) and len(parsed.operands) >= 2:
         what = protected_target(parsed.operands[-1], sink.cwd)
         if what:
@@ -162,9 +169,11 @@ def copy(name: str, args: tuple[str, ...], sink: Sink) -> None:
                 check_write(src, sink, how="move")
 
 
-def tee(name: str, args: tuple[str, ...], sink: Sink) -> None:
-    for target in parse_args(args).operands:
+def tee(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
+    targets = parse_args(args).operands
+    for target in targets:
         check_write(target, sink)
+    return Traits(transform="identity", tees=targets)
 
 
 def touch_like(name: str, args: tuple[str, ...], sink: Sink) -> None:
@@ -185,16 +194,24 @@ def sed(name: str, args: tuple[str, ...], sink: Sink) -> None:
         check_write(target, sink)
 
 
+# tar options whose value is a command tar runs: always a decision; compressors may be
+# plain program names (``tar -I zstd``).
+_TAR_EXEC = ("--to-command", "--info-script", "--new-volume-script", "-F")
+_TAR_PROGRAM = ("--use-compress-program", "--compress-program", "-I", "--rsh-command", "--rmt-command")
+
+
 def tar(name: str, args: tuple[str, ...], sink: Sink) -> None:
-    """Extracting into ``/`` or ``/etc`` overwrites system files."""
+    """Extracting into ``/`` or ``/etc`` overwrites system files; several options run a
+    command (``--checkpoint-action=exec=CMD``, ``--to-command=CMD``, ``-I CMD``)."""
     if not args:
         return
+    _tar_commands(args, sink)
     first = args[0]
     extracting = ("x" in first and not first.startswith("-")) or "x" in parse_args(args).short
     extracting = extracting or any(a == "--extract" or a == "--get" for a in args)
     if not extracting:
         return
-    parsed = parse_args(args, with_value="CfbFgIKLNTVX", long_with_value="--directory --file")
+    parsed = parse_args(args, with_value="CfbFgIKLNTVX", long_with_value=_TAR_LONG)
     target = parsed.values.get("-C") or parsed.values.get("--directory")
     if target is None:
         return
@@ -202,6 +219,25 @@ def tar(name: str, args: tuple[str, ...], sink: Sink) -> None:
         sink.danger("extract archive into /")
     else:
         check_write(target.rstrip("/") + "/x", sink, how="extract")
+
+
+_TAR_LONG = "--directory --file --to-command --info-script --new-volume-script --use-compress-program --rsh-command"
+
+
+def _tar_commands(args: tuple[str, ...], sink: Sink) -> None:
+    parsed = parse_args(args, with_value="CfbFgIKLNTVX", long_with_value=_TAR_LONG + " --checkpoint-action")
+    for key, value in parsed.values.items():
+        if key in _TAR_EXEC:
+            exec_value(value, sink, f"tar {key}", always=True)
+        elif key in _TAR_PROGRAM:
+            exec_value(value, sink, f"tar {key}")
+    for opt in parsed.long:
+        name, _, value = opt.partition("=")
+        if name == "--checkpoint-action" and value.startswith("exec="):
+            exec_value(value[5:], sink, "tar --checkpoint-action", always=True)
+    action = parsed.values.get("--checkpoint-action", "")
+    if action.startswith("exec=") and not any(o.startswith("--checkpoint-action=") for o in parsed.long):
+        exec_value(action[5:], sink, "tar --checkpoint-action", always=True)
 
 
 _OCTAL = re.compile(r"^[0-7]{1,4}$")

@@ -15,9 +15,10 @@ import socket
 from functools import lru_cache
 from urllib.parse import urlsplit
 
-from runner.safety.shell.common import Rule, Sink, Traits, check_write, has_long, parse_args
+from runner.safety.shell.common import TOO_LARGE, Rule, Sink, Traits, check_write, has_long, parse_args, written_text
 from runner.safety.shell.normalize import decode_ansi_c
-from runner.safety.shell.payloads import scan_code
+from runner.safety.shell.payloads import code_risk, scan_code
+from runner.safety.shell.rules_exec import awk_program
 from runner.safety.shell.unwrap import SHELLS, command_name
 
 _VERSION_SUFFIX = re.compile(r"[\d.]+$")
@@ -43,21 +44,59 @@ def shell(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
     parsed = parse_args(args, with_value="oO", long_with_value="--rcfile --init-file", stop_at_operand=True)
     operands = parsed.operands
     reads_stdin = "s" in parsed.short or not operands or operands[0] in ("-", "/dev/stdin")
-    if operands:
-        _runs_download(operands[0], sink)
+    if operands and not reads_stdin:
+        run_file(operands[0], sink, "shell")
     return Traits(
         shellish=True,
         stdin_exec="shell" if reads_stdin else None,
         interactive="i" in parsed.short,
+        lang="shell",
     )
 
 
+_STDIN_FILES = frozenset({"/dev/stdin", "/proc/self/fd/0", "/dev/fd/0", "-"})
+_NOT_A_PLAIN_FILE = re.compile(r"[$`]|^<\(|^/dev/|^/proc/")
+
+
 def source(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
+    """``source FILE``: a plain file path is a script like any other; anything else
+    (``<(...)``, ``$var``, ``/dev/stdin``) is code the classifier may not see."""
     if not args:
         return Traits(shellish=True)
-    _runs_download(args[0], sink)
-    stdin = args[0] in ("/dev/stdin", "/proc/self/fd/0", "-")
-    return Traits(shellish=True, stdin_exec="shell" if stdin else None)
+    target = args[0]
+    stdin = target in _STDIN_FILES
+    if _NOT_A_PLAIN_FILE.search(target.removeprefix("$HOME/")) or stdin:
+        sink.danger(f"{name} of something that is not a plain file")
+    else:
+        run_file(target, sink, "shell")
+    return Traits(shellish=True, stdin_exec="shell" if stdin else None, lang="shell")
+
+
+_CODE_SUFFIXES = (".py", ".pl", ".rb", ".js", ".mjs", ".cjs", ".php", ".lua", ".ts")
+
+
+def run_file(path: str, sink: Sink, lang: str) -> None:
+    """A script file is run: downloaded in this command, or written with known text?"""
+    if path.rsplit("/", 1)[-1] in sink.downloaded:
+        sink.danger("download then execute")
+    text = written_text(path, sink)
+    if text is TOO_LARGE:
+        sink.danger("runs a script written by the same command, too large to examine")
+    elif text is not None:
+        sink.danger("runs a script written by the same command")
+        run_code(text, sink, "interpreter" if path.endswith(_CODE_SUFFIXES) else lang)
+
+
+def run_code(text: str, sink: Sink, lang: str) -> None:
+    """Run ``text`` as a shell script or as an interpreter's program (by its ``#!`` line)."""
+    first = text.lstrip().split("\n", 1)[0]
+    if lang == "interpreter" or (first.startswith("#!") and not any(s in first for s in SHELLS)):
+        scan_code(text, sink)
+        reason = code_risk(text)
+        if reason:
+            sink.danger(reason)
+    else:
+        sink.run_script(text)
 
 
 def interpreter(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
@@ -72,29 +111,34 @@ def interpreter(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
     codes = [parsed.values[o] for o in code_opts if o in parsed.values]
     for code in codes:
         scan_code(code, sink)
+        reason = code_risk(code)
+        if reason:
+            sink.danger(reason)
     if name in ("perl", "ruby") and "i" in parsed.short:  # in-place edit of every operand
         for target in parsed.operands:
             check_write(target, sink)
     module = parsed.values.get("-m") if name == "python" else None
     if module == "pip" and parsed.operands[:1] == ("uninstall",):
         sink.danger("package uninstall (pip)")
+    if module == "twine" and parsed.operands[:1] == ("upload",):
+        sink.danger("package publish (twine upload)")
     script = parsed.operands[0] if parsed.operands and not codes and module is None else None
-    if script:
-        _runs_download(script, sink)
+    if script and script != "-":
+        run_file(script, sink, "interpreter")
     reads_stdin = (not codes and module is None and not parsed.operands) or script == "-"
-    return Traits(shellish=True, stdin_exec="interpreter" if reads_stdin else None)
+    return Traits(shellish=True, stdin_exec="interpreter" if reads_stdin else None, lang="interpreter")
 
 
 def awk(name: str, args: tuple[str, ...], sink: Sink) -> None:
-    """awk programs can call ``system()``; the program is the first operand."""
-    parsed = parse_args(args, with_value="fvF", long_with_value="--file --assign --field-separator")
-    if parsed.operands and "-f" not in parsed.values and "--file" not in parsed.values:
-        scan_code(parsed.operands[0], sink)
-
-
-def _runs_download(path: str, sink: Sink) -> None:
-    if path.rsplit("/", 1)[-1] in sink.downloaded:
-        sink.danger("download then execute")
+    """awk programs can call ``system()``, pipe to and from commands; the program is the
+    first operand, or the value of ``-e`` / ``--source`` (gawk)."""
+    parsed = parse_args(args, with_value="fvFe", long_with_value="--file --assign --field-separator --source")
+    programs = [v for k, v in parsed.values.items() if k in ("-e", "--source")]
+    if not programs and parsed.operands and "-f" not in parsed.values and "--file" not in parsed.values:
+        programs.append(parsed.operands[0])
+    for program in programs:
+        scan_code(program, sink)
+        awk_program(program, sink)
 
 
 # ---------------------------------------------------------------- downloads and decoders
@@ -147,13 +191,15 @@ def _url_basename(url: str) -> str:
 def base_codec(name: str, args: tuple[str, ...], sink: Sink) -> Traits | None:
     parsed = parse_args(args, with_value="w", long_with_value="--wrap")
     if {"d", "D"} & parsed.short or has_long(parsed, "--decode"):
-        return Traits(decodes=True, transform="base64" if name == "base64" else None)
+        return Traits(decodes=True, transform=name if name in ("base64", "base32") else None)
     return None
 
 
 def xxd(name: str, args: tuple[str, ...], sink: Sink) -> Traits | None:
-    if "r" in parse_args(args, with_value="cglos").short or "-revert" in args:
-        return Traits(decodes=True)
+    short = parse_args(args, with_value="cglos").short
+    if "r" in short or "-revert" in args:
+        plain = "p" in short or "-ps" in args or "-plain" in args
+        return Traits(decodes=True, transform="hex" if plain else None)
     return None
 
 
@@ -161,7 +207,8 @@ def openssl(name: str, args: tuple[str, ...], sink: Sink) -> Traits | None:
     if args[:1] == ("s_client",):
         return Traits(socket=True)
     if args[:1] in (("base64",), ("enc",)) and "-d" in args:
-        return Traits(decodes=True, transform="base64" if "base64" in args or "-a" in args else None)
+        b64 = bool({"base64", "-base64", "-a", "-A"} & set(args))
+        return Traits(decodes=True, transform="base64" if b64 else None)
     return None
 
 
@@ -179,8 +226,20 @@ def rev(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
 
 def replay_transform(transform: str | None, text: str) -> str | None:
     """Apply a pipeline stage's decoding to known text (``echo cm0= | base64 -d``)."""
+    if transform == "identity":
+        return text
     if transform == "rev":
         return "\n".join(line[::-1] for line in text.split("\n"))
+    if transform == "hex":
+        try:
+            return bytes.fromhex("".join(text.split())).decode("utf-8", "replace")
+        except ValueError:
+            return None
+    if transform == "base32":
+        try:
+            return base64.b32decode("".join(text.split()).upper(), casefold=True).decode("utf-8", "replace")
+        except (binascii.Error, ValueError):
+            return None
     if transform == "base64":
         try:
             return base64.b64decode("".join(text.split()) + "==", validate=False).decode("utf-8", "replace")

@@ -3,8 +3,11 @@ control, packages, containers and databases."""
 
 from __future__ import annotations
 
+import re
+
 from runner.safety.shell.common import Rule, Sink, Traits, has_long, parse_args
 from runner.safety.shell.payloads import scan_sql
+from runner.safety.shell.rules_exec import exec_value
 
 # ---------------------------------------------------------------- power and processes
 
@@ -111,13 +114,57 @@ def killall(name: str, args: tuple[str, ...], sink: Sink) -> None:
 _GIT_GLOBAL_VALUE = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--super-prefix", "--config-env"})
 
 
-def git(name: str, args: tuple[str, ...], sink: Sink) -> None:
+# Configuration keys whose value git runs as a command (``!``-aliases included).
+_GIT_EXEC_KEY = re.compile(
+    r"core\.(?:fsmonitor|sshcommand|pager|editor|askpass|gitproxy|hookspath|alternaterefscommand)"
+    r"|(?:sequence|gpg(?:\.\w+)?)\.(?:editor|program)|pager\..+|diff\.(?:external|.+\.(?:textconv|command))"
+    r"|(?:filter|merge|difftool|mergetool)\..+\.(?:clean|smudge|process|driver|cmd|path)"
+    r"|credential(?:\..+)?\.helper|uploadpack\.packobjectshook|remote\..+\.(?:uploadpack|receivepack)"
+    r"|alias\..+|protocol\..+|include(?:if)?\..*path|ssh\.variant|receive\.procreceiverefs|init\.templatedir",
+    re.I,
+)
+
+
+def _git_config_value(key: str, value: str, sink: Sink, how: str) -> None:
+    if not _GIT_EXEC_KEY.fullmatch(key):
+        return
+    if key.lower().startswith("alias.") and not value.startswith("!"):
+        return  # an alias of git sub-commands runs no shell
+    exec_value(value.lstrip("!"), sink, f"git {how} {key}", always=True)
+
+
+def _git_globals(args: tuple[str, ...], sink: Sink) -> int:
+    """Skip git's global options; ``-c key=value`` that runs a command is examined."""
     i = 0
     while i < len(args) and args[i].startswith("-"):
-        i += 2 if args[i] in _GIT_GLOBAL_VALUE else 1
+        arg = args[i]
+        if arg == "-c" and i + 1 < len(args):
+            key, _, value = args[i + 1].partition("=")
+            _git_config_value(key, value, sink, "-c")
+        elif arg.startswith("--config-env"):
+            sink.danger("git --config-env (configuration from the environment)")
+        i += 2 if arg in _GIT_GLOBAL_VALUE else 1
+    return i
+
+
+_GIT_EXEC_OPTIONS = frozenset({"--upload-pack", "--receive-pack", "--exec"})
+_GIT_REMOTE_SUBS = frozenset({"clone", "fetch", "pull", "ls-remote", "push", "archive"})
+
+
+def git(name: str, args: tuple[str, ...], sink: Sink) -> None:
+    i = _git_globals(args, sink)
     if i >= len(args):
         return
     sub, rest = args[i], args[i + 1 :]
+    if sub == "config":
+        words = [a for a in rest if not a.startswith("-")]
+        if len(words) >= 2:
+            _git_config_value(words[0], words[1], sink, "config")
+    for k, arg in enumerate(rest):
+        opt, eq, value = arg.partition("=")
+        if sub in _GIT_REMOTE_SUBS and (opt in _GIT_EXEC_OPTIONS or (opt == "-u" and sub == "clone")):
+            value = value if eq else (rest[k + 1] if k + 1 < len(rest) else "")
+            exec_value(value, sink, f"git {sub} {opt}", always=True)
     parsed = parse_args(rest, with_value="mCcoe" if sub != "push" else "o")
     if sub == "reset" and "--hard" in rest:
         sink.danger("git reset --hard")
@@ -171,6 +218,15 @@ _UNINSTALL: dict[str, frozenset[str]] = {
 }
 
 
+_PUBLISH: dict[str, frozenset[str]] = {
+    "npm": frozenset({"publish", "unpublish", "deprecate"}),
+    "yarn": frozenset({"publish", "npm"}),
+    "pnpm": frozenset({"publish"}),
+    "gem": frozenset({"push", "yank"}),
+    "cargo": frozenset({"publish", "yank"}),
+}
+
+
 def package(name: str, args: tuple[str, ...], sink: Sink) -> None:
     verbs = _UNINSTALL[name if not name.startswith("pip") or name == "pipx" else "pip"]
     words = [a for a in args if not a.startswith("-")]
@@ -178,12 +234,37 @@ def package(name: str, args: tuple[str, ...], sink: Sink) -> None:
         words = words[1:]
     if words and words[0] in verbs:
         sink.danger(f"package uninstall ({name})")
+    if words and words[0] in _PUBLISH.get(name, ()):
+        sink.danger(f"package publish ({name} {words[0]})")
+
+
+_PUBLISHERS: dict[str, tuple[str, ...]] = {
+    "twine": ("upload", "register"),
+    "poetry": ("publish",),
+    "flit": ("publish",),
+    "hatch": ("publish",),
+    "uv": ("publish",),
+    "pdm": ("publish",),
+    "dotnet": ("nuget",),
+    "nuget": ("push",),
+    "mvn": ("deploy",),
+    "gradle": ("publish",),
+    "helm": ("push",),
+}
+
+
+def publisher(name: str, args: tuple[str, ...], sink: Sink) -> None:
+    """``twine upload``, ``poetry publish``, ``mvn deploy``: a release leaves the machine."""
+    words = [a for a in args if not a.startswith("-")]
+    if words and words[0] in _PUBLISHERS[name]:
+        sink.danger(f"package publish ({name} {words[0]})")
 
 
 def uv(name: str, args: tuple[str, ...], sink: Sink) -> None:
     words = [a for a in args if not a.startswith("-")]
     if words[:2] in (["pip", "uninstall"], ["tool", "uninstall"]):
         sink.danger("package uninstall (uv)")
+    publisher(name, args, sink)
 
 
 def dpkg_like(name: str, args: tuple[str, ...], sink: Sink) -> None:
@@ -213,6 +294,8 @@ def docker(name: str, args: tuple[str, ...], sink: Sink) -> None:
         sink.danger(f"docker {rest[0]} {rest[1]}")
     if rest[:1] in (("run",), ("create",)) and "--privileged" in rest:
         sink.danger("docker --privileged")
+    if rest[:1] == ("push",) or rest[:2] in (("image", "push"), ("manifest", "push"), ("buildx", "imagetools")):
+        sink.danger(f"{name} push (publishes an image)")
     compose = rest[1:] if rest[:1] == ("compose",) else rest if name == "docker-compose" else ()
     if compose[:1] == ("down",) and ({"-v", "--volumes"} & set(compose)):
         sink.danger("docker compose down -v (deletes volumes)")
@@ -223,7 +306,7 @@ def infra(name: str, args: tuple[str, ...], sink: Sink) -> None:
     words = [a for a in args if not a.startswith("-")]
     destroys = {
         "kubectl": words[:1] == ["delete"],
-        "helm": words[:1] in (["uninstall"], ["delete"]),
+        "helm": words[:1] in (["uninstall"], ["delete"], ["push"]),
         "terraform": words[:1] == ["destroy"] or (words[:1] == ["apply"] and "-destroy" in args),
     }[name]
     if destroys:
@@ -238,15 +321,99 @@ def crontab(name: str, args: tuple[str, ...], sink: Sink) -> None:
         sink.danger("crontab change")
 
 
+# ---------------------------------------------------------------- firewall and accounts
+
+
+def iptables(name: str, args: tuple[str, ...], sink: Sink) -> None:
+    """``-F``/``-X``/``-Z`` flush or delete chains; ``-P CHAIN DROP`` cuts the machine off."""
+    parsed = parse_args(args, with_value="tAIDRNEPLSjgiocmdsw", long_with_value="--table --policy")
+    if {"F", "X"} & parsed.short or has_long(parsed, "--flush", "--delete-chain"):
+        sink.danger(f"firewall flush ({name})")
+    policy = parsed.values.get("-P") or parsed.values.get("--policy")
+    if policy is not None and any(a.upper() in ("DROP", "REJECT") for a in args):
+        sink.danger(f"firewall default policy DROP ({name})")
+
+
+def nft(name: str, args: tuple[str, ...], sink: Sink) -> None:
+    words = [a for a in args if not a.startswith("-")]
+    if words[:1] in (["flush"], ["delete"], ["destroy"]):
+        sink.danger(f"firewall flush (nft {words[0]})")
+
+
+def ufw(name: str, args: tuple[str, ...], sink: Sink) -> None:
+    words = [a for a in args if not a.startswith("-")]
+    if words[:1] in (["disable"], ["reset"]) or words[:2] == ["default", "deny"]:
+        sink.danger(f"firewall change (ufw {words[0]})")
+
+
+def firewall_cmd(name: str, args: tuple[str, ...], sink: Sink) -> None:
+    if any(a in ("--panic-on", "--complete-reload") or a.startswith("--remove-") for a in args):
+        sink.danger("firewall change (firewall-cmd)")
+
+
+def account_removal(name: str, args: tuple[str, ...], sink: Sink) -> None:
+    """userdel, deluser, groupdel, delgroup, chpasswd: accounts and passwords change."""
+    if "--help" not in args:
+        sink.danger(f"user account change ({name})")
+
+
+def passwd(name: str, args: tuple[str, ...], sink: Sink) -> None:
+    """``passwd -d`` empties a password, ``-l`` locks the account, ``--stdin`` sets it."""
+    parsed = parse_args(args, with_value="nxwi")
+    if {"d", "l", "e", "u"} & parsed.short or has_long(parsed, "--delete", "--lock", "--expire", "--stdin"):
+        sink.danger(f"password change ({name})")
+
+
+def usermod(name: str, args: tuple[str, ...], sink: Sink) -> None:
+    parsed = parse_args(args, with_value="cdegGlpsuf", long_with_value="--password --shell --expiredate")
+    if {"L", "p", "e"} & parsed.short or has_long(parsed, "--lock", "--password", "--expiredate"):
+        sink.danger(f"user account change ({name})")
+
+
+# ---------------------------------------------------------------- cloud
+
+
+def aws(name: str, args: tuple[str, ...], sink: Sink) -> None:
+    words = [a for a in args if not a.startswith("-")]
+    if words[:2] == ["s3", "rm"] and ("--recursive" in args or "-r" in args):
+        sink.danger("cloud recursive delete (aws s3 rm --recursive)")
+    elif words[:2] == ["s3", "rb"]:
+        sink.danger("cloud bucket delete (aws s3 rb)")
+    elif words[:2] == ["s3", "sync"] and "--delete" in args:
+        sink.danger("cloud delete (aws s3 sync --delete)")
+    elif len(words) >= 2 and words[1].startswith(("delete", "terminate", "remove", "deregister", "purge")):
+        sink.danger(f"cloud delete (aws {words[0]} {words[1]})")
+
+
+def gsutil(name: str, args: tuple[str, ...], sink: Sink) -> None:
+    words = [a for a in args if not a.startswith("-")]
+    sub = words[0] if words else ""
+    after = args[args.index(sub) + 1 :] if sub else ()
+    flags = parse_args(after).short
+    if (sub == "rm" and {"r", "R", "a"} & flags) or sub == "rb" or (sub == "rsync" and "d" in flags):
+        sink.danger(f"cloud delete (gsutil {sub})")
+
+
+def cloud_cli(name: str, args: tuple[str, ...], sink: Sink) -> None:
+    """gcloud, az, doctl: any ``delete`` verb removes live resources."""
+    words = [a for a in args if not a.startswith("-")]
+    if any(w in ("delete", "delete-batch", "purge") for w in words):
+        sink.danger(f"cloud delete ({name} ... delete)")
+    elif name == "gcloud" and words[:2] == ["storage", "rm"]:
+        sink.danger("cloud delete (gcloud storage rm)")
+
+
 # ---------------------------------------------------------------- databases
 
 SQL_CLIENTS = frozenset(
     {"psql", "mysql", "mariadb", "sqlite3", "sqlite", "duckdb", "clickhouse-client", "clickhouse",
-     "sqlcmd", "cockroach", "mycli", "pgcli", "litecli", "usql", "snowsql", "bq"}
+     "sqlcmd", "cockroach", "mycli", "pgcli", "litecli", "usql", "snowsql", "bq", "redis-cli",
+     "valkey-cli", "keydb-cli", "mongo", "mongosh"}
 )  # fmt: skip
 
 
 def sql_client(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
+    """SQL clients, redis-cli and the mongo shells: their arguments and stdin are scanned."""
     scan_sql(" ".join(args), sink)
     return Traits(sql=True)
 
@@ -276,5 +443,16 @@ RULES: dict[str, Rule] = {
     "helm": infra,
     "terraform": infra,
     "crontab": crontab,
+    **{p: publisher for p in _PUBLISHERS if p not in ("uv", "helm")},
+    **{f: iptables for f in ("iptables", "ip6tables", "iptables-legacy", "iptables-nft", "ip6tables-legacy")},
+    "nft": nft,
+    "ufw": ufw,
+    "firewall-cmd": firewall_cmd,
+    **{a: account_removal for a in ("userdel", "deluser", "groupdel", "delgroup", "chpasswd")},
+    "passwd": passwd,
+    "usermod": usermod,
+    "aws": aws,
+    "gsutil": gsutil,
+    **{c: cloud_cli for c in ("gcloud", "az", "doctl")},
     **{c: sql_client for c in SQL_CLIENTS},
 }

@@ -62,8 +62,9 @@ class Sub:
 @dataclass(frozen=True, slots=True)
 class Word:
     value: str  # quotes and escapes removed
-    quoted: bool = False  # any part was quoted or escaped: no splitting, no brace expansion
+    quoted: bool = False  # any part was quoted or escaped: no splitting
     subs: tuple[Sub, ...] = ()
+    braces: bool = False  # an unquoted part holds "{": brace expansion applies even if quoted
 
 
 @dataclass(slots=True)

@@ -76,10 +76,22 @@ _SPECS: dict[str, _Spec] = {
     "ionice": _spec("-c -n -p -P -u --class --classdata --pid --pgid --uid"),
     "taskset": _spec(positionals=1),
     "chroot": _spec("--userspec --groups", positionals=1),
-    "xargs": _spec(
-        "-a -d -E -I -L -n -P -s --arg-file --delimiter --eof --replace --max-lines --max-args "
-        "--max-procs --max-chars --process-slot-var"
+    "chrt": _spec(
+        "-T -P -D --sched-runtime --sched-period --sched-deadline",
+        positionals=1,
+        no_command=frozenset({"-p", "--pid", "-m", "--max"}),
     ),
+    "systemd-run": _spec(
+        "-p --property -E --setenv -u --unit --description --slice -M --machine -H --host --on-active "
+        "--on-calendar --uid --gid --nice -D --working-directory",
+        reason="systemd-run (starts a transient service)",
+    ),
+    "runuser": _spec(
+        "-u --user -g --group -G --supp-group -s --shell -w --whitelist-environment", reason="switch user (runuser)"
+    ),
+    "prlimit": _spec("-p --pid -o --output"),
+    "cpulimit": _spec("-l --limit -p --pid -e --exe"),
+    "faketime": _spec("-m -p -f", positionals=1),
     "strace": _spec("-e -o -p -s -u -E -a -b -I -O -S -P -X"),
     "ltrace": _spec("-e -o -p -s -u -n -a -A -D -F -l -L"),
     "unbuffer": _spec(),
@@ -249,7 +261,17 @@ def _trap(argv: tuple[str, ...]) -> Step:
 
 
 def _su(argv: tuple[str, ...]) -> Step:
-    reasons = ("switch user (su)",)
+    name = command_name(argv[0])
+    if (
+        name == "runuser"
+        and "-c" not in argv
+        and "--command" not in argv
+        and not any(a.startswith("--command=") for a in argv)
+    ):
+        return _prefix(argv, _SPECS["runuser"])
+    if name == "sg" and len(argv) >= 3 and argv[2] not in ("-c",):
+        return Step(tuple(argv[2:]), ("switch group (sg)",))
+    reasons = (f"switch user ({name})",)
     for i, arg in enumerate(argv[1:], start=1):
         if arg in ("-c", "--command") and i + 1 < len(argv):
             return Step((), reasons, payloads=(argv[i + 1],))
@@ -300,6 +322,8 @@ _SPECIAL: dict[str, Callable[[tuple[str, ...]], Step]] = {
     "eval": _eval,
     "trap": _trap,
     "su": _su,
+    "runuser": _su,
+    "sg": _su,
     "ssh": _ssh,
     "watch": _watch,
     "flock": _flock,

@@ -46,11 +46,13 @@ class WordReader:
         text, n = self.text, self.n
         parts: list[str] = []
         subs: list[Sub] = []
-        quoted = False
+        quoted = braces = False
         while self.pos < n:
             m = _PLAIN.match(text, self.pos)
             if m:
-                parts.append(m.group())
+                part = m.group()
+                parts.append(part)
+                braces = braces or "{" in part
                 self.pos = m.end()
                 continue
             c = text[self.pos]
@@ -84,7 +86,7 @@ class WordReader:
             if self.pos < n and text[self.pos] not in " \t\n;&|()<>":
                 raise ParseError("unexpected character")
             return None
-        return Word("".join(parts), quoted, tuple(subs))
+        return Word("".join(parts), quoted, tuple(subs), braces)
 
     def dquote(self, parts: list[str], subs: list[Sub], closing: bool) -> None:
         """Read a double-quoted string body (or a whole here-document when not ``closing``)."""
