@@ -19,7 +19,7 @@ def protected_set(
 ) -> ControlPlane:
     """jobs.yaml, config.yaml, the inputs jobs.yaml refers to (every job's: another job's template
     steers the next run as much as this one's), the replayed cassette, the bundled and extra
-    skill folders, RUNNER_HOME."""
+    skill folders, RUNNER_HOME (but not its ``workspaces/``, where kanban tasks work)."""
     files = dict.fromkeys([str(settings.jobs_path), str(settings.config_path)])
     jobs = _jobs_or_none(settings)
     for ref in referenced_files(jobs) if jobs is not None else job_inputs(job):
@@ -34,6 +34,7 @@ def protected_set(
         unreadable=(home, os.path.normpath(str(settings.config_path))),
         skill_folders=skills,
         workdir=os.path.normpath(str(workdir or job.workdir)),
+        exempt=(os.path.join(home, "workspaces"),),
     )
 
 

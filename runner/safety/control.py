@@ -63,6 +63,7 @@ class ControlPlane:
     unreadable: tuple[str, ...] = ()  # neither read nor written by the file tools (files or folders)
     skill_folders: tuple[str, ...] = ()  # their SKILL.md files are hashed
     workdir: str = ""  # the job's workdir on the host
+    exempt: tuple[str, ...] = ()  # work areas inside a protected folder (RUNNER_HOME/workspaces: kanban tasks)
     backend_workdir: str = ""  # the same folder as the backend sees it ("" = the same path)
 
     # -- building ---------------------------------------------------------------------------
@@ -93,11 +94,11 @@ class ControlPlane:
 
     def write_hit(self, path: str, cwd: str | None = None) -> str | None:
         """The protected path that writing ``path`` would touch, or None."""
-        return _hit(self.host_path(path, cwd), self.files, (*self.folders, *self.unreadable))
+        return _hit(self.host_path(path, cwd), self.files, (*self.folders, *self.unreadable), self.exempt)
 
     def read_hit(self, path: str, cwd: str | None = None) -> str | None:
         """The unreadable path that reading ``path`` would show, or None."""
-        return _hit(self.host_path(path, cwd), (), self.unreadable)
+        return _hit(self.host_path(path, cwd), (), self.unreadable, self.exempt)
 
     def unreadable_below(self, path: str) -> tuple[str, ...]:
         """Unreadable paths under the folder ``path`` (a search there must skip them), as host paths."""
@@ -160,6 +161,8 @@ class ControlPlane:
         parts = full.split("/")
         prefixes = ["/".join(parts[:k]) for k in range(1, len(parts) + 1)]  # the path, or a folder above it
         protected = (*self.files, *self.folders, *self.unreadable)
+        if any(_under(full, e) for e in self.exempt):
+            protected = self.files  # inside a work area only the named files are protected
         return any(fnmatch.fnmatchcase(p, pre) for p in protected for pre in prefixes if pre.strip("*/"))
 
     # -- hashing ----------------------------------------------------------------------------
@@ -205,12 +208,14 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def _hit(full: str, files: tuple[str, ...], folders: tuple[str, ...]) -> str | None:
+def _hit(full: str, files: tuple[str, ...], folders: tuple[str, ...], exempt: tuple[str, ...] = ()) -> str | None:
     real = os.path.realpath(full)
     for cand in (full, real):
         for f in files:
             if cand == f or cand == os.path.realpath(f):
                 return f
+        if any(_under(cand, e) or _under(cand, os.path.realpath(e)) for e in exempt):
+            continue  # a work area: only the files named above are protected there
         for d in folders:
             if _under(cand, d) or _under(cand, os.path.realpath(d)):
                 return d

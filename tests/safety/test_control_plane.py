@@ -291,3 +291,26 @@ def test_dangerous_pre_run_follows_the_policy(project, fake):
     project.write_jobs("jobs:\n  j:\n    agent: false\n    approvals: approve\n    pre_run: 'rm -rf build'\n")
     assert project.cli("run-job", "j").exit_code == 0
     assert not (project.root / "build").exists()
+
+
+def test_a_kanban_workspace_inside_runner_home_is_a_work_area(tmp_path):
+    """RUNNER_HOME is protected, but its workspaces/ (where kanban tasks run) is not; named
+    control files stay protected there too."""
+    from runner.safety.control import ControlPlane
+
+    home = tmp_path / "home"
+    work = home / "workspaces" / "7"
+    work.mkdir(parents=True)
+    jobs = tmp_path / "jobs.yaml"
+    plane = ControlPlane(
+        files=(str(jobs),),
+        folders=(str(home),),
+        unreadable=(str(home),),
+        workdir=str(work),
+        exempt=(str(home / "workspaces"),),
+    )
+    assert plane.write_hit("out.txt") is None and plane.read_hit("out.txt") is None
+    assert plane.write_hit("$TASK.txt".replace("$TASK", "x")) is None
+    assert plane.write_hit("../../runner.db") == str(home)
+    assert plane.read_hit("../../outputs") == str(home)
+    assert plane.write_hit(str(jobs)) == str(jobs)
