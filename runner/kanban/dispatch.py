@@ -36,7 +36,7 @@ from runner.kanban.board import Board
 from runner.kanban.model import Claim, FenceError, Reclaimed
 from runner.procs import kill_tree, start_time
 from runner.settings import Settings
-from runner.store.runs import HOST, mark_orphans_unknown
+from runner.store.runs import HOST, recover_orphans
 
 ENV_TASK = "HERMES_KANBAN_TASK"
 ENV_FENCE = "HERMES_KANBAN_FENCE"
@@ -158,7 +158,7 @@ class Dispatcher:
         board = self._board
         if self._orphans:
             self._orphans = False
-            mark_orphans_unknown(board.store)
+            self._recover_orphans()
         exited = self._reap(now)
         promoted = board.promote(now=now)
         reclaimed = board.reclaim_expired(now=now, backoff=self.backoff)
@@ -227,8 +227,17 @@ class Dispatcher:
             out.append(Exited(task_id, child.fence, code, status))
         if out and self._orphans:
             self._orphans = False
-            mark_orphans_unknown(self._board.store)
+            self._recover_orphans()
         return out
+
+    def _recover_orphans(self) -> None:
+        """Rows of dead workers become ``unknown`` and are alerted, on a thread: an alert sink that
+        retries must not hold up dispatching."""
+        lost = recover_orphans(self._board.store)
+        if lost:
+            threading.Thread(
+                target=self.settings.alert_lost, args=(self.settings.store, lost), name="kanban-alerts"
+            ).start()
 
     # -- the standalone loop ------------------------------------------------------------
     def run(

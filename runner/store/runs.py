@@ -131,14 +131,9 @@ def last_output(store: Store, job: str) -> str:
         return ""
 
 
-def mark_orphans_unknown(store: Store) -> int:
-    """Rows left ``running`` on this host by a process that is gone become ``unknown``; return how many."""
-    return len(recover_orphans(store))
-
-
 def recover_orphans(store: Store) -> list[str]:
-    """As ``mark_orphans_unknown``; return the ids this call changed (each is changed by exactly one
-    process, so each is alerted once)."""
+    """Rows left ``running`` on this host by a process that is gone become ``unknown``; return the
+    ids this call changed (each is changed by exactly one process, so each is alerted once)."""
     rows = store.query("SELECT id, pid, pid_start FROM runs WHERE status=? AND host=?", (RunStatus.RUNNING, HOST))
     dead = [r["id"] for r in rows if not r["pid"] or not pid_alive(int(r["pid"]), r["pid_start"])]
     changed: list[str] = []

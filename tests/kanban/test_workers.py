@@ -98,8 +98,10 @@ def test_task_without_a_job_fails_with_a_clear_error(project):
         assert "names no job and config.yaml sets no kanban.default_job" in (board.get(t).error or "")
 
 
-def test_sigkilled_worker_is_ready_again_within_one_sweep(project):
+def test_sigkilled_worker_is_ready_again_within_one_sweep(project, receiver):
     setup(project, retry_backoff=600)
+    with (project.home / "config.yaml").open("a") as fh:
+        fh.write(f"alerts: ['webhook:{receiver.url}/a']\n")
     t = add(project, "slow one", "--job", "slow")
     with dispatcher(project):
         pid = worker_pid(project, t)
@@ -112,6 +114,8 @@ def test_sigkilled_worker_is_ready_again_within_one_sweep(project):
         assert task.attempts == 1 and "exited with code -9" in (task.error or "")
         [run] = board.runs(t)
     assert run["status"] == "unknown"  # the dispatcher marked the killed attempt's run
+    [alert] = [r.json() for r in receiver.wait(1)]  # and alerted it, once
+    assert (alert["event"], alert["run_id"], alert["status"]) == ("failed", run["id"], "unknown")
 
 
 def test_worker_and_dispatcher_killed_lease_expiry_reclaims(project):

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from runner.store import Store, migration_names
-from runner.store.runs import create_run, finish_run, mark_orphans_unknown
+from runner.store.runs import create_run, finish_run, recover_orphans
 from runner.testing import hang
 
 
@@ -43,7 +43,7 @@ def test_orphan_from_dead_pid_becomes_unknown(tmp_path):
     live = create_run(store, job="b", trigger="manual")  # this process: alive
     done = create_run(store, job="c", trigger="manual")
     finish_run(store, done, "succeeded")
-    assert mark_orphans_unknown(store) == 1
+    assert len(recover_orphans(store)) == 1
     statuses = {r["id"]: r["status"] for r in store.query("SELECT id, status FROM runs")}
     assert statuses == {run_id: "unknown", live: "running", done: "succeeded"}
 
