@@ -99,24 +99,13 @@ def _skill_session(run: Run) -> SkillSession | None:
 
 
 def _tool_context(run: Run, skills: SkillSession | None) -> ToolContext:
-    from runner.safety.approval import build_gate
-
     job = run.job
-    gate = build_gate(
-        job,
-        store=run.settings.store,
-        run_id=run.run_id,
-        emit=run.emit,
-        redact=run.redactor,
-        interactive=run.req.interactive,
-        control=run.control,
-    )
     return ToolContext(
         backend=run.backend,
         run_id=run.run_id,
         job_name=job.name,
         allow_paths=tuple(job.spec.allow_paths),
-        approve=gate,
+        approve=run.gate,
         emit=run.emit,
         deadline=run.deadline,
         settings=run.settings,

@@ -14,7 +14,7 @@ import time
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from backends.base import Backend, BackendContext
 from runner.atomic import write_private
@@ -33,6 +33,9 @@ from runner.settings import Settings
 from runner.statuses import RunStatus
 from runner.store import dumps
 from runner.store.runs import Recorder, create_run, finish_run, last_output, mark_started, update_run
+
+if TYPE_CHECKING:
+    from runner.safety.approval import Gate
 
 __all__ = ["Run", "RunOutcome", "RunRequest", "execute"]
 
@@ -147,9 +150,23 @@ class Run:
         if not self.job.spec.pre_run:
             return None
         from runner.run.prerun import check_pre, run_pre
+
+        check_pre(self.job, self.gate.check)
+        pre = self.pre = run_pre(self.job, self.backend, run_id=self.run_id)
+        self.emit("pre_run", {"exit_code": pre.exit_code, "timed_out": pre.timed_out, "stdout": pre.stdout[-4000:]})
+        if not pre.wake:
+            return Produced(RunStatus.SKIPPED, reason="wake_false")
+        if pre.timed_out:
+            return pre_run_failed(pre)
+        return None
+
+    @cached_property
+    def gate(self) -> Gate:
+        """The run's approval gate, frozen at first use (after the backend is open): pre_run and
+        the agent's commands go through the same one."""
         from runner.safety.approval import build_gate
 
-        gate = build_gate(
+        return build_gate(
             self.job,
             store=self.settings.store,
             run_id=self.run_id,
@@ -158,14 +175,6 @@ class Run:
             interactive=self.req.interactive,
             control=self.control,
         )
-        check_pre(self.job, gate.check)
-        pre = self.pre = run_pre(self.job, self.backend, run_id=self.run_id)
-        self.emit("pre_run", {"exit_code": pre.exit_code, "timed_out": pre.timed_out, "stdout": pre.stdout[-4000:]})
-        if not pre.wake:
-            return Produced(RunStatus.SKIPPED, reason="wake_false")
-        if pre.timed_out:
-            return pre_run_failed(pre)
-        return None
 
     @cached_property
     def variables(self) -> dict[str, Any]:
