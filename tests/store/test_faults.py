@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sqlite3
 import stat
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from runner.testing import call, final
+from runner.testing import call, final, hang
 from tests.conftest import Project
 
 
@@ -241,3 +244,59 @@ def test_disk_completely_full_never_leaves_a_running_row(project, fake, small_fs
     assert row["status"] in ("failed", "unknown"), row
     if row["status"] == "failed":
         assert row["reason"] == "store_error", row
+
+
+# -- leftover processes of a run found `unknown` ------------------------------------------------------
+def processes_of(run_id: str) -> dict[int, str]:
+    """pid -> command line of every process whose environment carries the run's mark."""
+    found: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and any(v.startswith(f"RUNNER_RUN_MARK={run_id}-".encode()) for v in environ):
+            found[int(entry)] = cmdline
+    return found
+
+
+def test_recovery_kills_what_a_killed_run_left_running(project, fake):
+    fake.add(
+        call("terminal", {"command": "sleep 300 & setsid sleep 301 & echo started"}),
+        hang(60),  # the next turn: run-job waits for the model while its commands sleep on
+    )
+    project.write_jobs("jobs:\n  slow:\n    prompt: go\n    toolsets: [terminal]\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner", "run-job", "slow"],
+        env=project.env(),
+        cwd=project.root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while len(fake.requests) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(fake.requests) >= 2, "the tool call never finished"
+        (run_id,) = [r[0] for r in sqlite3.connect(project.home / "runner.db").execute("SELECT id FROM runs")]
+        left = processes_of(run_id)
+        assert sorted(left.values()) == ["sleep 300", "sleep 301"], left
+    finally:
+        proc.kill()  # SIGKILL: no finally, no backend close in run-job
+        proc.wait()
+    assert sorted(processes_of(run_id).values()) == ["sleep 300", "sleep 301"], "still there after the kill"
+    res = project.run("runs", "list", "--json")
+    assert res.returncode == 0, res.stderr
+    (row,) = json.loads(res.stdout)
+    assert row["status"] == "unknown" and row["reason"] == "worker_lost", row
+    deadline = time.monotonic() + 5
+    while processes_of(run_id) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = processes_of(run_id)
+    for pid in left:  # a failing test leaves nothing behind either
+        os.kill(pid, signal.SIGKILL)
+    assert left == {}
