@@ -42,6 +42,8 @@ class StoreFault(StoreError, sqlite3.OperationalError):
     """A statement failed because of the file or the disk (full, I/O error, corrupt page, read-only).
     Also a ``sqlite3.OperationalError``, so loops that carry on after a database error still do."""
 
+    reason = "store_error"
+
 
 def sqlite_code(exc: sqlite3.Error) -> int | None:
     """The primary SQLite result code of ``exc`` (None for errors raised by the sqlite3 module itself)."""
