@@ -24,15 +24,16 @@ from backends.base import (
 )
 from runner import secrets
 from runner.errors import BackendError
-from runner.procs import group_alive, kill_marked, kill_tree, start_time
+from runner.procs import RUN_MARK, group_alive, kill_marked, kill_tree, start_time
 
 if TYPE_CHECKING:
     from backends.spec import LocalSpec
 
 KILL_GRACE_S = 0.5
-#: every command of a run carries RUNNER_RUN_MARK=<this backend's mark> in its environment, so
-#: close() finds what it left behind even after ``setsid``/double fork took it out of the tree
-MARK_VAR = "RUNNER_RUN_MARK"
+#: every command of a run carries RUNNER_RUN_MARK=<run id>-<this backend's nonce> in its environment,
+#: so close() finds what it left behind even after ``setsid``/double fork took it out of the tree, and
+#: so does the recovery of a run whose process was killed before close() (runner.store.runs)
+MARK_VAR = RUN_MARK
 
 
 class LocalBackend:

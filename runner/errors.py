@@ -64,9 +64,18 @@ class CassetteError(RunnerError, RuntimeError):
 
 
 class StoreError(RunnerError, RuntimeError):
-    """The SQLite store could not be opened or migrated."""
+    """The store could not be opened, migrated or written: runner.db (disk full, I/O error, a
+    corrupt page) or a run's files under RUNNER_HOME (outputs, transcripts). Exit 1: a fault."""
 
-    reason = "store"
+    reason = "store_error"
+
+
+class StoreStateError(StoreError):
+    """runner.db cannot be used as it is (empty next to earlier runs, not a database, corrupt, not
+    runner's, unreadable): nothing ran; the person restores a backup or moves the file aside. Exit 2."""
+
+    exit_code = 2
+    reason = "store_state"
 
 
 class Tampered(RunnerError, PermissionError):

@@ -91,9 +91,15 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def marked(name: str, value: str) -> list[int]:
+#: every command the local backend runs carries ``RUNNER_RUN_MARK=<run id>-<nonce>`` in its
+#: environment: its own cleanup and the recovery of a run found ``unknown`` find what it left
+RUN_MARK = "RUNNER_RUN_MARK"
+
+
+def marked(name: str, value: str, *, prefix: bool = False) -> list[int]:
     """Live processes of this user (not this one) started with ``name=value`` in their environment
-    (``/proc/PID/environ`` holds the environment a process was exec'd with); empty without /proc."""
+    (``/proc/PID/environ`` holds the environment a process was exec'd with); with ``prefix``, any
+    value starting with ``value``. Empty without /proc."""
     needle = f"{name}={value}".encode()
     uid, me = os.getuid(), os.getpid()
     out: list[int] = []
@@ -107,19 +113,20 @@ def marked(name: str, value: str) -> list[int]:
             environ = (PROC / entry / "environ").read_bytes()
         except OSError:
             continue  # gone, or not ours to read
-        if needle in environ.split(b"\0"):
+        variables = environ.split(b"\0")
+        if any(v.startswith(needle) for v in variables) if prefix else needle in variables:
             out.append(int(entry))
     return out
 
 
-def kill_marked(name: str, value: str, *, rounds: int = 5) -> int:
-    """SIGKILL every process ``marked(name, value)`` finds, and its process group unless that is
-    ours; again while new ones appear (a process forking as it dies), at most ``rounds`` times.
-    Returns how many processes were signalled."""
+def kill_marked(name: str, value: str, *, prefix: bool = False, rounds: int = 5) -> int:
+    """SIGKILL every process ``marked(name, value, prefix=prefix)`` finds, and its process group
+    unless that is ours; again while new ones appear (a process forking as it dies), at most
+    ``rounds`` times. Returns how many processes were signalled."""
     own = os.getpgrp()
     killed: set[tuple[int, str | None]] = set()
     for _ in range(rounds):
-        found = [(pid, start_time(pid)) for pid in marked(name, value)]
+        found = [(pid, start_time(pid)) for pid in marked(name, value, prefix=prefix)]
         fresh = [(pid, start) for pid, start in found if (pid, start) not in killed]
         if not fresh:
             break

@@ -68,13 +68,18 @@ class Settings:
 
         return load_jobs(self.jobs_path, default_timezone=self.config.timezone)
 
+    @property
+    def state_dirs(self) -> tuple[Path, ...]:
+        """Folders whose files show runs happened in this RUNNER_HOME (an empty ledger beside them is refused)."""
+        return (self.home / "outputs", self.home / "logs" / "runs")
+
     @cached_property
     def store(self) -> Store:
         from runner.store import Store
         from runner.store.runs import recover_orphans
 
         self.ensure_home()
-        store = Store.open(self.home / "runner.db")
+        store = Store.open(self.home / "runner.db", state=self.state_dirs)
         lost = recover_orphans(store)
         if lost:
             self.alert_lost(store, lost)

@@ -79,11 +79,11 @@ def doctor(deep: bool, as_json: bool) -> None:
 
     jobs = _doctor_jobs(s, add)
     _doctor_config(s, add, jobs, deep=deep)
-    _doctor_store(s, add)
+    store_ok = _doctor_store(s, add)
     if jobs is not None:
         _doctor_backends(s, add, jobs)
     uses_docker = any(c["check"].startswith("backend docker") for c in checks)
-    cleaned = _cleanup_containers(s) if uses_docker else None
+    cleaned = _cleanup_containers(s) if uses_docker and store_ok else None
     if cleaned is not None:
         add("docker cleanup", True, f"removed {cleaned} stale containers")
     if as_json:
@@ -150,13 +150,23 @@ def _models_by_provider(cfg: Any, jobs: Any) -> dict[str, set[str]]:
     return out
 
 
-def _doctor_store(s: Any, add: Any) -> None:
+def _doctor_store(s: Any, add: Any) -> bool:
+    """Open the store and run ``PRAGMA quick_check`` over every page; return whether it is usable."""
     from runner.errors import RunnerError
+    from runner.store import WHAT_TO_DO
 
     try:
-        add("store", True, f"{s.store.path}")
+        store = s.store
+        problems = store.quick_check()
     except RunnerError as exc:
         add("store", False, str(exc))
+        return False
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        add("store", False, f"{store.path}: quick_check: {problems[0]}{more}; {WHAT_TO_DO}")
+        return False
+    add("store", True, f"{store.path} (quick_check ok)")
+    return True
 
 
 def _doctor_backends(s: Any, add: Any, jobs: Any) -> None:

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from backends.base import Backend, BackendContext
-from runner.atomic import write_private
+from runner.atomic import write_run_file
 from runner.clock import utcnow
 from runner.delivery.alerts import Alerter, RunEnd, tail, tail_of_run
 from runner.delivery.send import SendContext
-from runner.errors import RunnerError, Tampered, failure_reason
+from runner.errors import RunnerError, StoreError, Tampered, failure_reason
 from runner.run.delivery import Output, deliver
 from runner.run.prepare import Prepared, prepare
 from runner.run.prerun import PreRunResult
@@ -216,7 +216,7 @@ class Run:
 
     def write_output(self, output: str) -> Path:
         path = self.settings.home / "outputs" / self.job.name / f"{self.run_id}.md"
-        write_private(path, output)
+        write_run_file(path, output)
         return path
 
     @cached_property
@@ -258,13 +258,14 @@ class Run:
 
     def failed(self, exc: RunnerError) -> RunOutcome:
         reason, error = failure_reason(exc), self.redactor(str(exc))
-        self.emit("error", {"reason": reason, "error": error})
+        if not isinstance(exc, StoreError):  # a store fault is told by the row alone: an event may not fit
+            self.emit("error", {"reason": reason, "error": error})
         return RunOutcome(self.run_id, RunStatus.FAILED, reason=reason, error=error)
 
     def save_transcript(self, messages: list[dict[str, Any]]) -> Path:
         """The conversation as sent to the model (after pruning), redacted, for post-mortems."""
         path = self.settings.home / "logs" / "runs" / f"{self.run_id}.json"
-        write_private(path, json.dumps(self.redactor.redact_obj(messages), ensure_ascii=False, indent=1))
+        write_run_file(path, json.dumps(self.redactor.redact_obj(messages), ensure_ascii=False, indent=1))
         return path
 
     def finish(self) -> None:

@@ -141,7 +141,7 @@ def worker_main(spec: WorkerSpec, held: dict[str, str] | None = None) -> None:
         secrets.install(held)
     stop = threading.Event()
     install_two_stage_stop(stop)
-    from runner.errors import RunnerError, failure_reason
+    from runner.errors import RunnerError, StoreError, failure_reason
     from runner.run.execute import execute
     from runner.run.request import RunRequest
     from runner.settings import Settings
@@ -157,8 +157,10 @@ def worker_main(spec: WorkerSpec, held: dict[str, str] | None = None) -> None:
     try:
         outcome = execute(settings, req)
     except RunnerError as exc:
-        reason = failure_reason(exc)
-        finish_run(settings.store, spec.run_id, RunStatus.FAILED, reason=reason, error=str(exc))
         print(f"runner worker {spec.run_id}: {exc}", file=sys.stderr)
+        try:
+            finish_run(settings.store, spec.run_id, RunStatus.FAILED, reason=failure_reason(exc), error=str(exc))
+        except StoreError as again:  # the disk is still full: serve records the worker's exit instead
+            print(f"runner worker {spec.run_id}: cannot record the failure: {again}", file=sys.stderr)
         sys.exit(exc.exit_code)
     sys.exit(outcome.exit_code)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.clock import iso, utcnow
-from runner.errors import StoreError
+from runner.errors import StoreError, StoreStateError
 
 BUSY_TIMEOUT_MS = 30_000
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
@@ -30,6 +30,36 @@ def migration_names() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules([str(MIGRATIONS_DIR)]) if m.name.startswith("m"))
 
 
+#: SQLite primary result codes that are faults of the file or the disk (not contention, not a
+#: constraint): a statement failing with one raises ``StoreFault`` naming the file
+FAULTS = {3: "permission", 8: "readonly", 10: "ioerr", 11: "corrupt", 13: "full", 14: "cantopen", 26: "notadb"}
+BUSY = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED: another process holds the lock past busy_timeout
+BROKEN = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB: the file itself is damaged
+WHAT_TO_DO = "restore a backup (made with `runner db backup PATH`) or move the file aside to start a new ledger"
+
+
+class StoreFault(StoreError, sqlite3.OperationalError):
+    """A statement failed because of the file or the disk (full, I/O error, corrupt page, read-only).
+    Also a ``sqlite3.OperationalError``, so loops that carry on after a database error still do."""
+
+    reason = "store_error"
+
+
+def sqlite_code(exc: sqlite3.Error) -> int | None:
+    """The primary SQLite result code of ``exc`` (None for errors raised by the sqlite3 module itself)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else None
+
+
+def fault(path: Path, exc: sqlite3.Error) -> StoreFault | None:
+    """``exc`` as a ``StoreFault`` naming ``path``, or None when it is not a fault of the file or disk."""
+    code = sqlite_code(exc)
+    if code not in FAULTS:
+        return None
+    hint = f"; run `runner doctor`, then {WHAT_TO_DO}" if code in BROKEN else ""
+    return StoreFault(f"{path}: store error: {exc}{hint}")
+
+
 class Store:
     def __init__(self, path: Path, conn: sqlite3.Connection):
         self.path = path
@@ -37,28 +67,39 @@ class Store:
         self._local = threading.local()
 
     @classmethod
-    def open(cls, path: Path, *, migrate: bool = True) -> Store:
+    def open(cls, path: Path, *, migrate: bool = True, state: Sequence[Path] = ()) -> Store:
+        """Open (or create) the store at ``path``. ``state``: folders whose files show that runs
+        happened here (RUNNER_HOME's outputs and transcripts): next to them an empty ledger is
+        refused (StoreStateError, exit 2) instead of silently starting over."""
         path = Path(path)
-        try:
-            if not path.exists():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
-            conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
-            conn.row_factory = sqlite3.Row
-            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA foreign_keys=ON")
-        except sqlite3.Error as exc:
-            raise StoreError(f"{path}: cannot open the store: {exc}") from exc
+        empty = _empty_file(path)  # a missing file is a new ledger (also after moving the old one aside)
+        if empty and path.exists():
+            _refuse_fresh(path, state, "the file is empty")
+        conn = _connect(path)
         store = cls(path, conn)
+        if not empty:
+            _check_schema(store, state)
         if migrate:
-            store.migrate()
+            with store.guard():
+                store.migrate()
         for suffix in ("-wal", "-shm"):
             side = Path(f"{path}{suffix}")
             if side.exists():
                 os.chmod(side, 0o600)
         return store
+
+    @contextmanager
+    def guard(self) -> Iterator[None]:
+        """Turn a fault of the file or the disk inside the block into a ``StoreFault`` naming the file."""
+        try:
+            yield
+        except StoreError:
+            raise
+        except sqlite3.DatabaseError as exc:
+            converted = fault(self.path, exc)
+            if converted is None:
+                raise
+            raise converted from exc
 
     def close(self) -> None:
         self.conn.close()
@@ -99,27 +140,124 @@ class Store:
             finally:
                 self._local.depth = depth
             return
-        self.conn.execute("BEGIN IMMEDIATE")
-        self._local.depth = 1
-        try:
-            yield self.conn
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        else:
-            self.conn.execute("COMMIT")
-        finally:
-            self._local.depth = 0
+        with self.guard():
+            self.conn.execute("BEGIN IMMEDIATE")
+            self._local.depth = 1
+            try:
+                yield self.conn
+                self.conn.execute("COMMIT")  # may fail too (disk full while writing the WAL)
+            except BaseException:
+                if self.conn.in_transaction:  # SQLite may have rolled back by itself (SQLITE_FULL, IOERR)
+                    self.conn.execute("ROLLBACK")
+                raise
+            finally:
+                self._local.depth = 0
 
+    # plain try/except rather than ``guard()``: these are on the hot path (an event per tool call)
     def query(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]:
-        return [dict(row) for row in self.conn.execute(sql, params)]
+        try:
+            return [dict(row) for row in self.conn.execute(sql, params)]
+        except sqlite3.DatabaseError as exc:
+            raise (fault(self.path, exc) or exc) from exc
 
     def one(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> dict[str, Any] | None:
-        row = self.conn.execute(sql, params).fetchone()
+        try:
+            row = self.conn.execute(sql, params).fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise (fault(self.path, exc) or exc) from exc
         return dict(row) if row is not None else None
 
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Cursor:
-        return self.conn.execute(sql, params)
+        try:
+            return self.conn.execute(sql, params)
+        except sqlite3.DatabaseError as exc:
+            raise (fault(self.path, exc) or exc) from exc
+
+    def quick_check(self) -> list[str]:
+        """``PRAGMA quick_check``: the problems found (empty when the file is sound). A page so
+        damaged that the check itself cannot read it is reported as that error."""
+        try:
+            rows = [str(r[0]) for r in self.conn.execute("PRAGMA quick_check")]
+        except sqlite3.DatabaseError as exc:
+            if sqlite_code(exc) not in FAULTS:
+                raise
+            return [str(exc)]
+        return [] if rows == ["ok"] else rows
+
+
+def _empty_file(path: Path) -> bool:
+    """``path`` is missing or has no bytes (a new store, or one truncated to nothing)."""
+    try:
+        return path.stat().st_size == 0
+    except FileNotFoundError:
+        return True
+    except OSError as exc:
+        raise StoreStateError(f"{path}: cannot read the store: {exc.strerror or exc}") from exc
+
+
+def _earlier_runs(state: Sequence[Path]) -> Path | None:
+    """The first of the ``state`` folders that holds a file (so runs happened here), else None."""
+    for folder in state:
+        try:
+            if any(entry for entry in Path(folder).rglob("*") if entry.is_file()):
+                return Path(folder)
+        except OSError:
+            continue  # a folder we cannot read proves nothing either way
+    return None
+
+
+def _refuse_fresh(path: Path, state: Sequence[Path], what: str) -> None:
+    """An empty ledger is fine in a new RUNNER_HOME; next to earlier runs it means the old one was lost."""
+    found = _earlier_runs(state)
+    if found is not None:
+        raise StoreStateError(f"{path}: {what} but {found} holds earlier runs; {WHAT_TO_DO}")
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    """Create the file (0600) if needed, connect and set the pragmas; a file that is not a usable
+    database is a StoreStateError (exit 2), a lock held too long a StoreFault (exit 1)."""
+    try:
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
+        conn.row_factory = sqlite3.Row
+        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA foreign_keys=ON")
+    except OSError as exc:
+        raise StoreStateError(f"{path}: cannot create the store: {exc.strerror or exc}") from exc
+    except sqlite3.Error as exc:
+        if sqlite_code(exc) in BUSY:
+            raise StoreFault(f"{path}: cannot open the store: {exc}") from exc
+        hint = f"; {WHAT_TO_DO}" if sqlite_code(exc) in BROKEN else ""
+        raise StoreStateError(f"{path}: cannot open the store: {exc}{hint}") from exc
+    return conn
+
+
+def _check_schema(store: Store, state: Sequence[Path]) -> None:
+    """A non-empty file must be runner's ledger (it has ``_migrations``), or hold no tables at all
+    (another process is creating it right now), which is refused only next to earlier runs."""
+    try:
+        tables = {r[0] for r in store.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    except sqlite3.DatabaseError as exc:
+        store.close()
+        hint = f"; {WHAT_TO_DO}" if sqlite_code(exc) in BROKEN else ""
+        raise StoreStateError(f"{store.path}: cannot read the store: {exc}{hint}") from exc
+    if "_migrations" in tables:
+        return
+    if tables:
+        store.close()
+        raise StoreStateError(
+            f"{store.path}: not runner's ledger (no _migrations table; tables: {', '.join(sorted(tables)[:5])}); "
+            "give runner its own RUNNER_HOME, or move the file aside"
+        )
+    try:
+        _refuse_fresh(store.path, state, "the store holds no tables")
+    except StoreStateError:
+        store.close()
+        raise
 
 
 def dumps(value: Any) -> str:

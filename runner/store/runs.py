@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.clock import iso, utcnow
-from runner.procs import pid_alive, start_time
+from runner.procs import RUN_MARK, kill_marked, pid_alive, start_time
 from runner.safety.redact import Redactor
 from runner.statuses import FINAL, RunStatus, Trigger
 from runner.store import Store, dumps
@@ -132,8 +132,10 @@ def last_output(store: Store, job: str) -> str:
 
 
 def recover_orphans(store: Store) -> list[str]:
-    """Rows left ``running`` on this host by a process that is gone become ``unknown``; return the
-    ids this call changed (each is changed by exactly one process, so each is alerted once)."""
+    """Rows left ``running`` on this host by a process that is gone become ``unknown``, and what
+    each such run left running is killed (its commands carry the run's mark in their environment);
+    return the ids this call changed (each is changed by exactly one process, so each is alerted
+    and swept once)."""
     rows = store.query("SELECT id, pid, pid_start FROM runs WHERE status=? AND host=?", (RunStatus.RUNNING, HOST))
     dead = [r["id"] for r in rows if not r["pid"] or not pid_alive(int(r["pid"]), r["pid_start"])]
     changed: list[str] = []
@@ -147,7 +149,16 @@ def recover_orphans(store: Store) -> list[str]:
             )
             if cur.rowcount:
                 changed.append(run_id)
+    for run_id in changed:
+        kill_leftovers(run_id)
     return changed
+
+
+def kill_leftovers(run_id: str) -> int:
+    """SIGKILL this user's processes started by run ``run_id``'s commands (``RUNNER_RUN_MARK`` is
+    ``<run id>-<nonce>``), also those that left its process tree (``setsid``, double fork); the run's
+    own process is gone already (that is why it is being recovered). Returns how many."""
+    return kill_marked(RUN_MARK, f"{run_id}-", prefix=True)
 
 
 def events(store: Store, run_id: str, after: int = 0) -> list[dict[str, Any]]:

@@ -90,11 +90,12 @@ def _text(args: dict[str, Any], name: str) -> str:
 def _call(fn: Any, *args: Any, **kw: Any) -> Any:
     """Board problems the model can act on (bad job name, task already ended) become tool errors;
     a refused fence is not one of them: it ends the run."""
+    from runner.errors import StoreError
     from runner.kanban.model import FenceError
 
     try:
         return fn(*args, **kw)
-    except FenceError:
+    except (FenceError, StoreError):  # a store fault ends the run (store_error); the model cannot fix it
         raise
     except RunnerError as exc:
         raise ToolError(str(exc)) from None

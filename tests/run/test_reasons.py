@@ -7,7 +7,21 @@ import importlib
 import pkgutil
 
 import runner
-from runner.errors import ConfigError, ModelError, RunnerError, TemplateError, UsageError, failure_reason
+from runner.errors import (
+    ConfigError,
+    ModelError,
+    RunnerError,
+    StoreError,
+    StoreStateError,
+    TemplateError,
+    UsageError,
+    failure_reason,
+)
+
+#: reasons that are not the word derived from the class name, each with why no stored row changes
+#: meaning: ModelError always carried its own; the store's errors were raised only when the store
+#: could not be opened (so no row ever held ``store``) until issue 14 named the run reason ``store_error``
+NAMED = {"ModelError": None, "StoreError": "store_error", "StoreFault": "store_error", "StoreStateError": "store_state"}
 
 
 def all_subclasses(cls: type) -> list[type]:
@@ -29,8 +43,17 @@ def test_every_runner_error_names_its_own_reason_and_it_is_the_stored_word():
     assert {ConfigError, TemplateError, UsageError, ModelError} <= set(errors)
     for cls in errors:
         assert "reason" in vars(cls), f"{cls.__name__} does not name its reason"
-        if cls is not ModelError:  # ModelError always carried its own reason
+        if cls.__name__ in NAMED:
+            assert NAMED[cls.__name__] in (None, cls.reason), cls
+        else:
             assert cls.reason == cls.__name__.lower().replace("error", ""), cls
+
+
+def test_store_faults_are_recorded_as_store_error():
+    from runner.store import StoreFault
+
+    assert failure_reason(StoreError("x")) == failure_reason(StoreFault("x")) == "store_error"
+    assert StoreStateError("x").exit_code == 2 and StoreFault("x").exit_code == 1
 
 
 def test_an_instance_may_override_the_reason():
