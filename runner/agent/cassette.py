@@ -58,7 +58,12 @@ class ReplayLLM:
         self.model = f"replay:{path.name}"
 
     def complete(
-        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]], *, timeout: float | None = None
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        *,
+        timeout: float | None = None,
+        max_tokens: int | None = None,
     ) -> Message:
         if self.position >= len(self.turns):
             raise CassetteError(
@@ -80,9 +85,14 @@ class RecordingLLM:
         self.model = inner.model
 
     def complete(
-        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]], *, timeout: float | None = None
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        *,
+        timeout: float | None = None,
+        max_tokens: int | None = None,
     ) -> Message:
-        message = self.inner.complete(messages, tools, timeout=timeout)
+        message = self.inner.complete(messages, tools, timeout=timeout, max_tokens=max_tokens)
         self.turns.append(self.redact(message.to_record()))
         self._write()
         return message

@@ -67,7 +67,6 @@ class WebSpec(Strict):
         return WebPolicy(self.allow_private, tuple(self.allow_domains), tuple(self.deny_domains))
 
 
-
 class JobSpec(Strict):
     """One job as written in jobs.yaml (after defaults are merged in)."""
 
