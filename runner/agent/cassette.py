@@ -9,6 +9,7 @@ seen), redacted, mode 0600.
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,20 @@ def load_cassette(path: Path) -> list[Message]:
         except (KeyError, TypeError, ValueError) as exc:
             raise BadCassette(f"{path}: turn {i}: {exc}") from None
     return out
+
+
+def check_record_path(path: Path) -> None:
+    """``--record PATH`` must be writable: checked (by creating its folder and a probe file there)
+    before the run row exists, so a bad path is exit 2 with nothing half-written."""
+    if path.is_dir():
+        raise BadCassette(f"--record {path}: is a folder; give a file name")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise BadCassette(f"--record {path}: cannot write there: {exc.strerror or exc}") from None
 
 
 class ReplayLLM:

@@ -101,6 +101,9 @@ def resolve(settings: Settings, job: Job, source: ModelSource) -> Models:
 
             return Fixed(ReplayLLM(path))
         case Record(path):
+            from runner.agent.cassette import check_record_path
+
+            check_record_path(path)
             return _providers(settings, job, record=path)
     return _providers(settings, job, record=None)
 
