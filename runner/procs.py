@@ -241,22 +241,28 @@ def _send(kill: Callable[[int, int], None], target: int, sig: int) -> None:
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def install_two_stage_stop(stop: threading.Event, signals: Sequence[int] = STOP_SIGNALS) -> dict[int, Handler]:
-    """First signal: set ``stop`` (finish the current step, start nothing new). A second one
-    raises KeyboardInterrupt (stop hard). Returns the handlers it replaced."""
+def install_two_stage_stop(
+    stop: threading.Event, signals: Sequence[int] = STOP_SIGNALS, on_first: Callable[[int], None] | None = None
+) -> dict[int, Handler]:
+    """First signal: set ``stop`` (finish the current step, start nothing new) and call
+    ``on_first(signum)``. A second one raises KeyboardInterrupt (stop hard). Returns the handlers it replaced."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
         if stop.is_set():
             raise KeyboardInterrupt
         stop.set()
+        if on_first is not None:
+            on_first(signum)
 
     return {sig: signal.signal(sig, handler) for sig in signals}
 
 
 @contextmanager
-def two_stage_stop(stop: threading.Event, signals: Sequence[int] = STOP_SIGNALS) -> Iterator[threading.Event]:
+def two_stage_stop(
+    stop: threading.Event, signals: Sequence[int] = STOP_SIGNALS, on_first: Callable[[int], None] | None = None
+) -> Iterator[threading.Event]:
     """``install_two_stage_stop`` for the ``with`` block; the previous handlers come back after it."""
-    previous = install_two_stage_stop(stop, signals)
+    previous = install_two_stage_stop(stop, signals, on_first)
     try:
         yield stop
     finally:

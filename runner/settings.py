@@ -46,11 +46,20 @@ class Settings:
         )
 
     def ensure_home(self) -> Path:
-        """Create RUNNER_HOME (0700) and its folders; return it."""
-        self.home.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.home, 0o700)
-        for name in HOME_SUBDIRS:
-            (self.home / name).mkdir(mode=0o700, exist_ok=True)
+        """Create RUNNER_HOME (0700) and its folders; return it. A home that cannot be made or
+        used (``--home /proc/self``) is bad input: exit 2, one line."""
+        from runner.errors import UsageError
+
+        try:
+            self.home.mkdir(parents=True, exist_ok=True)
+            os.chmod(self.home, 0o700)
+            for name in HOME_SUBDIRS:
+                (self.home / name).mkdir(mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(
+                f"runner home {self.home}: cannot use it as the state folder: {exc.strerror or exc} "
+                "(set --home or RUNNER_HOME to a folder you own)"
+            ) from None
         return self.home
 
     @cached_property

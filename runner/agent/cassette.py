@@ -9,6 +9,7 @@ seen), redacted, mode 0600.
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,20 @@ def load_cassette(path: Path) -> list[Message]:
     return out
 
 
+def check_record_path(path: Path) -> None:
+    """``--record PATH`` must be writable: checked (by creating its folder and a probe file there)
+    before the run row exists, so a bad path is exit 2 with nothing half-written."""
+    if path.is_dir():
+        raise BadCassette(f"--record {path}: is a folder; give a file name")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise BadCassette(f"--record {path}: cannot write there: {exc.strerror or exc}") from None
+
+
 class ReplayLLM:
     def __init__(self, path: Path):
         self.path = path
@@ -58,7 +73,12 @@ class ReplayLLM:
         self.model = f"replay:{path.name}"
 
     def complete(
-        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]], *, timeout: float | None = None
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        *,
+        timeout: float | None = None,
+        max_tokens: int | None = None,
     ) -> Message:
         if self.position >= len(self.turns):
             raise CassetteError(
@@ -80,9 +100,14 @@ class RecordingLLM:
         self.model = inner.model
 
     def complete(
-        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]], *, timeout: float | None = None
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        *,
+        timeout: float | None = None,
+        max_tokens: int | None = None,
     ) -> Message:
-        message = self.inner.complete(messages, tools, timeout=timeout)
+        message = self.inner.complete(messages, tools, timeout=timeout, max_tokens=max_tokens)
         self.turns.append(self.redact(message.to_record()))
         self._write()
         return message

@@ -31,12 +31,17 @@ class FallbackLLM:
         return self.chain[self.index][0]
 
     def complete(
-        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]], *, timeout: float | None = None
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        *,
+        timeout: float | None = None,
+        max_tokens: int | None = None,
     ) -> Message:
         while True:
             name, llm = self.chain[self.index]
             try:
-                return llm.complete(messages, tools, timeout=timeout)
+                return llm.complete(messages, tools, timeout=timeout, max_tokens=max_tokens)
             except ModelError as exc:
                 if exc.reason not in SWITCH_REASONS or self.index + 1 >= len(self.chain):
                     raise

@@ -114,11 +114,18 @@ class ChatClient:
         self._http.close()
 
     def complete(
-        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]], *, timeout: float | None = None
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        *,
+        timeout: float | None = None,
+        max_tokens: int | None = None,
     ) -> Message:
         body: dict[str, Any] = {"model": self.model, "messages": list(messages)}
         if tools:
             body["tools"] = list(tools)
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
         payload = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         # ``timeout`` bounds the whole call, retries and waits included
         self._deadline = None if timeout is None else time.monotonic() + timeout

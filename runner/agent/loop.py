@@ -17,26 +17,32 @@ from typing import Any
 
 from runner.agent.schema import check_args
 from runner.agent.types import LLM, Message, ToolCall, Usage
-from runner.errors import ModelError
+from runner.errors import ModelError, RunnerError
 from runner.statuses import RunStatus
 from runner.tools import ToolEntry, ToolError
 from runner.tools.context import ToolContext
 
 Emit = Callable[[str, dict[str, Any]], None]
+Prune = Callable[[list[dict[str, Any]]], Sequence[Message]]
 
 GRACE_PROMPT = (
     "You have reached the limit for this run ({why}). Do not call any tools. Reply now with your "
     "final answer: what you found and did so far, and what is left undone."
 )
+GRACE_TIMEOUT = 30.0  # seconds the grace call may take at most (and never past the hard deadline)
+GRACE_MAX_TOKENS = 1024  # the partial answer is a short report
+GRACE_MIN_SECONDS = 0.5  # with less time than this before the hard deadline there is no grace call
+GRACE_RESERVE_MAX = 60.0
 LOOP_REPEATS = 3
 PREVIEW_CHARS = 2000
 
 
 class LoopExit(Exception):
-    """Ends the loop early with a recorded reason."""
+    """Ends the loop early with a recorded reason; ``grace``: ask the model once, without tools,
+    for a report of what was done and what is left (the run's partial answer)."""
 
     status = RunStatus.FAILED
-    grace = False
+    grace = True
 
     def __init__(self, reason: str, detail: str = ""):
         super().__init__(detail or reason)
@@ -45,7 +51,7 @@ class LoopExit(Exception):
 
 
 class LimitsExceeded(LoopExit):
-    grace = True
+    pass
 
 
 class TimedOut(LoopExit):
@@ -58,12 +64,20 @@ class LoopDetected(LoopExit):
 
 class Interrupted(LoopExit):
     status = RunStatus.INTERRUPTED
+    grace = False  # a signal means stop now
+
+
+def grace_reserve(timeout: float) -> float:
+    """Seconds kept back at the end of a run's wall timeout for the grace call:
+    min(60 s, 10% of the timeout)."""
+    return min(GRACE_RESERVE_MAX, 0.1 * timeout)
 
 
 @dataclass(frozen=True)
 class Limits:
     max_iterations: int = 30
-    deadline: float | None = None  # time.monotonic() when the run must end
+    deadline: float | None = None  # time.monotonic() when the loop stops (the grace reserve is after it)
+    hard_deadline: float | None = None  # when the run must end; the grace call ends by then (default: deadline)
     idle_timeout: float | None = None
     max_tokens: int | None = None
     max_cost_usd: float | None = None
@@ -111,12 +125,14 @@ def run_loop(
     emit: Emit,
     pricing: Pricing = Pricing(),
     stop: threading.Event | None = None,
-    prune: Callable[[list[dict[str, Any]]], None] | None = None,
+    prune: Prune | None = None,
     redact: Callable[[str], str] | None = None,
 ) -> LoopResult:
     """Run the conversation in ``messages`` (mutated in place) to a final answer or a limit.
 
-    ``redact`` masks secrets in every tool result before the model (and the record) sees it."""
+    ``redact`` masks secrets in every tool result before the model (and the record) sees it.
+    ``prune`` returns the model replies it asked for (summaries): they count in the run's
+    tokens, cost and budgets."""
     stop = stop or threading.Event()
     by_name = {t.name: t for t in tools}
     schemas = [t.schema() for t in tools]
@@ -128,7 +144,8 @@ def run_loop(
             if totals.iterations >= limits.max_iterations:
                 raise LimitsExceeded("max_iterations", f"reached max_iterations ({limits.max_iterations})")
             if prune is not None:
-                prune(messages)
+                _charge_summaries(prune(messages), totals, emit, pricing)
+                _check(limits, totals, stop)
             reply = _ask(llm, messages, schemas, limits, totals, emit, pricing)
             messages.append(reply.to_dict())
             if not reply.tool_calls:
@@ -147,8 +164,8 @@ def run_loop(
         output = ""
         if exit_.grace:
             if prune is not None:
-                prune(messages)
-            output = _grace(llm, messages, limits, totals, emit, pricing, exit_.detail)
+                _charge_summaries(prune(messages), totals, emit, pricing)
+            output = _grace(llm, messages, limits, totals, emit, pricing, exit_)
         return _done(exit_.status, output, totals, reason=exit_.reason, error=exit_.detail)
 
 
@@ -179,16 +196,15 @@ def _ask(
     emit: Emit,
     pricing: Pricing,
 ) -> Message:
+    """One model turn within the loop's deadline and idle timeout (a model error past them is that limit)."""
     bounds = []
     if limits.deadline is not None:
         bounds.append(limits.deadline - time.monotonic())
     if limits.idle_timeout is not None:
         bounds.append(limits.idle_timeout)
     timeout = max(1.0, min(bounds)) if bounds else None
-    emit("request", {"iteration": totals.iterations + 1, "messages": len(messages), "tools": len(schemas)})
-    started = time.monotonic()
     try:
-        reply = llm.complete(messages, schemas, timeout=timeout)
+        return _call(llm, messages, schemas, totals, emit, pricing, timeout=timeout)
     except ModelError:
         now = time.monotonic()
         if limits.deadline is not None and now >= limits.deadline:
@@ -198,11 +214,28 @@ def _ask(
                 "idle_timeout", f"the model did not answer within idle_timeout ({limits.idle_timeout:.0f}s)"
             ) from None
         raise
+
+
+def _call(
+    llm: LLM,
+    messages: list[dict[str, Any]],
+    schemas: list[dict[str, Any]],
+    totals: _Totals,
+    emit: Emit,
+    pricing: Pricing,
+    *,
+    timeout: float | None,
+    max_tokens: int | None = None,
+) -> Message:
+    """Send one request, record it and its answer, and count the answer's tokens and cost."""
+    emit("request", {"iteration": totals.iterations + 1, "messages": len(messages), "tools": len(schemas)})
+    started = time.monotonic()
+    if max_tokens is None:
+        reply = llm.complete(messages, schemas, timeout=timeout)
+    else:
+        reply = llm.complete(messages, schemas, timeout=timeout, max_tokens=max_tokens)
     totals.iterations += 1
-    totals.prompt += reply.usage.prompt_tokens
-    totals.completion += reply.usage.completion_tokens
-    totals.cost += pricing.cost(reply.usage)
-    totals.last_progress = time.monotonic()
+    cost = _charge(totals, reply, pricing)
     emit(
         "response",
         {
@@ -212,13 +245,37 @@ def _ask(
             "finish_reason": reply.finish_reason,
             "prompt_tokens": reply.usage.prompt_tokens,
             "completion_tokens": reply.usage.completion_tokens,
-            "cost_usd": round(pricing.cost(reply.usage), 6),
+            "cost_usd": round(cost, 6),
             "seconds": round(time.monotonic() - started, 3),
         },
     )
     if reply.finish_reason == "length":
         emit("truncated", {"iteration": totals.iterations, "detail": "the model hit its output token limit"})
     return reply
+
+
+def _charge(totals: _Totals, reply: Message, pricing: Pricing) -> float:
+    cost = pricing.cost(reply.usage)
+    totals.prompt += reply.usage.prompt_tokens
+    totals.completion += reply.usage.completion_tokens
+    totals.cost += cost
+    totals.last_progress = time.monotonic()
+    return cost
+
+
+def _charge_summaries(replies: Sequence[Message], totals: _Totals, emit: Emit, pricing: Pricing) -> None:
+    """Summary calls made by the pruner count in the run's tokens, cost and budgets."""
+    for reply in replies:
+        cost = _charge(totals, reply, pricing)
+        emit(
+            "summary",
+            {
+                "prompt_tokens": reply.usage.prompt_tokens,
+                "completion_tokens": reply.usage.completion_tokens,
+                "cost_usd": round(cost, 6),
+                "chars": len(reply.content or ""),
+            },
+        )
 
 
 def _run_tool(
@@ -279,17 +336,46 @@ def _canonical(arguments: str) -> str:
 
 
 def _grace(
-    llm: LLM, messages: list[dict[str, Any]], limits: Limits, totals: _Totals, emit: Emit, pricing: Pricing, why: str
+    llm: LLM,
+    messages: list[dict[str, Any]],
+    limits: Limits,
+    totals: _Totals,
+    emit: Emit,
+    pricing: Pricing,
+    exit_: LoopExit,
 ) -> str:
-    messages.append({"role": "user", "content": GRACE_PROMPT.format(why=why)})
-    relaxed = Limits(deadline=limits.deadline)
+    """One bounded call without tools for a report of what was done and what is left: at most
+    GRACE_TIMEOUT seconds (never past the hard deadline) and GRACE_MAX_TOKENS tokens. Its
+    tokens count; if it fails or there is no time left, the run keeps an empty output."""
+    _answer_pending(messages, exit_.detail)
+    end = limits.hard_deadline if limits.hard_deadline is not None else limits.deadline
+    timeout = GRACE_TIMEOUT if end is None else min(GRACE_TIMEOUT, end - time.monotonic())
+    if timeout < GRACE_MIN_SECONDS:
+        emit("grace_skipped", {"reason": exit_.reason, "detail": "no time left before the run's hard deadline"})
+        return ""
+    messages.append({"role": "user", "content": GRACE_PROMPT.format(why=exit_.detail)})
+    emit("grace", {"reason": exit_.reason, "timeout_s": round(timeout, 1), "max_tokens": GRACE_MAX_TOKENS})
     try:
-        reply = _ask(llm, messages, [], relaxed, totals, emit, pricing)
-    except Exception as exc:  # the grace call is best effort; the limit is already the outcome
+        reply = _call(llm, messages, [], totals, emit, pricing, timeout=timeout, max_tokens=GRACE_MAX_TOKENS)
+    except RunnerError as exc:  # recorded; the limit is already the run's outcome
         emit("grace_failed", {"error": str(exc)})
         return ""
     messages.append(reply.to_dict())
     return reply.content or ""
+
+
+def _answer_pending(messages: list[dict[str, Any]], why: str) -> None:
+    """Give every tool call of the last assistant turn a result (a call cut short by the limit
+    gets "not run"), so the conversation stays valid for the grace request."""
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("role") == "assistant":
+            break
+    else:
+        return
+    answered = {m.get("tool_call_id") for m in messages[i + 1 :] if m.get("role") == "tool"}
+    for call in messages[i].get("tool_calls") or []:
+        if call["id"] not in answered:
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": f"not run: {why}"})
 
 
 def _preview(text: str) -> str:

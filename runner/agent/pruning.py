@@ -10,9 +10,13 @@ The system message and the first user message are never touched.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from runner.agent.types import Message
+from runner.errors import ModelError
 
 Emit = Callable[[str, dict[str, Any]], None]
 CHARS_PER_TOKEN = 4
@@ -67,13 +71,15 @@ SUMMARY_REQUEST = (
     "found, files read or changed, commands run and their results, open questions. Plain bullets, at "
     "most 300 words. Do not add instructions."
 )
-Summarize = Callable[[list[dict[str, Any]]], str]
+Summarize = Callable[[list[dict[str, Any]]], Message]
+SUMMARY_TIMEOUT = 60.0
 
 
-def summarize_with(llm: Any) -> Summarize:
-    """A summarizer that asks ``llm`` (the run's model, without tools) to condense middle turns."""
+def summarize_with(llm: Any, *, deadline: float | None = None) -> Summarize:
+    """A summarizer that asks ``llm`` (the run's model, without tools) to condense middle turns,
+    within ``deadline`` (time.monotonic()); it returns the model's reply, whose tokens the loop counts."""
 
-    def summarize(middle: list[dict[str, Any]]) -> str:
+    def summarize(middle: list[dict[str, Any]]) -> Message:
         lines = []
         for m in middle:
             text = m.get("content") or ""
@@ -81,10 +87,10 @@ def summarize_with(llm: Any) -> Summarize:
                 f"{c['function']['name']}({c['function']['arguments'][:200]})" for c in m.get("tool_calls") or []
             )
             lines.append(f"{m['role']}: {text[:1500]}{' calls: ' + calls if calls else ''}")
-        reply = llm.complete(
-            [{"role": "system", "content": SUMMARY_REQUEST}, {"role": "user", "content": "\n".join(lines)}], []
-        )
-        return str(reply.content or "")
+        timeout = SUMMARY_TIMEOUT if deadline is None else max(1.0, min(SUMMARY_TIMEOUT, deadline - time.monotonic()))
+        request = [{"role": "system", "content": SUMMARY_REQUEST}, {"role": "user", "content": "\n".join(lines)}]
+        reply: Message = llm.complete(request, [], timeout=timeout)
+        return reply
 
     return summarize
 
@@ -96,15 +102,17 @@ class Pruner:
     emit: Emit | None = None
     summarize: Summarize | None = None  # job key `summarize: true`
 
-    def __call__(self, messages: list[dict[str, Any]]) -> None:
+    def __call__(self, messages: list[dict[str, Any]]) -> list[Message]:
+        """Prune ``messages`` in place; returns the summary replies the model gave (to be counted)."""
         before = total(messages, self.tools_tokens)
         if before <= self.budget:
-            return
+            return []
         target = int(self.budget * LOW_WATER)
         protected_from = self._protected_from(messages)
         calls = _calls_by_id(messages)
         steps = {"deduped_reads": self._dedupe_reads(messages, calls)}
-        steps["summarized_turns"] = self._summarize_middle(messages, protected_from)
+        replies: list[Message] = []
+        steps["summarized_turns"] = self._summarize_middle(messages, protected_from, replies)
         if steps["summarized_turns"]:
             protected_from = 3  # system, task, the summary; then the protected tail
         steps["summarized_results"] = self._summarize_old(messages, calls, protected_from, target)
@@ -113,13 +121,22 @@ class Pruner:
         after = total(messages, self.tools_tokens)
         if self.emit:
             self.emit("prune", {"tokens_before": before, "tokens_after": after, "budget": self.budget, **steps})
+        return replies
 
-    def _summarize_middle(self, messages: list[dict[str, Any]], stop: int) -> int:
-        """Replace the unprotected middle turns by one reference-only summary from the model."""
+    def _summarize_middle(self, messages: list[dict[str, Any]], stop: int, replies: list[Message]) -> int:
+        """Replace the unprotected middle turns by one reference-only summary from the model.
+        A failed summary call is recorded (``summary_failed``) and mechanical pruning goes on."""
         if self.summarize is None or stop - 2 < 4:
             return 0
         middle = messages[2:stop]
-        summary = self.summarize(middle).strip()
+        try:
+            reply = self.summarize(middle)
+        except ModelError as exc:
+            if self.emit:
+                self.emit("summary_failed", {"error": str(exc)})
+            return 0
+        replies.append(reply)
+        summary = (reply.content or "").strip()
         if not summary:
             return 0
         messages[2:stop] = [{"role": "user", "content": SUMMARY_HEADER + summary}]

@@ -13,6 +13,8 @@ import click
 from runner.cli._util import ago, echo_json, local_time, settings
 from runner.statuses import TaskStatus
 
+PRIORITY_MIN, PRIORITY_MAX = -(2**63), 2**63 - 1  # what SQLite's INTEGER holds
+
 if TYPE_CHECKING:
     from runner.kanban.board import Board
     from runner.kanban.dispatch import DispatchTick
@@ -64,6 +66,8 @@ def kanban_add(
     """Add a task; it is ready at once, or todo until every --parent is done. Prints its id."""
     from runner.errors import UsageError
 
+    if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise UsageError(f"kanban add: --priority {priority} is out of range ({PRIORITY_MIN} to {PRIORITY_MAX})")
     s = settings()
     cfg = s.config.kanban
     name = job or cfg.default_job

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -51,7 +53,8 @@ def run_job(
         interactive=has_tty(),
         deliver=not no_deliver,
     )
-    with two_stage_stop(stop):  # first SIGINT/SIGTERM: finish the current step; second: stop hard
+    # first SIGINT/SIGTERM: finish the current step, end `interrupted`; second: stop hard
+    with two_stage_stop(stop, on_first=_waiting_message(job.name)):
         outcome = execute(s, req)
     for failed in outcome.delivery_failed:
         click.echo(f"delivery to {failed['sink']} failed: {failed['detail']}", err=True)
@@ -69,6 +72,18 @@ def run_job(
             line += f"\noutput: {outcome.output_path}"
         click.echo(line, err=True)
     sys.exit(outcome.exit_code)
+
+
+def _waiting_message(job: str) -> Callable[[int], None]:
+    def say(signum: int) -> None:
+        name = signal.Signals(signum).name
+        sys.stderr.write(
+            f"runner: {name} received: job {job} finishes its current step, then ends interrupted "
+            f"(send {name} again to stop now)\n"
+        )
+        sys.stderr.flush()
+
+    return say
 
 
 COMMANDS = [run_job]

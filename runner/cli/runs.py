@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import textwrap
 import time
+from pathlib import Path
 from typing import Any
 
 import click
@@ -12,6 +14,7 @@ from runner.cli._util import echo_json, local_time, settings, table
 from runner.statuses import ACTIVE, RunStatus
 
 STATUSES = [s.value for s in RunStatus]
+PARTIAL_CHARS = 4000  # of a stopped run's partial answer, in `runs show`
 
 
 @click.group("runs")
@@ -165,6 +168,7 @@ def runs_show(run_id: str, as_json: bool) -> None:
     )
     if row["output_path"]:
         click.echo(f"output   {row['output_path']}")
+    _partial_answer(row)
     if row["delivery"]:
         from runner.config.sinks import mask_sink_label
 
@@ -177,6 +181,22 @@ def runs_show(run_id: str, as_json: bool) -> None:
     click.echo("steps:")
     for ev in evs:
         click.echo(format_event(ev))
+
+
+def _partial_answer(row: dict[str, Any]) -> None:
+    """A run stopped by a limit: print the report its grace call gave (its output file)."""
+    if row["status"] in (RunStatus.SUCCEEDED, *ACTIVE) or not row["output_path"]:
+        return
+    try:
+        text = Path(row["output_path"]).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        click.echo(f"partial answer: cannot read {row['output_path']}: {exc.strerror}")
+        return
+    if len(text) > PARTIAL_CHARS:
+        text = text[:PARTIAL_CHARS] + f"\n[... {len(text) - PARTIAL_CHARS} more characters in the output file]"
+    click.echo("")
+    click.echo("partial answer:")
+    click.echo(textwrap.indent(text.rstrip("\n"), "  "))
 
 
 @runs_group.command("logs")

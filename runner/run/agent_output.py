@@ -107,7 +107,7 @@ def _tool_context(run: Run, skills: SkillSession | None) -> ToolContext:
         allow_paths=tuple(job.spec.allow_paths),
         approve=run.gate,
         emit=run.emit,
-        deadline=run.deadline,
+        deadline=run.loop_deadline,  # tools end before the grace reserve
         settings=run.settings,
         skills=skills,
         kanban=run.req.task.session if run.req.task is not None else None,
@@ -137,7 +137,8 @@ def _converse(
     spec = run.job.spec
     limits = Limits(
         max_iterations=spec.max_iterations,
-        deadline=run.deadline,
+        deadline=run.loop_deadline,
+        hard_deadline=run.deadline,
         idle_timeout=spec.idle_timeout,
         max_tokens=spec.budget.max_tokens,
         max_cost_usd=spec.budget.max_cost_usd,
@@ -147,7 +148,7 @@ def _converse(
         context_budget(run.settings.config, run.job),
         tools_tokens=sum(len(json.dumps(t.schema())) for t in tools) // 4,
         emit=run.emit,
-        summarize=summarize_with(llm) if spec.summarize else None,
+        summarize=summarize_with(llm, deadline=run.deadline) if spec.summarize else None,
     )
 
     def loop(lim: Limits) -> LoopResult:

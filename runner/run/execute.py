@@ -96,6 +96,13 @@ class Run:
             self.finish()
         return self.result
 
+    @cached_property
+    def loop_deadline(self) -> float:
+        """When the agent loop and its tools stop: the rest of the timeout is the grace call's reserve."""
+        from runner.agent.loop import grace_reserve
+
+        return self.deadline - grace_reserve(self.job.spec.timeout)
+
     @property
     def backend(self) -> Backend:
         assert self._backend is not None, "the backend is opened before any step that uses it"

@@ -101,6 +101,9 @@ def resolve(settings: Settings, job: Job, source: ModelSource) -> Models:
 
             return Fixed(ReplayLLM(path))
         case Record(path):
+            from runner.agent.cassette import check_record_path
+
+            check_record_path(path)
             return _providers(settings, job, record=path)
     return _providers(settings, job, record=None)
 
@@ -123,7 +126,12 @@ class _Chain(Protocol):
     model: str
 
     def complete(
-        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]], *, timeout: float | None = None
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        *,
+        timeout: float | None = None,
+        max_tokens: int | None = None,
     ) -> Message: ...
 
 
@@ -152,9 +160,14 @@ class Watched:
         self.model = inner.model
 
     def complete(
-        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]], *, timeout: float | None = None
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        *,
+        timeout: float | None = None,
+        max_tokens: int | None = None,
     ) -> Message:
-        reply = self.inner.complete(messages, tools, timeout=timeout)
+        reply = self.inner.complete(messages, tools, timeout=timeout, max_tokens=max_tokens)
         if self.inner.model != self.model:
             self.model = self.inner.model
             self.on_model(self.model)

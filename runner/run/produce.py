@@ -45,6 +45,8 @@ class ScriptOutput:
 
     def produce(self, run: Run) -> Produced:
         pre = run.pre
+        if run.req.stop.is_set():  # a first SIGTERM/Ctrl-C let the script finish; the run was still interrupted
+            return Produced(RunStatus.INTERRUPTED, reason="interrupted", error="interrupted by a signal")
         if pre is not None and pre.exit_code != 0:
             return pre_run_failed(pre)
         output = pre.stdout if pre is not None else ""

@@ -46,11 +46,23 @@ class ScriptedLLM:
         return self
 
     def complete(
-        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]], *, timeout: float | None = None
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        *,
+        timeout: float | None = None,
+        max_tokens: int | None = None,
     ) -> Message:
         with self._lock:
             n = len(self.requests) + 1
-            self.requests.append({"messages": [dict(m) for m in messages], "tools": list(tools), "timeout": timeout})
+            self.requests.append(
+                {
+                    "messages": [dict(m) for m in messages],
+                    "tools": list(tools),
+                    "timeout": timeout,
+                    "max_tokens": max_tokens,
+                }
+            )
             step = self.script.pop(0) if self.script else self.default
         if step is None:
             raise ModelError(f"scripted model: script exhausted at request {n}", reason="model_error", status=500)

@@ -101,7 +101,7 @@ def test_cost_budget(project, fake):
     project.write_jobs("jobs:\n  b:\n    prompt: go\n    budget: {max_cost_usd: 0.25}\n")
     assert project.cli("run-job", "b").exit_code == 1
     row = last_run(project)
-    assert row["reason"] == "budget_cost" and row["iterations"] == 3  # 0.12 per turn
+    assert row["reason"] == "budget_cost" and row["iterations"] == 4  # 0.12 per turn: 3 turns, then the grace call
 
 
 def test_sigterm_lets_the_tool_call_finish_then_interrupts(project, fake):

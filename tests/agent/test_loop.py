@@ -63,14 +63,16 @@ def test_same_failing_call_three_times_is_a_loop(tmp_path):
     llm = Scripted(*[tc("terminal", '{"command": "false"}', i) for i in range(5)])
     result = run_loop([{"role": "user", "content": "go"}], tools, ctx, llm, Limits(), emit=emit)
     assert result.status == "failed" and result.reason == "loop"
-    assert len(llm.requests) == 3
+    assert len(llm.requests) == 4  # three failing calls, then the grace call without tools
+    assert llm.requests[3]["tools"] == [] and llm.requests[3]["max_tokens"] is not None
 
 
 def test_budget_tokens_stops(tmp_path):
     ctx, tools, events, emit = setup(tmp_path)
     llm = Scripted(*[tc("terminal", f'{{"command": "echo {i}"}}', i) for i in range(10)])
     result = run_loop([{"role": "user", "content": "go"}], tools, ctx, llm, Limits(max_tokens=40), emit=emit)
-    assert result.reason == "budget_tokens" and result.iterations == 3
+    assert result.reason == "budget_tokens" and result.iterations == 4  # 3 turns, then the grace call
+    assert llm.requests[-1]["tools"] == []
 
 
 def test_stop_event_interrupts_between_steps(tmp_path):

@@ -17,7 +17,7 @@ class Recording:
         self.sent_tokens = []
         self.last = None
 
-    def complete(self, messages, tools, *, timeout=None):
+    def complete(self, messages, tools, *, timeout=None, max_tokens=None):
         self.sent_tokens.append(total(list(messages)))
         self.last = [dict(m) for m in messages]
         return self.turns.pop(0)
@@ -113,7 +113,7 @@ class Summarizing(Recording):
         super().__init__(turns)
         self.summaries = 0
 
-    def complete(self, messages, tools, *, timeout=None):
+    def complete(self, messages, tools, *, timeout=None, max_tokens=None):
         if not tools and messages[0]["content"].startswith("Summarise"):
             self.summaries += 1
             return Message(f"- summary {self.summaries}: read files, ran commands")

@@ -37,7 +37,7 @@ class Instant:
             Message(None, (ToolCall(f"c{i}", "noop", '{"x": 1}'),), "tool_calls", Usage(10, 5)) for i in range(n)
         ] + [Message("done")]
 
-    def complete(self, messages, tools, *, timeout=None):  # type: ignore[no-untyped-def]
+    def complete(self, messages, tools, *, timeout=None, max_tokens=None):  # type: ignore[no-untyped-def]
         return self.turns.pop(0)
 
 
