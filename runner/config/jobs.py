@@ -12,9 +12,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, ValidationError, field_validator
+from pydantic import BeforeValidator, Field, ValidationError, ValidationInfo, field_validator
 
 from backends.spec import BackendSpec, LocalSpec, parse_spec
+from backends.ssh_spec import SSHSpec
 from runner.config import yamlio
 from runner.config.schedules import Schedule, parse_duration, parse_schedule, parse_timezone
 from runner.config.sinks import check_sink
@@ -84,8 +85,8 @@ class JobSpec(Strict):
     model: str | list[str] = "default"
     toolsets: list[str] = Field(default_factory=lambda: ["terminal", "files"])
     skills: list[str] = Field(default_factory=list)
+    workdir: str | None = None  # before ``backend``: the ssh check below reads it
     backend: Annotated[BackendSpec, BeforeValidator(_backend)] = Field(default_factory=LocalSpec)
-    workdir: str | None = None
     approvals: Literal["deny", "approve", "manual"] = "deny"
     allow: list[str] = Field(default_factory=list)
     max_iterations: int = Field(30, ge=1, le=10_000)
@@ -133,6 +134,21 @@ class JobSpec(Strict):
         if value <= 0:
             raise ValueError("must be greater than 0")
         return value
+
+    @field_validator("backend")
+    @classmethod
+    def _remote_workdir(cls, backend: BackendSpec, info: ValidationInfo) -> BackendSpec:
+        """On an ssh backend the job's ``workdir`` names the remote folder (the backend's own
+        ``workdir`` when that is unset); two different folders are an error, not a silent choice."""
+        workdir = info.data.get("workdir")
+        if workdir is None or not isinstance(backend, SSHSpec):
+            return backend
+        if backend.workdir not in (None, workdir):
+            raise ValueError(
+                f"workdir {workdir!r} and backend.workdir {backend.workdir!r} differ; on ssh they name "
+                "the same remote folder: set one"
+            )
+        return backend.model_copy(update={"workdir": workdir})
 
 
 @dataclass(frozen=True)

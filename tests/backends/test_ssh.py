@@ -106,3 +106,21 @@ def test_control_path_falls_back_to_tmp_when_home_is_long(tmp_path: Path) -> Non
         assert control_path(short_home, "abcdef123456") == short_home / "run" / "ssh-abcdef123456"
     finally:
         shutil.rmtree(short_home)
+
+
+def test_a_jobs_workdir_is_the_remote_folder(ssh_server: SSHServer, tmp_path: Path) -> None:
+    """jobs.yaml's job-level ``workdir`` on an ssh backend is where the remote commands run (it
+    used to be ignored); a different ``backend.workdir`` beside it is a one-line error."""
+    from runner.config.jobs import load_jobs
+
+    remote = tmp_path / "remote-work"  # sshd runs on this machine: a folder here is "remote"
+    remote.mkdir()
+    spec = ", ".join(f"{k}: {v}" for k, v in ssh_server.spec().items())
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(f"jobs:\n  r:\n    prompt: hi\n    workdir: {remote}\n    backend: {{{spec}}}\n")
+    job = load_jobs(jobs).jobs["r"]
+    with resolve(job.spec.backend, ctx=make_ctx(tmp_path, run_id="ssh-workdir", job="r")) as backend:
+        assert backend.run("pwd", timeout=30).output.strip() == str(remote)
+    jobs.write_text(f"jobs:\n  r:\n    prompt: hi\n    workdir: {remote}\n    backend: {{{spec}, workdir: /srv}}\n")
+    with pytest.raises(UsageError, match="workdir .* and backend.workdir '/srv' differ"):
+        load_jobs(jobs)
