@@ -7,6 +7,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -52,6 +53,7 @@ def run_job(
         stop=stop,
         interactive=has_tty(),
         deliver=not no_deliver,
+        progress=_progress if sys.stderr.isatty() and not as_json else None,
     )
     # first SIGINT/SIGTERM: finish the current step, end `interrupted`; second: stop hard
     with two_stage_stop(stop, on_first=_waiting_message(job.name)):
@@ -72,6 +74,20 @@ def run_job(
             line += f"\noutput: {outcome.output_path}"
         click.echo(line, err=True)
     sys.exit(outcome.exit_code)
+
+
+PROGRESS_KINDS = frozenset({"pre_run", "response", "tool_call", "error", "approval"})
+
+
+def _progress(kind: str, payload: dict[str, Any]) -> None:
+    """One line on the terminal per model turn and tool call (``run-job`` on a TTY only)."""
+    if kind not in PROGRESS_KINDS:
+        return
+    from runner.cli.runs import format_event
+
+    line = format_event({"kind": kind, "payload": payload, "ts": ""}, width=100).strip().splitlines()[0]
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 def _waiting_message(job: str) -> Callable[[int], None]:

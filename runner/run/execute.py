@@ -55,7 +55,7 @@ class Run:
         self.redactor = Redactor()
         if prepared.secrets:
             self.redactor.add(*prepared.secrets)
-        self.emit = Recorder(settings.store, run_id, self.redactor)
+        self.emit = Recorder(settings.store, run_id, self.redactor, listener=req.progress)
         self.started = time.monotonic()
         self.deadline = self.started + self.job.spec.timeout
         self.pre: PreRunResult | None = None

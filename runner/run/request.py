@@ -78,6 +78,7 @@ class RunRequest:
     interactive: bool = False  # a person at a TTY may answer `approvals: manual` prompts
     task: TaskHooks | None = None
     deliver: bool = True  # False (``run-job --no-deliver``): no delivery sinks and no alerts
+    progress: Callable[[str, dict[str, Any]], None] | None = None  # each recorded event, redacted (a TTY's progress)
 
 
 EXIT_CODES = {RunStatus.SUCCEEDED: 0, RunStatus.SKIPPED: 0, RunStatus.INTERRUPTED: 130}

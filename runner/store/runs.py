@@ -9,6 +9,7 @@ import os
 import secrets
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -174,6 +175,7 @@ class Recorder:
     store: Store
     run_id: str
     redact: Redactor
+    listener: Callable[[str, dict[str, Any]], None] | None = None  # sees each event as stored (progress)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -188,3 +190,5 @@ class Recorder:
                 "INSERT INTO run_events (run_id, seq, ts, kind, payload) VALUES (?, ?, ?, ?, ?)",
                 (self.run_id, self._seq, iso(utcnow()), kind, dumps(clean)),
             )
+        if self.listener is not None:
+            self.listener(kind, clean)

@@ -99,3 +99,43 @@ def test_home_that_cannot_be_used_is_exit_2(project):
         res = project.run("--home", "/proc/self", *args)
         one_line_exit_2(res)
         assert "/proc/self" in res.stderr
+
+
+def _run_on_a_tty(project, *args: str) -> tuple[int, str]:
+    """`runner ARGS` with a pty as its terminal (stdin, stdout and stderr); what it printed."""
+    import os
+    import pty
+    import select
+
+    pid, fd = pty.fork()
+    if pid == 0:  # child
+        os.chdir(project.root)
+        os.execve(sys.executable, [sys.executable, "-m", "runner", *args], project.env())
+    out, deadline = b"", time.time() + 60
+    while time.time() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
+
+
+def test_progress_on_a_tty_one_line_per_turn_and_tool_call_quiet_in_pipes(project, fake):
+    project.write_jobs("jobs:\n  p:\n    prompt: look\n    toolsets: [terminal]\n    deliver: [file]\n")
+    fake.add(call("terminal", {"command": "echo hi"}), final("all good"))
+    code, shown = _run_on_a_tty(project, "run-job", "p")
+    assert code == 0, shown
+    lines = [ln.strip() for ln in shown.splitlines()]
+    assert any(ln.startswith("model turn 1:") for ln in lines), shown
+    assert any(ln.startswith("-> terminal") and "echo hi" in ln for ln in lines), shown
+    assert any(ln.startswith("model turn 2:") for ln in lines), shown
+    fake.add(call("terminal", {"command": "echo hi"}), final("all good"))
+    piped = project.run("run-job", "p")
+    assert piped.returncode == 0, piped.stderr
+    assert "model turn" not in piped.stderr and "-> terminal" not in piped.stderr
