@@ -65,7 +65,9 @@ def test_tool_results_masked_before_the_model(project, fake):
 def test_stored_arguments_and_delivery_masked(project, fake, tmp_path):
     weird = 'q"uo\\te-\u00e9l\u00e8ve-42'  # a known value with a quote, a backslash and non-ASCII
     token = "ghp_" + "Qw7" * 12
-    hook = "webhook:http://bob:pa55w0rd-x@127.0.0.1:9/hooks/T000/B000/zzzsecretpath"
+    hook = "webhook:http://bob:pa55w0rd-x@127.0.0.1:9/hooks/T000/B000/zzzsecretpath"  # nobody listens
+    project.home.mkdir(parents=True, exist_ok=True)
+    (project.home / "config.yaml").write_text("delivery: {attempts: 1, timeout: 2}\n")  # no retries to wait for
     fake.add(
         call("write_file", {"path": "out.txt", "content": f"a\\n{token} and {weird}"}),
         final("done"),
