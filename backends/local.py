@@ -24,7 +24,7 @@ from backends.base import (
 )
 from runner import secrets
 from runner.errors import BackendError
-from runner.procs import RUN_MARK, group_alive, kill_marked, kill_tree, start_time
+from runner.procs import RUN_MARK, end_descendants, group_alive, kill_marked, kill_tree, start_time
 
 if TYPE_CHECKING:
     from backends.spec import LocalSpec
@@ -137,6 +137,7 @@ class LocalBackend:
         for pgid, start in groups.items():
             kill_tree(pgid, 0, start=start, group=pgid)
         kill_marked(MARK_VAR, self._mark)  # what left the command sessions (setsid, double fork)
+        end_descendants()  # in a run's own process: what also cleared its environment (a no-op elsewhere)
 
     def __enter__(self) -> LocalBackend:
         return self

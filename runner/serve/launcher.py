@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from runner.config.jobs import Job
-from runner.procs import ProcessTree, install_two_stage_stop
+from runner.procs import ProcessTree, become_subreaper, install_two_stage_stop
 from runner.statuses import RunStatus, Trigger
 
 
@@ -141,6 +141,7 @@ def worker_main(spec: WorkerSpec, held: dict[str, str] | None = None) -> None:
         secrets.install(held)
     stop = threading.Event()
     install_two_stage_stop(stop)
+    become_subreaper()  # what the run's commands leave behind ends with the run
     from runner.errors import RunnerError, StoreError, failure_reason
     from runner.run.execute import execute
     from runner.run.request import RunRequest

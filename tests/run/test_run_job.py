@@ -331,3 +331,32 @@ def test_processes_the_run_started_do_not_outlive_it(project, fake):
     finally:
         for pid in _processes_with(token.encode()):
             os.kill(pid, 9)
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs /proc")
+def test_a_process_that_clears_its_environment_and_detaches_still_ends_with_the_run(project, fake):
+    """`env -i setsid ...` carries no mark and leaves the session; run-job is the subreaper of what
+    its commands start, so the orphan is still below it and ends with the run."""
+    arg = f"313.{os.getpid() % 10_000}{threading.get_ident() % 1000}"
+    fake.add(call("terminal", {"command": f"env -i setsid sleep {arg} & echo started"}), final("done"))
+    project.write_jobs("jobs:\n  t:\n    prompt: go\n    toolsets: [terminal]\n")
+
+    def sleepers() -> list[int]:
+        found = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if arg.encode() in argv:
+                    found.append(int(entry))
+        return found
+
+    res = project.run("run-job", "t")
+    try:
+        assert res.returncode == 0, res.stderr
+        assert sleepers() == []
+    finally:
+        for pid in sleepers():
+            os.kill(pid, 9)

@@ -100,7 +100,7 @@ def test_hot_reload_add_remove_invalid_and_sighup(project, serve):
     daemon = serve().started()
     wait_for(lambda: job_rows(project.home, "tick"), 10)
     project.write_jobs(TICK.replace("tick:", "bbbb:").replace('"echo tick"', "jobs/b.sh"))
-    wait_for(lambda: job_rows(project.home, "bbbb"), 6, what="the added job to fire")
+    wait_for(lambda: job_rows(project.home, "bbbb"), 15, what="the added job to fire")  # loaded machines: slack
     daemon.wait_log("reloaded")
     removed_at = len(job_rows(project.home, "tick"))
     time.sleep(1.5)
