@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -358,10 +359,12 @@ def _check_job(
 
 def referenced_files(jobs: JobsFile) -> list[Path]:
     """jobs.yaml, prompt templates and pre_run scripts (what hot reload watches and a run protects)."""
-    files = {jobs.path}
-    for job in jobs.jobs.values():
-        files.update(job_inputs(job))
-    return sorted(files)
+    return sorted({jobs.path, *inputs_of(jobs.jobs)})
+
+
+def inputs_of(jobs: Mapping[str, Job]) -> tuple[Path, ...]:
+    """The prompt templates and pre_run scripts of a set of jobs, each once."""
+    return tuple(dict.fromkeys(p for job in jobs.values() for p in job_inputs(job)))
 
 
 def job_inputs(job: Job) -> list[Path]:

@@ -115,7 +115,9 @@ class Run:
 
         cassette = self.req.model.path if isinstance(self.req.model, Replay) else None
         workdir = self.req.workdir or self.job.workdir
-        self.control = protected_set(self.settings, self.job, workdir=workdir, cassette=cassette)
+        self.control = protected_set(
+            self.settings, self.job, workdir=workdir, cassette=cassette, inputs=self.req.control_inputs
+        )
         self._before = self.control.fingerprint()
 
     def check_tamper(self) -> None:

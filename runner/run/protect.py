@@ -15,15 +15,24 @@ from runner.settings import Settings
 
 
 def protected_set(
-    settings: Settings, job: Job, *, workdir: Path | None = None, cassette: Path | None = None
+    settings: Settings,
+    job: Job,
+    *,
+    workdir: Path | None = None,
+    cassette: Path | None = None,
+    inputs: tuple[str, ...] | None = None,
 ) -> ControlPlane:
     """jobs.yaml, config.yaml, the inputs jobs.yaml refers to (every job's: another job's template
     steers the next run as much as this one's), the replayed cassette, the bundled and extra
-    skill folders, RUNNER_HOME (but not its ``workspaces/``, where kanban tasks work)."""
+    skill folders, RUNNER_HOME (but not its ``workspaces/``, where kanban tasks work). ``inputs``:
+    the referenced files as serve already knows them (a worker then never re-reads jobs.yaml)."""
     files = dict.fromkeys([str(settings.jobs_path), str(settings.config_path)])
-    jobs = _jobs_or_none(settings)
-    for ref in referenced_files(jobs) if jobs is not None else job_inputs(job):
-        files[str(ref)] = None
+    if inputs is not None:
+        files.update(dict.fromkeys([*inputs, *map(str, job_inputs(job))]))
+    else:
+        jobs = _jobs_or_none(settings)
+        for ref in referenced_files(jobs) if jobs is not None else job_inputs(job):
+            files[str(ref)] = None
     if cassette is not None:
         files[str(cassette.absolute())] = None
     skills = _skill_folders(settings)

@@ -78,6 +78,8 @@ class RunRequest:
     interactive: bool = False  # a person at a TTY may answer `approvals: manual` prompts
     task: TaskHooks | None = None
     deliver: bool = True  # False (``run-job --no-deliver``): no delivery sinks and no alerts
+    # the files jobs.yaml refers to, when the caller has them (serve); None: the run reads jobs.yaml
+    control_inputs: tuple[str, ...] | None = None
     progress: Callable[[str, dict[str, Any]], None] | None = None  # each recorded event, redacted (a TTY's progress)
 
 

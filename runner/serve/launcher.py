@@ -41,6 +41,7 @@ class WorkerSpec:
     trigger: Trigger
     slot: datetime | None = None
     task_id: str | None = None
+    control_inputs: tuple[str, ...] = ()  # the files jobs.yaml refers to (the run protects them)
 
 
 class Handle(Protocol):
@@ -154,7 +155,14 @@ def worker_main(spec: WorkerSpec, held: dict[str, str] | None = None) -> None:
     # serve has created and migrated the store, and it watches its own workers: open it plainly
     settings.store = Store.open(settings.home / "runner.db", migrate=False)
     # the queued row exists (serve wrote it, with the task id if any): the run starts that row
-    req = RunRequest(job=spec.job, trigger=Trigger(spec.trigger), run_id=spec.run_id, slot=spec.slot, stop=stop)
+    req = RunRequest(
+        job=spec.job,
+        trigger=Trigger(spec.trigger),
+        run_id=spec.run_id,
+        slot=spec.slot,
+        stop=stop,
+        control_inputs=spec.control_inputs,
+    )
     try:
         outcome = execute(settings, req)
     except RunnerError as exc:

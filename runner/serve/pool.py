@@ -90,6 +90,7 @@ class Pool:
         self.kill_grace = kill_grace
         self.on_pause = on_pause
         self.alerts = alerts
+        self.control_inputs: tuple[str, ...] = ()  # set with each (re)load of jobs.yaml
         self._running: dict[str, _Running] = {}
         self._per_job: dict[str, int] = {}
         self._waiting: list[_Waiting] = []
@@ -176,6 +177,7 @@ class Pool:
             trigger=fire.trigger,
             slot=fire.slot,
             task_id=fire.task_id,
+            control_inputs=self.control_inputs,
         )
         try:
             handle = self.spawner.spawn(spec)

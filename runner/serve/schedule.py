@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from runner.clock import iso
-from runner.config.jobs import Job
+from runner.config.jobs import Job, inputs_of
 from runner.config.schedules import Schedule
 from runner.serve.planner import (
     JobState,
@@ -82,6 +82,7 @@ class ScheduleTicker:
     def set_jobs(self, jobs: Mapping[str, Job], now: datetime) -> JobsChange:
         """Install a (re)loaded set of jobs: new ones are seen for the first time, removed ones
         stop firing, changed ones are rescheduled (a changed schedule starts afresh)."""
+        self.pool.control_inputs = tuple(str(p) for p in inputs_of(jobs))  # what each run protects
         states = load_states(self.store)
         scheduled = {n: j for n, j in jobs.items() if j.schedule_obj is not None}
         removed = tuple(sorted(set(self._entries) - set(scheduled)))
