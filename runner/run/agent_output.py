@@ -33,6 +33,8 @@ Messages = list[dict[str, Any]]
 class AgentOutput:
     """An agent job: its prompt template (checked before the run row) and its models."""
 
+    steered = True
+
     source: str  # the template text
     name: str  # the template's name in messages
     models: Models

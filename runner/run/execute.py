@@ -118,7 +118,8 @@ class Run:
         self.control = protected_set(
             self.settings, self.job, workdir=workdir, cassette=cassette, inputs=self.req.control_inputs
         )
-        self._before = self.control.fingerprint()
+        if self.prepared.producer.steered:
+            self._before = self.control.fingerprint()
 
     def check_tamper(self) -> None:
         """Fail the run (reason ``tampered``) when a protected file changed since ``protect``;

@@ -29,6 +29,10 @@ class Produced:
 
 
 class Producer(Protocol):
+    #: a model steers the run, so its end is checked for tampering with the control files (a
+    #: script-only job runs the operator's own code: an operator editing jobs.yaml meanwhile is no tamper)
+    steered: bool
+
     def produce(self, run: Run) -> Produced:
         """Make the run's output; the run writes and delivers it and records the status."""
         ...
@@ -42,6 +46,8 @@ def pre_run_failed(pre: PreRunResult) -> Produced:
 @dataclass(frozen=True)
 class ScriptOutput:
     """``agent: false``: the pre_run's stdout is the output; a non-zero exit fails the run; empty is silent."""
+
+    steered = False
 
     def produce(self, run: Run) -> Produced:
         pre = run.pre
