@@ -46,6 +46,11 @@ def throwaway_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     monkeypatch.setenv("HOME", str(home))
     yield home
     assert_throwaway_home(os.environ)
+    from runner.procs import is_subreaper
+
+    # a test running a command in-process must not make pytest adopt (and a later run end) its
+    # other processes (sshd, fake servers): only the real program becomes a subreaper
+    assert not is_subreaper(), "this test made the pytest process a subreaper"
 
 
 @pytest.fixture

@@ -291,11 +291,10 @@ def _tick_lines(r: DispatchTick) -> list[str]:
 def kanban_work() -> None:
     """The worker the dispatcher starts: one attempt at the task in HERMES_KANBAN_TASK."""
     from runner.kanban.work import work
-    from runner.procs import become_subreaper, install_two_stage_stop
+    from runner.procs import install_two_stage_stop
 
     stop = threading.Event()
     install_two_stage_stop(stop)
-    become_subreaper()  # what the task's commands leave behind ends with the attempt
     result = work(settings(), os.environ, stop=stop)
     line = f"task {result.task_id}: {result.status}" + (f" (run {result.run_id})" if result.run_id else "")
     if result.detail:

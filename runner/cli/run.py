@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from runner.cli._util import echo_json, parse_vars, settings
-from runner.procs import become_subreaper, two_stage_stop
+from runner.procs import two_stage_stop
 from runner.statuses import RunStatus, Trigger
 
 
@@ -56,7 +56,6 @@ def run_job(
         progress=_progress if sys.stderr.isatty() and not as_json else None,
     )
     # first SIGINT/SIGTERM: finish the current step, end `interrupted`; second: stop hard
-    become_subreaper()  # what the run's commands leave behind ends with the run
     with two_stage_stop(stop, on_first=_waiting_message(job.name)):
         outcome = execute(s, req)
     for failed in outcome.delivery_failed:
