@@ -121,18 +121,10 @@ def _providers(settings: Settings, job: Job, *, record: Path | None) -> Provider
     return Providers(job.name, choices, sources, pools, record, secrets)
 
 
-class _Chain(Protocol):
-    index: int
-    model: str
+class _Chain(LLM, Protocol):
+    """A model seam that says which provider of its list answered last (``FallbackLLM``)."""
 
-    def complete(
-        self,
-        messages: Sequence[dict[str, Any]],
-        tools: Sequence[dict[str, Any]],
-        *,
-        timeout: float | None = None,
-        max_tokens: int | None = None,
-    ) -> Message: ...
+    index: int
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -22,9 +21,8 @@ KEY = "sk-test-key-0123456789abcdef"
 
 
 def runs(project):
-    db = sqlite3.connect(project.home / "runner.db")
-    db.row_factory = sqlite3.Row
-    return [dict(r) for r in db.execute("SELECT * FROM runs ORDER BY created_at")]
+    """The ledger's rows, oldest first."""
+    return rows(project.home, "SELECT * FROM runs ORDER BY created_at")
 
 
 def config(project, text: str = "") -> None:

@@ -5,24 +5,18 @@ from __future__ import annotations
 
 import json
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
 
 from runner.testing import call, final
+from tests.servehelp import rows
+from tests.ttyhelp import run_on_a_tty
 
 
-def runs(project) -> list[dict]:
-    path = project.home / "runner.db"
-    if not path.exists():
-        return []
-    db = sqlite3.connect(path)
-    db.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in db.execute("SELECT * FROM runs ORDER BY created_at")]
-    except sqlite3.OperationalError:  # polled while the runner is still creating the schema
-        return []
+def runs(project):
+    """The ledger's rows, oldest first."""
+    return rows(project.home, "SELECT * FROM runs ORDER BY created_at")
 
 
 def one_line_exit_2(res) -> None:
@@ -101,35 +95,10 @@ def test_home_that_cannot_be_used_is_exit_2(project):
         assert "/proc/self" in res.stderr
 
 
-def _run_on_a_tty(project, *args: str) -> tuple[int, str]:
-    """`runner ARGS` with a pty as its terminal (stdin, stdout and stderr); what it printed."""
-    import os
-    import pty
-    import select
-
-    pid, fd = pty.fork()
-    if pid == 0:  # child
-        os.chdir(project.root)
-        os.execve(sys.executable, [sys.executable, "-m", "runner", *args], project.env())
-    out, deadline = b"", time.time() + 60
-    while time.time() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.2)
-        if ready:
-            try:
-                chunk = os.read(fd, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            out += chunk
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
-
-
 def test_progress_on_a_tty_one_line_per_turn_and_tool_call_quiet_in_pipes(project, fake):
     project.write_jobs("jobs:\n  p:\n    prompt: look\n    toolsets: [terminal]\n    deliver: [file]\n")
     fake.add(call("terminal", {"command": "echo hi"}), final("all good"))
-    code, shown = _run_on_a_tty(project, "run-job", "p")
+    code, shown = run_on_a_tty(project, "run-job", "p")
     assert code == 0, shown
     lines = [ln.strip() for ln in shown.splitlines()]
     assert any(ln.startswith("model turn 1:") for ln in lines), shown

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from runner.testing import call, calls, error, final
+from tests.servehelp import rows
 
 ONE = "jobs:\n  one:\n    prompt: 'Say hello to {{ vars.who }}'\n    vars: {who: world}\n    deliver: [file, stdout]\n"
 
 
 def runs(project):
-    db = sqlite3.connect(project.home / "runner.db")
-    db.row_factory = sqlite3.Row
-    return [dict(r) for r in db.execute("SELECT * FROM runs ORDER BY created_at")]
+    """The ledger's rows, oldest first."""
+    return rows(project.home, "SELECT * FROM runs ORDER BY created_at")
 
 
 def events(project, run_id):

@@ -9,6 +9,7 @@ import pytest
 
 from runner.safety.approval import AutoApprove, decide
 from runner.testing import call, final
+from tests.ttyhelp import run_on_a_tty
 
 
 def approvals(project):
@@ -115,42 +116,12 @@ def test_approvals_check_with_allow_and_list(project, fake):
     assert "git reset --hard" in project.cli("approvals", "list").output
 
 
-def _run_on_a_tty(project, answer: bytes):
-    """Run `runner run-job` with a real pseudo-terminal as its controlling terminal; type ANSWER."""
-    import os
-    import pty
-    import select
-    import sys
-    import time
-
-    pid, fd = pty.fork()
-    if pid == 0:  # child: the pty is its controlling terminal and stdin/stdout/stderr
-        os.chdir(project.root)
-        os.execve(sys.executable, [sys.executable, "-m", "runner", "run-job", "m"], project.env())
-    out, deadline, answered = b"", time.time() + 60, False
-    while time.time() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.2)
-        if ready:
-            try:
-                chunk = os.read(fd, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            out += chunk
-        if not answered and b"allow it? [y/N]" in out:
-            os.write(fd, answer)
-            answered = True
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
-
-
 @pytest.mark.parametrize("answer,approved", [(b"y\n", True), (b"n\n", False)])
 def test_manual_policy_asks_on_the_tty(project, fake, answer, approved):
     (project.root / "build").mkdir()
     fake.add(call("terminal", {"command": "rm -rf build"}), final("ok"))
     project.write_jobs("jobs:\n  m:\n    prompt: go\n    approvals: manual\n")
-    code, out = _run_on_a_tty(project, answer)
+    code, out = run_on_a_tty(project, "run-job", "m", reply=(b"allow it? [y/N]", answer))
     assert code == 0, out
     assert "rm -rf build" in out
     assert (project.root / "build").exists() is not approved
