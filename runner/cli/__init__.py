@@ -72,29 +72,12 @@ def cli(ctx: click.Context, jobs_path: str | None, config_path: str | None, home
     ctx.obj = Settings.from_options(jobs=jobs_path, config=config_path, home=home)
 
 
-ONE_RUN_COMMANDS = frozenset({("run-job",), ("kanban", "work")})
-
-
-def _reap_what_runs_leave(args: list[str]) -> None:
-    """A process that runs one run becomes the subreaper of what its commands start (see
-    ``runner.procs.become_subreaper``). Only the real program: a test calling ``main(argv)`` or
-    click's runner in its own process must not adopt (and later end) the test's other processes."""
-    from runner.secrets import command_path
-
-    path = command_path(args)
-    if path[:1] in ONE_RUN_COMMANDS or path[:2] in ONE_RUN_COMMANDS:
-        from runner.procs import become_subreaper
-
-        become_subreaper()
-
-
 def main(argv: list[str] | None = None) -> None:
-    if argv is None:  # the real program (not a test calling main): keep secrets out of /proc/PID/environ
-        from runner.safety.redact import is_token
-        from runner.secrets import hide_and_reexec
+    if argv is None:  # the program through an older console script: prepare as runner.entry does
+        from runner.startup import prepare_process
 
-        hide_and_reexec(sys.argv[1:], is_token)
-        _reap_what_runs_leave(sys.argv[1:])
+        argv = sys.argv[1:]
+        prepare_process(argv)
     try:
         cli.main(args=argv, prog_name="runner")
     except BrokenPipeError:  # `runner runs list | head`
