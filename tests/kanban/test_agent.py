@@ -56,6 +56,7 @@ def test_agent_worker_completes_task_and_show_has_the_result(project, fake):
     )
     with dispatcher(project):
         wait_for(lambda: status_of(project, t) == "done", timeout=30, what="agent task done")
+        wait_for(lambda: runs_final(project, t, 1), timeout=20, what="the run row final")
     first = fake.requests[0]
     assert tool_names(first) == TASK_TOOLS
     prompt = first["body"]["messages"][1]["content"]
@@ -77,10 +78,12 @@ def test_agent_worker_completes_task_and_show_has_the_result(project, fake):
     assert written == [], f"the API key was written to {written}"
 
 
-def runs_final(project, task_id):
+def runs_final(project, task_id, count=2):
+    """The task's ``count`` run rows all have a final status (the task is done once kanban_complete
+    returns; the worker writes its run row's final status after)."""
     with board_of(project) as board:
         runs = board.runs(task_id)
-    return len(runs) == 2 and all(r["status"] in FINAL for r in runs)
+    return len(runs) == count and all(r["status"] in FINAL for r in runs)
 
 
 def test_stopping_without_ending_is_reminded_once_then_the_attempt_fails(project, fake):
@@ -96,7 +99,6 @@ def test_stopping_without_ending_is_reminded_once_then_the_attempt_fails(project
     )
     with dispatcher(project):
         wait_for(lambda: status_of(project, t) == "done", timeout=40, what="second attempt done")
-        # the task is done once kanban_complete returns; the worker writes its run row's final status after
         wait_for(lambda: runs_final(project, t), timeout=20, what="both run rows final")
     assert fake.requests[1]["body"]["messages"][-1] == {"role": "user", "content": REMINDER}
     assert len(fake.requests) == 5
