@@ -42,6 +42,7 @@ class Trigger(StrEnum):
     SCHEDULE = "schedule"  # a slot of the job's schedule (serve)
     RETRY = "retry"  # a retry of a failed scheduled run (serve)
     KANBAN = "kanban"  # a kanban task's attempt
+    DELEGATE = "delegate"  # a subagent started by a run's delegate_task call (runs.parent_run_id)
 
 
 class TaskStatus(StrEnum):

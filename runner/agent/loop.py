@@ -1,7 +1,8 @@
 """The agent loop: a function of (messages, tools, llm, limits).
 
 Ask the model; run the tool calls it makes, in order, each result going back as a message;
-stop on a final text answer. Limits end the loop with a recorded reason through small
+stop on a final text answer. A turn whose calls are all read-only tools (``ToolEntry.read_only``)
+runs them concurrently (at most ``MAX_PARALLEL``); their events and results keep the model's order. Limits end the loop with a recorded reason through small
 exception classes; tool problems become tool results the model can act on; infrastructure
 errors (BackendError, ModelError) propagate and end the run.
 """
@@ -12,12 +13,14 @@ import json
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from runner.agent.schema import check_args
 from runner.agent.types import LLM, Message, ToolCall, Usage
 from runner.errors import ModelError, RunnerError
+from runner.safety.result import ApprovalResult, ApproveFn
 from runner.statuses import RunStatus
 from runner.tools import ToolEntry, ToolError
 from runner.tools.context import ToolContext
@@ -35,6 +38,8 @@ GRACE_MIN_SECONDS = 0.5  # with less time than this before the hard deadline the
 GRACE_RESERVE_MAX = 60.0
 LOOP_REPEATS = 3
 PREVIEW_CHARS = 2000
+MAX_PARALLEL = 8  # read-only calls of one turn running at once
+NOT_RUN = "not run: the run was interrupted"
 
 
 class LoopExit(Exception):
@@ -104,15 +109,25 @@ class LoopResult:
 
 
 @dataclass
-class _Totals:
+class Totals:
+    """What a loop has spent so far. Its tokens and cost also count what its subagents spent
+    (``add``, called from their threads when each ends), so the budget checks see both."""
+
     prompt: int = 0
     completion: int = 0
     cost: float = 0.0
     iterations: int = 0
     last_progress: float = field(default_factory=time.monotonic)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def usage(self) -> Usage:
         return Usage(self.prompt, self.completion)
+
+    def add(self, usage: Usage, cost: float) -> None:
+        with self._lock:
+            self.prompt += usage.prompt_tokens
+            self.completion += usage.completion_tokens
+            self.cost += cost
 
 
 def run_loop(
@@ -127,16 +142,18 @@ def run_loop(
     stop: threading.Event | None = None,
     prune: Prune | None = None,
     redact: Callable[[str], str] | None = None,
+    totals: Totals | None = None,
 ) -> LoopResult:
     """Run the conversation in ``messages`` (mutated in place) to a final answer or a limit.
 
     ``redact`` masks secrets in every tool result before the model (and the record) sees it.
     ``prune`` returns the model replies it asked for (summaries): they count in the run's
-    tokens, cost and budgets."""
+    tokens, cost and budgets. ``totals``: the account to charge (a fresh one by default; the
+    caller passes its own when subagents charge it too)."""
     stop = stop or threading.Event()
     by_name = {t.name: t for t in tools}
     schemas = [t.schema() for t in tools]
-    totals = _Totals()
+    totals = totals if totals is not None else Totals()
     recent_failures: list[str] = []
     try:
         while True:
@@ -150,9 +167,12 @@ def run_loop(
             messages.append(reply.to_dict())
             if not reply.tool_calls:
                 return _done(RunStatus.SUCCEEDED, reply.content or "", totals)
-            for call in reply.tool_calls:
-                if stop.is_set():
-                    result, failed = "not run: the run was interrupted", True
+            batch = _run_parallel(reply.tool_calls, by_name, ctx, emit, redact, stop)
+            for i, call in enumerate(reply.tool_calls):
+                if batch is not None:
+                    result, failed = batch[i]
+                elif stop.is_set():
+                    result, failed = NOT_RUN, True
                 else:
                     result, failed = _run_tool(call, by_name, ctx, emit, redact)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
@@ -169,11 +189,11 @@ def run_loop(
         return _done(exit_.status, output, totals, reason=exit_.reason, error=exit_.detail)
 
 
-def _done(status: RunStatus, output: str, totals: _Totals, **kw: Any) -> LoopResult:
+def _done(status: RunStatus, output: str, totals: Totals, **kw: Any) -> LoopResult:
     return LoopResult(status, output, totals.iterations, totals.usage(), round(totals.cost, 6), **kw)
 
 
-def _check(limits: Limits, totals: _Totals, stop: threading.Event) -> None:
+def _check(limits: Limits, totals: Totals, stop: threading.Event) -> None:
     now = time.monotonic()
     if stop.is_set():
         raise Interrupted("interrupted", "the run was interrupted by a signal")
@@ -192,7 +212,7 @@ def _ask(
     messages: list[dict[str, Any]],
     schemas: list[dict[str, Any]],
     limits: Limits,
-    totals: _Totals,
+    totals: Totals,
     emit: Emit,
     pricing: Pricing,
 ) -> Message:
@@ -220,7 +240,7 @@ def _call(
     llm: LLM,
     messages: list[dict[str, Any]],
     schemas: list[dict[str, Any]],
-    totals: _Totals,
+    totals: Totals,
     emit: Emit,
     pricing: Pricing,
     *,
@@ -254,7 +274,7 @@ def _call(
     return reply
 
 
-def _charge(totals: _Totals, reply: Message, pricing: Pricing) -> float:
+def _charge(totals: Totals, reply: Message, pricing: Pricing) -> float:
     cost = pricing.cost(reply.usage)
     totals.prompt += reply.usage.prompt_tokens
     totals.completion += reply.usage.completion_tokens
@@ -263,7 +283,7 @@ def _charge(totals: _Totals, reply: Message, pricing: Pricing) -> float:
     return cost
 
 
-def _charge_summaries(replies: Sequence[Message], totals: _Totals, emit: Emit, pricing: Pricing) -> None:
+def _charge_summaries(replies: Sequence[Message], totals: Totals, emit: Emit, pricing: Pricing) -> None:
     """Summary calls made by the pruner count in the run's tokens, cost and budgets."""
     for reply in replies:
         cost = _charge(totals, reply, pricing)
@@ -281,8 +301,21 @@ def _charge_summaries(replies: Sequence[Message], totals: _Totals, emit: Emit, p
 def _run_tool(
     call: ToolCall, by_name: dict[str, ToolEntry], ctx: ToolContext, emit: Emit, redact: Callable[[str], str] | None
 ) -> tuple[str, bool]:
-    emit("tool_call", {"id": call.id, "name": call.name, "arguments": call.arguments})
+    _announce(call, emit)
     started = time.monotonic()
+    result, failed = _invoke(call, by_name, ctx, redact)
+    _report(call, result, failed, time.monotonic() - started, emit)
+    return result, failed
+
+
+def _announce(call: ToolCall, emit: Emit) -> None:
+    emit("tool_call", {"id": call.id, "name": call.name, "arguments": call.arguments})
+
+
+def _invoke(
+    call: ToolCall, by_name: dict[str, ToolEntry], ctx: ToolContext, redact: Callable[[str], str] | None
+) -> tuple[str, bool]:
+    """The call's result text (redacted) and whether it failed; events are the caller's."""
     failed = True
     entry = by_name.get(call.name)
     if entry is None:
@@ -304,6 +337,10 @@ def _run_tool(
                     result = f"error: {exc}"
     if redact is not None:
         result = redact(result)
+    return result, failed
+
+
+def _report(call: ToolCall, result: str, failed: bool, seconds: float, emit: Emit) -> None:
     emit(
         "tool_result",
         {
@@ -312,10 +349,53 @@ def _run_tool(
             "result": _preview(result),
             "chars": len(result),
             "failed": failed,
-            "seconds": round(time.monotonic() - started, 3),
+            "seconds": round(seconds, 3),
         },
     )
-    return result, failed
+
+
+def _run_parallel(
+    calls: Sequence[ToolCall],
+    by_name: dict[str, ToolEntry],
+    ctx: ToolContext,
+    emit: Emit,
+    redact: Callable[[str], str] | None,
+    stop: threading.Event,
+) -> list[tuple[str, bool]] | None:
+    """Run a turn's calls concurrently when there are several and all are read-only tools; None
+    otherwise (the caller runs them one by one). The ``tool_call`` events come first and the
+    ``tool_result`` events after, both in the model's order; the approval gate sees one call at
+    a time (a manual approval asks one question at a time)."""
+    entries = [by_name.get(c.name) for c in calls]
+    if len(calls) < 2 or not all(e is not None and e.read_only for e in entries):
+        return None
+    for call in calls:
+        _announce(call, emit)
+    shared = replace(ctx, approve=_one_at_a_time(ctx.approve))
+
+    def work(call: ToolCall) -> tuple[str, bool, float]:
+        if stop.is_set():
+            return NOT_RUN, True, 0.0
+        started = time.monotonic()
+        result, failed = _invoke(call, by_name, shared, redact)
+        return result, failed, time.monotonic() - started
+
+    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(calls)), thread_name_prefix="tool") as pool:
+        futures = [pool.submit(work, call) for call in calls]
+        done = [f.result() for f in futures]
+    for call, (result, failed, seconds) in zip(calls, done, strict=True):
+        _report(call, result, failed, seconds, emit)
+    return [(result, failed) for result, failed, _ in done]
+
+
+def _one_at_a_time(approve: ApproveFn) -> ApproveFn:
+    lock = threading.Lock()
+
+    def gated(command: str) -> ApprovalResult:
+        with lock:
+            return approve(command)
+
+    return gated
 
 
 def _track_loop(recent: list[str], call: ToolCall, failed: bool) -> list[str]:
@@ -339,7 +419,7 @@ def _grace(
     llm: LLM,
     messages: list[dict[str, Any]],
     limits: Limits,
-    totals: _Totals,
+    totals: Totals,
     emit: Emit,
     pricing: Pricing,
     exit_: LoopExit,

@@ -48,6 +48,13 @@ class Budget(Strict):
     max_tokens: int | None = Field(None, ge=1)
 
 
+class DelegationSpec(Strict):
+    """``delegation:``: how deep subagents (``delegate_task``) may nest and how many run at once."""
+
+    max_depth: int = Field(1, ge=1, le=2)  # 1: the run's subagents cannot delegate; 2: theirs can, once more
+    max_children: int = Field(3, ge=1, le=3)  # subagents of one run running at the same time
+
+
 class WebSpec(Strict):
     """``web:``: where web_fetch may connect (see docs/safety.md)."""
 
@@ -106,6 +113,7 @@ class JobSpec(Strict):
     summarize: bool = False
     pause_after_failures: int | None = Field(None, ge=1)
     web: WebSpec = Field(default_factory=WebSpec)
+    delegation: DelegationSpec = Field(default_factory=DelegationSpec)
 
     @field_validator("timezone")
     @classmethod

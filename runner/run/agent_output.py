@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from runner.agent.loop import Limits, LoopResult, run_loop
+from runner.agent.loop import Limits, LoopResult, Totals, run_loop
 from runner.agent.pruning import Pruner, summarize_with
 from runner.agent.types import Usage
 from runner.run.delivery import is_silent
@@ -22,6 +22,7 @@ from runner.store.runs import update_run
 from runner.tools.context import EmitFn, ToolContext
 
 if TYPE_CHECKING:
+    from runner.run.delegate import Delegation
     from runner.run.execute import Run
     from runner.skills.session import SkillSession
     from runner.tools import ToolEntry
@@ -44,11 +45,14 @@ class AgentOutput:
             emit=run.emit, deadline=run.deadline, redactor=run.redactor, on_model=run.record_model
         )
         skills = _skill_session(run)
-        ctx = _tool_context(run, skills)
+        delegation = _delegation(run, connected)
+        ctx = _tool_context(run, skills, delegation)
         from runner.tools import discover
 
         registry = discover()
         tools = registry.select(run.job.spec.toolsets, ctx)
+        if delegation is not None:
+            delegation.tools = tools
         user_prompt = self._user_prompt(run)
         messages = _first_messages(run, tools, skills, user_prompt)
         run.emit(
@@ -64,7 +68,7 @@ class AgentOutput:
         run.record_model(connected.llm.model)
         status = RunStatus.FAILED
         try:
-            result = _converse(run, messages, tools, ctx, connected)
+            result = _converse(run, messages, tools, ctx, connected, delegation)
             status = RunStatus(result.status)
         finally:
             run.save_transcript(messages)
@@ -100,7 +104,25 @@ def _skill_session(run: Run) -> SkillSession | None:
     return SkillSession.for_run(run.settings, emit=run.emit)
 
 
-def _tool_context(run: Run, skills: SkillSession | None) -> ToolContext:
+def _delegation(run: Run, connected: Connected) -> Delegation | None:
+    """The run's delegator when the job lists ``delegate`` (or ``delegate_task``) in its toolsets."""
+    if not set(run.job.spec.toolsets) & {"delegate", "delegate_task"}:
+        return None
+    from runner.run.delegate import Delegation
+
+    return Delegation(
+        settings=run.settings,
+        job=run.job,
+        run_id=run.run_id,
+        llm=connected.llm,
+        pricing=connected.pricing,
+        gate=run.gate,
+        redactor=run.redactor,
+        stop=run.req.stop,
+    )
+
+
+def _tool_context(run: Run, skills: SkillSession | None, delegation: Delegation | None = None) -> ToolContext:
     job = run.job
     return ToolContext(
         backend=run.backend,
@@ -115,6 +137,7 @@ def _tool_context(run: Run, skills: SkillSession | None) -> ToolContext:
         kanban=run.req.task.session if run.req.task is not None else None,
         control=run.control,
         web=job.spec.web.policy(),
+        delegate=delegation,
     )
 
 
@@ -131,7 +154,12 @@ def _first_messages(run: Run, tools: Sequence[ToolEntry], skills: SkillSession |
 
 
 def _converse(
-    run: Run, messages: Messages, tools: Sequence[ToolEntry], ctx: ToolContext, connected: Connected
+    run: Run,
+    messages: Messages,
+    tools: Sequence[ToolEntry],
+    ctx: ToolContext,
+    connected: Connected,
+    delegation: Delegation | None = None,
 ) -> LoopResult:
     """The loop over ``messages`` (extended in place) within the job's limits, then the follow-up."""
     from runner.run.model_choice import context_budget
@@ -154,6 +182,9 @@ def _converse(
     )
 
     def loop(lim: Limits) -> LoopResult:
+        totals = Totals()  # subagents add what they spent to it
+        if delegation is not None:
+            delegation.account(lim, totals)
         return run_loop(
             messages,
             tools,
@@ -165,6 +196,7 @@ def _converse(
             stop=run.req.stop,
             prune=pruner,
             redact=run.redactor,
+            totals=totals,
         )
 
     result = loop(limits)

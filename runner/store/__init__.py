@@ -61,10 +61,25 @@ def fault(path: Path, exc: sqlite3.Error) -> StoreFault | None:
 
 
 class Store:
+    """The store; ``conn`` is the connection of the calling thread: the thread that opened the
+    store uses the one it opened, any other thread (a subagent, a parallel tool call) gets its
+    own on first use, so transactions of two threads never share a connection."""
+
     def __init__(self, path: Path, conn: sqlite3.Connection):
         self.path = path
-        self.conn = conn
+        self._conn = conn
+        self._owner = threading.get_ident()
         self._local = threading.local()
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        if threading.get_ident() == self._owner:
+            return self._conn
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            with self.guard():
+                conn = self._local.conn = _connect(self.path)
+        return conn
 
     @classmethod
     def open(cls, path: Path, *, migrate: bool = True, state: Sequence[Path] = ()) -> Store:
@@ -102,7 +117,7 @@ class Store:
             raise converted from exc
 
     def close(self) -> None:
-        self.conn.close()
+        self._conn.close()
 
     # -- migrations ---------------------------------------------------------------------
     def applied_migrations(self) -> set[str]:

@@ -40,6 +40,7 @@ def create_run(
     attempt: int = 1,
     parent_run: str | None = None,
     task_id: str | None = None,
+    parent_run_id: str | None = None,
     now: datetime | None = None,
 ) -> str:
     """Insert the ledger row; raise sqlite3.IntegrityError if (job, slot, attempt) exists."""
@@ -58,6 +59,8 @@ def create_run(
         "task_id": task_id,
         "host": HOST,
     }
+    if parent_run_id is not None:  # a subagent's row (the column is from migration m0009)
+        row["parent_run_id"] = parent_run_id
     if status == RunStatus.RUNNING:
         row.update(started_at=iso(now), pid=os.getpid(), pid_start=start_time(os.getpid()))
     cols = ", ".join(row)
@@ -160,6 +163,11 @@ def kill_leftovers(run_id: str) -> int:
     ``<run id>-<nonce>``), also those that left its process tree (``setsid``, double fork); the run's
     own process is gone already (that is why it is being recovered). Returns how many."""
     return kill_marked(RUN_MARK, f"{run_id}-", prefix=True)
+
+
+def children(store: Store, run_id: str) -> list[dict[str, Any]]:
+    """The child runs (subagents) ``run_id`` started, oldest first."""
+    return store.query("SELECT * FROM runs WHERE parent_run_id=? ORDER BY created_at, id", (run_id,))
 
 
 def events(store: Store, run_id: str, after: int = 0) -> list[dict[str, Any]]:

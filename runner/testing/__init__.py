@@ -43,7 +43,7 @@ NAME --record FILE`` and replay it in tests with ``runner run-job NAME --replay 
 tool call still runs for real).
 """
 
-from runner.testing.fakeopenai import FakeOpenAI, Reply, call, calls, error, final, hang
+from runner.testing.fakeopenai import FakeOpenAI, Reply, call, calls, error, final, hang, when
 from runner.testing.scripted import ScriptedLLM
 
-__all__ = ["FakeOpenAI", "Reply", "ScriptedLLM", "call", "calls", "error", "final", "hang"]
+__all__ = ["FakeOpenAI", "Reply", "ScriptedLLM", "call", "calls", "error", "final", "hang", "when"]

@@ -32,6 +32,20 @@ class Reply:
     finish_reason: str | None = None
     usage: tuple[int, int] = (100, 20)
     keys: tuple[str, ...] | None = None  # only answer this way for these keys (else fall through)
+    when: str | None = None  # only answer this way when a user message contains this text (a subagent's goal)
+
+    def fits(self, key: str | None, messages: Any) -> bool:
+        """Whether this reply may answer a request with API key ``key`` and these messages."""
+        if self.keys is not None and key not in self.keys:
+            return False
+        return self.when is None or self.when in _user_text(messages)
+
+
+def _user_text(messages: Any) -> str:
+    if not isinstance(messages, list):
+        return ""
+    parts = [m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+    return "\n".join(p for p in parts if isinstance(p, str))
 
 
 def final(text: str, usage: tuple[int, int] = (100, 20)) -> Reply:
@@ -49,6 +63,14 @@ def calls(*pairs: tuple[str, Any]) -> Reply:
     return Reply(tool_calls=list(pairs))
 
 
+def when(text: str, reply: Reply) -> Reply:
+    """``reply`` given only to a request whose user messages contain ``text`` (route the answers
+    of subagents running at the same time by their goals)."""
+    from dataclasses import replace
+
+    return replace(reply, when=text)
+
+
 def error(status: int, message: str = "error", headers: dict[str, str] | None = None, **kw: Any) -> Reply:
     """An HTTP error with an OpenAI-style error body (and e.g. ``retry-after`` headers)."""
     return Reply(status=status, body={"error": {"message": message, "type": "test"}}, headers=headers or {}, **kw)
@@ -62,8 +84,9 @@ def hang(seconds: float) -> Reply:
 class FakeOpenAI:
     """The server: ``start()`` it, point ``OPENAI_BASE_URL`` at ``base_url``, ``add()`` replies.
 
-    A request takes the first scripted reply whose ``keys`` admit its API key; with none left
-    it gets ``default`` if set, else HTTP 500 "script exhausted". ``requests`` logs each request.
+    A request takes the first scripted reply whose ``keys`` admit its API key (and whose ``when``
+    text is in its user messages); with none left it gets ``default`` if set, else HTTP 500
+    "script exhausted". ``requests`` logs each request.
     """
 
     def __init__(self) -> None:
@@ -114,10 +137,10 @@ class FakeOpenAI:
     def keys_used(self) -> list[str]:
         return [r["key"] for r in self.requests]
 
-    def _next(self, key: str | None) -> Reply:
+    def _next(self, key: str | None, body: dict[str, Any]) -> Reply:
         with self.lock:
             for i, reply in enumerate(self.script):
-                if reply.keys is None or key in reply.keys:
+                if reply.fits(key, body.get("messages")):
                     return self.script.pop(i)
             if self.default is not None:
                 return self.default
@@ -130,7 +153,7 @@ class FakeOpenAI:
             body = json.loads(raw or b"{}")
         except ValueError:
             body = {"_raw": raw.decode("utf-8", "replace")}
-        reply = self._next(key)
+        reply = self._next(key, body if isinstance(body, dict) else {})
         with self.lock:
             self.requests.append(
                 {

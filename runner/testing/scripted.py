@@ -63,12 +63,20 @@ class ScriptedLLM:
                     "max_tokens": max_tokens,
                 }
             )
-            step = self.script.pop(0) if self.script else self.default
+            step = self._pop(messages)
         if step is None:
             raise ModelError(f"scripted model: script exhausted at request {n}", reason="model_error", status=500)
         if isinstance(step, Message):
             return step
         return self._answer(step, n, timeout)
+
+    def _pop(self, messages: Sequence[dict[str, Any]]) -> Step | None:
+        """The first step that fits this request (a ``Reply`` with ``when`` needs its text in a user
+        message), else ``default``; call with the lock held."""
+        for i, step in enumerate(self.script):
+            if isinstance(step, Message) or step.fits(None, list(messages)):
+                return self.script.pop(i)
+        return self.default
 
     def _answer(self, reply: Reply, n: int, timeout: float | None) -> Message:
         if reply.hang:

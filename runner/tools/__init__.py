@@ -31,7 +31,7 @@ class ToolResult:
 Handler = Callable[[dict[str, Any], "ToolContext"], ToolResult]
 CheckFn = Callable[["ToolContext"], "bool | str"]  # True: offered; False or a reason: not offered
 
-TOOLSETS = ("terminal", "files", "web", "skills", "kanban")
+TOOLSETS = ("terminal", "files", "web", "skills", "kanban", "delegate")
 
 
 class ToolError(Exception):
@@ -46,6 +46,7 @@ class ToolEntry:
     parameters: dict[str, Any]
     handler: Handler
     check_fn: CheckFn | None = None
+    read_only: bool = False  # changes nothing anywhere: several in one model turn run concurrently
 
     def schema(self) -> dict[str, Any]:
         return {
@@ -85,11 +86,13 @@ class Registry:
         description: str,
         parameters: dict[str, Any],
         check_fn: CheckFn | None = None,
+        *,
+        read_only: bool = False,
     ) -> Callable[[Handler], Handler]:
         """Decorator form of ``add``."""
 
         def wrap(fn: Handler) -> Handler:
-            self.add(ToolEntry(name, toolset, description, parameters, fn, check_fn))
+            self.add(ToolEntry(name, toolset, description, parameters, fn, check_fn, read_only))
             return fn
 
         return wrap

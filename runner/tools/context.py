@@ -1,6 +1,6 @@
 """What a tool handler gets: the run's backend, its limits, its callbacks and the run's services.
 
-``settings``, ``skills`` and ``kanban`` are None where the run has no such thing (a test's bare
+``settings``, ``skills``, ``kanban`` and ``delegate`` are None where the run has no such thing (a test's bare
 context, a job without skills, a run outside a kanban worker); the tools that need them are
 not offered then.
 """
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from runner.safety.control import ControlPlane
     from runner.settings import Settings
     from runner.skills.session import SkillSession
+    from runner.tools.delegate import Delegator
     from runner.tools.kanban import KanbanTask
 
 EmitFn = Callable[[str, dict[str, Any]], None]
@@ -49,6 +50,7 @@ class ToolContext:
     kanban: KanbanTask | None = None  # the task a kanban worker holds (the kanban tools act on it)
     control: ControlPlane | None = None  # the runner's control files: the file tools refuse them
     web: WebPolicy = WebPolicy()  # the job's ``web:`` key: where web_fetch may connect
+    delegate: Delegator | None = None  # runs subagents (delegate_task); None where delegating is not allowed
 
     @property
     def workdir(self) -> str:

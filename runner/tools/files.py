@@ -393,6 +393,7 @@ def register(registry: Registry) -> None:
             "properties": {"path": _PATH, "offset": {"type": "integer"}, "limit": {"type": "integer"}},
             "required": ["path"],
         },
+        read_only=True,
     )(read_file)
     registry.tool(
         "write_file",
@@ -423,10 +424,12 @@ def register(registry: Registry) -> None:
             },
             "required": ["pattern"],
         },
+        read_only=True,
     )(search_files)
     registry.tool(
         "list_dir",
         "files",
         "List a directory.",
         {**obj, "properties": {"path": _PATH}},
+        read_only=True,
     )(list_dir)

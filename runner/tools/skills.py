@@ -77,6 +77,7 @@ def register(registry: Registry) -> None:
             "additionalProperties": False,
         },
         check_fn=_has_session,
+        read_only=True,
     )(skill_view)
     registry.tool(
         "skill_manage",

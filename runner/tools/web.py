@@ -281,4 +281,5 @@ def register(registry: Registry) -> None:
             "additionalProperties": False,
         },
         check_fn=offered,
+        read_only=True,
     )(web_fetch)
