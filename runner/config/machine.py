@@ -6,7 +6,7 @@ import stat
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from runner import secrets
 from runner.config import yamlio
@@ -112,6 +112,34 @@ class TelegramConfig(Strict):
     base_url: str = "https://api.telegram.org"
 
 
+SEARCH_URLS = {"brave": "https://api.search.brave.com/res/v1/web/search", "tavily": "https://api.tavily.com/search"}
+
+
+class SearchConfig(Strict):
+    """``search:``: the API behind the ``web_search`` tool (docs/delegation.md)."""
+
+    provider: Literal["searxng", "brave", "tavily"] = "searxng"
+    url: str | None = None  # searxng: the instance's base URL (required); brave/tavily: the API's default
+    api_key: str | None = None  # brave/tavily: env:NAME (or a literal: then config.yaml must be chmod 600)
+    timeout: Duration = 15.0
+
+    @model_validator(mode="after")
+    def _complete(self) -> SearchConfig:
+        if self.provider == "searxng" and not self.url:
+            raise ValueError("provider searxng needs url (the instance, e.g. http://127.0.0.1:8888)")
+        if self.provider != "searxng" and not self.api_key:
+            raise ValueError(f"provider {self.provider} needs api_key (e.g. env:{self.provider.upper()}_API_KEY)")
+        if self.url is not None and not self.url.lower().startswith(("http://", "https://")):
+            raise ValueError(f"url {self.url!r} must start with http:// or https://")
+        return self
+
+    @property
+    def endpoint(self) -> str:
+        if self.provider == "searxng":
+            return f"{(self.url or '').rstrip('/')}/search"
+        return self.url or SEARCH_URLS[self.provider]
+
+
 class Config(Strict):
     timezone: str = "UTC"
     providers: dict[str, Provider] = Field(default_factory=dict)
@@ -124,6 +152,7 @@ class Config(Strict):
     delivery: DeliveryConfig = Field(default_factory=DeliveryConfig)
     smtp: SmtpConfig | None = None
     telegram: TelegramConfig = Field(default_factory=TelegramConfig)
+    search: SearchConfig | None = None
     path: str | None = None
 
     def split_model_ref(self, ref: str) -> tuple[str, str]:
@@ -202,7 +231,9 @@ def _has_literal_keys(config: Config) -> bool:
         return True
     password = config.smtp.password if config.smtp else None
     token = config.telegram.bot_token
-    return bool(password and not password.startswith("env:")) or not token.startswith("env:")
+    search_key = config.search.api_key if config.search else None
+    literal = [v for v in (password, search_key) if v and not v.startswith("env:")]
+    return bool(literal) or not token.startswith("env:")
 
 
 def resolve_key(ref: str, index: int = 0, environ: dict[str, str] | None = None) -> tuple[str, str | None]:
