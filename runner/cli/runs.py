@@ -38,7 +38,8 @@ def _duration(row: dict[str, Any]) -> str:
 @click.option("--delivery-failed", is_flag=True, help="only runs where a delivery sink failed")
 @click.option("--json", "as_json", is_flag=True)
 def runs_list(job: str | None, status: str | None, limit: int, delivery_failed: bool, as_json: bool) -> None:
-    """List recent runs, newest first; DELIVERY is ok, FAILED (a sink failed after its retries) or -."""
+    """List recent runs, newest first; DELIVERY is ok, FAILED (a sink failed after its retries) or -.
+    A subagent's run (trigger delegate) is marked ``[child]``; its parent's tokens and cost include it."""
     from runner.store.runs import list_runs
 
     rows = list_runs(settings().store, job=job, status=status, limit=limit, delivery_failed=delivery_failed)
@@ -52,7 +53,7 @@ def runs_list(job: str | None, status: str | None, limit: int, delivery_failed: 
         [
             [
                 r["id"],
-                r["job"],
+                f"{r['job']} [child]" if r.get("parent_run_id") else r["job"],
                 r["trigger"],
                 r["status"],
                 r["reason"] or "",
@@ -148,15 +149,24 @@ def _short(text: str, width: int) -> str:
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True)
 def runs_show(run_id: str, as_json: bool) -> None:
-    """Show a run: summary, then each step (model turns, tool calls and results, tokens, cost)."""
-    from runner.store.runs import events
+    """Show a run: summary, its subagents, then each step (model turns, tool calls and results, tokens, cost)."""
+    from runner.store.runs import children, events
 
     row = _load(run_id)
     evs = events(settings().store, row["id"])
+    kids = children(settings().store, row["id"])
     if as_json:
-        echo_json({"run": row, "events": [{**e, "payload": json.loads(e["payload"])} for e in evs]})
+        echo_json(
+            {
+                "run": row,
+                "children": kids,
+                "events": [{**e, "payload": json.loads(e["payload"])} for e in evs],
+            }
+        )
         return
     click.echo(f"run      {row['id']}")
+    if row.get("parent_run_id"):
+        click.echo(f"parent   {row['parent_run_id']}  (a subagent started by delegate_task)")
     click.echo(f"job      {row['job']}  (trigger: {row['trigger']}{', slot ' + row['slot'] if row['slot'] else ''})")
     click.echo(f"status   {row['status']}{'  reason: ' + row['reason'] if row['reason'] else ''}")
     if row["error"]:
@@ -177,10 +187,33 @@ def runs_show(run_id: str, as_json: bool) -> None:
             "delivery "
             + ", ".join(f"{mask_sink_label(d['sink'])}={'ok' if d['ok'] else 'FAILED ' + d['detail']}" for d in sinks)
         )
+    _children(kids, evs)
     click.echo("")
     click.echo("steps:")
     for ev in evs:
         click.echo(format_event(ev))
+
+
+def _children(kids: list[dict[str, Any]], evs: list[dict[str, Any]]) -> None:
+    """The run's subagents, nested under it: status, turns, tokens, cost and goal of each
+    (the run's own totals above include theirs)."""
+    if not kids:
+        return
+    goals = {}
+    for ev in evs:
+        if ev["kind"] == "subagent_started":
+            payload = json.loads(ev["payload"])
+            goals[payload.get("run_id")] = payload.get("goal", "")
+    click.echo("")
+    click.echo(f"subagents ({len(kids)}; their tokens and cost are included above):")
+    for k in kids:
+        reason = f" ({k['reason']})" if k["reason"] and k["status"] != RunStatus.SUCCEEDED else ""
+        click.echo(
+            f"  {k['id']}  {k['status']}{reason}  turns {k['iterations']}  tokens "
+            f"{k['prompt_tokens']}+{k['completion_tokens']}  ${k['cost_usd'] or 0:.5f}  took {_duration(k)}"
+        )
+        if goals.get(k["id"]):
+            click.echo(f"      goal: {_short(goals[k['id']], 160)}")
 
 
 def _partial_answer(row: dict[str, Any]) -> None:

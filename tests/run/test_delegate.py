@@ -188,3 +188,26 @@ def test_signal_to_the_parent_stops_the_children(project, fake):
     assert len(kids) == 3 and {k["status"] for k in kids} == {"interrupted"}
     assert not [r for r in ledger(project) if r["status"] == "running"]
     assert len(fake.requests) == 4  # nobody asked the model again after the signal
+
+
+def test_runs_show_nests_the_children_and_runs_list_marks_them(project, fake):
+    jobs(project)
+    fake.add(call("delegate_task", {"goal": ["look MARK-X", "look MARK-Y"]}))
+    fake.add(when("look MARK-X", final("x seen", usage=(7, 1))))
+    fake.add(when("look MARK-Y", final("y seen", usage=(7, 1))))
+    fake.add(final("both seen"))
+    assert project.run("run-job", "boss").returncode == 0
+    parent, kids = parent_and_children(project)
+    shown = project.run("runs", "show", parent["id"])
+    assert shown.returncode == 0, shown.stderr
+    text = shown.stdout
+    assert "subagents (2; their tokens and cost are included above):" in text
+    for k in kids:
+        assert f"  {k['id']}  succeeded  turns 1  tokens 7+1" in text
+    assert "goal: look MARK-X" in text and "goal: look MARK-Y" in text
+    child = project.run("runs", "show", kids[0]["id"])
+    assert f"parent   {parent['id']}" in child.stdout
+    as_json = json.loads(project.run("runs", "show", parent["id"], "--json").stdout)
+    assert sorted(c["id"] for c in as_json["children"]) == sorted(k["id"] for k in kids)
+    listing = project.run("runs", "list").stdout
+    assert listing.count("boss [child]") == 2 and listing.count("delegate") == 2
