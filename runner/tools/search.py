@@ -90,10 +90,10 @@ BUILD: dict[str, Callable[[SearchConfig, str, int, str | None], Request]] = {
 
 
 def offered(ctx: ToolContext) -> bool | str:
-    if ctx.settings is None or ctx.settings.config.search is None:
-        return "no search API is configured (config.yaml search:)"
     if backend_network(ctx) == "none":
         return "the job's Docker backend has network: none, so nothing can be searched"
+    if ctx.settings is None or ctx.settings.config.search is None:
+        return "no search API is configured (config.yaml search:)"
     return True
 
 
@@ -143,14 +143,14 @@ def send(request: Request, timeout: float) -> Any:
     """Make ``request`` to the address its host resolved to (checked once, then pinned); no redirects."""
     import httpx
 
-    from runner.tools.web import Response, _pinned
+    from runner.tools.web import Response, _pinned, default_tls
 
     target = check_url(request.url, OPERATOR)
     url, host_header = _pinned(target)
     extensions = {"sni_hostname": target.host} if target.scheme == "https" else {}
     headers = {"Host": host_header, "User-Agent": USER_AGENT, "Accept": "application/json", **request.headers}
     try:
-        with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client:
+        with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False, verify=default_tls()) as client:
             answer = client.request(request.method, url, headers=headers, json=request.body, extensions=extensions)
     except httpx.HTTPError as exc:
         raise ToolError(f"search failed: {type(exc).__name__}: {exc}") from None

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from runner.testing import call, final, hang, when
+from runner.testing import call, final, when
 from tests.servehelp import rows
 
 JOB = """\

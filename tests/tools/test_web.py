@@ -340,7 +340,8 @@ def test_docker_network_none_means_no_web_fetch(docker_backend, serve):
     registry = discover()
     assert [t.name for t in registry.select(["web", "files"], ctx) if t.toolset == "web"] == []
     assert registry.unavailable(["web"], ctx) == {
-        "web_fetch": "the job's Docker backend has network: none, so nothing can be fetched"
+        "web_fetch": "the job's Docker backend has network: none, so nothing can be fetched",
+        "web_search": "the job's Docker backend has network: none, so nothing can be searched",
     }
     result = web_fetch({"url": srv.url()}, ctx)
     assert result.failed and "network: none" in result.text and srv.requests == []
@@ -380,7 +381,8 @@ def test_a_docker_run_with_no_network_is_told_why_web_fetch_is_missing(docker_ba
     [payload] = [json.loads(p) for (p,) in db.execute("SELECT payload FROM run_events WHERE kind = 'prompt'")]
     assert "web_fetch" not in payload["tools"] and "read_file" in payload["tools"]
     assert payload["unavailable"] == {
-        "web_fetch": "the job's Docker backend has network: none, so nothing can be fetched"
+        "web_fetch": "the job's Docker backend has network: none, so nothing can be fetched",
+        "web_search": "the job's Docker backend has network: none, so nothing can be searched",
     }
     offered = [t["function"]["name"] for t in fake.requests[0]["body"]["tools"]]
     assert "web_fetch" not in offered
