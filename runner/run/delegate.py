@@ -183,6 +183,8 @@ class _Child:
             error = p.redactor(str(exc))
             self.emit("error", {"reason": failure_reason(exc), "error": error})
             result = replace(result, reason=failure_reason(exc), error=error)
+            if p.stop.is_set():  # the parent was stopped and closed the backend under the child
+                result = replace(result, status=RunStatus.INTERRUPTED, reason="interrupted")
         finally:
             self.finish(result, messages)
         return result

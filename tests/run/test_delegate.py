@@ -211,3 +211,41 @@ def test_runs_show_nests_the_children_and_runs_list_marks_them(project, fake):
     assert sorted(c["id"] for c in as_json["children"]) == sorted(k["id"] for k in kids)
     listing = project.run("runs", "list").stdout
     assert listing.count("boss [child]") == 2 and listing.count("delegate") == 2
+
+
+def test_in_process_with_the_scripted_model_a_stop_event_ends_every_child(project):
+    """The same run through ``execute`` with ``ScriptedLLM`` behind the model seam: the children's
+    model turns come from the script (routed by goal), the stop event of the request stops them."""
+    import threading
+
+    from runner.run.execute import execute
+    from runner.run.request import Given, RunRequest
+    from runner.testing import ScriptedLLM
+    from tests.skillkit import settings_for
+
+    jobs(project)
+    llm = ScriptedLLM(call("delegate_task", {"goal": ["slow MARK-1", "slow MARK-2"]}))
+    for i in (1, 2):
+        llm.add(when(f"slow MARK-{i}", call("terminal", {"command": "sleep 1"})))
+    llm.default = final("asked after the stop")
+    settings = settings_for(project)
+    job = settings.jobs.get("boss")
+    stop = threading.Event()
+    req = RunRequest(job, model=Given(llm), stop=stop, deliver=False)
+    stopper = threading.Thread(target=lambda: (_wait_for(lambda: len(llm.requests) >= 3), stop.set()))
+    stopper.start()
+    outcome = execute(settings, req)
+    stopper.join()
+    assert outcome.status == "interrupted"
+    parent, kids = parent_and_children(project)
+    assert parent["status"] == "interrupted" and [k["status"] for k in kids] == ["interrupted"] * 2
+    assert len(llm.requests) == 3  # the parent's turn and one per child; nobody asked again
+    for k in kids:
+        ran = [json.loads(p["arguments"])["command"] for e, p in events(project, k["id"]) if e == "tool_call"]
+        assert ran == ["sleep 1"]
+
+
+def _wait_for(predicate, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.02)
