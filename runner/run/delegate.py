@@ -148,8 +148,13 @@ class Delegation:
         )
         parent_emit(
             "subagent_finished",
-            {"run_id": child_id, "status": report.status, "reason": report.reason, "tokens": report.tokens,
-             "cost_usd": report.cost_usd},
+            {
+                "run_id": child_id,
+                "status": report.status,
+                "reason": report.reason,
+                "tokens": report.tokens,
+                "cost_usd": report.cost_usd,
+            },
         )
         return report
 
@@ -166,19 +171,35 @@ class _Child:
         self, goal: str, context: str, toolsets: Sequence[str] | None, ctx: ToolContext, limits: Limits
     ) -> LoopResult:
         p = self.parent
-        result = LoopResult(RunStatus.FAILED, "", 0, Usage(0, 0), 0.0, reason="error", error="the subagent did not start")
+        result = LoopResult(
+            RunStatus.FAILED, "", 0, Usage(0, 0), 0.0, reason="error", error="the subagent did not start"
+        )
         messages: list[dict[str, Any]] = []
         try:
             tools = p.child_tools(toolsets)
             totals = Totals()
             child_ctx = self.context(ctx, tools, limits, totals)
             messages = self.first_messages(goal, context, ctx.workdir)
-            self.emit("run_started", {"job": p.job.name, "trigger": Trigger.DELEGATE, "parent_run_id": p.run_id,
-                                      "depth": p.depth})
-            self.emit("prompt", {"user": messages[1]["content"][:4000], "tools": [t.name for t in tools],
-                                 "model": p.llm.model})
-            result = run_loop(messages, tools, child_ctx, p.llm, limits, emit=self.emit, pricing=p.pricing,
-                              stop=p.stop, redact=p.redactor, totals=totals)
+            self.emit(
+                "run_started",
+                {"job": p.job.name, "trigger": Trigger.DELEGATE, "parent_run_id": p.run_id, "depth": p.depth},
+            )
+            self.emit(
+                "prompt",
+                {"user": messages[1]["content"][:4000], "tools": [t.name for t in tools], "model": p.llm.model},
+            )
+            result = run_loop(
+                messages,
+                tools,
+                child_ctx,
+                p.llm,
+                limits,
+                emit=self.emit,
+                pricing=p.pricing,
+                stop=p.stop,
+                redact=p.redactor,
+                totals=totals,
+            )
         except RunnerError as exc:  # a dead backend or the model gone: this child fails, the parent hears it
             error = p.redactor(str(exc))
             self.emit("error", {"reason": failure_reason(exc), "error": error})
@@ -236,8 +257,14 @@ class _Child:
             completion_tokens=result.usage.completion_tokens,
             cost_usd=result.cost_usd,
         )
-        finish_run(p.settings.store, self.run_id, RunStatus(result.status), reason=result.reason,
-                   error=result.error, output_path=str(path) if path else None)
+        finish_run(
+            p.settings.store,
+            self.run_id,
+            RunStatus(result.status),
+            reason=result.reason,
+            error=result.error,
+            output_path=str(path) if path else None,
+        )
         self.emit("run_finished", {"status": result.status, "reason": result.reason})
 
 

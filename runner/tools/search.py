@@ -182,7 +182,10 @@ def register(registry: Registry) -> None:
             "type": "object",
             "properties": {
                 "query": {"type": "string"},
-                "limit": {"type": "integer", "description": f"results wanted, 1 to {MAX_LIMIT} (default {DEFAULT_LIMIT})"},
+                "limit": {
+                    "type": "integer",
+                    "description": f"results wanted, 1 to {MAX_LIMIT} (default {DEFAULT_LIMIT})",
+                },
             },
             "required": ["query"],
             "additionalProperties": False,

@@ -102,11 +102,20 @@ def delegate_runs(n: int) -> tuple[list[float], list[float]]:
             fake.add(when(f"job MARK-{i}", Reply(content=f"child {i} done", hang=2.0)))
         fake.add(final("all done"))
         env = clean_env(
-            HOME=str(root), RUNNER_HOME=str(root / "home"), RUNNER_JOBS=str(root / "jobs.yaml"),
-            OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="sk-bench-0123456789",
+            HOME=str(root),
+            RUNNER_HOME=str(root / "home"),
+            RUNNER_JOBS=str(root / "jobs.yaml"),
+            OPENAI_BASE_URL=fake.base_url,
+            OPENAI_API_KEY="sk-bench-0123456789",
         )
-        res = subprocess.run([sys.executable, "-m", "runner", "run-job", "boss"], env=env, cwd=root,
-                             capture_output=True, text=True, timeout=60)
+        res = subprocess.run(
+            [sys.executable, "-m", "runner", "run-job", "boss"],
+            env=env,
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         fake.stop()
         if res.returncode != 0:
             raise SystemExit(f"run-job failed: {res.stderr[-800:]}")
@@ -129,8 +138,11 @@ def main() -> None:
     walls, starts = delegate_runs(3)
     row("3 subagents x 2 s, delegate_task wall (median of 3)", f"{statistics.median(walls):.2f} s", "<= 3 s")
     row("  main before (no delegate_task: sequential would be)", "6.00 s", "-")
-    row("child start: answer sent -> child's first request (median)", f"{statistics.median(starts) * 1000:.0f} ms",
-        "<= 50 ms")
+    row(
+        "child start: answer sent -> child's first request (median)",
+        f"{statistics.median(starts) * 1000:.0f} ms",
+        "<= 50 ms",
+    )
     row("  (slowest of the children)", f"{max(starts) * 1000:.0f} ms", "-")
     here = read_only_wall(sys.executable, REPO)
     row("8 read-only web_fetch calls of 100 ms in one turn (median)", f"{here * 1000:.0f} ms", "<= 300 ms")

@@ -47,8 +47,13 @@ class SearchServer:
             def _reply(self, body: bytes) -> None:
                 parts = urlsplit(self.path)
                 state.requests.append(
-                    {"method": self.command, "path": parts.path, "query": parse_qs(parts.query),
-                     "headers": dict(self.headers), "body": json.loads(body) if body else None}
+                    {
+                        "method": self.command,
+                        "path": parts.path,
+                        "query": parse_qs(parts.query),
+                        "headers": dict(self.headers),
+                        "body": json.loads(body) if body else None,
+                    }
                 )
                 raw = json.dumps(state.answer).encode()
                 self.send_response(state.status)
@@ -118,7 +123,9 @@ def test_the_gate_sees_the_query_and_can_refuse(tmp_path, searx):
 
 
 def test_brave_key_from_env_in_its_header_and_never_in_the_result(tmp_path, monkeypatch):
-    server = SearchServer({"web": {"results": [{"title": "B", "url": "https://b.example/", "description": "brave hit"}]}})
+    server = SearchServer(
+        {"web": {"results": [{"title": "B", "url": "https://b.example/", "description": "brave hit"}]}}
+    )
     try:
         monkeypatch.setenv("BRAVE_KEY", "brv-0123456789")
         ctx = context(tmp_path, f"search: {{provider: brave, url: '{server.url}/res', api_key: env:BRAVE_KEY}}\n")
