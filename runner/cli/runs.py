@@ -135,6 +135,14 @@ def format_event(ev: dict[str, Any], *, width: int = 400) -> str:
         mark = "BLOCKED " if str(payload.get("result", "")).startswith("blocked:") else ""
         flag = " (failed)" if payload.get("failed") else ""
         return f"{ts}  <- {mark}{payload.get('name')}{flag}: {_short(payload.get('result', ''), width)}"
+    if kind == "subagent_started":
+        return f"{ts}  -> subagent {payload.get('run_id')}: {_short(payload.get('goal', ''), width)}"
+    if kind == "subagent_finished":
+        reason = f" ({payload['reason']})" if payload.get("reason") else ""
+        return (
+            f"{ts}  <- subagent {payload.get('run_id')}: {payload.get('status')}{reason}, "
+            f"{payload.get('tokens')} tokens, ${payload.get('cost_usd') or 0:.5f}"
+        )
     if kind == "request":
         return f"{ts}  request {payload.get('iteration')}: {payload.get('messages')} messages, {payload.get('tools')} tools"
     return f"{ts}  {kind}: {_short(json.dumps(payload, ensure_ascii=False), width)}"

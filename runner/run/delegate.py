@@ -227,6 +227,7 @@ class _Child:
             approve=_one_at_a_time(gate, p.approvals),
             kanban=None,
             delegate=nested,
+            deadline=limits.deadline if limits.deadline is not None else ctx.deadline,  # its commands end in its time
         )
 
     def first_messages(self, goal: str, context: str, workdir: str) -> list[dict[str, Any]]:

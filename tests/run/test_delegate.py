@@ -205,6 +205,9 @@ def test_runs_show_nests_the_children_and_runs_list_marks_them(project, fake):
     for k in kids:
         assert f"  {k['id']}  succeeded  turns 1  tokens 7+1" in text
     assert "goal: look MARK-X" in text and "goal: look MARK-Y" in text
+    for k in kids:
+        assert f"-> subagent {k['id']}: look MARK-" in text
+        assert f"<- subagent {k['id']}: succeeded, 8 tokens, $0.00000" in text
     child = project.run("runs", "show", kids[0]["id"])
     assert f"parent   {parent['id']}" in child.stdout
     as_json = json.loads(project.run("runs", "show", parent["id"], "--json").stdout)
