@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from runner.testing import call, final, when
 from tests.servehelp import rows
 
@@ -162,7 +164,8 @@ def test_child_over_its_token_slice_stops_with_a_partial_summary(project, fake):
     assert "budget_tokens; partial summary" in result and "b: partial, listed the folder" in result
 
 
-def test_signal_to_the_parent_stops_the_children(project, fake):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_to_the_parent_stops_the_children(project, fake, sig):
     jobs(project)
     fake.add(call("delegate_task", {"goal": ["wait MARK-1", "wait MARK-2", "wait MARK-3"]}))
     for i in (1, 2, 3):
@@ -180,7 +183,7 @@ def test_signal_to_the_parent_stops_the_children(project, fake):
     while len(fake.requests) < 4 and time.time() < deadline:
         time.sleep(0.05)
     assert len(fake.requests) == 4, [r["body"]["messages"][-1] for r in fake.requests]
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
     parent, kids = parent_and_children(project)
