@@ -129,6 +129,8 @@ class Delegation:
     def _child(
         self, goal: str, context: str, toolsets: Sequence[str] | None, ctx: ToolContext, limits: Limits
     ) -> ChildReport:
+        if self.stop.is_set():  # stopped while this goal waited for a free slot: no child, no row
+            return ChildReport("-", str(RunStatus.INTERRUPTED), "", "interrupted", 0, 0, 0.0)
         store = self.settings.store
         child_id = create_run(store, job=self.job.name, trigger=Trigger.DELEGATE, parent_run_id=self.run_id)
         emit = Recorder(store, child_id, self.redactor)
