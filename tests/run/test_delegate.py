@@ -255,3 +255,17 @@ def _wait_for(predicate, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate() and time.monotonic() < deadline:
         time.sleep(0.02)
+
+
+def test_max_children_one_runs_the_goals_one_after_another(project, fake):
+    jobs(project, "    delegation: {max_children: 1}\n")
+    fake.add(call("delegate_task", {"goal": ["first MARK-1", "second MARK-2"]}))
+    for i in (1, 2):
+        fake.add(when(f"MARK-{i}", call("terminal", {"command": "sleep 0.3"})))
+        fake.add(when(f"MARK-{i}", final(f"goal {i} done")))
+    fake.add(final("both"))
+    res = project.run("run-job", "boss")
+    assert res.returncode == 0, res.stderr
+    _, kids = parent_and_children(project)
+    first, second = sorted(kids, key=lambda k: k["started_at"])
+    assert first["ended_at"] <= second["started_at"]
