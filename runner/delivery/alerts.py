@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 FAILING = frozenset({RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.UNKNOWN})
 ALERTED_INTERRUPTIONS = frozenset({"shutdown"})  # a person's Ctrl-C or an overlap replace is no alert
+ALERTED_SKIPS = frozenset({"budget"})  # a run a fleet budget cap kept from starting (wake_false, overlap: no alert)
 TAIL_LINES = 20
 TAIL_CHARS = 1500
 
@@ -54,7 +55,11 @@ class RunEnd:
 
 
 def is_alerted(status: RunStatus, reason: str | None) -> bool:
-    return status in FAILING or (status == RunStatus.INTERRUPTED and reason in ALERTED_INTERRUPTIONS)
+    return (
+        status in FAILING
+        or (status == RunStatus.INTERRUPTED and reason in ALERTED_INTERRUPTIONS)
+        or (status == RunStatus.SKIPPED and reason in ALERTED_SKIPS)
+    )
 
 
 def tail(text: str) -> str:
