@@ -40,6 +40,7 @@ class Event:
     RECOVERED = "recovered"
     PAUSED = "paused"
     DELIVERY_FAILED = "delivery_failed"
+    SKIPPED = "skipped"  # a budget cap kept the run from starting
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,8 @@ class Alerter:
         if not sinks:
             return []
         if is_alerted(end.status, end.reason):
-            return self._throttled(sinks, throttle.FAILURE, Event.FAILED, end)
+            event = Event.SKIPPED if end.status == RunStatus.SKIPPED else Event.FAILED
+            return self._throttled(sinks, throttle.FAILURE, event, end)
         if end.status == RunStatus.SUCCEEDED:
             streak = throttle.reset(self.store, end.job, throttle.FAILURE)
             if streak:
@@ -186,6 +188,7 @@ class Alerter:
         }
         title = {
             Event.FAILED: f"run {end.status}",
+            Event.SKIPPED: f"run skipped ({end.reason})",
             Event.RECOVERED: "recovered",
             Event.PAUSED: "paused",
             Event.DELIVERY_FAILED: "delivery failed",

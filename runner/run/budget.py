@@ -7,6 +7,7 @@ reserved by the run before its first model call; settled by ``finish_run`` at it
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from runner.config.jobs import Job
 from runner.config.machine import Caps, Config
@@ -27,7 +28,11 @@ class BudgetPlan:
         return reserve(store, hold)
 
     def as_event(self) -> dict[str, object]:
-        return {"reserved_usd": self.amount_usd, "providers": list(self.providers), "caps": [c.label() for c in self.caps]}
+        return {
+            "reserved_usd": self.amount_usd,
+            "providers": list(self.providers),
+            "caps": [c.label() for c in self.caps],
+        }
 
 
 def _caps(scope: Scope, name: str, caps: Caps | None) -> list[Cap]:
@@ -57,3 +62,45 @@ def plan(config: Config, job: Job, providers: tuple[str, ...]) -> BudgetPlan:
             f"a run under a cost cap ({caps[0].label()}) must reserve its maximum cost; set one of them"
         )
     return BudgetPlan(job.name, providers, amount or 0.0, tuple(caps))
+
+
+# -- the report of ``runner budget`` ------------------------------------------------------------------
+def report(store: Store, config: Config) -> dict[str, Any]:
+    """Spend and open reservations today and this month (UTC) per scope, with the caps that apply."""
+    from runner.clock import utcnow
+    from runner.store.budget import open_reservations, periods, totals
+
+    now = utcnow()
+    when = periods(now)
+    budgets = config.budgets
+    configured: dict[tuple[str, str], Caps] = {(Scope.FLEET, ""): budgets}
+    configured.update({(Scope.PROVIDER, p): c for p, c in budgets.providers.items()})
+    configured.update({(Scope.JOB, j): c for j, c in budgets.jobs.items()})
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def entry(scope: str, name: str) -> dict[str, Any]:
+        caps = configured.get((scope, name))
+        return rows.setdefault(
+            (scope, name),
+            {
+                "scope": scope,
+                "name": name,
+                "today": {"spent_usd": 0.0, "reserved_usd": 0.0, "cap_usd": caps.daily_usd if caps else None},
+                "month": {"spent_usd": 0.0, "reserved_usd": 0.0, "cap_usd": caps.monthly_usd if caps else None},
+            },
+        )
+
+    for scope, name in configured:
+        entry(scope, name)
+    for t in totals(store, now=now):
+        part = entry(t["scope"], t["name"])["today" if t["period"] == Period.DAY else "month"]
+        part.update(spent_usd=t["spent_usd"], reserved_usd=t["reserved_usd"])
+    order = {Scope.FLEET: 0, Scope.PROVIDER: 1, Scope.JOB: 2}
+    scopes = sorted(rows.values(), key=lambda r: (order[Scope(r["scope"])], r["name"]))
+    return {
+        "day": when[Period.DAY],
+        "month": when[Period.MONTH],
+        "default_run_usd": budgets.default_run_usd,
+        "scopes": scopes,
+        "open": open_reservations(store),
+    }
