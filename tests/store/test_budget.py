@@ -106,12 +106,12 @@ def test_a_reservation_that_cannot_be_written_raises(tmp_path: Path):
     assert by_key(store) == {}
 
 
-def _worker(path: str, seed: int, runs: int, out: multiprocessing.Queue) -> None:
+def _worker(path: str, seed: int, runs: int, scale: float, out: multiprocessing.Queue) -> None:
     rng = random.Random(seed)
     store = Store.open(Path(path), migrate=False)
     ran = refused = 0
     for _ in range(runs):
-        amount = rng.choice([0.05, 0.1, 0.2, 0.5])
+        amount = rng.choice([0.05, 0.1, 0.2, 0.5]) * scale
         job = rng.choice(["a", "b", "c"])
         if one_run(store, amount, round(amount * rng.random(), 6), job=job, providers=(rng.choice(["p", "q"]),)):
             ran += 1
@@ -136,15 +136,16 @@ def _sampler(path: str, stop, out: multiprocessing.Queue) -> None:
     out.put((worst, samples))
 
 
-def run_fleet(path: Path, processes: int, runs: int) -> tuple[int, int, int]:
-    """``processes`` real processes, each ``runs`` reserve-and-settle cycles; returns (ran, refused, samples)."""
+def run_fleet(path: Path, processes: int, runs: int, scale: float = 1.0) -> tuple[int, int, int]:
+    """``processes`` real processes, each ``runs`` reserve-and-settle cycles of $0.05 to $0.50 times
+    ``scale``; returns (ran, refused, samples)."""
     Store.open(path).close()
     ctx = multiprocessing.get_context("fork")
     out: multiprocessing.Queue = ctx.Queue()
     stop = ctx.Event()
     sampler = ctx.Process(target=_sampler, args=(str(path), stop, out))
     sampler.start()
-    procs = [ctx.Process(target=_worker, args=(str(path), i, runs, out)) for i in range(processes)]
+    procs = [ctx.Process(target=_worker, args=(str(path), i, runs, scale, out)) for i in range(processes)]
     for p in procs:
         p.start()
     results = [out.get(timeout=600) for _ in procs]
