@@ -37,7 +37,7 @@ def reservation_cost(tmp: Path, history: int = 20_000, samples: int = 2_000) -> 
             assert reserve(store, Hold(run_id, "j", ("p",), 0, caps())) is None
             settle(store, run_id)
     reserves, settles, plain = [], [], []
-    for i in range(samples):
+    for _ in range(samples):
         run_id = create_run(store, job="j", trigger=Trigger.MANUAL)
         start = time.perf_counter()
         refusal = reserve(store, Hold(run_id, "j", ("p",), to_micro(0.001), caps()))
