@@ -55,6 +55,7 @@ def test_a_run_that_would_pass_the_fleet_cap_is_skipped_alerted_and_asks_nothing
     assert len(fake.requests) == 1
     second = project.run("run-job", "r")  # $0.12 spent + $0.20 reserved > $0.30
     assert second.returncode == 0, second.stderr
+    assert "skipped (budget): the fleet daily cap $0.30 would be passed" in second.stderr
     assert len(fake.requests) == 1  # not one model call
     done, skipped = runs(project)
     assert (done["status"], skipped["status"], skipped["reason"]) == ("succeeded", "skipped", "budget")
