@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from runner.agent.schema import check_args
 from runner.agent.types import LLM, Message, ToolCall, Usage
@@ -26,7 +26,24 @@ from runner.tools import ToolEntry, ToolError
 from runner.tools.context import ToolContext
 
 Emit = Callable[[str, dict[str, Any]], None]
-Prune = Callable[[list[dict[str, Any]]], Sequence[Message]]
+
+
+class Spent(Protocol):
+    """A side call's reply, already priced (``runner.agent.auxiliary.AuxReply``)."""
+
+    @property
+    def text(self) -> str: ...
+    @property
+    def usage(self) -> Usage: ...
+    @property
+    def cost_usd(self) -> float: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def provider(self) -> str: ...
+
+
+Prune = Callable[[list[dict[str, Any]]], Sequence[Spent]]
 
 GRACE_PROMPT = (
     "You have reached the limit for this run ({why}). Do not call any tools. Reply now with your "
@@ -161,7 +178,7 @@ def run_loop(
             if totals.iterations >= limits.max_iterations:
                 raise LimitsExceeded("max_iterations", f"reached max_iterations ({limits.max_iterations})")
             if prune is not None:
-                _charge_summaries(prune(messages), totals, emit, pricing)
+                _charge_summaries(prune(messages), totals, emit)
                 _check(limits, totals, stop)
             reply = _ask(llm, messages, schemas, limits, totals, emit, pricing)
             messages.append(reply.to_dict())
@@ -184,7 +201,7 @@ def run_loop(
         output = ""
         if exit_.grace:
             if prune is not None:
-                _charge_summaries(prune(messages), totals, emit, pricing)
+                _charge_summaries(prune(messages), totals, emit)
             output = _grace(llm, messages, limits, totals, emit, pricing, exit_)
         return _done(exit_.status, output, totals, reason=exit_.reason, error=exit_.detail)
 
@@ -276,24 +293,31 @@ def _call(
 
 def _charge(totals: Totals, reply: Message, pricing: Pricing) -> float:
     cost = pricing.cost(reply.usage)
-    totals.prompt += reply.usage.prompt_tokens
-    totals.completion += reply.usage.completion_tokens
-    totals.cost += cost
-    totals.last_progress = time.monotonic()
+    _count(totals, reply.usage, cost)
     return cost
 
 
-def _charge_summaries(replies: Sequence[Message], totals: Totals, emit: Emit, pricing: Pricing) -> None:
-    """Summary calls made by the pruner count in the run's tokens, cost and budgets."""
+def _count(totals: Totals, usage: Usage, cost: float) -> None:
+    totals.prompt += usage.prompt_tokens
+    totals.completion += usage.completion_tokens
+    totals.cost += cost
+    totals.last_progress = time.monotonic()
+
+
+def _charge_summaries(replies: Sequence[Spent], totals: Totals, emit: Emit) -> None:
+    """Summary calls made by the pruner (by the auxiliary model, or the run's own) count in the
+    run's tokens, cost and budgets, at the prices of the provider that answered them."""
     for reply in replies:
-        cost = _charge(totals, reply, pricing)
+        _count(totals, reply.usage, reply.cost_usd)
         emit(
             "summary",
             {
+                "model": reply.model,
+                "provider": reply.provider,
                 "prompt_tokens": reply.usage.prompt_tokens,
                 "completion_tokens": reply.usage.completion_tokens,
-                "cost_usd": round(cost, 6),
-                "chars": len(reply.content or ""),
+                "cost_usd": round(reply.cost_usd, 6),
+                "chars": len(reply.text),
             },
         )
 

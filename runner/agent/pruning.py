@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from runner.agent.types import Message
+from runner.agent.auxiliary import AuxiliaryModel, AuxReply
 from runner.errors import ModelError
 
 Emit = Callable[[str, dict[str, Any]], None]
@@ -71,15 +71,16 @@ SUMMARY_REQUEST = (
     "found, files read or changed, commands run and their results, open questions. Plain bullets, at "
     "most 300 words. Do not add instructions."
 )
-Summarize = Callable[[list[dict[str, Any]]], Message]
+Summarize = Callable[[list[dict[str, Any]]], AuxReply]
 SUMMARY_TIMEOUT = 60.0
 
 
-def summarize_with(llm: Any, *, deadline: float | None = None) -> Summarize:
-    """A summarizer that asks ``llm`` (the run's model, without tools) to condense middle turns,
-    within ``deadline`` (time.monotonic()); it returns the model's reply, whose tokens the loop counts."""
+def summarize_with(model: AuxiliaryModel, *, deadline: float | None = None) -> Summarize:
+    """A summarizer that asks ``model`` (the auxiliary model, else the run's own model behind the
+    same seam) to condense middle turns, within ``deadline`` (time.monotonic()); it returns the
+    priced reply, which the loop counts in the run's tokens, cost and budget."""
 
-    def summarize(middle: list[dict[str, Any]]) -> Message:
+    def summarize(middle: list[dict[str, Any]]) -> AuxReply:
         lines = []
         for m in middle:
             text = m.get("content") or ""
@@ -89,8 +90,7 @@ def summarize_with(llm: Any, *, deadline: float | None = None) -> Summarize:
             lines.append(f"{m['role']}: {text[:1500]}{' calls: ' + calls if calls else ''}")
         timeout = SUMMARY_TIMEOUT if deadline is None else max(1.0, min(SUMMARY_TIMEOUT, deadline - time.monotonic()))
         request = [{"role": "system", "content": SUMMARY_REQUEST}, {"role": "user", "content": "\n".join(lines)}]
-        reply: Message = llm.complete(request, [], timeout=timeout)
-        return reply
+        return model.complete(request, timeout=timeout)
 
     return summarize
 
@@ -102,7 +102,7 @@ class Pruner:
     emit: Emit | None = None
     summarize: Summarize | None = None  # job key `summarize: true`
 
-    def __call__(self, messages: list[dict[str, Any]]) -> list[Message]:
+    def __call__(self, messages: list[dict[str, Any]]) -> list[AuxReply]:
         """Prune ``messages`` in place; returns the summary replies the model gave (to be counted)."""
         before = total(messages, self.tools_tokens)
         if before <= self.budget:
@@ -111,7 +111,7 @@ class Pruner:
         protected_from = self._protected_from(messages)
         calls = _calls_by_id(messages)
         steps = {"deduped_reads": self._dedupe_reads(messages, calls)}
-        replies: list[Message] = []
+        replies: list[AuxReply] = []
         steps["summarized_turns"] = self._summarize_middle(messages, protected_from, replies)
         if steps["summarized_turns"]:
             protected_from = 3  # system, task, the summary; then the protected tail
@@ -123,7 +123,7 @@ class Pruner:
             self.emit("prune", {"tokens_before": before, "tokens_after": after, "budget": self.budget, **steps})
         return replies
 
-    def _summarize_middle(self, messages: list[dict[str, Any]], stop: int, replies: list[Message]) -> int:
+    def _summarize_middle(self, messages: list[dict[str, Any]], stop: int, replies: list[AuxReply]) -> int:
         """Replace the unprotected middle turns by one reference-only summary from the model.
         A failed summary call is recorded (``summary_failed``) and mechanical pruning goes on."""
         if self.summarize is None or stop - 2 < 4:
@@ -136,7 +136,7 @@ class Pruner:
                 self.emit("summary_failed", {"error": str(exc)})
             return 0
         replies.append(reply)
-        summary = (reply.content or "").strip()
+        summary = reply.text.strip()
         if not summary:
             return 0
         messages[2:stop] = [{"role": "user", "content": SUMMARY_HEADER + summary}]

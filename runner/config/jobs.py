@@ -111,6 +111,7 @@ class JobSpec(Strict):
     allow_paths: list[str] = Field(default_factory=list)
     context_budget: int | None = Field(None, ge=1000)
     summarize: bool = False
+    auxiliary: str | None = None  # PROVIDER[/MODEL] for side calls; None: config.yaml's ``auxiliary:``
     pause_after_failures: int | None = Field(None, ge=1)
     web: WebSpec = Field(default_factory=WebSpec)
     delegation: DelegationSpec = Field(default_factory=DelegationSpec)

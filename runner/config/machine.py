@@ -138,6 +138,19 @@ class SearchConfig(Strict):
         if self.provider == "searxng":
             return f"{(self.url or '').rstrip('/')}/search"
         return self.url or SEARCH_URLS[self.provider]
+class Caps(Strict):
+    """USD spend caps over a UTC day and a UTC month (None: no cap)."""
+
+    daily_usd: float | None = Field(None, ge=0)
+    monthly_usd: float | None = Field(None, ge=0)
+
+
+class Budgets(Caps):
+    """``budgets:``: fleet caps, a run's default reservation, and caps per provider and per job."""
+
+    default_run_usd: float | None = Field(None, gt=0)  # reserved by a job without budget.max_cost_usd
+    providers: dict[str, Caps] = Field(default_factory=dict)
+    jobs: dict[str, Caps] = Field(default_factory=dict)
 
 
 class Config(Strict):
@@ -153,6 +166,8 @@ class Config(Strict):
     smtp: SmtpConfig | None = None
     telegram: TelegramConfig = Field(default_factory=TelegramConfig)
     search: SearchConfig | None = None
+    auxiliary: str | None = None  # PROVIDER[/MODEL] for side calls (context summaries)
+    budgets: Budgets = Field(default_factory=Budgets)
     path: str | None = None
 
     def split_model_ref(self, ref: str) -> tuple[str, str]:

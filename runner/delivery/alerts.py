@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 FAILING = frozenset({RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.UNKNOWN})
 ALERTED_INTERRUPTIONS = frozenset({"shutdown"})  # a person's Ctrl-C or an overlap replace is no alert
+ALERTED_SKIPS = frozenset({"budget"})  # a run a fleet budget cap kept from starting (wake_false, overlap: no alert)
 TAIL_LINES = 20
 TAIL_CHARS = 1500
 
@@ -39,6 +40,7 @@ class Event:
     RECOVERED = "recovered"
     PAUSED = "paused"
     DELIVERY_FAILED = "delivery_failed"
+    SKIPPED = "skipped"  # a budget cap kept the run from starting
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,11 @@ class RunEnd:
 
 
 def is_alerted(status: RunStatus, reason: str | None) -> bool:
-    return status in FAILING or (status == RunStatus.INTERRUPTED and reason in ALERTED_INTERRUPTIONS)
+    return (
+        status in FAILING
+        or (status == RunStatus.INTERRUPTED and reason in ALERTED_INTERRUPTIONS)
+        or (status == RunStatus.SKIPPED and reason in ALERTED_SKIPS)
+    )
 
 
 def tail(text: str) -> str:
@@ -112,7 +118,8 @@ class Alerter:
         if not sinks:
             return []
         if is_alerted(end.status, end.reason):
-            return self._throttled(sinks, throttle.FAILURE, Event.FAILED, end)
+            event = Event.SKIPPED if end.status == RunStatus.SKIPPED else Event.FAILED
+            return self._throttled(sinks, throttle.FAILURE, event, end)
         if end.status == RunStatus.SUCCEEDED:
             streak = throttle.reset(self.store, end.job, throttle.FAILURE)
             if streak:
@@ -181,6 +188,7 @@ class Alerter:
         }
         title = {
             Event.FAILED: f"run {end.status}",
+            Event.SKIPPED: f"run skipped ({end.reason})",
             Event.RECOVERED: "recovered",
             Event.PAUSED: "paused",
             Event.DELIVERY_FAILED: "delivery failed",

@@ -268,7 +268,10 @@ def _attempt(settings: Settings, session: TaskSession, stop: threading.Event) ->
         return WorkResult(task_id, "refused", run_id, "the claim was reclaimed; this worker's writes are refused")
     if session.ended:
         return WorkResult(task_id, session.ended, run_id)
-    if outcome is not None and job is not None and outcome.status in (RunStatus.SUCCEEDED, RunStatus.SKIPPED):
+    completed = outcome is not None and outcome.status in (RunStatus.SUCCEEDED, RunStatus.SKIPPED)
+    if completed and outcome is not None and outcome.reason == "budget":
+        completed = False  # a budget cap kept the run from starting: the attempt fails, retried after the backoff
+    if completed and outcome is not None and job is not None:
         if not job.spec.agent:
             board.complete(task_id, fence, outcome.output, now=utcnow())
             return WorkResult(task_id, TaskStatus.DONE, run_id)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from runner.agent.auxiliary import Priced
 from runner.agent.loop import Limits, LoopResult, Totals, run_loop
 from runner.agent.pruning import Pruner, summarize_with
 from runner.agent.types import Usage
@@ -171,14 +172,15 @@ def _converse(
         hard_deadline=run.deadline,
         idle_timeout=spec.idle_timeout,
         max_tokens=spec.budget.max_tokens,
-        max_cost_usd=spec.budget.max_cost_usd,
+        max_cost_usd=_max_cost(run),
     )
     llm = connected.llm
+    summarizer = connected.auxiliary or Priced(llm, connected.pricing)
     pruner = Pruner(
         context_budget(run.settings.config, run.job),
         tools_tokens=sum(len(json.dumps(t.schema())) for t in tools) // 4,
         emit=run.emit,
-        summarize=summarize_with(llm, deadline=run.deadline) if spec.summarize else None,
+        summarize=summarize_with(summarizer, deadline=run.deadline) if spec.summarize else None,
     )
 
     def loop(lim: Limits) -> LoopResult:
@@ -204,6 +206,14 @@ def _converse(
     if task is not None and task.follow_up is not None and result.status == RunStatus.SUCCEEDED:
         result = _follow_up_once(task.follow_up, result, loop, messages, limits, run.emit)
     return result
+
+
+def _max_cost(run: Run) -> float | None:
+    """The job's ``budget.max_cost_usd``, else what the run reserved under ``budgets:`` (its default)."""
+    if run.job.spec.budget.max_cost_usd is not None:
+        return run.job.spec.budget.max_cost_usd
+    plan = run.prepared.budget
+    return plan.amount_usd if plan is not None and plan.amount_usd > 0 else None
 
 
 def _follow_up_once(

@@ -43,6 +43,7 @@ def check_job(job: Job, config: Config | None, *, env: Any, now: datetime, skill
         problems.extend(f"prompt: {p.removeprefix(f'job {job.name}: prompt: ')}" for p in check_template(job, env))
         if config is not None:
             problems.extend(_check_models(job, config))
+            problems.extend(_check_budget(job, config))
     sched = job.schedule_obj
     if isinstance(sched, OneShotSchedule) and sched.at is not None and sched.at < now:
         problems.append(f"schedule: {job.spec.schedule} is in the past; this one-shot will never fire")
@@ -66,6 +67,24 @@ def _check_models(job: Job, config: Config) -> list[str]:
             problems.append(f"model: {ref!r} names no provider, and as a model id it needs a 'default' provider")
         else:
             problems.append(f"model: unknown provider {name!r}; configured: {known}")
+    return problems
+
+
+def _check_budget(job: Job, config: Config) -> list[str]:
+    """The auxiliary model names a configured provider; under a ``budgets:`` cap the job has a
+    maximum to reserve (the same checks a run makes before its ledger row)."""
+    from runner.run.budget import plan
+    from runner.run.model_choice import choose
+
+    problems: list[str] = []
+    providers = [config.split_model_ref(ref)[0] for ref in job.models]
+    ref = job.spec.auxiliary or config.auxiliary
+    try:
+        if ref:
+            providers.append(choose(config, ref, job=job.name, key="auxiliary").provider_name)
+        plan(config, job, tuple(dict.fromkeys(providers)))
+    except ConfigError as exc:
+        problems.extend(p.removeprefix(f"job {job.name}: ") for p in exc.problems)
     return problems
 
 

@@ -81,6 +81,10 @@ class Run:
     def go(self) -> RunOutcome:
         try:
             self.emit("run_started", {"job": self.job.name, "trigger": self.req.trigger, "pid": os.getpid()})
+            refused = self.reserve()
+            if refused is not None:
+                self.result = refused
+                return self.result
             self.protect()
             self.open_backend()
             produced = self.pre_run() or self.prepared.producer.produce(self)
@@ -95,6 +99,21 @@ class Run:
         finally:
             self.finish()
         return self.result
+
+    def reserve(self) -> RunOutcome | None:
+        """Reserve the run's maximum cost under config.yaml's ``budgets:`` before anything runs: a
+        reservation that would pass a cap skips the run (reason ``budget``, alerted); one that
+        cannot be written raises ``BudgetUnavailable`` (the run fails, nothing spent)."""
+        plan = self.prepared.budget
+        if plan is None:
+            return None
+        refusal = plan.reserve(self.settings.store, self.run_id)
+        if refusal is None:
+            self.emit("budget_reserved", plan.as_event())
+            return None
+        detail = refusal.describe()
+        self.emit("budget_refused", {**plan.as_event(), "cap": refusal.cap.label(), "detail": detail})
+        return RunOutcome(self.run_id, RunStatus.SKIPPED, reason="budget", error=detail)
 
     @cached_property
     def loop_deadline(self) -> float:

@@ -34,8 +34,9 @@ def split_ref(config: Config, ref: str) -> tuple[str, str]:
     return config.split_model_ref(ref)
 
 
-def choose(config: Config, ref: str, *, job: str) -> ModelChoice:
-    """``default`` / ``NAME`` (a provider), ``NAME/model``, or ``org/model`` on the default provider."""
+def choose(config: Config, ref: str, *, job: str, key: str = "model") -> ModelChoice:
+    """``default`` / ``NAME`` (a provider), ``NAME/model``, or ``org/model`` on the default provider;
+    ``key``: the setting ``ref`` came from, for messages (``model``, ``auxiliary``)."""
     name, model = split_ref(config, ref)
     provider = config.providers.get(name)
     if provider is None:
@@ -44,10 +45,10 @@ def choose(config: Config, ref: str, *, job: str) -> ModelChoice:
         known = ", ".join(sorted(config.providers)) or "(none)"
         if name != ref.partition("/")[0]:
             raise ConfigError(
-                f"job {job}: model: {ref!r} names no provider, and as a model id it needs a 'default' "
+                f"job {job}: {key}: {ref!r} names no provider, and as a model id it needs a 'default' "
                 f"provider; configured: {known}"
             )
-        raise ConfigError(f"job {job}: model: unknown provider {name!r}; configured: {known}")
+        raise ConfigError(f"job {job}: {key}: unknown provider {name!r}; configured: {known}")
     return ModelChoice(name, provider, model or provider.model)
 
 

@@ -23,6 +23,7 @@ from runner.settings import Settings
 from runner.tools.context import EmitFn
 
 if TYPE_CHECKING:
+    from runner.agent.auxiliary import AuxiliaryModel
     from runner.agent.credentials import PoolFactory
 
 OnModel = Callable[[str], None]
@@ -34,6 +35,7 @@ class Connected:
 
     llm: LLM
     pricing: Pricing
+    auxiliary: AuxiliaryModel | None = None  # config.yaml's / the job's ``auxiliary:`` model, when set
 
 
 class Models(Protocol):
@@ -68,6 +70,15 @@ class Providers:
     pools: PoolFactory  # attached to the run's emit and deadline when it connects
     record: Path | None
     secrets: tuple[str, ...]
+    auxiliary: tuple[ModelChoice, KeySource] | None = None  # not when recording: the cassette must replay
+
+    @property
+    def provider_names(self) -> tuple[str, ...]:
+        """Every provider a run may call, each once: the model list's, then the auxiliary model's."""
+        names = [c.provider_name for c in self.choices]
+        if self.auxiliary is not None:
+            names.append(self.auxiliary[0].provider_name)
+        return tuple(dict.fromkeys(names))
 
     def connect(self, *, emit: EmitFn, deadline: float | None, redactor: Redactor, on_model: OnModel) -> Connected:
         from runner.run.model_choice import build_client
@@ -88,7 +99,16 @@ class Providers:
             from runner.agent.cassette import RecordingLLM
 
             client = RecordingLLM(client, self.record, job=self.job, redact=redactor.redact_obj)
-        return Connected(client, pricing)
+        return Connected(client, pricing, self._auxiliary(emit))
+
+    def _auxiliary(self, emit: EmitFn) -> AuxiliaryModel | None:
+        if self.auxiliary is None:
+            return None
+        from runner.agent.auxiliary import Priced
+        from runner.run.model_choice import build_client
+
+        choice, keys = self.auxiliary
+        return Priced(build_client(choice, keys, emit=emit), choice.pricing, choice.provider_name)
 
 
 def resolve(settings: Settings, job: Job, source: ModelSource) -> Models:
@@ -117,8 +137,16 @@ def _providers(settings: Settings, job: Job, *, record: Path | None) -> Provider
     pools = PoolFactory(lambda: settings.store)
     last = len(choices) - 1  # only the last provider waits for a cooling key; the others hand over
     sources = tuple(key_source(c, job=job.name, pool_factory=pools, may_wait=i == last) for i, c in enumerate(choices))
-    secrets = tuple(v for keys in sources for v in keys.values())
-    return Providers(job.name, choices, sources, pools, record, secrets)
+    auxiliary = None
+    ref = job.spec.auxiliary or settings.config.auxiliary
+    if ref and record is None:
+        aux = choose(settings.config, ref, job=job.name, key="auxiliary")
+        auxiliary = (aux, key_source(aux, job=job.name, pool_factory=pools, may_wait=True))
+        sources_all = (*sources, auxiliary[1])
+    else:
+        sources_all = sources
+    secrets = tuple(v for keys in sources_all for v in keys.values())
+    return Providers(job.name, choices, sources, pools, record, secrets, auxiliary)
 
 
 class _Chain(LLM, Protocol):

@@ -8,17 +8,22 @@ missing key, unreadable cassette): each is exit 2 with nothing written. The resu
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from runner.clock import utcnow
 from runner.run.produce import Producer, ScriptOutput
 from runner.run.request import RunRequest
 from runner.settings import Settings
 
+if TYPE_CHECKING:
+    from runner.run.budget import BudgetPlan
+
 
 @dataclass(frozen=True)
 class Prepared:
     producer: Producer  # makes the run's output: the pre_run's stdout or the agent's answer
     secrets: tuple[str, ...] = ()  # key values: masked everywhere, kept out of the backend's env
+    budget: BudgetPlan | None = None  # live providers only: what the run reserves before its first model call
 
 
 def prepare(settings: Settings, req: RunRequest) -> Prepared:
@@ -27,7 +32,7 @@ def prepare(settings: Settings, req: RunRequest) -> Prepared:
     if not job.spec.agent:
         return Prepared(ScriptOutput())
     from runner.run.agent_output import AgentOutput
-    from runner.run.model_source import resolve
+    from runner.run.model_source import Providers, resolve
     from runner.run.prompt import check_syntax, job_template, render, variables
 
     check_syntax(job)
@@ -42,4 +47,9 @@ def prepare(settings: Settings, req: RunRequest) -> Prepared:
     )
     render(source, dry, name=name, base=job.base_dir)  # a missing variable is exit 2, before any row
     models = resolve(settings, job, req.model)
-    return Prepared(AgentOutput(source, name, models), models.secrets)
+    budget = None
+    if isinstance(models, Providers):  # a cassette or a caller's own model costs nothing
+        from runner.run.budget import plan
+
+        budget = plan(settings.config, job, models.provider_names)
+    return Prepared(AgentOutput(source, name, models), models.secrets, budget)

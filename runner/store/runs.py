@@ -20,6 +20,7 @@ from runner.procs import RUN_MARK, kill_marked, pid_alive, start_time
 from runner.safety.redact import Redactor
 from runner.statuses import FINAL, RunStatus, Trigger
 from runner.store import Store, dumps
+from runner.store.budget import settle
 
 HOST = socket.gethostname()
 
@@ -88,8 +89,11 @@ def update_run(store: Store, run_id: str, **fields: Any) -> None:
 
 
 def finish_run(store: Store, run_id: str, status: RunStatus, *, now: datetime | None = None, **fields: Any) -> None:
+    """The final status, and the run's budget reservation settled at its real cost, in one transaction."""
     assert status in FINAL, status
-    update_run(store, run_id, status=status, ended_at=iso(now or utcnow()), **fields)
+    with store.transaction():
+        update_run(store, run_id, status=status, ended_at=iso(now or utcnow()), **fields)
+        settle(store, run_id, now=now)
 
 
 def get_run(store: Store, run_id: str) -> dict[str, Any] | None:
@@ -152,6 +156,7 @@ def recover_orphans(store: Store) -> list[str]:
                 (RunStatus.UNKNOWN, iso(utcnow()), run_id, RunStatus.RUNNING),
             )
             if cur.rowcount:
+                settle(store, run_id)  # what it spent (its events) is counted; its reservation is released
                 changed.append(run_id)
     for run_id in changed:
         kill_leftovers(run_id)

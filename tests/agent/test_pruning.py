@@ -121,12 +121,13 @@ class Summarizing(Recording):
 
 
 def test_summarize_replaces_middle_turns_with_reference_only_background():
+    from runner.agent.auxiliary import Priced
     from runner.agent.pruning import SUMMARY_HEADER, summarize_with
 
     llm = Summarizing(synthetic(60))
     events = []
     msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": "do things"}]
-    prune = Pruner(30_000, emit=lambda k, p: events.append((k, p)), summarize=summarize_with(llm))
+    prune = Pruner(30_000, emit=lambda k, p: events.append((k, p)), summarize=summarize_with(Priced(llm)))
     result = run_loop(
         msgs, tools(), ToolContext(backend=None), llm, Limits(max_iterations=100), emit=lambda k, p: None, prune=prune
     )

@@ -60,6 +60,17 @@ def test_unknown_provider_in_model_list(project):
     one_error(project.run("jobs", "validate"), "job a: model: unknown provider 'backup'")
 
 
+def test_auxiliary_provider_and_budget_reservation_are_checked(project):
+    config = project.write("config.yaml", "auxiliary: nowhere\nbudgets: {daily_usd: 5}\n", mode=0o600)
+    project.write_jobs("jobs:\n  a:\n    prompt: hi\n  b:\n    prompt: hi\n    budget: {max_cost_usd: 1}\n")
+    res = project.run("--config", str(config), "jobs", "validate")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "job a: auxiliary: unknown provider 'nowhere'" in res.stderr
+    assert "job b: auxiliary: unknown provider 'nowhere'" in res.stderr
+    config.write_text("budgets: {daily_usd: 5}\n")
+    one_error(project.run("--config", str(config), "jobs", "validate"), "job a: budget.max_cost_usd is not set")
+
+
 def test_one_shot_in_the_past(project):
     project.write_jobs("jobs:\n  a:\n    prompt: hi\n    schedule: '2020-01-01T09:00'\n")
     one_error(project.run("jobs", "validate"), "job a: schedule: 2020-01-01T09:00 is in the past")
