@@ -276,8 +276,8 @@ class SSHBackend:
         )
 
     def _settle(self, shell: RemoteShell, done: Exchange) -> Exchange:
-        if done.complete:
-            self._give_back(shell, keep=not done.pump.stream.group)
+        if done.complete:  # a group left after a timeout was just killed: only zombies remain
+            self._give_back(shell, keep=done.timed_out or not done.pump.stream.group)
         else:  # timed out and aborted: the shell is gone
             self._drop(shell)
         return done

@@ -14,8 +14,9 @@ Shell -> host, on its stdout::
     ...output of the command...       stdout and stderr combined, streamed as it comes
     \\n__RUNNER_EXIT_TOKEN__CODE:GROUP  the exit trailer (``backends.base.MarkedStream``)
 
-The shell starts each script as ``setsid bash -c SCRIPT </dev/null 2>&1 &`` (``/bin/sh``
-without bash), writes its pid (= its process group) to ``/tmp/.runner-NONCE-SEQ.pid`` for a
+The shell starts each script as ``setsid bash --norc --noprofile -c SCRIPT </dev/null 2>&1 &``
+(``/bin/sh`` without bash; ``--norc`` because bash sources ``~/.bashrc`` even non-interactively
+when it sees ``SSH_CLIENT`` and ``SHLVL`` < 2, which it does below ``exec``), writes its pid (= its process group) to ``/tmp/.runner-NONCE-SEQ.pid`` for a
 timeout kill from another channel, waits for it and prints the trailer. So every command is
 a fresh child with the environment the session started with (exports never carry over), its
 stdin is /dev/null (it cannot read the protocol), and the token it would have to print to end
@@ -49,7 +50,7 @@ REAP_S = 2.0
 
 _LOOP = r"""{probe}
 printf '\n__RUNNER_READY_{nonce}__%s\n' "$PWD"
-if command -v bash >/dev/null 2>&1; then _rn_s=bash; else _rn_s=/bin/sh; fi
+if command -v bash >/dev/null 2>&1; then _rn_b=1; else _rn_b=; fi
 if command -v setsid >/dev/null 2>&1; then _rn_l=setsid; else _rn_l=; fi
 while IFS= read -r _rn_h; do
   _rn_t=${{_rn_h%% *}}; _rn_f=/tmp/.runner-{nonce}-${{_rn_h#* }}.pid; _rn_x=; _rn_e=1
@@ -60,7 +61,9 @@ while IFS= read -r _rn_h; do
   done
   [ "$_rn_e" = 0 ] || exit 0
   printf '__RUNNER_BEGIN_%s__\n' "$_rn_t"
-  $_rn_l "$_rn_s" -c "$_rn_x" </dev/null 2>&1 &
+  if [ -n "$_rn_b" ]; then $_rn_l bash --norc --noprofile -c "$_rn_x" </dev/null 2>&1 &
+  else $_rn_l /bin/sh -c "$_rn_x" </dev/null 2>&1 &
+  fi
   _rn_p=$!
   {{ echo "$_rn_p" > "$_rn_f"; }} 2>/dev/null
   wait "$_rn_p"; _rn_c=$?
@@ -185,7 +188,12 @@ class RemoteShell:
         pump = StreamPump(iter(framed), token, cap)
         if not self._send(token, seq, script):
             self.kill()
-        timed_out = finish_or_kill(pump, timeout, kill=kill, abort=self.kill)
+
+        def abort() -> None:  # finish_or_kill aborts after every timeout; a finished command keeps its shell
+            if not pump.stream.complete:
+                self.kill()
+
+        timed_out = finish_or_kill(pump, timeout, kill=kill, abort=abort)
         return Exchange(pump, framed.started, timed_out)
 
     def errors(self) -> str:
