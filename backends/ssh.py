@@ -29,11 +29,9 @@ from backends.base import (
     ExecResult,
     decode,
     file_error,
-    kill_group_script,
     kill_groups_script,
     make_result,
     new_nonce,
-    pidfile_for,
     wrap_command,
 )
 from backends.ssh_shell import (
@@ -42,7 +40,10 @@ from backends.ssh_shell import (
     READ_INLINE,
     Exchange,
     RemoteShell,
+    kill_command_script,
+    launch_args,
     loop_script,
+    shell_pidfile,
     with_args,
     write_inline,
 )
@@ -78,6 +79,7 @@ class SSHBackend:
         self.spec = spec
         self._nonce = new_nonce()
         self._seq = count(1)
+        self._shell_ids = count(1)
         self._lock = threading.Lock()
         self._groups: set[int] = set()
         self._closed = False
@@ -101,11 +103,8 @@ class SSHBackend:
         self._check_open()
         started = time.monotonic()
         seq = next(self._seq)
-        pidfile = pidfile_for(self._nonce, seq)
         script = wrap_command(_exports(env) + command, self._cwd.resolve(cwd), self._nonce)
-        done, lost = self._exchange(
-            script, seq, timeout, self.ctx.output_cap, kill=lambda: self._control(kill_group_script(pidfile))
-        )
+        done, lost = self._exchange(script, seq, timeout, self.ctx.output_cap, kill_on_timeout=True)
         stream = done.pump.stream
         if stream.group:
             with self._lock:
@@ -192,7 +191,10 @@ class SSHBackend:
 
     def _spawn(self, probe: str, *, failed: str) -> tuple[RemoteShell, str]:
         """A new persistent shell (over the master, which the first one starts) and its cwd."""
-        shell = RemoteShell([*self._argv, self.spec.host, _sh(loop_script(self._nonce, probe))])
+        pidfile = shell_pidfile(self._nonce, next(self._shell_ids))
+        shell = RemoteShell(
+            [*self._argv, self.spec.host, _sh(*launch_args(loop_script(self._nonce, probe, pidfile)))], pidfile
+        )
         try:
             where = shell.wait_ready(self._nonce, self.spec.connect_timeout + 20.0)
         except TimeoutError as exc:
@@ -246,7 +248,7 @@ class SSHBackend:
         shell.reap()
 
     def _exchange(
-        self, script: str, seq: int, timeout: float, cap: int, *, kill: Callable[[], None]
+        self, script: str, seq: int, timeout: float, cap: int, *, kill_on_timeout: bool
     ) -> tuple[Exchange, int | None]:
         """Run ``script`` on a shell of the pool. The second value is the ssh exit status when
         the shell died during the command: it is replaced once (BackendError if the host is gone)
@@ -254,7 +256,7 @@ class SSHBackend:
         replaced once and the command sent again."""
         deadline = time.monotonic() + timeout
         shell = self._take()
-        done = shell.exchange(script, seq=seq, timeout=timeout, cap=cap, kill=kill)
+        done = shell.exchange(script, seq=seq, timeout=timeout, cap=cap, kill=self._killer(shell, seq, kill_on_timeout))
         if done.complete or done.timed_out:
             return self._settle(shell, done), None
         status = shell.status()
@@ -264,7 +266,7 @@ class SSHBackend:
             self._give_back(fresh)
             return done, 255 if status is None else status
         left = max(deadline - time.monotonic(), 0.1)
-        done = fresh.exchange(script, seq=seq, timeout=left, cap=cap, kill=kill)
+        done = fresh.exchange(script, seq=seq, timeout=left, cap=cap, kill=self._killer(fresh, seq, kill_on_timeout))
         if done.complete or done.timed_out:
             return self._settle(fresh, done), None
         status = fresh.status()
@@ -274,6 +276,11 @@ class SSHBackend:
         raise BackendError(
             f"ssh {self.spec.destination}: the remote shell ended twice ({fresh.errors() or 'no message'})"
         )
+
+    def _killer(self, shell: RemoteShell, seq: int, wanted: bool) -> Callable[[], None]:
+        """What a timeout does before the shell is given up: kill the command's process group."""
+        script = kill_command_script(shell.pidfile, seq)
+        return (lambda: self._control(script)) if wanted else (lambda: None)
 
     def _settle(self, shell: RemoteShell, done: Exchange) -> Exchange:
         if done.complete:  # a group left after a timeout was just killed: only zombies remain
@@ -291,7 +298,7 @@ class SSHBackend:
             raise BackendError(f"{exc}{f' (the shell before: {why})' if why else ''}") from exc
 
     def _file_exchange(self, script: str, what: str) -> Exchange:
-        done, lost = self._exchange(script, next(self._seq), TRANSFER_TIMEOUT, RAW_CAP, kill=lambda: None)
+        done, lost = self._exchange(script, next(self._seq), TRANSFER_TIMEOUT, RAW_CAP, kill_on_timeout=False)
         if done.timed_out:
             raise BackendError(f"ssh {self.spec.destination}: no answer within {TRANSFER_TIMEOUT:.0f}s {what}")
         if lost is not None:

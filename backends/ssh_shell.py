@@ -14,10 +14,13 @@ Shell -> host, on its stdout::
     ...output of the command...       stdout and stderr combined, streamed as it comes
     \\n__RUNNER_EXIT_TOKEN__CODE:GROUP  the exit trailer (``backends.base.MarkedStream``)
 
-The shell starts each script as ``setsid bash --norc --noprofile -c SCRIPT </dev/null 2>&1 &``
-(``/bin/sh`` without bash; ``--norc`` because bash sources ``~/.bashrc`` even non-interactively
-when it sees ``SSH_CLIENT`` and ``SHLVL`` < 2, which it does below ``exec``), writes its pid (= its process group) to ``/tmp/.runner-NONCE-SEQ.pid`` for a
-timeout kill from another channel, waits for it and prints the trailer. So every command is
+The persistent shell is ``bash --norc --noprofile`` with job control on (``set -m``: every
+background job leads a process group of its own, no tty needed), or ``/bin/sh`` on a host
+without bash (then ``setsid`` makes the group). It starts each script as
+``bash --norc --noprofile -c SCRIPT </dev/null 2>&1 &`` (``/bin/sh -c`` without bash; ``--norc``
+because bash sources ``~/.bashrc`` even non-interactively when it sees ``SSH_CLIENT`` and
+``SHLVL`` < 2, which it does below an ``exec``), writes ``SEQ PID`` (the pid is its process group) to its pidfile
+``/tmp/.runner-NONCE-sN.pid`` for a timeout kill from another channel, waits for it and prints the trailer. So every command is
 a fresh child with the environment the session started with (exports never carry over), its
 stdin is /dev/null (it cannot read the protocol), and the token it would have to print to end
 the stream early is known only to the host and the shell's own unexported variable.
@@ -49,11 +52,16 @@ MAX_INLINE_WRITE = 100_000
 REAP_S = 2.0
 
 _LOOP = r"""{probe}
+_rn_f={pidfile}
+trap 'rm -f "$_rn_f"' EXIT
 printf '\n__RUNNER_READY_{nonce}__%s\n' "$PWD"
-if command -v bash >/dev/null 2>&1; then _rn_b=1; else _rn_b=; fi
-if command -v setsid >/dev/null 2>&1; then _rn_l=setsid; else _rn_l=; fi
+if [ -n "${{BASH_VERSION:-}}" ]; then
+  set -m; _rn_b=1; _rn_l=; exec 2>/dev/null
+else
+  _rn_b=; if command -v setsid >/dev/null 2>&1; then _rn_l=setsid; else _rn_l=; fi
+fi
 while IFS= read -r _rn_h; do
-  _rn_t=${{_rn_h%% *}}; _rn_f=/tmp/.runner-{nonce}-${{_rn_h#* }}.pid; _rn_x=; _rn_e=1
+  _rn_t=${{_rn_h%% *}}; _rn_n=${{_rn_h#* }}; _rn_x=; _rn_e=1
   while IFS= read -r _rn_y; do
     if [ "$_rn_y" = "$_rn_t" ]; then _rn_e=0; break; fi
     _rn_x="$_rn_x$_rn_y
@@ -61,14 +69,13 @@ while IFS= read -r _rn_h; do
   done
   [ "$_rn_e" = 0 ] || exit 0
   printf '__RUNNER_BEGIN_%s__\n' "$_rn_t"
-  if [ -n "$_rn_b" ]; then $_rn_l bash --norc --noprofile -c "$_rn_x" </dev/null 2>&1 &
+  if [ -n "$_rn_b" ]; then bash --norc --noprofile -c "$_rn_x" </dev/null 2>&1 &
   else $_rn_l /bin/sh -c "$_rn_x" </dev/null 2>&1 &
   fi
   _rn_p=$!
-  {{ echo "$_rn_p" > "$_rn_f"; }} 2>/dev/null
+  {{ echo "$_rn_n $_rn_p" > "$_rn_f"; }} 2>/dev/null
   wait "$_rn_p"; _rn_c=$?
   _rn_g=0; kill -0 -"$_rn_p" 2>/dev/null && _rn_g=$_rn_p
-  rm -f "$_rn_f" 2>/dev/null
   printf '\n__RUNNER_EXIT_%s__%d:%d\n' "$_rn_t" "$_rn_c" "$_rn_g"
 done
 """
@@ -77,9 +84,33 @@ done
 READ_INLINE = '{ _e=$(cat -- "$1" 2>&1 >&3); } 3>&1 || { printf %s "$_e"; exit 1; }'
 
 
-def loop_script(nonce: str, probe: str) -> str:
+#: runs the loop (``$1``) in ``bash --norc --noprofile`` if the host has bash, else in ``/bin/sh``
+_LAUNCH = (
+    'if command -v bash >/dev/null 2>&1; then exec bash --norc --noprofile -c "$1" bash; fi\nexec /bin/sh -c "$1" sh'
+)
+
+
+def loop_script(nonce: str, probe: str, pidfile: str) -> str:
     """The shell text of the persistent shell: ``probe`` (a ``cd``) first, then the ready line and the loop."""
-    return _LOOP.format(nonce=nonce, probe=probe)
+    return _LOOP.format(nonce=nonce, probe=probe, pidfile=shlex.quote(pidfile))
+
+
+def launch_args(loop: str) -> tuple[str, str]:
+    """``(script, arg)`` for ``sh -c script sh arg``: start ``loop`` in the persistent shell."""
+    return _LAUNCH, loop
+
+
+def shell_pidfile(nonce: str, shell: int) -> str:
+    """Where shell number ``shell`` of a backend notes ``SEQ PID`` of the command it runs."""
+    return f"/tmp/.runner-{nonce}-s{shell}.pid"
+
+
+def kill_command_script(pidfile: str, seq: int) -> str:
+    """Shell text that kills the process group of command ``seq``, if that is still the one in ``pidfile``."""
+    return (
+        f'read -r s p < {shlex.quote(pidfile)} 2>/dev/null && [ "$s" = {int(seq)} ] && '
+        '{ kill -9 -"$p" 2>/dev/null || kill -9 "$p" 2>/dev/null; }; true'
+    )
 
 
 def with_args(script: str, *args: str) -> str:
@@ -149,7 +180,8 @@ class Exchange:
 class RemoteShell:
     """One ssh session running the persistent shell; one command at a time."""
 
-    def __init__(self, argv: list[str]):
+    def __init__(self, argv: list[str], pidfile: str):
+        self.pidfile = pidfile
         self._errors = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the session (errors() reads it)
         try:
             self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._errors)
