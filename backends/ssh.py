@@ -1,9 +1,16 @@
 """SSH backend: commands run on a remote host through the system OpenSSH client.
 
-One master connection per backend (ControlMaster=auto, ControlPersist) carries every command
-and file transfer, so a command costs a channel, not a handshake. Using the system client means
-``~/.ssh/config``, agents and ProxyJump work as the person expects. BatchMode is always on: a
-prompt for a password or a host key would hang an unattended run.
+One master connection per backend (ControlMaster=auto, ControlPersist) carries every session.
+A session runs a persistent remote shell (``backends/ssh_shell.py``) that takes commands and file
+reads/writes on its stdin, so a command costs a fork on the host, not a session whose login shell
+sources ``~/.bashrc``. Starting the first shell is also the connect and the workdir probe (one
+round trip). Commands that overlap get shells of their own (a pool; idle ones are reused); a
+command whose background job still holds the output ends its shell's session, so late output
+never reaches a later command. A shell that dies during a command is replaced once and the
+command's result says so; one found dead before the command started is replaced and the command
+sent again. Using the system client means ``~/.ssh/config``, agents and ProxyJump work as the
+person expects. BatchMode is always on: a prompt for a password or a host key would hang an
+unattended run.
 """
 
 from __future__ import annotations
@@ -101,6 +108,8 @@ class SSHBackend:
         env: Mapping[str, str] | None = None,
     ) -> ExecResult:
         self._check_open()
+        if "\0" in command or any("\0" in value for value in (env or {}).values()):
+            raise UsageError("ssh backend: a command or environment value contains a NUL byte")
         started = time.monotonic()
         seq = next(self._seq)
         script = wrap_command(_exports(env) + command, self._cwd.resolve(cwd), self._nonce)

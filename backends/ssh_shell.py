@@ -81,7 +81,11 @@ done
 """
 
 #: prints the file named $1 whole; on failure prints only the error message and exits 1
-READ_INLINE = '{ _e=$(cat -- "$1" 2>&1 >&3); } 3>&1 || { printf %s "$_e"; exit 1; }'
+#: (a readable regular file is the common case: one exec, no subshell)
+READ_INLINE = (
+    'if [ -f "$1" ] && [ -r "$1" ]; then exec cat -- "$1"; fi\n'
+    '{ _e=$(cat -- "$1" 2>&1 >&3); } 3>&1 || { printf %s "$_e"; exit 1; }'
+)
 
 
 #: runs the loop (``$1``) in ``bash --norc --noprofile`` if the host has bash, else in ``/bin/sh``
@@ -133,8 +137,8 @@ def printf_literal(data: bytes) -> str:
 
 def write_inline(data: bytes) -> str:
     """Shell text writing ``data`` to $1 via a temporary sibling ``$1.$2`` (any error message is the output)."""
-    return (
-        'd=$(dirname -- "$1") && mkdir -p -- "$d" && '
+    return (  # $1 is absolute; the folder by parameter expansion, mkdir only when missing: one exec (mv)
+        'd=${1%/*}; d=${d:-/}; { [ -d "$d" ] || mkdir -p -- "$d"; } && '
         f'printf {printf_literal(data)} > "$1.$2" && mv -f -- "$1.$2" "$1" '
         '|| { r=$?; rm -f -- "$1.$2"; exit "$r"; }'
     )

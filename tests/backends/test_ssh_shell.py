@@ -19,7 +19,7 @@ from backend_helpers import SLOW_BASHRC, SSHServer, eventually, host_processes_w
 
 from backends import resolve
 from backends.ssh import SSHBackend
-from backends.ssh_shell import MAX_INLINE_WRITE
+from backends.ssh_shell import MAX_INLINE_WRITE, RemoteShell, kill_command_script, loop_script
 from runner.errors import BackendError
 
 pytestmark = pytest.mark.ssh
@@ -255,3 +255,39 @@ def _descendants(root: int) -> list[int]:
         found += kids
         frontier += kids
     return found
+
+
+@pytest.mark.skipif(os.path.realpath("/bin/sh").endswith("bash"), reason="/bin/sh is bash here")
+def test_the_loop_on_a_host_without_bash(tmp_path: Path) -> None:
+    """The persistent shell's loop run by a POSIX sh (dash: what a host without bash gets),
+    on this machine through the same RemoteShell the backend uses: setsid makes the groups."""
+    nonce = "abcdef123456"
+    pidfile = str(tmp_path / "shell.pid")
+    loop = loop_script(nonce, f"cd -- {tmp_path}", pidfile)
+    shell = RemoteShell(["/bin/sh", "-c", loop], pidfile)
+    try:
+        assert shell.wait_ready(nonce, 10) == str(tmp_path)
+
+        def run(script: str, timeout: float = 10, kill: Any = lambda: None) -> Any:
+            return shell.exchange(script, seq=next(seqs), timeout=timeout, cap=65536, kill=kill)
+
+        seqs = iter(range(1, 100))
+        done = run("echo $BASH_VERSION; echo in-sh; exit 5")
+        assert (done.pump.stream.buffer.text(), done.pump.stream.exit_code) == ("\nin-sh\n", 5)
+        seconds = 720_000 + os.getpid() % 1000
+        seq_of_sleep = 2
+        timed = run(
+            f"sleep {seconds} & echo started; sleep {seconds + 1}",
+            timeout=0.5,
+            kill=lambda: subprocess.run(["/bin/sh", "-c", kill_command_script(pidfile, seq_of_sleep)], check=True),
+        )
+        assert timed.timed_out and timed.complete and timed.pump.stream.exit_code == 137
+        assert eventually(lambda: not host_processes_with_arg(str(seconds)))
+        background = run("sleep 30 >/dev/null 2>&1 & echo bg")
+        group = background.pump.stream.group
+        assert background.pump.stream.buffer.text() == "bg\n" and group > 0
+        os.killpg(group, signal.SIGKILL)
+        assert run("echo $PPID").pump.stream.buffer.text() == f"{shell.proc.pid}\n"
+    finally:
+        shell.close()
+    assert not Path(pidfile).exists()  # the shell removes its pidfile when its input ends

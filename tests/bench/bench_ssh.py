@@ -7,7 +7,8 @@ serves both this tree and main before the persistent remote shell (``/work/base`
 in a subprocess of its own, side by side:
 
 - connect + workdir probe (``resolve``), and connect to the first model request (the probe plus
-  the context-file lookups a run makes before it: AGENTS.md, CLAUDE.md, .cursorrules);
+  the context-file lookups a run makes before it: AGENTS.md, CLAUDE.md, .cursorrules), beside
+  the floor: one new ssh connection running ``true`` (handshake + one run of the profile);
 - one command (``true``) inside a run: p50 and p99 over RUNS (default 30);
 - a 20-command job; ``read_file`` and ``write_file`` of a small file;
 - how often the remote ``~/.bashrc`` ran per command.
@@ -62,16 +63,20 @@ def measure(spec: dict[str, Any], root: Path, runs: int) -> dict[str, float]:
         work.mkdir(parents=True)
         return BackendContext(workdir=work, home=root / "home", run_id=f"bench-{counter}", job="bench")
 
-    def connect(with_context: bool) -> None:
+    def connect(with_context: bool) -> float:
+        """Milliseconds from nothing to the connected backend (and the context-file lookups)."""
         c = ctx()
+        started = time.perf_counter()
         backend = resolve({**spec, "workdir": str(c.workdir)}, ctx=c)
         if with_context:
             load_context_file(backend, lambda *_: None)
+        took = (time.perf_counter() - started) * 1000
         backend.close()
+        return took
 
     out: dict[str, float] = {}
-    out["connect"] = statistics.median(samples_ms(lambda: connect(False), 5))
-    out["connect_first_request"] = statistics.median(samples_ms(lambda: connect(True), 5))
+    out["connect"] = statistics.median(connect(False) for _ in range(5))
+    out["connect_first_request"] = statistics.median(connect(True) for _ in range(5))
     c = ctx()
     with resolve({**spec, "workdir": str(c.workdir)}, ctx=c) as backend:
         backend.run("true", timeout=30)
@@ -114,8 +119,17 @@ ROWS = [
 ]
 
 
-def show(ours: dict[str, float] | str, before: dict[str, float] | str) -> None:
+def plain_ssh_ms(server: Any) -> float:
+    """The floor of any connect: one new ssh connection running ``true`` (no master)."""
+    argv = ["ssh", "-T", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new"]
+    argv += ["-o", f"UserKnownHostsFile={server.known_hosts}", "-i", server.key, "-p", str(server.port)]
+    argv += ["-l", server.user, server.host, "true"]
+    return statistics.median(samples_ms(lambda: subprocess.run(argv, check=True, capture_output=True), 5))
+
+
+def show(ours: dict[str, float] | str, before: dict[str, float] | str, floor: float) -> None:
     print(f"{'ssh, login shell sources a 150 ms ~/.bashrc':<56} {'this tree':>12} {'main before':>12}   target")
+    print(f"{'floor: one new ssh connection running `true` (median 5)':<56} {floor:>9.1f} ms {floor:>9.1f} ms")
     for key, label, unit in ROWS:
         cells = []
         for figures in (ours, before):
@@ -147,6 +161,7 @@ def main() -> None:
             user = __import__("pwd").getpwuid(os.getuid()).pw_name
             server = SSHServer("127.0.0.1", port, user, str(folder / "id_ed25519"), str(folder / "known_hosts"))
             spec = {**server.spec(), "bashrc_runs": str(folder / "home" / "bashrc-runs")}
+            floor = plain_ssh_ms(server)
             ours = run_child(Path(sys.executable), REPO, spec, Path(tmp) / "ours", runs)
             if BASE_PYTHON.exists() and BASE.is_dir():
                 before = run_child(BASE_PYTHON, BASE, spec, Path(tmp) / "base", runs)
@@ -155,7 +170,7 @@ def main() -> None:
         finally:
             proc.terminate()
             proc.wait()
-    show(ours, before)
+    show(ours, before, floor)
 
 
 if __name__ == "__main__":
