@@ -9,8 +9,10 @@ in a subprocess of its own, side by side:
 - connect + workdir probe (``resolve``), and connect to the first model request (the probe plus
   the context-file lookups a run makes before it: AGENTS.md, CLAUDE.md, .cursorrules), beside
   the floor: one new ssh connection running ``true`` (handshake + one run of the profile);
-- one command (``true``) inside a run: p50 and p99 over RUNS (default 30);
-- a 20-command job; ``read_file`` and ``write_file`` of a small file;
+- one command (``true``) inside a run: p50 and p99 over RUNS (default 20); ``read_file`` and
+  ``write_file`` of a small file;
+- ``runner run-job`` end to end (FakeOpenAI scripting 20 ``terminal`` calls): wall time over ssh
+  and with the local backend for reference;
 - how often the remote ``~/.bashrc`` ran per command.
 """
 
@@ -84,8 +86,6 @@ def measure(spec: dict[str, Any], root: Path, runs: int) -> dict[str, float]:
         true = samples_ms(lambda: backend.run("true", timeout=30), runs)
         out["bashrc_per_command"] = (_lines(runs_file) - profile_before) / runs
         out["true_p50"], out["true_p99"] = statistics.median(true), p99(true)
-        job = [f"mkdir -p d{n} && cd d{n} && echo {n} > f && cat f && ls -la . | wc -l && cd .." for n in range(20)]
-        out["job20"] = statistics.median(samples_ms(lambda: [backend.run(cmd, timeout=30) for cmd in job], 2))
         backend.write_file("note.txt", b"x" * 2000)
         out["read_p50"] = statistics.median(samples_ms(lambda: backend.read_file("note.txt"), 10))
         out["write_p50"] = statistics.median(samples_ms(lambda: backend.write_file("note.txt", b"y" * 2000), 10))
@@ -107,12 +107,53 @@ def run_child(python: Path, tree: Path, spec: dict[str, Any], root: Path, runs: 
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
+def end_to_end(python: Path, tree: Path, server: Any, root: Path) -> dict[str, float] | str:
+    """Wall time of ``runner run-job`` of a job whose model calls ``terminal`` 20 times, over ssh
+    and locally (one run each, after a warm-up that writes the tree's bytecode)."""
+    from runner.testing import FakeOpenAI, call, final
+
+    fake = FakeOpenAI().start()
+    out: dict[str, float] = {}
+    try:
+        for kind in ("warm-up", "ssh", "local"):  # the warm-up writes the tree's bytecode
+            folder = root / f"e2e-{kind}"
+            (folder / "work").mkdir(parents=True)
+            backend = {**server.spec(workdir=str(folder / "work"))} if kind == "ssh" else {"type": "local"}
+            backend.pop("bashrc_runs", None)
+            job = {"prompt": "Run the commands", "toolsets": ["terminal"], "backend": backend}
+            if kind == "local":
+                job["workdir"] = "work"
+            (folder / "jobs.yaml").write_text(json.dumps({"jobs": {"j20": job}}))
+            fake.add(
+                *[call("terminal", {"command": f"mkdir -p d && cd d && echo {n} > f && cat f"}) for n in range(20)]
+            )
+            fake.add(final("done"))
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RUNNER_"))}
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            env.update(PYTHONPATH=str(tree), RUNNER_HOME=str(folder / "home"))
+            env.update(OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="sk-bench")
+            started = time.time()
+            done = subprocess.run(
+                [str(python), "-m", "runner", "run-job", "j20"], env=env, cwd=folder, capture_output=True, text=True
+            )
+            wall = time.time() - started
+            if done.returncode != 0:
+                return f"run-job over {kind} failed: {done.stderr.strip()[-300:]}"
+            if kind == "warm-up":
+                continue
+            out[f"e2e_{kind}"] = wall * 1000
+    finally:
+        fake.stop()
+    return out
+
+
 ROWS = [
     ("connect", "connect + workdir probe (median of 5)", "ms"),
     ("connect_first_request", "connect to first model request (probe + context files)", "ms"),
     ("true_p50", "one command `true` in a run, p50", "ms"),
     ("true_p99", "one command `true` in a run, p99", "ms"),
-    ("job20", "a 20-command job (median of 2)", "ms"),
+    ("e2e_ssh", "run-job, 20 terminal calls, wall, ssh", "ms"),
+    ("e2e_local", "run-job, 20 terminal calls, wall, local (reference)", "ms"),
     ("read_p50", "read_file 2 KB, p50", "ms"),
     ("write_p50", "write_file 2 KB, p50", "ms"),
     ("bashrc_per_command", "remote ~/.bashrc runs per command", ""),
@@ -125,6 +166,15 @@ def plain_ssh_ms(server: Any) -> float:
     argv += ["-o", f"UserKnownHostsFile={server.known_hosts}", "-i", server.key, "-p", str(server.port)]
     argv += ["-l", server.user, server.host, "true"]
     return statistics.median(samples_ms(lambda: subprocess.run(argv, check=True, capture_output=True), 5))
+
+
+def merge(*parts: dict[str, float] | str) -> dict[str, float] | str:
+    out: dict[str, float] = {}
+    for part in parts:
+        if isinstance(part, str):
+            return part
+        out.update(part)
+    return out
 
 
 def show(ours: dict[str, float] | str, before: dict[str, float] | str, floor: float) -> None:
@@ -145,7 +195,7 @@ def show(ours: dict[str, float] | str, before: dict[str, float] | str, floor: fl
 
 
 def main() -> None:
-    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 30
+    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 20
     sys.path[:0] = [str(REPO), str(REPO / "tests" / "backends")]
     from backend_helpers import SLOW_BASHRC, SSHServer, Unavailable, start_sshd
 
@@ -162,9 +212,15 @@ def main() -> None:
             server = SSHServer("127.0.0.1", port, user, str(folder / "id_ed25519"), str(folder / "known_hosts"))
             spec = {**server.spec(), "bashrc_runs": str(folder / "home" / "bashrc-runs")}
             floor = plain_ssh_ms(server)
-            ours = run_child(Path(sys.executable), REPO, spec, Path(tmp) / "ours", runs)
+            ours = merge(
+                run_child(Path(sys.executable), REPO, spec, Path(tmp) / "ours", runs),
+                end_to_end(Path(sys.executable), REPO, server, Path(tmp) / "ours"),
+            )
             if BASE_PYTHON.exists() and BASE.is_dir():
-                before = run_child(BASE_PYTHON, BASE, spec, Path(tmp) / "base", runs)
+                before = merge(
+                    run_child(BASE_PYTHON, BASE, spec, Path(tmp) / "base", runs),
+                    end_to_end(BASE_PYTHON, BASE, server, Path(tmp) / "base"),
+                )
             else:
                 before = f"not measured ({BASE_PYTHON} or {BASE} missing)"
         finally:
