@@ -271,9 +271,11 @@ class SSHBackend:
         status = shell.status()
         self._drop(shell)
         fresh = self._restart(shell)
-        if done.started:
-            self._give_back(fresh)
+        self._give_back(fresh)
+        if done.started:  # what the command left running dies with it
+            self._control(kill_command_script(shell.pidfile, seq, remove=True))
             return done, 255 if status is None else status
+        fresh = self._take()
         left = max(deadline - time.monotonic(), 0.1)
         done = fresh.exchange(script, seq=seq, timeout=left, cap=cap, kill=self._killer(fresh, seq, kill_on_timeout))
         if done.complete or done.timed_out:

@@ -109,12 +109,14 @@ def shell_pidfile(nonce: str, shell: int) -> str:
     return f"/tmp/.runner-{nonce}-s{shell}.pid"
 
 
-def kill_command_script(pidfile: str, seq: int) -> str:
-    """Shell text that kills the process group of command ``seq``, if that is still the one in ``pidfile``."""
-    return (
+def kill_command_script(pidfile: str, seq: int, *, remove: bool = False) -> str:
+    """Shell text that kills the process group of command ``seq``, if that is still the one in
+    ``pidfile``; with ``remove``, the pidfile goes too (its shell is dead)."""
+    script = (
         f'read -r s p < {shlex.quote(pidfile)} 2>/dev/null && [ "$s" = {int(seq)} ] && '
-        '{ kill -9 -"$p" 2>/dev/null || kill -9 "$p" 2>/dev/null; }; true'
+        '{ kill -9 -"$p" 2>/dev/null || kill -9 "$p" 2>/dev/null; }; '
     )
+    return script + (f"rm -f {shlex.quote(pidfile)}" if remove else "true")
 
 
 def with_args(script: str, *args: str) -> str:
