@@ -1,6 +1,6 @@
-"""The persistent remote shell of the SSH backend: one POSIX ``sh`` per ssh session, fed commands
-through a framed protocol on its stdin, so a command costs a fork on the host, not a session
-whose login shell sources ``~/.bashrc``.
+"""The persistent remote shell of the SSH backend: one shell per ssh session, fed commands through
+a framed protocol on its stdin, so a command costs a fork on the host, not a session whose login
+shell sources ``~/.bashrc``.
 
 Protocol (host -> shell, on the shell's stdin), one command at a time::
 
@@ -19,13 +19,13 @@ background job leads a process group of its own, no tty needed), or ``/bin/sh`` 
 without bash (then ``setsid`` makes the group). It starts each script as
 ``bash --norc --noprofile -c SCRIPT </dev/null 2>&1 &`` (``/bin/sh -c`` without bash; ``--norc``
 because bash sources ``~/.bashrc`` even non-interactively when it sees ``SSH_CLIENT`` and
-``SHLVL`` < 2, which it does below an ``exec``), writes ``SEQ PID`` (the pid is its process group) to its pidfile
-``/tmp/.runner-NONCE-sN.pid`` for a timeout kill from another channel, waits for it and prints the trailer. So every command is
-a fresh child with the environment the session started with (exports never carry over), its
-stdin is /dev/null (it cannot read the protocol), and the token it would have to print to end
-the stream early is known only to the host and the shell's own unexported variable.
-Everything the shell prints before a command's begin line (a chatty ``.bashrc``, output of an
-escaped background job) is dropped. The shell's variables are named ``_rn_*``.
+``SHLVL`` < 2, which it does below an ``exec``), writes ``SEQ PID`` (the pid is the group) to its
+pidfile ``/tmp/.runner-NONCE-sN.pid`` for a timeout kill from another shell or channel, waits for
+it and prints the trailer. So every command is a fresh child with the environment the session
+started with (exports never carry over), its stdin is /dev/null, and the token it would have to
+print to end its stream early is known only to the host and the shell's unexported variable.
+Everything the shell prints before a command's begin line (a chatty ``.bashrc``, late output of
+an escaped background job) is dropped. The shell's variables are named ``_rn_*``.
 """
 
 from __future__ import annotations
