@@ -75,13 +75,19 @@ PermitRootLogin prohibit-password
 MaxSessions 64
 MaxStartups 64
 LogLevel ERROR
-# bash sources ~/.bashrc for every ssh command when SHLVL < 1; the test user's shell
-# start-up files are not what these tests measure
-SetEnv SHLVL=1
 """
+# bash sources ~/.bashrc for every ssh session when SHLVL < 1; the test user's shell
+# start-up files are not what most tests look at
+QUIET_PROFILE = "SetEnv SHLVL=1\n"
+# a host with a real shell profile: no SHLVL, and a home of the fixture's own (sshd sets HOME
+# before SetEnv applies, so the login shell sources {home}/.bashrc, not the real user's)
+OWN_HOME = "SetEnv HOME={home}\n"
+#: the profile of the "slow host": what `pyenv init` costs, an export, a count of its runs
+SLOW_BASHRC = 'sleep 0.15\nexport FROM_BASHRC=yes\necho x >> "$HOME/bashrc-runs"\n'
 
 
-def start_sshd(folder: Path) -> tuple[subprocess.Popen[bytes], int]:
+def start_sshd(folder: Path, *, bashrc: str | None = None) -> tuple[subprocess.Popen[bytes], int]:
+    """A private sshd; with ``bashrc``, the login shell sources it (from ``folder/home``) per session."""
     sshd = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
     if sshd is None or shutil.which("ssh") is None or shutil.which("ssh-keygen") is None:
         raise Unavailable("sshd, ssh or ssh-keygen not installed (apt-get install openssh-server)")
@@ -92,7 +98,13 @@ def start_sshd(folder: Path) -> tuple[subprocess.Popen[bytes], int]:
     shutil.copy(folder / "id_ed25519.pub", folder / "authorized_keys")
     port = free_port()
     config = folder / "sshd_config"
-    config.write_text(SSHD_CONFIG.format(port=port, dir=folder))
+    if bashrc is None:
+        config.write_text(SSHD_CONFIG.format(port=port, dir=folder) + QUIET_PROFILE)
+    else:
+        home = folder / "home"
+        home.mkdir(exist_ok=True)
+        (home / ".bashrc").write_text(bashrc)
+        config.write_text(SSHD_CONFIG.format(port=port, dir=folder) + OWN_HOME.format(home=home))
     log = open(folder / "sshd.log", "wb")  # noqa: SIM115 - lives as long as sshd
     proc = subprocess.Popen([sshd, "-D", "-e", "-f", str(config)], stdout=log, stderr=log)
     if not wait_for_banner(port, proc, time.monotonic() + 10):

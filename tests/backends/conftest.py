@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from backend_helpers import SSHServer, Unavailable, make_ctx, spec_for, start_sshd
+from backend_helpers import SLOW_BASHRC, SSHServer, Unavailable, make_ctx, spec_for, start_sshd
 
 from backends import resolve
 from backends.base import Backend, BackendContext
@@ -70,6 +70,26 @@ def ssh_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHServer]:
     user = pwd.getpwuid(os.getuid()).pw_name
     try:
         yield SSHServer("127.0.0.1", port, user, str(folder / "id_ed25519"), known_hosts)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def slow_ssh_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHServer]:
+    """An sshd of our own whose login shell sources a slow ``~/.bashrc`` (``SLOW_BASHRC``) for
+    every session, as a host with ``pyenv init`` in its profile does. The remote ``$HOME`` is a
+    folder of the fixture's; ``$HOME/bashrc-runs`` gets a line per run of the profile."""
+    if os.environ.get("RUNNER_TEST_SSH"):
+        pytest.skip("needs the fixture's own sshd (RUNNER_TEST_SSH names an external one)")
+    folder = tmp_path_factory.mktemp("sshd-slow")
+    try:
+        proc, port = start_sshd(folder, bashrc=SLOW_BASHRC)
+    except Unavailable as exc:
+        pytest.skip(str(exc))
+    user = pwd.getpwuid(os.getuid()).pw_name
+    try:
+        yield SSHServer("127.0.0.1", port, user, str(folder / "id_ed25519"), str(folder / "known_hosts"))
     finally:
         proc.terminate()
         proc.wait(timeout=10)
