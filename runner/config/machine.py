@@ -11,6 +11,7 @@ from pydantic import Field, ValidationError, field_validator
 from runner import secrets
 from runner.config import yamlio
 from runner.config.jobs import Duration, SinkItem
+from runner.config.mcp import McpServer
 from runner.config.strict import Strict
 from runner.errors import ConfigError, UsageError
 
@@ -124,6 +125,8 @@ class Config(Strict):
     delivery: DeliveryConfig = Field(default_factory=DeliveryConfig)
     smtp: SmtpConfig | None = None
     telegram: TelegramConfig = Field(default_factory=TelegramConfig)
+    mcp_servers: dict[str, McpServer] = Field(default_factory=dict)
+    tools_dirs: list[str] = Field(default_factory=list)  # operator tool folders (relative: to config.yaml's)
     path: str | None = None
 
     def split_model_ref(self, ref: str) -> tuple[str, str]:
@@ -140,6 +143,16 @@ class Config(Strict):
         if slash and name and model:
             return "default", ref
         return ref, ""
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _server_names(cls, value: dict[str, McpServer]) -> dict[str, McpServer]:
+        from runner.config.mcp import SERVER_NAME
+
+        for name in value:
+            if not SERVER_NAME.match(name):
+                raise ValueError(f"server name {name!r} must match {SERVER_NAME.pattern}")
+        return value
 
     @field_validator("timezone")
     @classmethod

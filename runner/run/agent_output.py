@@ -23,6 +23,7 @@ from runner.tools.context import EmitFn, ToolContext
 
 if TYPE_CHECKING:
     from runner.run.execute import Run
+    from runner.run.toolbox import Toolbox
     from runner.skills.session import SkillSession
     from runner.tools import ToolEntry
 
@@ -45,10 +46,27 @@ class AgentOutput:
         )
         skills = _skill_session(run)
         ctx = _tool_context(run, skills)
-        from runner.tools import discover
+        from runner.run.toolbox import open_toolbox
 
-        registry = discover()
-        tools = registry.select(run.job.spec.toolsets, ctx)
+        toolbox = open_toolbox(run, ctx)
+        try:
+            result, status = self._talk(run, ctx, connected, skills, toolbox)
+        finally:
+            toolbox.close()
+        update_run(
+            run.settings.store,
+            run.run_id,
+            iterations=result.iterations,
+            prompt_tokens=result.usage.prompt_tokens,
+            completion_tokens=result.usage.completion_tokens,
+            cost_usd=result.cost_usd,
+        )
+        return Produced(status, result.output, result.reason, result.error, silent=is_silent(result.output))
+
+    def _talk(
+        self, run: Run, ctx: ToolContext, connected: Connected, skills: SkillSession | None, toolbox: Toolbox
+    ) -> tuple[LoopResult, RunStatus]:
+        tools = toolbox.registry.select(run.job.spec.toolsets, ctx)
         user_prompt = self._user_prompt(run)
         messages = _first_messages(run, tools, skills, user_prompt)
         run.emit(
@@ -57,7 +75,7 @@ class AgentOutput:
                 "system_chars": len(messages[0]["content"]),
                 "user": user_prompt[:4000],
                 "tools": [t.name for t in tools],
-                "unavailable": registry.unavailable(run.job.spec.toolsets, ctx),
+                "unavailable": {**toolbox.registry.unavailable(run.job.spec.toolsets, ctx), **toolbox.down},
                 "model": connected.llm.model,
             },
         )
@@ -70,15 +88,7 @@ class AgentOutput:
             run.save_transcript(messages)
             if skills is not None:
                 skills.finish(status)
-        update_run(
-            run.settings.store,
-            run.run_id,
-            iterations=result.iterations,
-            prompt_tokens=result.usage.prompt_tokens,
-            completion_tokens=result.usage.completion_tokens,
-            cost_usd=result.cost_usd,
-        )
-        return Produced(status, result.output, result.reason, result.error, silent=is_silent(result.output))
+        return result, status
 
     def _user_prompt(self, run: Run) -> str:
         from runner.run.prompt import render
@@ -108,6 +118,7 @@ def _tool_context(run: Run, skills: SkillSession | None) -> ToolContext:
         job_name=job.name,
         allow_paths=tuple(job.spec.allow_paths),
         approve=run.gate,
+        approve_tool=run.gate.tool,
         emit=run.emit,
         deadline=run.loop_deadline,  # tools end before the grace reserve
         settings=run.settings,

@@ -46,6 +46,11 @@ class ToolEntry:
     parameters: dict[str, Any]
     handler: Handler
     check_fn: CheckFn | None = None
+    source: str = "builtin"  # builtin | mcp:SERVER | operator FILE
+    alias: str = ""  # one more name a job's ``toolsets:`` may pick it by (``mcp:SERVER/TOOL``)
+
+    def picked_by(self, wanted: set[str]) -> bool:
+        return self.toolset in wanted or self.name in wanted or (bool(self.alias) and self.alias in wanted)
 
     def schema(self) -> dict[str, Any]:
         return {
@@ -74,7 +79,7 @@ class Registry:
     def add(self, entry: ToolEntry) -> None:
         if entry.name in self.entries:
             raise ValueError(f"tool {entry.name!r} registered twice")
-        if entry.toolset not in TOOLSETS:
+        if entry.source == "builtin" and entry.toolset not in TOOLSETS:
             raise ValueError(f"tool {entry.name!r}: unknown toolset {entry.toolset!r}")
         self.entries[entry.name] = entry
 
@@ -100,26 +105,32 @@ class Registry:
     def select(self, toolsets: Iterable[str], ctx: ToolContext) -> list[ToolEntry]:
         """Entries picked by a job's ``toolsets:`` (toolset or tool names) whose check passes."""
         wanted = set(toolsets)
-        picked = [e for e in self.entries.values() if (e.toolset in wanted or e.name in wanted) and e.available(ctx)]
-        return sorted(picked, key=lambda e: (TOOLSETS.index(e.toolset), e.name))
+        picked = [e for e in self.entries.values() if e.picked_by(wanted) and e.available(ctx)]
+        return sorted(picked, key=_order)
 
     def unavailable(self, toolsets: Iterable[str], ctx: ToolContext) -> dict[str, str]:
         """Tools a job's ``toolsets:`` picks that this run does not offer, with the reason."""
         wanted = set(toolsets)
         out: dict[str, str] = {}
         for e in sorted(self.entries.values(), key=lambda e: e.name):
-            if e.toolset in wanted or e.name in wanted:
+            if e.picked_by(wanted):
                 reason = e.unavailable_reason(ctx)
                 if reason is not None:
                     out[e.name] = reason
         return out
 
 
+def _order(entry: ToolEntry) -> tuple[int, str, str]:
+    """Builtin toolsets in their fixed order, then the others (operator, MCP) by toolset name."""
+    rank = TOOLSETS.index(entry.toolset) if entry.toolset in TOOLSETS else len(TOOLSETS)
+    return rank, entry.toolset, entry.name
+
+
 def discover() -> Registry:
     """A fresh registry holding every tool defined in this package."""
     registry = Registry()
     for info in sorted(pkgutil.iter_modules([str(Path(__file__).parent)]), key=lambda m: m.name):
-        if info.name.startswith("_") or info.name == "context":
+        if info.name.startswith("_") or info.name in ("context", "own"):
             continue
         module = importlib.import_module(f"{__name__}.{info.name}")
         register = getattr(module, "register", None)
@@ -139,6 +150,24 @@ def known_toolset_names() -> set[str]:
     if _NAMES is None:
         _NAMES = discover().names()
     return _NAMES
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    check: Callable[..., Any] | None = None,
+    toolset: str = "user",
+    name: str | None = None,
+) -> Any:
+    """Mark an operator's function as a tool (``@tool`` or ``@tool(check=fn, toolset="name")``).
+
+    Marking only: the function is unchanged and nothing is registered anywhere; a run loads the
+    operator's tools folders into its own registry (``runner.tools.own``)."""
+    from runner.tools.own import mark
+
+    if fn is not None:
+        return mark(fn, check=check, toolset=toolset, name=name)
+    return lambda f: mark(f, check=check, toolset=toolset, name=name)
 
 
 def compact_json(value: Any) -> str:
