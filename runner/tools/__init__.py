@@ -106,7 +106,7 @@ class Registry:
         """Entries picked by a job's ``toolsets:`` (toolset or tool names) whose check passes."""
         wanted = set(toolsets)
         picked = [e for e in self.entries.values() if e.picked_by(wanted) and e.available(ctx)]
-        return sorted(picked, key=_order)
+        return sorted(picked, key=listing_order)
 
     def unavailable(self, toolsets: Iterable[str], ctx: ToolContext) -> dict[str, str]:
         """Tools a job's ``toolsets:`` picks that this run does not offer, with the reason."""
@@ -120,7 +120,7 @@ class Registry:
         return out
 
 
-def _order(entry: ToolEntry) -> tuple[int, str, str]:
+def listing_order(entry: ToolEntry) -> tuple[int, str, str]:
     """Builtin toolsets in their fixed order, then the others (operator, MCP) by toolset name."""
     rank = TOOLSETS.index(entry.toolset) if entry.toolset in TOOLSETS else len(TOOLSETS)
     return rank, entry.toolset, entry.name
