@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from runner.config.jobs import JobsFile
     from runner.config.machine import Config
-    from runner.tools.own import Loaded
+    from runner.config.tooldirs import Loaded
     from runner.store import Store
 
 HOME_SUBDIRS = ("outputs", "logs", "skills", "workspaces", "run")
@@ -80,16 +80,15 @@ class Settings:
 
     def tool_dirs(self) -> tuple[Path, ...]:
         """The operator's tools folders: ``tools/`` beside jobs.yaml and config.yaml's ``tools_dirs``."""
-        from runner.tools.own import tool_dirs
+        from runner.config.tooldirs import tool_dirs
 
         return tool_dirs(self.jobs_path, self.config_path, self.config.tools_dirs)
 
     def own_tools(self) -> Loaded:
         """The operator's tools, loaded afresh (their files run each time: no process-wide cache)."""
-        from runner.tools import known_toolset_names
-        from runner.tools.own import load
+        from runner.config.tooldirs import load_own
 
-        return load(self.tool_dirs(), taken=known_toolset_names())
+        return load_own(self.tool_dirs())
 
     def own_tool_names(self) -> set[str]:
         loaded = self.own_tools()

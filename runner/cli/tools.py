@@ -4,6 +4,7 @@ it is available (and why not)."""
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,8 +53,9 @@ def tools_list(job_name: str | None, as_json: bool) -> None:
         backend=_Where(str(job.workdir) if job else str(Path.cwd()), job.spec.backend if job else None),  # type: ignore[arg-type]
         job_name=job_name or "",
         settings=s,
-        web=job.spec.web.policy() if job else ToolContext.__dataclass_fields__["web"].default,
     )
+    if job is not None:
+        ctx = replace(ctx, web=job.spec.web.policy())
     down = _add_mcp(s, registry, ctx, job)
     rows = _rows(registry, ctx, job, down)
     if as_json:

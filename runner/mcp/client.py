@@ -59,7 +59,7 @@ class Connection:
         self._stop: asyncio.Event | None = None
         self._client: Any = None
         self._ended: str = ""  # why the connection ended on its own
-        self._errlog: Any = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
+        self._errlog: Any = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")  # noqa: SIM115 - closed by close()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> tuple[RemoteTool, ...]:

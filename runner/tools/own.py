@@ -16,7 +16,7 @@ import json
 import re
 import sys
 import traceback
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,16 +54,6 @@ def mark(fn: Callable[..., Any], *, check: Callable[..., Any] | None, toolset: s
         raise TypeError("@tool decorates a function")
     setattr(fn, MARK, Mark(toolset, name, check))
     return fn
-
-
-def tool_dirs(jobs_path: Path, config_path: Path, configured: Sequence[str]) -> tuple[Path, ...]:
-    """``tools/`` beside jobs.yaml (when it exists) and each ``tools_dirs:`` entry (relative ones
-    to config.yaml's folder), each once."""
-    out = [jobs_path.parent / "tools"] if (jobs_path.parent / "tools").is_dir() else []
-    for entry in configured:
-        path = Path(entry).expanduser()
-        out.append(path if path.is_absolute() else config_path.parent / path)
-    return tuple(dict.fromkeys(p.resolve() for p in out))
 
 
 def load(dirs: Iterable[Path], taken: Iterable[str] = ()) -> Loaded:
