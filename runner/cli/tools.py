@@ -72,7 +72,7 @@ def tools_list(job_name: str | None, as_json: bool) -> None:
 
 
 def _add_own(s: Settings, registry: Registry) -> list[str]:
-    from runner.tools.own import add_to
+    from runner.tools._own import add_to
 
     loaded = s.own_tools()
     add_to(registry, loaded)

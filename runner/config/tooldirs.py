@@ -1,5 +1,5 @@
 """Where the operator's tools live (``tools/`` beside jobs.yaml, config.yaml's ``tools_dirs:``)
-and loading them; the loader itself is ``runner.tools.own``."""
+and loading them; the loader itself is ``runner.tools._own``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from runner.tools.own import Loaded
+    from runner.tools._own import Loaded
 
 
 def tool_dirs(jobs_path: Path, config_path: Path, configured: Sequence[str]) -> tuple[Path, ...]:
@@ -24,6 +24,6 @@ def tool_dirs(jobs_path: Path, config_path: Path, configured: Sequence[str]) -> 
 def load_own(dirs: Sequence[Path]) -> Loaded:
     """The operator's tools, loaded afresh (their files run each time: no process-wide cache)."""
     from runner.tools import known_toolset_names
-    from runner.tools.own import load
+    from runner.tools._own import load
 
     return load(dirs, taken=known_toolset_names())

@@ -33,7 +33,7 @@ def open_toolbox(run: Run, ctx: ToolContext) -> Toolbox:
     registry = discover()
     builtin = known_toolset_names()
     if any(t not in builtin and not is_ref(t) for t in toolsets):
-        from runner.tools.own import add_to
+        from runner.tools._own import add_to
 
         loaded = run.settings.own_tools()
         if loaded.problems:

@@ -130,7 +130,7 @@ def discover() -> Registry:
     """A fresh registry holding every tool defined in this package."""
     registry = Registry()
     for info in sorted(pkgutil.iter_modules([str(Path(__file__).parent)]), key=lambda m: m.name):
-        if info.name.startswith("_") or info.name in ("context", "own"):
+        if info.name.startswith("_") or info.name == "context":
             continue
         module = importlib.import_module(f"{__name__}.{info.name}")
         register = getattr(module, "register", None)
@@ -162,8 +162,8 @@ def tool(
     """Mark an operator's function as a tool (``@tool`` or ``@tool(check=fn, toolset="name")``).
 
     Marking only: the function is unchanged and nothing is registered anywhere; a run loads the
-    operator's tools folders into its own registry (``runner.tools.own``)."""
-    from runner.tools.own import mark
+    operator's tools folders into its own registry (``runner.tools._own``)."""
+    from runner.tools._own import mark
 
     if fn is not None:
         return mark(fn, check=check, toolset=toolset, name=name)

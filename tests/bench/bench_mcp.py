@@ -74,6 +74,22 @@ def calls(server: McpServer, tool: str, args: dict[str, object]) -> list[float]:
         session.close()
 
 
+def raw_calls(server: McpServer) -> list[float]:
+    """The same call straight through the connection (no gate, no truncation): the SDK's share."""
+    session, registry = open_session(server)
+    connection = session._live["b"].connection
+    assert connection is not None
+    try:
+        out = []
+        for _ in range(CALLS):
+            started = time.perf_counter()
+            connection.call("echo", {"text": "x"}, 10.0)
+            out.append(time.perf_counter() - started)
+        return out
+    finally:
+        session.close()
+
+
 def p99(values: list[float]) -> float:
     return sorted(values)[int(len(values) * 0.99) - 1]
 
@@ -102,6 +118,8 @@ def main() -> None:
     stdio = calls(py, "mcp__b__echo", args)
     row("stdio call, whole tool path (median)", f"{statistics.median(stdio) * 1000:.2f} ms", "<= 5 ms")
     row("stdio call p99", f"{p99(stdio) * 1000:.2f} ms", "(printed)")
+    raw = raw_calls(py)
+    row("stdio call, connection only (SDK + server, median)", f"{statistics.median(raw) * 1000:.2f} ms", "(printed)")
     proc, url = http_server()
     try:
         http = calls(McpServer(url=url), "mcp__b__echo", args)
