@@ -90,6 +90,15 @@ def raw_calls(server: McpServer) -> list[float]:
         session.close()
 
 
+def sdk_import() -> float:
+    out = []
+    for _ in range(STARTS):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import mcp.server.mcpserver"], check=True)
+        out.append(time.perf_counter() - started)
+    return statistics.median(out)
+
+
 def p99(values: list[float]) -> float:
     return sorted(values)[int(len(values) * 0.99) - 1]
 
@@ -130,6 +139,7 @@ def main() -> None:
     row("streamable HTTP call p99", f"{p99(http) * 1000:.2f} ms", "(printed)")
     row("stdio start to tool list, Python SDK server (median)", f"{statistics.median(starts(py)):.3f} s", "<= 1 s")
     row("stdio start to tool list, sh server (median)", f"{statistics.median(starts(sh)):.3f} s", "(client share)")
+    row("  of which: python -c 'import mcp.server.mcpserver' (median)", f"{sdk_import():.3f} s", "(server's share)")
     row("main before", "no MCP client", "-")
 
 
