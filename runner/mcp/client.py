@@ -59,6 +59,7 @@ class Connection:
         self._stop: asyncio.Event | None = None
         self._client: Any = None
         self._ended: str = ""  # why the connection ended on its own
+        self._finished = threading.Event()  # the holding task has left the SDK's context
         self._errlog: Any = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")  # noqa: SIM115 - closed by close()
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -99,6 +100,7 @@ class Connection:
             self._client = None
             if not ready.done():
                 ready.set_exception(McpFailure("the connection ended before the handshake"))
+            self._finished.set()
 
     def alive(self) -> bool:
         return self._client is not None and self._main is not None and not self._main.done()
@@ -120,19 +122,18 @@ class Connection:
         return True
 
     def close(self) -> None:
+        """Stop the server (the SDK closes its stdin, then terminates it) and the loop thread."""
         loop, main = self._loop, self._main
         if loop is None or loop.is_closed():
             return
         if main is not None and not main.done():
             stop = self._stop
-            if stop is not None:
+            if self._client is not None and stop is not None:
                 loop.call_soon_threadsafe(stop.set)
-            try:
-                main.result(timeout=5.0)
-            except (concurrent.futures.TimeoutError, concurrent.futures.CancelledError):
+                self._finished.wait(timeout=5.0)
+            if not self._finished.is_set():  # still in the handshake, or not stopping: cancel it
                 main.cancel()
-            except Exception:  # it ended with an error while stopping: nothing more to do
-                pass
+                self._finished.wait(timeout=5.0)
         loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
             self._thread.join(timeout=5.0)

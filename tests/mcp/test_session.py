@@ -164,7 +164,7 @@ def test_a_missing_command_is_a_clear_tool_error(tmp_path, rec):
 
 
 def test_a_silent_server_is_a_handshake_timeout(tmp_path, rec):
-    servers = {"mute": McpServer(command="sleep", args=["30"], start_timeout=1)}
+    servers = {"mute": McpServer(command="sleep", args=["30.0417"], start_timeout=1)}
     started = time.monotonic()
     s, registry = open_session(tmp_path, rec, servers, ["mcp:mute"])
     s.close()
@@ -172,6 +172,19 @@ def test_a_silent_server_is_a_handshake_timeout(tmp_path, rec):
     assert "handshake timeout" in s.down["mcp:mute"] and not registry.entries
     [failed] = [p for k, p in rec.events if k == "mcp_server"]
     assert failed["status"] == "failed" and "handshake timeout" in failed["error"]
+    assert not processes_with_arg("30.0417")  # the silent server was stopped, not left behind
+
+
+def processes_with_arg(arg: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if arg.encode() in (entry / "cmdline").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
 
 
 def test_a_missing_env_variable_is_named(tmp_path, rec):
