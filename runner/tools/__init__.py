@@ -32,6 +32,7 @@ Handler = Callable[[dict[str, Any], "ToolContext"], ToolResult]
 CheckFn = Callable[["ToolContext"], "bool | str"]  # True: offered; False or a reason: not offered
 
 TOOLSETS = ("terminal", "files", "web", "skills", "kanban")
+BUILTIN = "builtin"  # ToolEntry.source of the tools in this package (others: "mcp:SERVER", "operator FILE")
 
 
 class ToolError(Exception):
@@ -46,7 +47,7 @@ class ToolEntry:
     parameters: dict[str, Any]
     handler: Handler
     check_fn: CheckFn | None = None
-    source: str = "builtin"  # builtin | mcp:SERVER | operator FILE
+    source: str = BUILTIN  # shown by `runner tools list`: builtin | mcp:SERVER | operator FILE
     alias: str = ""  # one more name a job's ``toolsets:`` may pick it by (``mcp:SERVER/TOOL``)
 
     def picked_by(self, wanted: set[str]) -> bool:
@@ -79,7 +80,7 @@ class Registry:
     def add(self, entry: ToolEntry) -> None:
         if entry.name in self.entries:
             raise ValueError(f"tool {entry.name!r} registered twice")
-        if entry.source == "builtin" and entry.toolset not in TOOLSETS:
+        if entry.source == BUILTIN and entry.toolset not in TOOLSETS:
             raise ValueError(f"tool {entry.name!r}: unknown toolset {entry.toolset!r}")
         self.entries[entry.name] = entry
 
