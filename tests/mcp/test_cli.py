@@ -162,3 +162,28 @@ def test_tools_list_shows_sources_and_availability(project):
     res = project.run("tools", "list", "--job", "a", "--json", env=project.env(TEST_SECRET="x"))
     names = [r["name"] for r in json.loads(res.stdout)["tools"]]
     assert names == ["edit_file", "list_dir", "read_file", "search_files", "write_file", "mcp__test__echo", "leak", "vault"]
+
+
+def test_bad_mcp_server_config_is_one_line_exit_2(project):
+    project.home.mkdir(exist_ok=True)
+    project.write_jobs("jobs:\n  a:\n    prompt: go\n")
+    cases = [
+        ("mcp_servers:\n  gh: {command: x, url: 'http://h/mcp'}\n", "give either command"),
+        ("mcp_servers:\n  gh: {command: x, env: {TOKEN: literal-secret}}\n", "values are env:NAME"),
+        ("mcp_servers:\n  Bad__Name: {command: x}\n", "server name 'Bad__Name' must match"),
+        ("mcp_servers:\n  gh: {command: x, approvals: sometimes}\n", "mcp_servers.gh.approvals"),
+    ]
+    for text, message in cases:
+        (project.home / "config.yaml").write_text(text)
+        res = project.run("tools", "list")
+        assert res.returncode == 2, (text, res.stderr)
+        assert message in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
+def test_tools_list_exits_2_on_a_broken_tools_file(project):
+    project.write("tools/broken.py", "import no_such_module_here\n")
+    project.write_jobs("jobs:\n  a:\n    prompt: go\n")
+    res = project.run("tools", "list")
+    assert res.returncode == 2
+    assert f"{project.root / 'tools' / 'broken.py'}:1: ModuleNotFoundError: No module named 'no_such_module_here'" in res.stderr
+    assert "terminal" in res.stdout
