@@ -15,7 +15,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from itertools import count
 from pathlib import Path
 from typing import Any, TypeVar
@@ -186,6 +186,19 @@ class DockerBackend:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def stdio_command(
+        self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None
+    ) -> tuple[list[str], dict[str, str]]:
+        """``docker exec -i`` into this run's container (a stdio MCP server stays in the sandbox).
+        Variables go by name (``-e NAME``): their values travel in the docker client's environment,
+        never on a command line."""
+        self._check_open()
+        command = ["docker", "exec", "-i", "-w", self._cwd.resolve(cwd)]
+        for name in env:
+            command += ["-e", name]
+        passed = {k: v for k, v in os.environ.items() if k.startswith("DOCKER_")}
+        return [*command, self.container.id, *argv], {**passed, **env}
 
     # -- helpers --------------------------------------------------------------------------
     def _start(self, host_dir: Path) -> Any:

@@ -23,7 +23,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from itertools import count
 from pathlib import Path
@@ -174,6 +174,16 @@ class SSHBackend:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def stdio_command(
+        self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None
+    ) -> tuple[list[str], dict[str, str]]:
+        """``ssh`` over this backend's master connection running ``argv`` in the remote workdir,
+        stdin and stdout wired through (a stdio MCP server runs on the remote host). Variables
+        are exported on the remote command line (visible in the process lists of both hosts)."""
+        self._check_open()
+        script = f"cd -- {shlex.quote(self._cwd.resolve(cwd))} || exit 127\n{_exports(env)}exec \"$@\""
+        return [*self._argv, self.spec.host, _sh(script, *argv)], {}
 
     # -- helpers --------------------------------------------------------------------------
     @property

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from runner.config.jobs import JobsFile
     from runner.config.machine import Config
+    from runner.config.tooldirs import Loaded
     from runner.store import Store
 
 HOME_SUBDIRS = ("outputs", "logs", "skills", "workspaces", "run")
@@ -75,7 +76,23 @@ class Settings:
     def jobs(self) -> JobsFile:
         from runner.config.jobs import load_jobs
 
-        return load_jobs(self.jobs_path, default_timezone=self.config.timezone)
+        return load_jobs(self.jobs_path, default_timezone=self.config.timezone, own_tools=self.own_tool_names)
+
+    def tool_dirs(self) -> tuple[Path, ...]:
+        """The operator's tools folders: ``tools/`` beside jobs.yaml and config.yaml's ``tools_dirs``."""
+        from runner.config.tooldirs import tool_dirs
+
+        return tool_dirs(self.jobs_path, self.config_path, self.config.tools_dirs)
+
+    def own_tools(self) -> Loaded:
+        """The operator's tools, loaded afresh (their files run each time: no process-wide cache)."""
+        from runner.config.tooldirs import load_own
+
+        return load_own(self.tool_dirs())
+
+    def own_tool_names(self) -> set[str]:
+        loaded = self.own_tools()
+        return {e.name for e in loaded.entries} | {e.toolset for e in loaded.entries}
 
     @property
     def state_dirs(self) -> tuple[Path, ...]:

@@ -134,7 +134,9 @@ def jobs_validate(as_json: bool) -> None:
     try:
         jf = s.jobs
     except ConfigError as exc:
-        problems = exc.problems
+        from runner.run.checks import tool_file_problems
+
+        problems = [*exc.problems, *tool_file_problems(s)]
         jf = None
     if jf is not None:
         problems.extend(check_jobs(jf, s, now=datetime.now(UTC)))

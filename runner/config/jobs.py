@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -251,8 +251,17 @@ def _errors(prefix: str, exc: ValidationError) -> list[str]:
     return problems
 
 
-def load_jobs(path: Path, *, default_timezone: str = "UTC", now: datetime | None = None) -> JobsFile:
-    """Parse and validate jobs.yaml; raise ConfigError listing every problem."""
+def load_jobs(
+    path: Path,
+    *,
+    default_timezone: str = "UTC",
+    now: datetime | None = None,
+    own_tools: Callable[[], Iterable[str]] | None = None,
+) -> JobsFile:
+    """Parse and validate jobs.yaml; raise ConfigError listing every problem. ``own_tools``: the
+    names (tools and toolsets) the operator's tools folders define, asked only when a job names a
+    toolset that is neither builtin nor ``mcp:`` (loading them runs the operator's code)."""
+    own = _OwnNames(own_tools)
     if not path.exists():
         raise UsageError(f"{path}: jobs file not found (use --jobs PATH or set RUNNER_JOBS)")
     data = yamlio.load_file(path) or {}
@@ -293,7 +302,7 @@ def load_jobs(path: Path, *, default_timezone: str = "UTC", now: datetime | None
         except ValidationError as exc:
             problems.extend(_errors(prefix, exc))
             continue
-        job_problems, job = _check_job(name, spec, path.parent.resolve(), default_timezone, now)
+        job_problems, job = _check_job(name, spec, path.parent.resolve(), default_timezone, now, own)
         problems.extend(prefix + p for p in job_problems)
         if job is not None:
             jobs[name] = job
@@ -334,8 +343,38 @@ def _check_pre_run(spec: JobSpec, base_dir: Path) -> list[str]:
     return []
 
 
+class _OwnNames:
+    """The operator's tool names, asked for at most once per load."""
+
+    def __init__(self, source: Callable[[], Iterable[str]] | None):
+        self._source = source
+        self._names: frozenset[str] | None = None
+
+    def __contains__(self, item: str) -> bool:
+        if self._names is None:
+            self._names = frozenset(self._source()) if self._source is not None else frozenset()
+        return item in self._names
+
+
+def _check_toolsets(spec: JobSpec, own: _OwnNames) -> list[str]:
+    from runner.config.mcp import is_ref, parse_ref
+    from runner.tools import known_toolset_names
+
+    known = known_toolset_names()
+    problems = []
+    for item in spec.toolsets:
+        if is_ref(item):
+            try:
+                parse_ref(item)
+            except ValueError as exc:
+                problems.append(f"toolsets: {exc}")
+        elif item not in known and item not in own:
+            problems.append(f"toolsets: unknown toolset or tool {item!r}; known: {', '.join(sorted(known))}")
+    return problems
+
+
 def _check_job(
-    name: str, spec: JobSpec, base_dir: Path, default_tz: str, now: datetime | None
+    name: str, spec: JobSpec, base_dir: Path, default_tz: str, now: datetime | None, own: _OwnNames
 ) -> tuple[list[str], Job | None]:
     problems: list[str] = []
     tz_name = spec.timezone or default_tz
@@ -357,12 +396,7 @@ def _check_job(
     if spec.workdir and not job.workdir.is_dir() and spec.backend.type == "local":
         problems.append(f"workdir: {spec.workdir} is not a folder")
     problems.extend(_check_backend(job))
-    from runner.tools import known_toolset_names
-
-    known = known_toolset_names()
-    for item in spec.toolsets:
-        if item not in known:
-            problems.append(f"toolsets: unknown toolset or tool {item!r}; known: {', '.join(sorted(known))}")
+    problems.extend(_check_toolsets(spec, own))
     return problems, (None if problems else job)
 
 

@@ -11,6 +11,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from runner import secrets
 from runner.config import yamlio
 from runner.config.jobs import Duration, SinkItem
+from runner.config.mcp import McpServer
 from runner.config.strict import Strict
 from runner.errors import ConfigError, UsageError
 
@@ -168,6 +169,8 @@ class Config(Strict):
     search: SearchConfig | None = None
     auxiliary: str | None = None  # PROVIDER[/MODEL] for side calls (context summaries)
     budgets: Budgets = Field(default_factory=Budgets)
+    mcp_servers: dict[str, McpServer] = Field(default_factory=dict)
+    tools_dirs: list[str] = Field(default_factory=list)  # operator tool folders (relative: to config.yaml's)
     path: str | None = None
 
     def split_model_ref(self, ref: str) -> tuple[str, str]:
@@ -184,6 +187,16 @@ class Config(Strict):
         if slash and name and model:
             return "default", ref
         return ref, ""
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _server_names(cls, value: dict[str, McpServer]) -> dict[str, McpServer]:
+        from runner.config.mcp import SERVER_NAME
+
+        for name in value:
+            if not SERVER_NAME.match(name):
+                raise ValueError(f"server name {name!r} must match {SERVER_NAME.pattern}")
+        return value
 
     @field_validator("timezone")
     @classmethod

@@ -25,6 +25,7 @@ from runner.tools.context import EmitFn, ToolContext
 if TYPE_CHECKING:
     from runner.run.delegate import Delegation
     from runner.run.execute import Run
+    from runner.run.toolbox import Toolbox
     from runner.skills.session import SkillSession
     from runner.tools import ToolEntry
 
@@ -48,10 +49,33 @@ class AgentOutput:
         skills = _skill_session(run)
         delegation = _delegation(run, connected)
         ctx = _tool_context(run, skills, delegation)
-        from runner.tools import discover
+        from runner.run.toolbox import open_toolbox
 
-        registry = discover()
-        tools = registry.select(run.job.spec.toolsets, ctx)
+        toolbox = open_toolbox(run, ctx)
+        try:
+            result, status = self._talk(run, ctx, connected, skills, toolbox, delegation)
+        finally:
+            toolbox.close()
+        update_run(
+            run.settings.store,
+            run.run_id,
+            iterations=result.iterations,
+            prompt_tokens=result.usage.prompt_tokens,
+            completion_tokens=result.usage.completion_tokens,
+            cost_usd=result.cost_usd,
+        )
+        return Produced(status, result.output, result.reason, result.error, silent=is_silent(result.output))
+
+    def _talk(
+        self,
+        run: Run,
+        ctx: ToolContext,
+        connected: Connected,
+        skills: SkillSession | None,
+        toolbox: Toolbox,
+        delegation: Delegation | None,
+    ) -> tuple[LoopResult, RunStatus]:
+        tools = toolbox.registry.select(run.job.spec.toolsets, ctx)
         if delegation is not None:
             delegation.tools = tools
         user_prompt = self._user_prompt(run)
@@ -62,7 +86,7 @@ class AgentOutput:
                 "system_chars": len(messages[0]["content"]),
                 "user": user_prompt[:4000],
                 "tools": [t.name for t in tools],
-                "unavailable": registry.unavailable(run.job.spec.toolsets, ctx),
+                "unavailable": {**toolbox.registry.unavailable(run.job.spec.toolsets, ctx), **toolbox.down},
                 "model": connected.llm.model,
             },
         )
@@ -75,15 +99,7 @@ class AgentOutput:
             run.save_transcript(messages)
             if skills is not None:
                 skills.finish(status)
-        update_run(
-            run.settings.store,
-            run.run_id,
-            iterations=result.iterations,
-            prompt_tokens=result.usage.prompt_tokens,
-            completion_tokens=result.usage.completion_tokens,
-            cost_usd=result.cost_usd,
-        )
-        return Produced(status, result.output, result.reason, result.error, silent=is_silent(result.output))
+        return result, status
 
     def _user_prompt(self, run: Run) -> str:
         from runner.run.prompt import render
@@ -131,6 +147,7 @@ def _tool_context(run: Run, skills: SkillSession | None, delegation: Delegation 
         job_name=job.name,
         allow_paths=tuple(job.spec.allow_paths),
         approve=run.gate,
+        approve_tool=run.gate.tool,
         emit=run.emit,
         deadline=run.loop_deadline,  # tools end before the grace reserve
         settings=run.settings,

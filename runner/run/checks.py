@@ -32,7 +32,16 @@ def check_jobs(jobs: JobsFile, settings: Settings, *, now: datetime) -> list[str
         prefix = f"{jobs.path}: job {job.name}: "
         env = envs.setdefault(job.base_dir, template_env(job.base_dir))
         problems.extend(prefix + p for p in check_job(job, config, env=env, now=now, skills=skills))
+    problems.extend(tool_file_problems(settings))
     return problems
+
+
+def tool_file_problems(settings: Settings) -> list[str]:
+    """``FILE:LINE: message`` for each broken file in the operator's tools folders."""
+    try:
+        return list(settings.own_tools().problems)
+    except ConfigError:  # config.yaml itself is broken: reported by the models check
+        return []
 
 
 def check_job(job: Job, config: Config | None, *, env: Any, now: datetime, skills: set[str] | None) -> list[str]:
@@ -44,6 +53,8 @@ def check_job(job: Job, config: Config | None, *, env: Any, now: datetime, skill
         if config is not None:
             problems.extend(_check_models(job, config))
             problems.extend(_check_budget(job, config))
+    if config is not None:
+        problems.extend(_check_mcp(job, config))
     sched = job.schedule_obj
     if isinstance(sched, OneShotSchedule) and sched.at is not None and sched.at < now:
         problems.append(f"schedule: {job.spec.schedule} is in the past; this one-shot will never fire")
@@ -51,6 +62,21 @@ def check_job(job: Job, config: Config | None, *, env: Any, now: datetime, skill
         for name in job.spec.skills:
             if name not in skills:
                 problems.append(f"skills: no skill named {name!r} (see: runner skills list)")
+    return problems
+
+
+def _check_mcp(job: Job, config: Config) -> list[str]:
+    """Each ``mcp:SERVER`` entry names a server of config.yaml (its tools are known only once it runs)."""
+    from runner.config.mcp import is_ref, parse_ref
+
+    problems = []
+    for item in job.spec.toolsets:
+        if not is_ref(item):
+            continue
+        server, _ = parse_ref(item)
+        if server not in config.mcp_servers:
+            known = ", ".join(sorted(config.mcp_servers)) or "none configured"
+            problems.append(f"toolsets: {item}: no MCP server {server!r} in config.yaml mcp_servers ({known})")
     return problems
 
 

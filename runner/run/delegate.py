@@ -227,6 +227,7 @@ class _Child:
             run_id=self.run_id,
             emit=self.emit,
             approve=_one_at_a_time(gate, p.approvals),
+            approve_tool=gate.tool,  # MCP and operator tools: audited under the child
             kanban=None,
             delegate=nested,
             deadline=limits.deadline if limits.deadline is not None else ctx.deadline,  # its commands end in its time

@@ -24,7 +24,7 @@ def protected_set(
 ) -> ControlPlane:
     """jobs.yaml, config.yaml, the inputs jobs.yaml refers to (every job's: another job's template
     steers the next run as much as this one's), the replayed cassette, the bundled and extra
-    skill folders, RUNNER_HOME (but not its ``workspaces/``, where kanban tasks work). ``inputs``:
+    skill folders, the operator's tools folders, RUNNER_HOME (but not its ``workspaces/``, where kanban tasks work). ``inputs``:
     the referenced files as serve already knows them (a worker then never re-reads jobs.yaml)."""
     files = dict.fromkeys([str(settings.jobs_path), str(settings.config_path)])
     if inputs is not None:
@@ -39,7 +39,7 @@ def protected_set(
     home = os.path.normpath(str(settings.home))
     return ControlPlane(
         files=tuple(os.path.normpath(f) for f in files),
-        folders=(*skills, home),
+        folders=(*skills, *_tool_folders(settings), home),
         unreadable=(home, os.path.normpath(str(settings.config_path))),
         skill_folders=skills,
         workdir=os.path.normpath(str(workdir or job.workdir)),
@@ -54,6 +54,19 @@ def _jobs_or_none(settings: Settings) -> JobsFile | None:
         return settings.jobs
     except RunnerError:  # a run of a job given without a jobs.yaml (tests, embedders)
         return None
+
+
+def _tool_folders(settings: Settings) -> tuple[str, ...]:
+    """The operator's tools folders (their code runs in the runner process: never the agent's to
+    write). ``tools/`` beside jobs.yaml is protected even before it exists."""
+    from runner.errors import RunnerError
+
+    beside = settings.jobs_path.parent / "tools"
+    try:
+        dirs = settings.tool_dirs()
+    except RunnerError:  # a broken config.yaml: the run fails on it elsewhere
+        dirs = ()
+    return tuple(dict.fromkeys(os.path.normpath(str(p)) for p in (beside.absolute(), *dirs)))
 
 
 def _skill_folders(settings: Settings) -> tuple[str, ...]:

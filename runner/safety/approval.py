@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.safety.control import WRITES_CONTROL
-from runner.safety.result import ApprovalResult
+from runner.safety.result import ApprovalResult, ToolCheck
 from runner.safety.shell import Verdict, classify
 
 if TYPE_CHECKING:
@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
 BLOCKED_TEMPLATE = "blocked: {reasons}; this command is not allowed in this run. Find another way to do the task."
 HARDLINE_TEMPLATE = "blocked: {reasons}; this command never runs under runner. Do not retry it."
+TOOL_BLOCKED = "blocked: {tool} {reasons}; it is not allowed in this run. Find another way to do the task."
+TOOL_HARDLINE = "blocked: an argument of {tool} holds a command that never runs under runner ({reasons}). Do not retry it."
 
 
 class Callback(Protocol):
@@ -254,6 +256,26 @@ def decide(
     return Decision(False, "dangerous", reasons, by, BLOCKED_TEMPLATE.format(reasons="; ".join(reasons)))
 
 
+def decide_tool(check: ToolCheck, *, callback: Callback | None) -> Decision:
+    """A tool call: refused when any string argument is a hardline command; safe tools pass;
+    dangerous ones go to the callback (``approve``: yes, ``deny`` and unattended: no)."""
+    for payload in check.payloads:
+        verdict = classify(payload)
+        if verdict.level == "hardline":
+            reasons = tuple(verdict.reasons)
+            message = TOOL_HARDLINE.format(tool=check.tool, reasons="; ".join(reasons))
+            return Decision(False, "hardline", reasons, "hardline", message)
+    if check.level == "safe":
+        return Decision(True, "safe", (), "safe")
+    reasons = (check.reason,)
+    blocked = TOOL_BLOCKED.format(tool=check.tool, reasons=check.reason)
+    if callback is None:
+        return Decision(False, "dangerous", reasons, "policy", blocked)
+    approved = callback(check.summary or check.tool, Verdict("dangerous", reasons, (), ()))
+    by = "human" if callback.name == "tty" else "policy"
+    return Decision(True, "dangerous", reasons, by) if approved else Decision(False, "dangerous", reasons, by, blocked)
+
+
 @dataclass(frozen=True)
 class Gate:
     """The run's frozen approval gate; ``ToolContext.approve`` calls it for every command."""
@@ -266,6 +288,13 @@ class Gate:
 
     def __call__(self, command: str) -> ApprovalResult:
         decision = self.check(command)
+        return ApprovalResult(decision.allowed, decision.message)
+
+    def tool(self, check: ToolCheck) -> ApprovalResult:
+        """``ToolContext.approve_tool``: decide a non-shell tool call and audit it unless safe."""
+        decision = decide_tool(check, callback=self.callback)
+        if decision.level != "safe":
+            self.record(check.summary or check.tool, decision)
         return ApprovalResult(decision.allowed, decision.message)
 
     def check(self, command: str) -> Decision:

@@ -17,3 +17,17 @@ class ApprovalResult:
 
 
 ApproveFn = Callable[[str], ApprovalResult]
+
+
+@dataclass(frozen=True)
+class ToolCheck:
+    """A call of a tool that is not a shell command (an MCP server's tool) for the gate to decide."""
+
+    tool: str  # the name the model called
+    level: str  # "safe" | "dangerous": what its annotations and config.yaml say
+    reason: str  # why it is dangerous, for the audit and the model
+    payloads: tuple[str, ...] = ()  # every string value in the arguments: a hardline one is refused
+    summary: str = ""  # the call as the audit shows it (redacted there)
+
+
+ToolApproveFn = Callable[[ToolCheck], ApprovalResult]

@@ -210,7 +210,7 @@ class Serve:
         config = s.config
         launcher = Launcher()
         warmed = launcher.warm()  # the forkserver imports the worker while we load jobs
-        jobs = load_jobs(s.jobs_path, default_timezone=config.timezone)
+        jobs = load_jobs(s.jobs_path, default_timezone=config.timezone, own_tools=s.own_tool_names)
         _release_hold_at_start(s.home, log)
         store = s.store  # opening it marks rows of dead workers `unknown`
         store.execute("PRAGMA wal_autocheckpoint=0")

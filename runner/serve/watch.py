@@ -52,7 +52,8 @@ def load(path: Path, default_timezone: str, settings: Settings | None = None) ->
     """jobs.yaml parsed and validated; with ``settings``, the checks of ``runner jobs validate``
     (templates, models, skills, one-shots) become warnings: logged, never blocking the reload."""
     try:
-        jobs = load_jobs(path, default_timezone=default_timezone)
+        own = settings.own_tool_names if settings is not None else None
+        jobs = load_jobs(path, default_timezone=default_timezone, own_tools=own)
     except RunnerError as exc:
         return Loaded(None, tuple(str(exc).splitlines()))
     if settings is None:

@@ -32,6 +32,7 @@ Handler = Callable[[dict[str, Any], "ToolContext"], ToolResult]
 CheckFn = Callable[["ToolContext"], "bool | str"]  # True: offered; False or a reason: not offered
 
 TOOLSETS = ("terminal", "files", "web", "skills", "kanban", "delegate")
+BUILTIN = "builtin"  # ToolEntry.source of the tools in this package (others: "mcp:SERVER", "operator FILE")
 
 
 class ToolError(Exception):
@@ -47,6 +48,11 @@ class ToolEntry:
     handler: Handler
     check_fn: CheckFn | None = None
     read_only: bool = False  # changes nothing anywhere: several in one model turn run concurrently
+    source: str = BUILTIN  # shown by `runner tools list`: builtin | mcp:SERVER | operator FILE
+    alias: str = ""  # one more name a job's ``toolsets:`` may pick it by (``mcp:SERVER/TOOL``)
+
+    def picked_by(self, wanted: set[str]) -> bool:
+        return self.toolset in wanted or self.name in wanted or (bool(self.alias) and self.alias in wanted)
 
     def schema(self) -> dict[str, Any]:
         return {
@@ -75,7 +81,7 @@ class Registry:
     def add(self, entry: ToolEntry) -> None:
         if entry.name in self.entries:
             raise ValueError(f"tool {entry.name!r} registered twice")
-        if entry.toolset not in TOOLSETS:
+        if entry.source == BUILTIN and entry.toolset not in TOOLSETS:
             raise ValueError(f"tool {entry.name!r}: unknown toolset {entry.toolset!r}")
         self.entries[entry.name] = entry
 
@@ -103,19 +109,25 @@ class Registry:
     def select(self, toolsets: Iterable[str], ctx: ToolContext) -> list[ToolEntry]:
         """Entries picked by a job's ``toolsets:`` (toolset or tool names) whose check passes."""
         wanted = set(toolsets)
-        picked = [e for e in self.entries.values() if (e.toolset in wanted or e.name in wanted) and e.available(ctx)]
-        return sorted(picked, key=lambda e: (TOOLSETS.index(e.toolset), e.name))
+        picked = [e for e in self.entries.values() if e.picked_by(wanted) and e.available(ctx)]
+        return sorted(picked, key=listing_order)
 
     def unavailable(self, toolsets: Iterable[str], ctx: ToolContext) -> dict[str, str]:
         """Tools a job's ``toolsets:`` picks that this run does not offer, with the reason."""
         wanted = set(toolsets)
         out: dict[str, str] = {}
         for e in sorted(self.entries.values(), key=lambda e: e.name):
-            if e.toolset in wanted or e.name in wanted:
+            if e.picked_by(wanted):
                 reason = e.unavailable_reason(ctx)
                 if reason is not None:
                     out[e.name] = reason
         return out
+
+
+def listing_order(entry: ToolEntry) -> tuple[int, str, str]:
+    """Builtin toolsets in their fixed order, then the others (operator, MCP) by toolset name."""
+    rank = TOOLSETS.index(entry.toolset) if entry.toolset in TOOLSETS else len(TOOLSETS)
+    return rank, entry.toolset, entry.name
 
 
 def discover() -> Registry:
@@ -142,6 +154,24 @@ def known_toolset_names() -> set[str]:
     if _NAMES is None:
         _NAMES = discover().names()
     return _NAMES
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    check: Callable[..., Any] | None = None,
+    toolset: str = "user",
+    name: str | None = None,
+) -> Any:
+    """Mark an operator's function as a tool (``@tool`` or ``@tool(check=fn, toolset="name")``).
+
+    Marking only: the function is unchanged and nothing is registered anywhere; a run loads the
+    operator's tools folders into its own registry (``runner.tools._own``)."""
+    from runner.tools._own import mark
+
+    if fn is not None:
+        return mark(fn, check=check, toolset=toolset, name=name)
+    return lambda f: mark(f, check=check, toolset=toolset, name=name)
 
 
 def compact_json(value: Any) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from backends.base import Backend
-from runner.safety.result import ApprovalResult, ApproveFn
+from runner.safety.result import ApprovalResult, ApproveFn, ToolApproveFn, ToolCheck
 from runner.safety.ssrf import WebPolicy
 
 if TYPE_CHECKING:
@@ -30,6 +30,10 @@ def _deny_all(command: str) -> ApprovalResult:
     return ApprovalResult(False, "blocked: no approval policy is configured for this run")
 
 
+def _deny_tools(check: ToolCheck) -> ApprovalResult:
+    return ApprovalResult(False, "blocked: no approval policy is configured for this run")
+
+
 def _no_events(kind: str, payload: dict[str, Any]) -> None:
     return None
 
@@ -41,6 +45,7 @@ class ToolContext:
     job_name: str = ""
     allow_paths: tuple[str, ...] = ()
     approve: ApproveFn = _deny_all
+    approve_tool: ToolApproveFn = _deny_tools  # MCP tools: the same gate, for calls that are not commands
     emit: EmitFn = _no_events
     command_timeout: float = 300.0
     output_chars: int = 16_000

@@ -1,0 +1,54 @@
+"""The tools one run offers: the builtin registry, the operator's tools when the job names them,
+and the MCP servers the job names (started here, before the first model request)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from runner.config.mcp import is_ref
+from runner.errors import ConfigError
+from runner.tools import Registry, discover, known_toolset_names
+
+if TYPE_CHECKING:
+    from runner.mcp.session import McpSession
+    from runner.run.execute import Run
+    from runner.tools.context import ToolContext
+
+
+@dataclass
+class Toolbox:
+    registry: Registry
+    mcp: McpSession | None = None
+    down: dict[str, str] = field(default_factory=dict)  # toolsets the run wanted but cannot offer, and why
+
+    def close(self) -> None:
+        if self.mcp is not None:
+            self.mcp.close()
+
+
+def open_toolbox(run: Run, ctx: ToolContext) -> Toolbox:
+    """ConfigError for a broken tools file, an unknown MCP server or a single tool a server lacks."""
+    toolsets = run.job.spec.toolsets
+    registry = discover()
+    builtin = known_toolset_names()
+    if any(t not in builtin and not is_ref(t) for t in toolsets):
+        from runner.tools._own import add_to
+
+        loaded = run.settings.own_tools()
+        if loaded.problems:
+            raise ConfigError(list(loaded.problems))
+        add_to(registry, loaded)
+    refs = [t for t in toolsets if is_ref(t)]
+    if not refs:
+        return Toolbox(registry)
+    from runner import secrets
+    from runner.mcp.session import McpSession
+
+    session = McpSession(run.settings.config.mcp_servers, ctx.backend, run.emit, secrets.getenv)
+    try:
+        session.add_to(registry, refs)
+    except BaseException:
+        session.close()
+        raise
+    return Toolbox(registry, session, dict(session.down))
