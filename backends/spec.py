@@ -9,6 +9,7 @@ runner.config's ``Strict``.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,7 +25,7 @@ from runner.errors import UsageError
 class LocalSpec(BaseModel):
     """``{type: local}``: subprocesses on this machine; no options."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     type: Literal["local"] = "local"
 
@@ -33,7 +34,6 @@ class LocalSpec(BaseModel):
 
 
 BackendSpec = Annotated[LocalSpec | DockerSpec | SSHSpec, Field(discriminator="type")]
-_ADAPTER: TypeAdapter[LocalSpec | DockerSpec | SSHSpec] = TypeAdapter(BackendSpec)
 _MODELS: dict[str, type[BaseModel]] = {
     get_args(model.model_fields["type"].annotation)[0]: model for model in (LocalSpec, DockerSpec, SSHSpec)
 }
@@ -42,6 +42,12 @@ _SSH_TARGET = re.compile(
     r"(?:(?P<user>[A-Za-z0-9_.+-]+)@)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)(?::(?P<port>\d{1,5}))?"
 )
 _FORMS = "forms: local, docker:IMAGE, ssh:[user@]host[:port]"
+
+
+@functools.cache
+def _adapter() -> TypeAdapter[LocalSpec | DockerSpec | SSHSpec]:
+    """The union's validator, built on first use (jobs.yaml validates through JobSpec instead)."""
+    return TypeAdapter(BackendSpec)
 
 
 def known_types() -> list[str]:
@@ -64,7 +70,7 @@ def parse_spec(spec: object) -> LocalSpec | DockerSpec | SSHSpec:
     if not isinstance(kind, str) or kind not in _MODELS:
         raise UsageError(f"unknown backend type {kind!r}; known types: {', '.join(known_types())}")
     try:
-        return _ADAPTER.validate_python(fields)
+        return _adapter().validate_python(fields)
     except ValidationError as exc:
         raise UsageError(describe(kind, exc)) from None
 

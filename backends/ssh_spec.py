@@ -68,7 +68,7 @@ class SSHSpec(BaseModel):
     ``known_hosts_file`` have ``~`` expanded.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     type: Literal["ssh"] = "ssh"
     host: str

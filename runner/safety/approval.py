@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.safety.control import WRITES_CONTROL
 from runner.safety.result import ApprovalResult
-from runner.safety.shell import Verdict, classify
 
 if TYPE_CHECKING:
     from runner.safety.control import ControlPlane
+    from runner.safety.shell import Verdict
 
 BLOCKED_TEMPLATE = "blocked: {reasons}; this command is not allowed in this run. Find another way to do the task."
 HARDLINE_TEMPLATE = "blocked: {reasons}; this command never runs under runner. Do not retry it."
@@ -237,6 +237,8 @@ def decide(
 ) -> Decision:
     """Pure decision for ``command`` (no I/O beyond what the callback does). ``allow:`` patterns
     never approve a write of the control files: only the policy (or a person) can."""
+    from runner.safety.shell import classify  # the classifier loads when the first command is decided
+
     verdict = with_control(classify(command), control)
     reasons = tuple(verdict.reasons)
     if verdict.level == "hardline":
