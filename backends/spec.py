@@ -10,7 +10,6 @@ runner.config's ``Strict``.
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -20,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from backends.docker_spec import DockerSpec
 from backends.ssh_spec import SSHSpec
 from runner.errors import UsageError
+from runner.lazyre import LazyPattern
 
 
 class LocalSpec(BaseModel):
@@ -38,7 +38,7 @@ _MODELS: dict[str, type[BaseModel]] = {
     get_args(model.model_fields["type"].annotation)[0]: model for model in (LocalSpec, DockerSpec, SSHSpec)
 }
 
-_SSH_TARGET = re.compile(
+_SSH_TARGET = LazyPattern(
     r"(?:(?P<user>[A-Za-z0-9_.+-]+)@)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)(?::(?P<port>\d{1,5}))?"
 )
 _FORMS = "forms: local, docker:IMAGE, ssh:[user@]host[:port]"
