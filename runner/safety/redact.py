@@ -15,14 +15,12 @@ a JSON document is masked as surely as the plain token. Credentials are named by
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote
 
 from runner.lazyre import LazyPattern
@@ -38,8 +36,7 @@ _MASK_GLUE = LazyPattern(re.escape(MASK) + r"[A-Za-z0-9_:]")
 _WORD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 
 
-@dataclass(frozen=True)
-class Family:
+class Family(NamedTuple):
     """One secret format. ``regex`` starts with a literal (so the engine scans fast); group ``s``
     (or the whole match) is what is masked.
 
@@ -57,6 +54,8 @@ class Family:
     lead: re.Pattern[str] | None = None
     span_lead: bool = False
     keep: Callable[[str, str], bool] | None = None
+    # (a NamedTuple, not a dataclass: the process that hides secrets before click loads imports
+    # this module for ``is_token``, and ``dataclasses`` would cost it ~10 ms of imports)
 
 
 _PLAIN_VALUES = frozenset({"null", "none", "true", "false", "nil", "undefined", "", "***", "xxx", "changeme"})
@@ -245,6 +244,8 @@ def _find_all(text: str, needle: str, out: list[tuple[int, int]]) -> None:
 
 
 def fingerprint(secret: str) -> str:
+    import hashlib
+
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()[:12]
 
 
