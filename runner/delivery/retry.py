@@ -8,7 +8,6 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Protocol
 
 from runner.clock import utcnow
@@ -73,6 +72,8 @@ def retry_after(value: str | None) -> float | None:
     value = value.strip()
     if value.isdigit():
         return float(value)
+    from email.utils import parsedate_to_datetime  # ~5 ms of imports, only for an HTTP-date header
+
     try:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError):
