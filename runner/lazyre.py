@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from functools import cached_property
 from typing import Any
 
 _METHODS = ("search", "match", "fullmatch", "finditer", "findall", "sub", "subn", "split")
@@ -35,12 +36,12 @@ class LazyPattern:
                 setattr(self, name, getattr(compiled, name))
         return compiled
 
-    @property
+    @cached_property
     def flags(self) -> int:
         return self.compiled.flags
 
-    @property
-    def groupindex(self) -> Any:
+    @cached_property
+    def groupindex(self) -> Mapping[str, int]:
         return self.compiled.groupindex
 
     def search(self, string: str, pos: int = 0, endpos: int = sys.maxsize) -> re.Match[str] | None:
