@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from runner.lazyre import LazyPattern
+
 DEFAULT_OUTPUT_CAP = 64 * 1024  # bytes of combined output kept per command
 TIMEOUT_EXIT = 124
 
@@ -146,7 +148,7 @@ def split_marker(output: str, nonce: str) -> tuple[str, str | None]:
     return output[: match.start()], match.group("cwd") or None
 
 
-SECRET_NAME = re.compile(r"(API_KEY|APIKEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|PRIVATE_KEY)$", re.I)
+SECRET_NAME = LazyPattern(r"(API_KEY|APIKEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|PRIVATE_KEY)$", re.I)
 
 
 def scrub_env(

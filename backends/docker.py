@@ -5,6 +5,10 @@ Hardening is not optional: all capabilities dropped, no-new-privileges, a pids l
 network unless the spec asks, tmpfs ``/tmp``, the invoking uid:gid, and never the Docker
 socket. The job's workdir is bind-mounted read-write at ``/workspace``; the runner's control
 files inside it (jobs.yaml, templates, skills, ...) are bind-mounted over themselves read-only.
+
+Start-up: the backends of one process share one client and remember which images they found
+present (``DAEMON``), and the container is created and started through the low-level API, so a
+container costs two API calls (create, start) once the process has opened its first.
 """
 
 from __future__ import annotations
@@ -69,8 +73,13 @@ def _read_only_mounts(host_dir: Path, protected: tuple[Path, ...]) -> list[Mount
     return out
 
 
+def _daemon_key() -> tuple[str, ...]:
+    """What names the daemon a client talks to (``docker.from_env`` reads these)."""
+    return tuple(os.environ.get(name, "") for name in ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH"))
+
+
 def connect() -> docker.DockerClient:
-    """A client for the daemon named by DOCKER_HOST (or the default socket), checked with a ping."""
+    """A new client for the daemon named by DOCKER_HOST (or the default socket), checked with a ping."""
     where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
     try:
         client = docker.from_env(timeout=CONNECT_TIMEOUT, max_pool_size=16)
@@ -84,7 +93,7 @@ def connect() -> docker.DockerClient:
 def ensure_image(client: docker.DockerClient, image: str, pull: str) -> None:
     if pull != "always":
         try:
-            client.images.get(image)
+            client.api.inspect_image(image)
             return
         except ImageNotFound:
             if pull == "never":
@@ -95,6 +104,49 @@ def ensure_image(client: docker.DockerClient, image: str, pull: str) -> None:
         client.images.pull(image)
     except _TRANSPORT_ERRORS as exc:
         raise BackendError(f"docker: cannot pull image {image!r} ({_explain(exc)})") from exc
+
+
+class Daemon:
+    """What a process reuses between the Docker backends it opens (serve's in-process runs, a
+    kanban worker, a test session): one client per daemon, whose keep-alive connection and
+    negotiated API version are kept, and the images already found present (``pull: missing`` or
+    ``never``), so the next container costs no ping, no version query and no image inspection.
+    A forked child starts afresh (a client's sockets are not shared between processes); an image
+    removed meanwhile is noticed when the container cannot be created, then inspected again."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._clients: dict[tuple[object, ...], docker.DockerClient] = {}
+        self._images: set[tuple[object, ...]] = set()
+
+    def client(self) -> docker.DockerClient:
+        key = (os.getpid(), *_daemon_key())
+        with self._lock:
+            client = self._clients.get(key)
+            if client is None:
+                client = self._clients[key] = connect()
+            return client
+
+    def ensure_image(self, client: docker.DockerClient, image: str, pull: str) -> None:
+        key = (os.getpid(), *_daemon_key(), image)
+        if pull != "always" and key in self._images:
+            return
+        ensure_image(client, image, pull)
+        self._images.add(key)
+
+    def forget_image(self, image: str) -> None:
+        self._images.discard((os.getpid(), *_daemon_key(), image))
+
+    def reset(self) -> None:
+        """Close every client and forget every image (tests; a process that wants a fresh start)."""
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+            self._images = set()
+        for client in clients:
+            client.close()
+
+
+DAEMON = Daemon()
 
 
 class DockerBackend:
@@ -115,14 +167,10 @@ class DockerBackend:
             raise BackendError(f"docker backend: workdir {host_dir} does not exist")
         check_not_docker_socket(host_dir, what="workdir")
         self.name = f"runner-{re.sub(r'[^a-zA-Z0-9_.-]+', '-', ctx.job or 'adhoc')[:40]}-{self._nonce}"
-        self._client = connect()
-        try:
-            ensure_image(self._client, spec.image, spec.pull)
-            self.container = self._start(host_dir)
-        except BaseException:
-            self._client.close()
-            raise
+        self._client = DAEMON.client()  # shared by the process's backends: not closed here
         self._api = self._client.api
+        DAEMON.ensure_image(self._client, spec.image, spec.pull)
+        self.container_id = self._start(host_dir)
 
     # -- protocol -------------------------------------------------------------------------
     def run(
@@ -173,13 +221,11 @@ class DockerBackend:
             return
         self._closed = True
         try:
-            self.container.remove(force=True, v=True)
+            self._api.remove_container(self.container_id, force=True, v=True)
         except NotFound:
             pass
         except _TRANSPORT_ERRORS as exc:
             log.warning("docker: could not remove container %s: %s", self.name, _explain(exc))
-        finally:
-            self._client.close()
 
     def __enter__(self) -> DockerBackend:
         return self
@@ -198,20 +244,36 @@ class DockerBackend:
         for name in env:
             command += ["-e", name]
         passed = {k: v for k, v in os.environ.items() if k.startswith("DOCKER_")}
-        return [*command, self.container.id, *argv], {**passed, **env}
+        return [*command, self.container_id, *argv], {**passed, **env}
 
     # -- helpers --------------------------------------------------------------------------
-    def _start(self, host_dir: Path) -> Any:
+    def _start(self, host_dir: Path) -> str:
+        """Create and start the container through the low-level API (the high-level
+        ``containers.create`` inspects the new container once more); its id."""
+        spec = self.spec
+        created = ""
+        for attempt in (1, 2):
+            try:
+                created = self._create(host_dir)
+                break
+            except ImageNotFound as exc:  # removed since it was last seen: inspect (or pull) it again
+                if attempt == 2:
+                    raise BackendError(f"docker: cannot create a {spec.image!r} container ({_explain(exc)})") from exc
+                DAEMON.forget_image(spec.image)
+                DAEMON.ensure_image(self._client, spec.image, spec.pull)
+        try:
+            self._api.start(created)
+        except _TRANSPORT_ERRORS as exc:
+            self._api.remove_container(created, force=True)
+            raise BackendError(f"docker: cannot start a {spec.image!r} container ({_explain(exc)})") from exc
+        return created
+
+    def _create(self, host_dir: Path) -> str:
         spec = self.spec
         labels = {LABEL_MANAGED: "1", LABEL_RUN: self.ctx.run_id or "", LABEL_JOB: self.ctx.job or ""}
         user = spec.user or f"{os.getuid()}:{os.getgid()}"
         uid = user.partition(":")[0]
-        options: dict[str, Any] = dict(
-            entrypoint=["/bin/sh", "-c", IDLE],
-            name=self.name,
-            labels=labels,
-            user=user,
-            working_dir=WORKSPACE,
+        host_config = self._api.create_host_config(
             network_mode=spec.network,
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
@@ -222,21 +284,26 @@ class DockerBackend:
                 *_read_only_mounts(host_dir, self.ctx.protected),
                 *self._mounts,
             ],
-            environment={} if uid in ("0", "root") else {"HOME": "/tmp"},
             mem_limit=spec.memory,
             nano_cpus=spec.nano_cpus,
-            detach=True,
         )
         try:
-            container = self._client.containers.create(spec.image, **options)
+            created = self._api.create_container(
+                spec.image,
+                entrypoint=["/bin/sh", "-c", IDLE],
+                name=self.name,
+                labels=labels,
+                user=user,
+                working_dir=WORKSPACE,
+                environment={} if uid in ("0", "root") else {"HOME": "/tmp"},
+                host_config=host_config,
+                detach=True,
+            )
+        except ImageNotFound:
+            raise
         except _TRANSPORT_ERRORS as exc:
             raise BackendError(f"docker: cannot create a {spec.image!r} container ({_explain(exc)})") from exc
-        try:
-            container.start()
-        except _TRANSPORT_ERRORS as exc:
-            container.remove(force=True)
-            raise BackendError(f"docker: cannot start a {spec.image!r} container ({_explain(exc)})") from exc
-        return container
+        return str(created["Id"])
 
     def _call(self, fn: Callable[[], T]) -> T:
         try:
@@ -250,7 +317,7 @@ class DockerBackend:
         self._check_open()
         environment = dict(env) if env else None
         created = self._call(
-            lambda: self._api.exec_create(self.container.id, argv, stdin=stdin, environment=environment)
+            lambda: self._api.exec_create(self.container_id, argv, stdin=stdin, environment=environment)
         )
         return str(created["Id"])
 
@@ -300,8 +367,7 @@ def cleanup_stale(is_active: Callable[[str], bool], *, client: docker.DockerClie
 
     ``is_active(run_id)`` gets the container's ``runner.run_id`` label ("" for ad-hoc runs).
     """
-    own = client is None
-    client = client or connect()
+    client = client or DAEMON.client()
     removed: list[str] = []
     try:
         for container in client.containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=1"}):
@@ -314,9 +380,6 @@ def cleanup_stale(is_active: Callable[[str], bool], *, client: docker.DockerClie
             removed.append(container.name)
     except _TRANSPORT_ERRORS as exc:
         raise BackendError(f"docker: cleaning up stale containers failed ({_explain(exc)})") from exc
-    finally:
-        if own:
-            client.close()
     return removed
 
 

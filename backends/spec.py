@@ -9,7 +9,7 @@ runner.config's ``Strict``.
 
 from __future__ import annotations
 
-import re
+import functools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -19,12 +19,13 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from backends.docker_spec import DockerSpec
 from backends.ssh_spec import SSHSpec
 from runner.errors import UsageError
+from runner.lazyre import LazyPattern
 
 
 class LocalSpec(BaseModel):
     """``{type: local}``: subprocesses on this machine; no options."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     type: Literal["local"] = "local"
 
@@ -33,15 +34,20 @@ class LocalSpec(BaseModel):
 
 
 BackendSpec = Annotated[LocalSpec | DockerSpec | SSHSpec, Field(discriminator="type")]
-_ADAPTER: TypeAdapter[LocalSpec | DockerSpec | SSHSpec] = TypeAdapter(BackendSpec)
 _MODELS: dict[str, type[BaseModel]] = {
     get_args(model.model_fields["type"].annotation)[0]: model for model in (LocalSpec, DockerSpec, SSHSpec)
 }
 
-_SSH_TARGET = re.compile(
+_SSH_TARGET = LazyPattern(
     r"(?:(?P<user>[A-Za-z0-9_.+-]+)@)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)(?::(?P<port>\d{1,5}))?"
 )
 _FORMS = "forms: local, docker:IMAGE, ssh:[user@]host[:port]"
+
+
+@functools.cache
+def _adapter() -> TypeAdapter[LocalSpec | DockerSpec | SSHSpec]:
+    """The union's validator, built on first use (jobs.yaml validates through JobSpec instead)."""
+    return TypeAdapter(BackendSpec)
 
 
 def known_types() -> list[str]:
@@ -64,7 +70,7 @@ def parse_spec(spec: object) -> LocalSpec | DockerSpec | SSHSpec:
     if not isinstance(kind, str) or kind not in _MODELS:
         raise UsageError(f"unknown backend type {kind!r}; known types: {', '.join(known_types())}")
     try:
-        return _ADAPTER.validate_python(fields)
+        return _adapter().validate_python(fields)
     except ValidationError as exc:
         raise UsageError(describe(kind, exc)) from None
 

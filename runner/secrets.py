@@ -21,15 +21,17 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from runner.lazyre import LazyPattern
+
 ENV_FD = "RUNNER_SECRETS_FD"
 TOOL_COMMANDS = frozenset({("run-job",), ("serve",), ("kanban", "work"), ("kanban", "dispatch")})
 _GLOBAL_WITH_VALUE = frozenset({"--jobs", "--config", "--home"})
-_NAME = re.compile(
+_NAME = LazyPattern(
     r"(API_?KEYS?|APIKEY|TOKENS?|SECRETS?|PASSWORD|PASSWD|PRIVATE_KEY|CREDENTIALS?|ACCESS_KEY|AUTH|WEBHOOK(?:_URL)?)$"
     r"|^OPENAI_API_KEY",
     re.I,
 )
-_REF = re.compile(r"\benv(?:list)?:([A-Za-z_][A-Za-z0-9_]*)")
+_REF = LazyPattern(r"\benv(?:list)?:([A-Za-z_][A-Za-z0-9_]*)")
 
 _held: dict[str, str] = {}
 

@@ -16,6 +16,7 @@ import importlib
 import pkgutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -23,26 +24,43 @@ from runner.errors import RunnerError
 
 
 class RunnerGroup(click.Group):
-    """Top-level group whose subcommands are discovered from this package."""
+    """Top-level group whose subcommands are discovered from this package.
 
-    _loaded = False
+    A command line names one command, so ``get_command`` first imports only the module named
+    like it (``run-job`` -> ``run.py``, ``jobs`` -> ``jobs.py``); when that module does not define
+    it (``doctor`` lives in ``backend.py``), every module is imported, as for ``--help``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._imported: set[str] = set()
+        self._all = False
+
+    def _import(self, name: str) -> None:
+        if name in self._imported:
+            return
+        self._imported.add(name)
+        module = importlib.import_module(f"{__name__}.{name}")
+        for command in getattr(module, "COMMANDS", []):
+            self.add_command(command)
 
     def _load(self) -> None:
-        if self._loaded:
+        if self._all:
             return
-        self._loaded = True
-        for info in sorted(pkgutil.iter_modules([str(Path(__file__).parent)]), key=lambda m: m.name):
-            if info.name.startswith("_"):
-                continue
-            module = importlib.import_module(f"{__name__}.{info.name}")
-            for command in getattr(module, "COMMANDS", []):
-                self.add_command(command)
+        self._all = True
+        for name in _module_names():
+            self._import(name)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         self._load()
         return super().list_commands(ctx)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        guess = cmd_name.partition("-")[0]
+        if not self._all and guess in _module_names():
+            self._import(guess)
+            command = super().get_command(ctx, cmd_name)
+            if command is not None:
+                return command
         self._load()
         return super().get_command(ctx, cmd_name)
 
@@ -57,6 +75,12 @@ class RunnerGroup(click.Group):
         except (KeyboardInterrupt, click.Abort):
             click.echo("interrupted", err=True)
             raise click.exceptions.Exit(130) from None
+
+
+def _module_names() -> list[str]:
+    """The command modules of this package (``_``-prefixed helpers are not)."""
+    found = pkgutil.iter_modules([str(Path(__file__).parent)])
+    return sorted(m.name for m in found if not m.name.startswith("_"))
 
 
 @click.group(cls=RunnerGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -34,12 +34,14 @@ def probe_provider(name: str, provider: Any, models: set[str], *, deep: bool, en
 def _probe_http(provider: Any, key: str | None, models: list[str], *, deep: bool) -> ProbeResult:
     import httpx
 
+    from runner.delivery.retry import verify_for
+
     base = provider.base_url.rstrip("/")
     headers = dict(provider.headers)
     if key:
         headers["Authorization"] = f"Bearer {key}"
     try:
-        with httpx.Client(headers=headers, timeout=PROBE_TIMEOUT_S) as http:
+        with httpx.Client(headers=headers, timeout=PROBE_TIMEOUT_S, verify=verify_for(base)) as http:
             listed = _listed_models(http, base)
             if deep:
                 return _one_token(http, base, models[0], listed)

@@ -1,18 +1,19 @@
 """Vixie cron expressions: fields, names, ranges, steps, macros and the day-of-month/day-of-week OR rule.
 
 ``parse_cron`` reads the text into a ``CronFields`` (the set of values of each field), and
-``CronFields.trigger()`` builds the APScheduler 3 trigger that matches it on wall-clock times.
-APScheduler numbers ``day_of_week`` from Monday = 0, so days are handed to it by name, never by
-number. When both day fields are restricted (neither starts with ``*``) a day matches if either
-field matches (Vixie's rule), which is an ``OrTrigger`` of a day-of-month trigger and a
-day-of-week trigger.
+``CronFields.next_match`` finds the next naive wall-clock minute that matches it (runner's own
+matcher: no scheduler library is imported, so `runner jobs list` and serve's start stay cheap;
+tests/config/test_cron.py checks it against croniter). When both day fields are restricted
+(neither starts with ``*``) a day matches if either field matches (Vixie's rule).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime, timedelta
+from functools import cached_property
+
+from runner.lazyre import LazyPattern
 
 MACROS = {
     "@yearly": "0 0 1 1 *",
@@ -44,7 +45,7 @@ FIELDS = (
     _Field("month", 1, 12, tuple(MONTHS), 1),
     _Field("day of week", 0, 7, tuple(DAYS), 0),
 )
-_ITEM = re.compile(r"^(?:(\*)|([a-z0-9]+)(?:-([a-z0-9]+))?)(?:/(\d+))?$")
+_ITEM = LazyPattern(r"^(?:(\*)|([a-z0-9]+)(?:-([a-z0-9]+))?)(?:/(\d+))?$")
 
 
 @dataclass(frozen=True)
@@ -68,28 +69,49 @@ class CronFields:
             return True
         return any(day <= MONTH_DAYS[month - 1] for month in self.months for day in self.days)
 
-    def trigger(self) -> Any:
-        """An APScheduler trigger matching these fields, read on naive wall-clock times stored as UTC."""
-        from datetime import UTC
+    def next_match(self, start: datetime) -> datetime | None:
+        """First naive wall-clock minute at or after ``start`` (rounded up to a whole minute) that
+        matches every field, or None when there is none within 400 years (the Gregorian calendar
+        repeats every 400 years, so then there is none ever). Pure date arithmetic: no DST here."""
+        at = start.replace(second=0, microsecond=0)
+        if at < start:
+            at += timedelta(minutes=1)
+        limit = at.year + 400
+        while at.year <= limit:
+            if at.month not in self.months:
+                at = datetime(at.year + at.month // 12, at.month % 12 + 1, 1)
+            elif not self._day_matches(at):
+                at = _next_day(at)
+            elif at.hour not in self.hours:
+                hour = _first_at_or_after(self._sorted[1], at.hour)
+                at = at.replace(hour=hour, minute=0) if hour is not None else _next_day(at)
+            else:
+                minute = _first_at_or_after(self._sorted[0], at.minute)
+                if minute is not None:
+                    return at.replace(minute=minute)
+                at = at.replace(minute=0) + timedelta(hours=1)
+        return None
 
-        from apscheduler.triggers.combining import OrTrigger
-        from apscheduler.triggers.cron import CronTrigger
+    @cached_property
+    def _sorted(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        return tuple(sorted(self.minutes)), tuple(sorted(self.hours))
 
-        common = {"minute": _list(self.minutes, 60), "hour": _list(self.hours, 24), "month": _list(self.months, 12)}
-        days = _list(self.days, 31)
-        weekdays = "*" if len(self.weekdays) == 7 else ",".join(DAYS[d] for d in sorted(self.weekdays))
+    def _day_matches(self, at: datetime) -> bool:
+        """Vixie's rule: when both day fields are restricted (neither starts with ``*``), either
+        may match; otherwise both must (the unrestricted one matches every day anyway)."""
+        in_month = at.day in self.days
+        in_week = (at.isoweekday() % 7) in self.weekdays  # isoweekday: Monday 1 .. Sunday 7 -> 0
         if self.day_star or self.weekday_star:
-            return CronTrigger(**common, day=days, day_of_week=weekdays, timezone=UTC)
-        return OrTrigger(
-            [
-                CronTrigger(**common, day=days, timezone=UTC),
-                CronTrigger(**common, day_of_week=weekdays, timezone=UTC),
-            ]
-        )
+            return in_month and in_week
+        return in_month or in_week
 
 
-def _list(values: frozenset[int], size: int) -> str:
-    return "*" if len(values) == size else ",".join(str(v) for v in sorted(values))
+def _first_at_or_after(values: tuple[int, ...], low: int) -> int | None:
+    return next((v for v in values if v >= low), None)
+
+
+def _next_day(at: datetime) -> datetime:
+    return datetime(at.year, at.month, at.day) + timedelta(days=1)
 
 
 def expand_macro(text: str) -> str:

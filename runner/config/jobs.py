@@ -22,11 +22,12 @@ from runner.config.schedules import Schedule, parse_duration, parse_schedule, pa
 from runner.config.sinks import check_sink
 from runner.config.strict import Strict
 from runner.errors import ConfigError, UsageError
+from runner.lazyre import LazyPattern
 
 if TYPE_CHECKING:
     from runner.safety.ssrf import WebPolicy
 
-JOB_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+JOB_NAME = LazyPattern(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 TEMPLATE_SUFFIXES = (".j2", ".jinja", ".jinja2", ".md", ".txt", ".tmpl")
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]

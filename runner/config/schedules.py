@@ -11,14 +11,15 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from functools import cached_property
-from typing import Any, Protocol
+from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from runner.config.cron import CronFields, parse_cron
+from runner.lazyre import LazyPattern
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_DURATION = re.compile(r"^\s*(?:(\d+)\s*([smhdw]))+\s*$")
-_PART = re.compile(r"(\d+)\s*([smhdw])")
+_DURATION = LazyPattern(r"^\s*(?:(\d+)\s*([smhdw]))+\s*$")
+_PART = LazyPattern(r"(\d+)\s*([smhdw])")
 
 
 def parse_duration(value: str | int | float) -> float:
@@ -73,9 +74,8 @@ class CronSchedule:
     2025-03-09) fires at the same distance past the gap, 03:30 local; a wall time that occurs
     twice (fall back) fires once, at its first occurrence, unless the hour field is ``*``
     (then every matching minute fires in both hours, so ``*/15 * * * *`` keeps its real-time
-    rhythm). APScheduler's trigger is used only to match fields on naive wall-clock times; the
-    mapping to instants is done here because APScheduler 3.x repeats the same instant forever
-    inside a fall-back hour.
+    rhythm). ``CronFields.next_match`` matches the fields on naive wall-clock times; the mapping
+    to instants is done here.
     """
 
     text: str
@@ -85,14 +85,9 @@ class CronSchedule:
     def fields(self) -> CronFields:
         return parse_cron(self.text)
 
-    @cached_property
-    def _wall_trigger(self) -> Any:
-        return self.fields.trigger()
-
     def _next_wall(self, wall: datetime) -> datetime | None:
         """First naive wall-clock time >= ``wall`` matching the fields (no DST involved)."""
-        found = self._wall_trigger.get_next_fire_time(None, wall.replace(tzinfo=UTC))
-        return found.replace(tzinfo=None) if found is not None else None
+        return self.fields.next_match(wall)
 
     def _instants(self, wall: datetime) -> list[datetime]:
         first = wall.replace(tzinfo=self.tz, fold=0).astimezone(UTC)
@@ -205,5 +200,5 @@ def _parse_cron(raw: str, tz: tzinfo) -> CronSchedule:
     if not fields.can_fire():
         raise ValueError(f"cron {raw!r} can never fire")
     schedule = CronSchedule(raw, tz)
-    schedule.__dict__["fields"] = fields  # the APScheduler trigger is built on the first next_fire
+    schedule.__dict__["fields"] = fields  # parsed once
     return schedule

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import functools
 import os
-import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from runner.clock import utcnow
+
+if TYPE_CHECKING:
+    import ssl
 
 RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 
@@ -41,10 +42,27 @@ def tls_context() -> ssl.SSLContext:
     """The verification context of the HTTP sinks, built once per process (loading the CA bundle
     costs tens of milliseconds; serve's forkserver builds it before forking workers). Same sources
     as the model client's: SSL_CERT_FILE / SSL_CERT_DIR, else certifi."""
+    import ssl
+
     import certifi
 
     cafile, capath = os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")
     return ssl.create_default_context(cafile=cafile or (None if capath else certifi.where()), capath=capath)
+
+
+@functools.cache
+def _no_tls() -> ssl.SSLContext:
+    """For ``http://`` URLs: a verifying context with no CA loaded (cheap to build; it is never
+    used, as plain HTTP has no TLS and redirects are not followed, and would trust nothing if it were)."""
+    import ssl
+
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+
+
+def verify_for(url: str) -> ssl.SSLContext:
+    """The TLS context for ``url``: the CA bundle only for ``https://`` (loading it costs tens of
+    ms, and httpx would load its own default bundle for ``verify=True`` even for ``http://``)."""
+    return tls_context() if url.lower().startswith("https:") else _no_tls()
 
 
 def retry_after(value: str | None) -> float | None:
@@ -54,6 +72,8 @@ def retry_after(value: str | None) -> float | None:
     value = value.strip()
     if value.isdigit():
         return float(value)
+    from email.utils import parsedate_to_datetime  # ~5 ms of imports, only for an HTTP-date header
+
     try:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError):
@@ -67,7 +87,7 @@ def post(url: str, *, body: bytes, headers: Mapping[str, str], policy: Policy) -
     """POST ``body`` to ``url`` up to ``policy.attempts`` times."""
     import httpx
 
-    verify = tls_context()  # built once per process: a bundle load per request costs tens of ms
+    verify = verify_for(url)  # built once per process: a bundle load per request costs tens of ms
     detail, status = "", None
     wait = policy.backoff
     for attempt in range(1, policy.attempts + 1):

@@ -34,6 +34,13 @@ class OutputCapExceeded(Exception):
     into a TemplateError naming the template."""
 
 
+def plain_text(source: str) -> bool:
+    """Text Jinja2 renders unchanged: every tag, expression and comment starts with ``{`` (line
+    statements are off), and only ``\r`` is rewritten (newlines become ``\n``). Such prompts skip
+    Jinja2 altogether, and so does its import (about 20 ms of a run's start)."""
+    return "{" not in source and "\r" not in source
+
+
 def _sized(value: Any) -> bool:
     return isinstance(value, str | bytes | list | tuple)
 
@@ -73,6 +80,8 @@ def template_env(base: Path, *, cap: int = MAX_OUTPUT_CHARS) -> Any:
 
 def render(source: str, variables: dict[str, Any], *, name: str, base: Path, cap: int = MAX_OUTPUT_CHARS) -> str:
     """Render ``source`` (template text); TemplateError names the variable, line or limit."""
+    if plain_text(source) and len(source) <= cap:
+        return source
     import jinja2
 
     env = template_env(base, cap=cap)
@@ -113,9 +122,11 @@ def job_template(job: Job) -> tuple[str, str]:
 
 
 def check_syntax(job: Job) -> None:
+    source, name = job_template(job)
+    if plain_text(source):
+        return
     import jinja2
 
-    source, name = job_template(job)
     try:
         template_env(job.base_dir).parse(source)
     except jinja2.TemplateSyntaxError as exc:
@@ -125,13 +136,15 @@ def check_syntax(job: Job) -> None:
 def check_template(job: Job, env: Any = None) -> list[str]:
     """Problems of the job's template found without rendering it: syntax, names no run defines,
     ``vars.X`` with no X in the job's ``vars:``, ``env.X`` with no X in ``env_vars:``."""
-    import jinja2
-    from jinja2 import meta
-
     try:
         source, name = job_template(job)
     except TemplateError as exc:
         return [str(exc)]
+    if plain_text(source):
+        return []
+    import jinja2
+    from jinja2 import meta
+
     env = env or template_env(job.base_dir)
     try:
         ast = env.parse(source)

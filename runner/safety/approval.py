@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.safety.control import WRITES_CONTROL
 from runner.safety.result import ApprovalResult, ToolCheck
-from runner.safety.shell import Verdict, classify
 
 if TYPE_CHECKING:
     from runner.safety.control import ControlPlane
+    from runner.safety.shell import Verdict
 
 BLOCKED_TEMPLATE = "blocked: {reasons}; this command is not allowed in this run. Find another way to do the task."
 HARDLINE_TEMPLATE = "blocked: {reasons}; this command never runs under runner. Do not retry it."
@@ -239,6 +239,8 @@ def decide(
 ) -> Decision:
     """Pure decision for ``command`` (no I/O beyond what the callback does). ``allow:`` patterns
     never approve a write of the control files: only the policy (or a person) can."""
+    from runner.safety.shell import classify  # the classifier loads when the first command is decided
+
     verdict = with_control(classify(command), control)
     reasons = tuple(verdict.reasons)
     if verdict.level == "hardline":
@@ -259,6 +261,8 @@ def decide(
 def decide_tool(check: ToolCheck, *, callback: Callback | None) -> Decision:
     """A tool call: refused when any string argument is a hardline command; safe tools pass;
     dangerous ones go to the callback (``approve``: yes, ``deny`` and unattended: no)."""
+    from runner.safety.shell import Verdict, classify  # loaded at the first decided call
+
     for payload in check.payloads:
         verdict = classify(payload)
         if verdict.level == "hardline":

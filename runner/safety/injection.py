@@ -12,6 +12,8 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+from runner.lazyre import LazyPattern
+
 INVISIBLE = {
     **{chr(c): f"U+{c:04X}" for c in range(0x200B, 0x200E)},
     "\u2060": "U+2060",
@@ -21,10 +23,10 @@ INVISIBLE = {
 }
 TAG_RANGE = (0xE0000, 0xE007F)
 
-_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+_PATTERNS: list[tuple[str, LazyPattern]] = [
     (
         "override of earlier instructions",
-        re.compile(
+        LazyPattern(
             r"\b(ignore|disregard|forget|override)\b[^.\n]{0,40}\b(previous|prior|above|earlier|all|any|your)\b"
             r"[^.\n]{0,30}\b(instructions?|rules?|prompts?|directions?|guidelines?)",
             re.I,
@@ -32,7 +34,7 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ),
     (
         "hiding from the user",
-        re.compile(
+        LazyPattern(
             r"\b(do\s*n[o']t|never|without)\b[^.\n]{0,20}\b(tell|inform|mention|reveal|show|notify)(ing)?\b"
             r"[^.\n]{0,20}\b(the\s+)?(user|operator|human|owner|anyone)",
             re.I,
@@ -40,7 +42,7 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ),
     (
         "system prompt override",
-        re.compile(
+        LazyPattern(
             r"\b(system\s+prompt\s+(override|update|replacement)|new\s+system\s+prompt|you\s+are\s+now\s+(in\s+)?"
             r"(developer|dan|jailbreak|god)\s*mode)",
             re.I,
@@ -48,7 +50,7 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ),
     (
         "reveal secrets",
-        re.compile(
+        LazyPattern(
             r"\b(print|reveal|output|send|post|leak|exfiltrate|upload)\b[^.\n]{0,40}\b(api[_ ]?keys?|secrets?|"
             r"credentials?|tokens?|passwords?|\.env|ssh\s+keys?|system\s+prompt)\b",
             re.I,
@@ -56,19 +58,19 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ),
     (
         "exfiltration command",
-        re.compile(
+        LazyPattern(
             r"\b(curl|wget|nc|ncat|http)\b[^\n]{0,120}\$\{?[A-Z0-9_]*(KEY|TOKEN|SECRET|PASSWORD)[A-Z0-9_]*\}?", re.I
         ),
     ),
     (
         "hidden instructions in an HTML comment",
-        re.compile(
+        LazyPattern(
             r"<!--(?=[^>]{0,2000}?\b(ignore|instruction|assistant|ai\b|model|agent|execute|run\s|curl|secret|"
             r"password|system))[\s\S]{0,2000}?-->",
             re.I,
         ),
     ),
-    ("role impersonation", re.compile(r"^\s*(<\|im_start\|>|\[INST\]|###\s*(system|assistant)\s*:)", re.I | re.M)),
+    ("role impersonation", LazyPattern(r"^\s*(<\|im_start\|>|\[INST\]|###\s*(system|assistant)\s*:)", re.I | re.M)),
 ]
 
 

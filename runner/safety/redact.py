@@ -15,29 +15,28 @@ a JSON document is masked as surely as the plain token. Credentials are named by
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote
+
+from runner.lazyre import LazyPattern
 
 MASK = "[REDACTED]"
 MIN_SECRET_LEN = 8
 
-SECRET_ENV_NAME = re.compile(
+SECRET_ENV_NAME = LazyPattern(
     r"(API_?KEYS?|TOKENS?|SECRETS?|PASSWORD|PASSWD|PRIVATE_KEY|CREDENTIALS?|ACCESS_KEY|AUTH|WEBHOOK(?:_URL)?)$", re.I
 )
 
-_MASK_GLUE = re.compile(re.escape(MASK) + r"[A-Za-z0-9_:]")
+_MASK_GLUE = LazyPattern(re.escape(MASK) + r"[A-Za-z0-9_:]")
 _WORD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 
 
-@dataclass(frozen=True)
-class Family:
+class Family(NamedTuple):
     """One secret format. ``regex`` starts with a literal (so the engine scans fast); group ``s``
     (or the whole match) is what is masked.
 
@@ -55,10 +54,12 @@ class Family:
     lead: re.Pattern[str] | None = None
     span_lead: bool = False
     keep: Callable[[str, str], bool] | None = None
+    # (a NamedTuple, not a dataclass: the process that hides secrets before click loads imports
+    # this module for ``is_token``, and ``dataclasses`` would cost it ~10 ms of imports)
 
 
 _PLAIN_VALUES = frozenset({"null", "none", "true", "false", "nil", "undefined", "", "***", "xxx", "changeme"})
-_NOT_SECRET_KEYS = re.compile(r"(?:tokens|tokeniz\w*|token_(?:type|url|uri|endpoint|count|usage|limit)s?)$")
+_NOT_SECRET_KEYS = LazyPattern(r"(?:tokens|tokeniz\w*|token_(?:type|url|uri|endpoint|count|usage|limit)s?)$")
 
 
 def _is_secret_value(key: str, value: str) -> bool:
@@ -164,11 +165,11 @@ FAMILIES: tuple[Family, ...] = (
 # Escapes that can hide a secret's characters are decoded; escapes of separators (``\\n``, ``%20``,
 # ``\\"``) are not, they count as boundaries (and known values are also matched in escaped form).
 _ESCAPES = (
-    re.compile(r"\\u[0-9a-fA-F]{4}"),
-    re.compile(r"\\/"),
-    re.compile(r"%(?:2[1-9A-Fa-f]|[3-6][0-9A-Fa-f]|7[0-9A-Ea-e])"),
+    LazyPattern(r"\\u[0-9a-fA-F]{4}"),
+    LazyPattern(r"\\/"),
+    LazyPattern(r"%(?:2[1-9A-Fa-f]|[3-6][0-9A-Fa-f]|7[0-9A-Ea-e])"),
 )
-_BOUNDARY_ESCAPE = re.compile(r"(?:\\[nrtbf\"'\\/]|\\u[0-9a-fA-F]{4}|%[0-9A-Fa-f]{2})\Z")
+_BOUNDARY_ESCAPE = LazyPattern(r"(?:\\[nrtbf\"'\\/]|\\u[0-9a-fA-F]{4}|%[0-9A-Fa-f]{2})\Z")
 _DECODE = (
     {"\\/": "/"} | {f"%{i:02X}": chr(i) for i in range(0x21, 0x7F)} | {f"%{i:02x}": chr(i) for i in range(0x21, 0x7F)}
 )
@@ -243,6 +244,8 @@ def _find_all(text: str, needle: str, out: list[tuple[int, int]]) -> None:
 
 
 def fingerprint(secret: str) -> str:
+    import hashlib
+
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()[:12]
 
 

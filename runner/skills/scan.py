@@ -18,6 +18,8 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from runner.lazyre import LazyPattern
+
 Kind = Literal["markdown", "script", "text"]
 
 
@@ -81,12 +83,12 @@ _INJECTION = [
     ),
 ]
 
-_INJECTION_RE = [(re.compile(p, re.IGNORECASE), why, triggers) for p, why, triggers in _INJECTION]
+_INJECTION_RE = [(LazyPattern(p, re.IGNORECASE), why, triggers) for p, why, triggers in _INJECTION]
 _TRIGGERS = tuple(sorted({t for _, _, triggers in _INJECTION for t in triggers}))
 
 # zero-width and joiner characters, word joiners and invisible operators, bidi embeddings and
 # isolates, the BOM (inside text), Unicode "tag" characters (used to smuggle hidden text)
-_INVISIBLE_RE = re.compile(
+_INVISIBLE_RE = LazyPattern(
     "[\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\U000e0000-\U000e007f]"
 )
 

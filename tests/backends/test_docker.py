@@ -209,3 +209,54 @@ def test_protected_files_inside_the_workdir_are_read_only_in_the_container(docke
     assert (work / "jobs" / "prompt.md").read_text() == "hello\n"
     assert not (work / "jobs" / "new.md").exists()
     assert (work / "notes.txt").read_text() == "free\nmore\n"
+
+
+# -- reuse between runs of one process (issue 20) -------------------------------------------
+def test_runs_in_one_process_share_the_client_and_the_image_check(
+    docker_image: str, tmp_path: Path, client: Any
+) -> None:
+    from backends.docker import DAEMON
+
+    DAEMON.reset()
+    spec = {"type": "docker", "image": docker_image, "pull": "never"}
+    first = resolve(spec, ctx=make_ctx(tmp_path / "a", run_id="reuse-1", job="reuse"))
+    first.close()
+    second = resolve(spec, ctx=make_ctx(tmp_path / "b", run_id="reuse-2", job="reuse"))
+    try:
+        assert second.run("echo hi", timeout=30).output == "hi\n"
+        assert second._client is first._client is DAEMON.client()  # type: ignore[attr-defined]
+        assert second.container_id != first.container_id  # type: ignore[attr-defined]
+    finally:
+        second.close()
+    import docker
+
+    for backend in (first, second):  # each run's container is still removed at close
+        with pytest.raises(docker.errors.NotFound):
+            client.api.inspect_container(backend.container_id)  # type: ignore[attr-defined]
+    pid = os.fork()
+    if pid == 0:  # a forked child (serve's workers) never uses its parent's sockets
+        os._exit(0 if DAEMON.client() is not first._client else 1)  # type: ignore[attr-defined]
+    assert os.waitpid(pid, 0)[1] == 0
+
+
+def test_an_image_removed_between_runs_is_checked_again(docker_image: str, tmp_path: Path, client: Any) -> None:
+    from backends.docker import DAEMON
+
+    tag = f"runner-test:reuse-{os.getpid()}"
+    client.images.get(docker_image).tag(tag)
+    spec = {"type": "docker", "image": tag, "pull": "never"}
+    try:
+        resolve(spec, ctx=make_ctx(tmp_path / "a")).close()  # the image is now known present
+        client.images.remove(tag)
+        with pytest.raises(BackendError, match="not present and pull is 'never'"):
+            resolve(spec, ctx=make_ctx(tmp_path / "b"))
+        client.images.get(docker_image).tag(tag)
+        resolve(spec, ctx=make_ctx(tmp_path / "c")).close()
+    finally:
+        DAEMON.forget_image(tag)
+        import docker
+
+        try:
+            client.images.remove(tag)
+        except docker.errors.ImageNotFound:  # the test failed before tagging it again
+            pass

@@ -1,7 +1,11 @@
 """Backend latency benchmark: ``python tests/bench/bench_backends.py [RUNS]``.
 
 Prints the median of RUNS (default 50) runs of ``true`` per backend, and how long a Docker
-container takes from start to its first command. Docker uses ``$RUNNER_TEST_DOCKER_IMAGE``
+container takes from start to its first command. Docker start (issue 20) is printed for this tree
+beside main before (tests/bench/_before.py), with the floor ``docker run --rm IMAGE true`` measured
+on the same daemon: ``runner backend run docker:IMAGE -- true`` end to end, and inside one process
+the first container (the SDK import and the client included) and the next ones (what a process
+that runs several jobs pays per run), and the removal at close. Docker uses ``$RUNNER_TEST_DOCKER_IMAGE``
 (default runner-test:busybox, see .ci/services.sh); SSH uses a private sshd started here,
 as the tests do. An unavailable backend is skipped with the reason.
 """
@@ -19,8 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "backends")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "backends"), str(ROOT / "tests" / "bench")]
 
+from _before import Tree, side_by_side, time_argv, trees  # noqa: E402
 from backend_helpers import SSHServer, Unavailable, make_ctx, start_sshd  # noqa: E402
 
 from backends import resolve  # noqa: E402
@@ -75,6 +80,64 @@ def bench_docker(root: Path, runs: int) -> None:
     report("docker start", statistics.median(starts) * 1000, "(start to first command, median of 3)")
 
 
+# runs in each tree's own interpreter: N containers in one process, each timed from resolve() to the
+# end of its first command, then its close(); prints "first next-median close-median" in ms
+IN_PROCESS = """
+import statistics, sys, tempfile, time
+from pathlib import Path
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tests/backends"]
+import requests
+from backend_helpers import make_ctx
+from backends import resolve
+calls = []  # Docker API requests, counted (not changed) to show the round trips per container
+send = requests.Session.send
+requests.Session.send = lambda self, request, **kw: (calls.append(request.method), send(self, request, **kw))[1]
+image, n = sys.argv[2], int(sys.argv[3])
+starts, closes, per_container = [], [], []
+with tempfile.TemporaryDirectory() as tmp:
+    for i in range(n):
+        ctx = make_ctx(Path(tmp) / str(i), run_id=f"bench-{i}", job="bench")
+        before = len(calls)
+        t = time.perf_counter()
+        backend = resolve({"type": "docker", "image": image, "pull": "never"}, ctx=ctx)
+        backend.run("true", timeout=30)
+        starts.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        backend.close()
+        closes.append(time.perf_counter() - t)
+        per_container.append(len(calls) - before)
+print(starts[0] * 1000, statistics.median(starts[1:]) * 1000, statistics.median(closes) * 1000,
+      per_container[0], statistics.median(per_container[1:]))
+"""
+
+
+def bench_docker_start(root: Path) -> None:
+    """Docker start, this tree beside main before and the floor, all three alternating (the
+    daemon's speed varies with the machine's load, so they are measured in the same rounds)."""
+    image = os.environ.get("RUNNER_TEST_DOCKER_IMAGE", "runner-test:busybox")
+    both = trees()
+    floor = "floor: docker run --rm IMAGE true"
+    argv = {t.name: [t.python, "-m", "runner", "backend", "run", f"docker:{image}", "--", "true"] for t in both}
+    envs = {t.name: t.env(RUNNER_HOME=str(root / "home")) for t in both}
+    argv[floor], envs[floor] = ["docker", "run", "--rm", image, "true"], dict(os.environ)
+    side_by_side("runner backend run docker:IMAGE -- true (median 7)", time_argv(argv, envs, root, 7))
+    for tree in both:
+        print(f"  in one process, {tree.name}: " + _in_process(tree, image))
+
+
+def _in_process(tree: Tree, image: str, n: int = 8) -> str:
+    proc = subprocess.run(
+        [tree.python, "-c", IN_PROCESS, str(tree.repo), image, str(n)], env=tree.env(), capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        return f"failed: {proc.stderr.strip()[-300:]}"
+    first, rest, close, first_calls, calls = (float(x) for x in proc.stdout.split())
+    return (
+        f"first container {first:.0f} ms (SDK import included), next {rest:.0f} ms (median of {n - 1}), "
+        f"close {close:.0f} ms; API requests per run: first {first_calls:.0f}, next {calls:.0f}"
+    )
+
+
 def bench_ssh(root: Path, runs: int) -> None:
     folder = root / "sshd"
     folder.mkdir()
@@ -107,6 +170,8 @@ def main() -> None:
         bench_local(root, runs)
         bench_docker(root, runs)
         bench_ssh(root, runs)
+        print("\ndocker start, this tree beside main before (wall; cpu of the runner process)")
+        bench_docker_start(root)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,13 @@
 
 Anchor: hermes-agent 0.19 `hermes cron run` of a trivial job: 4.3 s wall, 115 MB peak RSS,
 first chat request 45.7 KB.
+
+Cold start (issue 20), this tree beside main before (tests/bench/_before.py), the trees
+alternating: warm `jobs list` on 50 jobs (target <= 0.12 s), a one-turn `run-job` against an
+instant server (target <= 0.35 s without the model client's import, whose share is printed
+apart), `approvals check`; each with its CPU time, which load on the machine inflates less than
+wall time, and its module count and import time from `python -X importtime` (README.md,
+"Start-up time").
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _before import Tree, side_by_side, time_argv, trees
 from _common import REPO, clean_env, row, time_cli
 
 from runner.testing import FakeOpenAI, final
@@ -67,7 +75,55 @@ def main() -> None:
             f"{fake.requests[-1]['bytes'] / 1024:.2f} KB",
             "<= 6 KB",
         )
+        cold_start(root, fake)
         fake.stop()
+
+
+def imports(tree: Tree, args: list[str], env: dict[str, str], cwd: Path) -> str:
+    """Modules imported and their summed self time (all images of the command), from -X importtime."""
+    proc = subprocess.run(
+        [tree.python, "-X", "importtime", "-m", "runner", *args], env=env, cwd=cwd, capture_output=True, text=True
+    )
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("import time:") and "self [us]" not in line]
+    total = sum(int(line.split("|")[0].removeprefix("import time:")) for line in lines) / 1000
+    return f"{len(lines)} modules, {total:.0f} ms"
+
+
+def model_client_share(both: list[Tree], runs: int = 7) -> str:
+    """Cumulative import time of the model client module (its HTTP library or SDK): the least of
+    ``runs`` fresh interpreters per tree, the trees alternating (the least is the figure load
+    on the machine distorts least)."""
+    best: dict[str, float] = {}
+    for _ in range(runs):
+        for tree in both:
+            proc = subprocess.run(
+                [tree.python, "-X", "importtime", "-c", "import runner.agent.llm"],
+                env=tree.env(),
+                capture_output=True,
+                text=True,
+            )
+            for line in proc.stderr.splitlines():
+                if line.rstrip().endswith("| runner.agent.llm"):
+                    ms = int(line.split("|")[1]) / 1000
+                    best[tree.name] = min(best.get(tree.name, ms), ms)
+    return "   ".join(f"{name} {ms:.0f} ms" for name, ms in best.items())
+
+
+def cold_start(root: Path, fake: FakeOpenAI) -> None:
+    both = trees()
+    print("\ncold start: this tree beside main before (median wall, and cpu of the runner processes)")
+    cases = [
+        ("jobs list, 50 jobs, warm (median 15)", root, ["jobs", "list"], {}, 15, "<= 0.12 s"),
+        ("run-job, one-turn job, instant server (median 10)", root / "one", ["run-job", "one"],
+         {"OPENAI_BASE_URL": fake.base_url, "OPENAI_API_KEY": "sk-bench"}, 10, "<= 0.35 s without the client"),
+        ("approvals check -- rm -rf build (median 15)", root, ["approvals", "check", "--", "rm", "-rf", "build"], {}, 15, ""),
+    ]  # fmt: skip
+    for label, cwd, args, extra, runs, target in cases:
+        envs = {t.name: t.env(RUNNER_HOME=str(root / f"cold-{t.name}".replace(" ", "-")), **extra) for t in both}
+        argv = {t.name: [t.python, "-m", "runner", *args] for t in both}
+        side_by_side(label, time_argv(argv, envs, cwd, runs), target)
+        print("  imports: " + "   ".join(f"{t.name} {imports(t, args, envs[t.name], cwd)}" for t in both))
+    print(f"  model client import (runner.agent.llm, cumulative, least of 7): {model_client_share(both)}")
 
 
 if __name__ == "__main__":

@@ -195,3 +195,12 @@ def test_jobs_next_and_jobs_list_show_weekdays(project):
     assert all(f.hour == 9 and f.minute == 0 for f in fires)
     listed = project.run("jobs", "list", "--json")
     assert json.loads(listed.stdout)[0]["next_fire"] == fires[0].astimezone(UTC).isoformat(timespec="seconds")
+
+
+def test_a_date_that_never_comes_ends_the_search() -> None:
+    """``next_match`` gives up after 400 years (the calendar's cycle): 30 February never comes."""
+    from runner.config.cron import parse_cron
+
+    assert parse_cron("0 0 30 2 *").next_match(datetime(2026, 12, 1)) is None
+    assert parse_cron("0 0 29 2 *").next_match(datetime(2026, 12, 1, 0, 0, 1)) == datetime(2028, 2, 29)
+    assert parse_cron("* * * * *").next_match(datetime(2026, 12, 1, 9, 30, 0, 1)) == datetime(2026, 12, 1, 9, 31)

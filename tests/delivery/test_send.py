@@ -213,3 +213,13 @@ def test_webhook_credentials_and_query_never_show(user: str, password: str, quer
     sink = f"webhook:https://{user}:{password}@example.org/hook?k={query}"
     shown = label(sink)
     assert password not in shown and user not in shown and query not in shown
+
+
+def test_plain_http_sinks_load_no_ca_bundle() -> None:
+    """(issue 20) The CA bundle costs tens of ms to load; a post to http:// does not need it."""
+    from runner.delivery.retry import tls_context, verify_for
+
+    plain = verify_for("http://127.0.0.1:9/hook")
+    assert plain is not tls_context() and plain.cert_store_stats()["x509_ca"] == 0
+    assert plain.verify_mode.name == "CERT_REQUIRED" and plain.check_hostname  # would trust nothing
+    assert verify_for("HTTPS://example.org/hook") is tls_context()

@@ -11,8 +11,7 @@ arguments can neither hide a command nor make classification slow.
 
 from __future__ import annotations
 
-import re
-
+from runner.lazyre import LazyPattern
 from runner.safety.shell.syntax import ParseError
 
 MAX_WORDS = 4096
@@ -134,7 +133,7 @@ def _split_amble(amble: str, budget: _Budget) -> list[str]:
         start = comma + 1
 
 
-_SEQUENCE = re.compile(r"^([+-]?\d+|[A-Za-z])\.\.([+-]?\d+|[A-Za-z])(?:\.\.([+-]?\d+))?$")
+_SEQUENCE = LazyPattern(r"^([+-]?\d+|[A-Za-z])\.\.([+-]?\d+|[A-Za-z])(?:\.\.([+-]?\d+))?$")
 
 
 def _sequence(body: str) -> list[str] | None:

@@ -10,14 +10,15 @@ relative paths, and ``.``/``..``/duplicate slashes are folded (``/tmp/../`` is `
 from __future__ import annotations
 
 import posixpath
-import re
+
+from runner.lazyre import LazyPattern
 
 HOME = "/home/~"
 
-_HOME_PREFIX = re.compile(r"^(?:~|\$HOME|\$\{HOME\})(?=/|$)")
-_OTHER_HOME = re.compile(r"^~([A-Za-z_][\w.-]*)(?=/|$)")
-_GLOB = re.compile(r"[*?\[]")
-_BRACKET = re.compile(r"\[[^\]]*\]")
+_HOME_PREFIX = LazyPattern(r"^(?:~|\$HOME|\$\{HOME\})(?=/|$)")
+_OTHER_HOME = LazyPattern(r"^~([A-Za-z_][\w.-]*)(?=/|$)")
+_GLOB = LazyPattern(r"[*?\[]")
+_BRACKET = LazyPattern(r"\[[^\]]*\]")
 
 # Deleting (or moving away) one of these, or all of its entries, breaks the machine.
 SYSTEM_DIRS = frozenset(
@@ -31,7 +32,7 @@ SYSTEM_DIRS = frozenset(
 )  # fmt: skip
 _HOME_PARENTS = ("/home", "/Users")
 
-_BLOCK_DEVICE = re.compile(r"^/dev/(?:sd|nvme|vd|hd|xvd|mmcblk|dm-|md|loop|mapper/|disk/)")
+_BLOCK_DEVICE = LazyPattern(r"^/dev/(?:sd|nvme|vd|hd|xvd|mmcblk|dm-|md|loop|mapper/|disk/)")
 _HARMLESS_DEVICES = frozenset(
     {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty",
      "/dev/stdout", "/dev/stderr", "/dev/stdin"}
@@ -46,7 +47,7 @@ RC_FILES = frozenset(
 )  # fmt: skip
 _CREDENTIAL_FILES = frozenset({".netrc", ".pgpass", ".git-credentials"})
 # Every path sensitive_write flags contains one of these; most paths contain none.
-_MAYBE_SENSITIVE = re.compile(r"etc|\.ssh|rc|\.env|profile|bash_log|zlog|zshenv|netrc|pgpass|credentials|\.fish")
+_MAYBE_SENSITIVE = LazyPattern(r"etc|\.ssh|rc|\.env|profile|bash_log|zlog|zshenv|netrc|pgpass|credentials|\.fish")
 
 
 def normalize_path(path: str, cwd: str | None = None) -> str:
@@ -75,8 +76,8 @@ def _is_protected(path: str) -> bool:
     return parent in _HOME_PARENTS and bool(name) and not _GLOB.search(name)
 
 
-_UNRESOLVED = re.compile(r"\$[({A-Za-z_0-9@*#?!$-]|`")
-_LEADING_HOME = re.compile(r"^(?:\$HOME|\$\{HOME\})(?=/|$)")
+_UNRESOLVED = LazyPattern(r"\$[({A-Za-z_0-9@*#?!$-]|`")
+_LEADING_HOME = LazyPattern(r"^(?:\$HOME|\$\{HOME\})(?=/|$)")
 
 
 def with_unknown_rest(path: str) -> str:

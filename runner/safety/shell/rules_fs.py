@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from runner.lazyre import LazyPattern
 from runner.safety.shell.common import Parsed, Rule, Sink, Traits, check_write, has_long, parse_args
 from runner.safety.shell.paths import is_block_device, normalize_path, protected_target
 from runner.safety.shell.rules_exec import exec_value, runs_code
@@ -240,9 +241,9 @@ def _tar_commands(args: tuple[str, ...], sink: Sink) -> None:
         exec_value(action[5:], sink, "tar --checkpoint-action", always=True)
 
 
-_OCTAL = re.compile(r"^[0-7]{1,4}$")
-_SYMBOLIC = re.compile(r"([ugoa]*)((?:[-+=][rwxXstugo]*)+)")
-_ADDS_EXEC = re.compile(r"[+=][rwXst]*x")
+_OCTAL = LazyPattern(r"^[0-7]{1,4}$")
+_SYMBOLIC = LazyPattern(r"([ugoa]*)((?:[-+=][rwxXstugo]*)+)")
+_ADDS_EXEC = LazyPattern(r"[+=][rwXst]*x")
 
 
 def chmod(name: str, args: tuple[str, ...], sink: Sink) -> None:

@@ -15,13 +15,14 @@ import socket
 from functools import lru_cache
 from urllib.parse import urlsplit
 
+from runner.lazyre import LazyPattern
 from runner.safety.shell.common import TOO_LARGE, Rule, Sink, Traits, check_write, has_long, parse_args, written_text
 from runner.safety.shell.normalize import decode_ansi_c
 from runner.safety.shell.payloads import code_risk, scan_code
 from runner.safety.shell.rules_exec import awk_program
 from runner.safety.shell.unwrap import SHELLS, command_name
 
-_VERSION_SUFFIX = re.compile(r"[\d.]+$")
+_VERSION_SUFFIX = LazyPattern(r"[\d.]+$")
 INTERPRETERS = frozenset({"python", "perl", "ruby", "node", "php", "lua", "deno", "bun"})
 
 # Options that take a value, and the options whose value is a program text.
@@ -55,7 +56,7 @@ def shell(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
 
 
 _STDIN_FILES = frozenset({"/dev/stdin", "/proc/self/fd/0", "/dev/fd/0", "-"})
-_NOT_A_PLAIN_FILE = re.compile(r"[$`]|^<\(|^/dev/|^/proc/")
+_NOT_A_PLAIN_FILE = LazyPattern(r"[$`]|^<\(|^/dev/|^/proc/")
 
 
 def source(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
@@ -258,7 +259,7 @@ def netcat(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
     return Traits(socket=True)
 
 
-_SOCAT_EXEC = re.compile(r"(?:^|[,!])\s*(?:exec|system):", re.I)
+_SOCAT_EXEC = LazyPattern(r"(?:^|[,!])\s*(?:exec|system):", re.I)
 
 
 def socat(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
@@ -315,13 +316,13 @@ def pass_through(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
 
 # ---------------------------------------------------------------- arguments
 
-_ARG_ALARM = re.compile(
+_ARG_ALARM = LazyPattern(
     r"169\.254\.169\.254|169\.254\.170\.2|metadata\.google\.internal|100\.100\.100\.200"
     r"|fd00:ec2::254|/dev/(?:tcp|udp)/",
     re.I,
 )
 _METADATA_IPS = frozenset({b"\xa9\xfe\xa9\xfe", b"\xa9\xfe\xaa\x02", b"\x64\x64\x64\xc8"})
-_HOSTISH = re.compile(r"^(?:[a-z][a-z0-9+.-]*://)?(?:[^@/\s]*@)?\[?([0-9a-fx.]+)\]?(?:[:/?#]|$)", re.I)
+_HOSTISH = LazyPattern(r"^(?:[a-z][a-z0-9+.-]*://)?(?:[^@/\s]*@)?\[?([0-9a-fx.]+)\]?(?:[:/?#]|$)", re.I)
 
 
 def scan_args(args: tuple[str, ...], sink: Sink) -> None:

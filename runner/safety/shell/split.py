@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import re
 
+from runner.lazyre import LazyPattern
 from runner.safety.shell.syntax import MAX_DEPTH, Command, ParseBudget, ParseError, Pipeline, Redirect, Script, Word
 from runner.safety.shell.words import WordReader
 
 # One match classifies the next token. A plain word followed directly by a delimiter
 # (the common case) is complete without going through the general word reader.
-_TOKEN = re.compile(
+_TOKEN = LazyPattern(
     r"""[^\S\n]*(?:
         (?P<nl>\n)
       | (?P<comment>\#)
@@ -39,7 +40,7 @@ _TOKEN = re.compile(
     )""",
     re.VERBOSE,
 )
-_BLANKS = re.compile(r"[^\S\n]*")  # bash splits on space/tab only; other blanks as well can
+_BLANKS = LazyPattern(r"[^\S\n]*")  # bash splits on space/tab only; other blanks as well can
 # only make more text look like commands, never less
 _PendingHeredoc = tuple[Redirect, bool, str]
 
@@ -187,7 +188,7 @@ class _Parser(WordReader):
         pending.clear()
 
 
-_SKELETON_SAFE = re.compile(r"[\w:./@%+=,~-]+")
+_SKELETON_SAFE = LazyPattern(r"[\w:./@%+=,~-]+")
 
 
 def _skeleton_word(word: Word) -> str:

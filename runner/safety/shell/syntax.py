@@ -7,8 +7,9 @@ verdict lists as a segment, and what ``allow:`` patterns are matched against.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+
+from runner.lazyre import LazyPattern
 
 MAX_DEPTH = 24  # nested substitutions / payloads before we give up (fail closed)
 
@@ -95,7 +96,7 @@ class Script:
     skeleton: str  # operators and unquoted words only: structure without quoted text
 
 
-_SAFE_WORD = re.compile(r"[\w@%+=:,./~*?^!#{}\[\]-]+")
+_SAFE_WORD = LazyPattern(r"[\w@%+=:,./~*?^!#{}\[\]-]+")
 
 
 def render(cmd: Command) -> str:

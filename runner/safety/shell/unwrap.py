@@ -15,6 +15,8 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from runner.lazyre import LazyPattern
+
 SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "ash", "mksh", "yash", "rbash", "fish", "posh"})
 
 
@@ -188,7 +190,7 @@ def _shell(argv: tuple[str, ...]) -> Step | None:
     return Step((), payloads=(_with_positionals(argv[i], argv[i + 1 :]),))
 
 
-_POSITIONAL = re.compile(r"\$(?:\{([0-9@*])\}|([0-9@*]))")
+_POSITIONAL = LazyPattern(r"\$(?:\{([0-9@*])\}|([0-9@*]))")
 
 
 def _with_positionals(payload: str, params: tuple[str, ...]) -> str:

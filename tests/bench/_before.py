@@ -1,0 +1,74 @@
+"""The same figure for this tree and for main before a change, measured side by side.
+
+A *tree* is a checkout of runner and the Python that has its dependencies. "main before" is
+``$RUNNER_BENCH_BASE`` (default /work/base) run by ``$RUNNER_BENCH_BASE_PYTHON`` (default
+/tmp/venv-base/bin/python); when it is missing, only this tree is measured. Measurements alternate
+between the trees, so load on the machine hits both alike.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from _common import REPO, clean_env
+
+
+@dataclass(frozen=True)
+class Tree:
+    name: str
+    repo: Path
+    python: str
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return clean_env(PYTHONPATH=str(self.repo), **extra)
+
+
+def trees() -> list[Tree]:
+    here = Tree("this tree", REPO, sys.executable)
+    base = Path(os.environ.get("RUNNER_BENCH_BASE", "/work/base"))
+    python = os.environ.get("RUNNER_BENCH_BASE_PYTHON", "/tmp/venv-base/bin/python")
+    if base.resolve() == REPO or not (base / "runner").is_dir() or not Path(python).exists():
+        print(f"(main before: {base} or {python} missing; only this tree is measured)")
+        return [here]
+    return [here, Tree("main before", base, python)]
+
+
+@dataclass(frozen=True)
+class Timing:
+    wall: float  # median seconds
+    cpu: float  # median user+system seconds of the child
+
+
+def time_argv(
+    by_tree: dict[str, Sequence[str]], envs: dict[str, dict[str, str]], cwd: Path, runs: int
+) -> dict[str, Timing]:
+    """Median wall and CPU time of each tree's argv, the trees alternating, after one warm-up each."""
+    walls: dict[str, list[float]] = {name: [] for name in by_tree}
+    cpus: dict[str, list[float]] = {name: [] for name in by_tree}
+    for round_ in range(runs + 1):
+        for name, argv in by_tree.items():
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            started = time.perf_counter()
+            proc = subprocess.run(list(argv), env=envs[name], cwd=cwd, capture_output=True)
+            wall = time.perf_counter() - started
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            if proc.returncode != 0:
+                raise SystemExit(f"{name}: {' '.join(argv)} failed: {proc.stderr.decode()[-800:]}")
+            if round_:  # the first round writes bytecode and warms the page cache
+                walls[name].append(wall)
+                cpus[name].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    return {n: Timing(statistics.median(walls[n]), statistics.median(cpus[n])) for n in by_tree}
+
+
+def side_by_side(label: str, timings: dict[str, Timing], target: str = "") -> None:
+    """One line: this tree's figure, then main before's (wall, CPU in brackets)."""
+    shown = "   ".join(f"{name} {t.wall:.3f} s (cpu {t.cpu:.3f})" for name, t in timings.items())
+    print(f"{label:<44} {shown}" + (f"   target {target}" if target else ""))
