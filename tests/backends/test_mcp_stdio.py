@@ -45,7 +45,7 @@ def test_stdio_server_runs_inside_the_container(make_backend):
     finally:
         session.close()
     assert not result.failed, result.text
-    assert f"host={backend.container.id[:12]}" in result.text  # the container's hostname
+    assert f"host={backend.container_id[:12]}" in result.text  # the container's hostname
     assert "pwd=/workspace" in result.text and "token=t0k" in result.text
     assert events[0][1]["where"] == "backend"
 
