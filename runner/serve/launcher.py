@@ -1,19 +1,23 @@
 """Worker processes: every run is its own process, forked from a warm forkserver.
 
-serve starts a ``multiprocessing`` forkserver once; it imports ``runner.serve.prefork`` (the heavy
-modules and one-time setup every worker needs) a single time, and each run is a ``fork()`` of it, so a fire costs milliseconds, not an interpreter start. The
-forkserver never holds serve's lock, its SQLite connection or its threads. (As with any
-multiprocessing start method but fork, a script that embeds serve needs the usual
-``if __name__ == "__main__":`` guard; ``runner`` and ``python -m runner`` have it.)
+serve starts the warm forkserver (``runner.forks``) once; it imports ``runner.serve.prefork`` (the
+heavy modules and one-time setup every worker needs) a single time, and each run is a ``fork()``
+of it running ``worker_main``: no interpreter start, no import, no ``multiprocessing`` bootstrap.
+The forkserver is a fresh interpreter that never held serve's lock, its SQLite connection or its
+threads; the kanban dispatcher inside serve starts its workers from the same one.
 
 A worker makes itself a process-group leader; stopping one sends the signal to its group and
 to every descendant's group (backend commands run in sessions of their own), remembering the
 descendants so a later SIGKILL also reaches children orphaned in between.
+
+The worker records when it was handed its run (``dispatched_at``) and how long the run waited
+for a slot (``waited_s``) with its ``started_at``, in one write: serve's loop writes nothing per
+start, and the ledger tells the queue wait (``dispatched_at - created_at``) from the start
+overhead (``started_at - dispatched_at``).
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import sys
 import threading
@@ -21,11 +25,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from runner.config.jobs import Job
+from runner.forks import Spawn, Warm, WarmForks
 from runner.procs import ProcessTree, become_subreaper, install_two_stage_stop
 from runner.statuses import RunStatus, Trigger
+
+PRELOAD = ("runner.serve.prefork",)
+WORKER = "runner.serve.launcher:worker_main"
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,8 @@ class WorkerSpec:
     slot: datetime | None = None
     task_id: str | None = None
     control_inputs: tuple[str, ...] = ()  # the files jobs.yaml refers to (the run protects them)
+    dispatched_at: datetime | None = None  # when serve handed the run to a worker
+    waited_s: float | None = None  # how long it waited for a slot (None: not recorded)
 
 
 class Handle(Protocol):
@@ -65,42 +75,35 @@ class Spawner(Protocol):
 
 
 class Launcher:
-    """Starts workers from a forkserver that preloaded ``runner.serve.prefork`` (its ``MODULES``)."""
+    """Starts workers from the warm forkserver (``forks``; serve's own unless given one)."""
 
-    def __init__(self, preload: list[str] | None = None):
+    def __init__(self, preload: tuple[str, ...] = PRELOAD, *, forks: WarmForks | None = None):
         """``preload``: modules the forkserver imports first (default ``runner.serve.prefork``)."""
-        self._ctx = multiprocessing.get_context("forkserver")
-        self._ctx.set_forkserver_preload(["runner.serve.prefork"] if preload is None else list(preload))
+        self.forks = forks or WarmForks(Warm(modules=tuple(preload)))
 
     def warm(self) -> Callable[[], None]:
         """Start the forkserver now; return a function that waits until it has imported everything."""
-        from multiprocessing import forkserver
-
-        forkserver.ensure_running()  # returns at once; the server imports the preload in the background
-
-        def ready() -> None:
-            proc = self._ctx.Process(target=_noop, name="runner-warmup")
-            proc.start()  # answered once the preload is done
-            proc.join()
-            proc.close()
-
-        return ready
+        self.forks.start()  # returns at once; the server imports the preload in the background
+        return self.forks.ready
 
     def spawn(self, spec: WorkerSpec) -> WorkerHandle:
         from runner import secrets
 
         # the keys travel in the pickled arguments (a socket), never in an environment block
-        proc = self._ctx.Process(target=worker_main, args=(spec, secrets.held()), name=f"runner-{spec.job.name}")
-        proc.start()
-        return WorkerHandle(proc)
+        pid = self.forks.spawn(Spawn(WORKER, (spec, secrets.held())))
+        return WorkerHandle(self.forks, pid)
+
+    def close(self) -> None:
+        self.forks.close()
 
 
 class WorkerHandle:
-    def __init__(self, proc: Any):
-        self._proc = proc
-        self._pid: int = proc.pid
-        self._sentinel: int = proc.sentinel
-        self._tree = ProcessTree(proc.pid)
+    """A child of the warm forkserver, as the pool sees it (``Handle``)."""
+
+    def __init__(self, forks: WarmForks, pid: int):
+        self._forks = forks
+        self._pid = pid
+        self._tree = ProcessTree(pid)
 
     @property
     def pid(self) -> int:
@@ -108,24 +111,19 @@ class WorkerHandle:
 
     @property
     def sentinel(self) -> int:
-        return self._sentinel
+        """Readable when the forkserver reports an exit (shared by every worker)."""
+        return self._forks.fileno()
 
     def poll(self) -> int | None:
         """Exit code once the worker has ended (negative: killed by that signal)."""
-        code: int | None = self._proc.exitcode
-        return code
+        return self._forks.poll(self._pid)
 
     def signal_tree(self, sig: int) -> None:
         """Send ``sig`` to the worker, its group, and every descendant and its group (never serve's)."""
         self._tree.signal(sig)
 
     def close(self) -> None:
-        self._proc.join(0)
-        self._proc.close()
-
-
-def _noop() -> None:
-    return None
+        self._forks.forget(self._pid)
 
 
 def worker_main(spec: WorkerSpec, held: dict[str, str] | None = None) -> None:
@@ -135,7 +133,6 @@ def worker_main(spec: WorkerSpec, held: dict[str, str] | None = None) -> None:
     once. A problem found before the run starts (broken template, no model) is recorded on the
     queued row, so the ledger always says why.
     """
-    os.setpgid(0, 0)
     if held:
         from runner import secrets
 
@@ -145,7 +142,7 @@ def worker_main(spec: WorkerSpec, held: dict[str, str] | None = None) -> None:
     become_subreaper()  # what the run's commands leave behind ends with the run
     from runner.errors import RunnerError, StoreError, failure_reason
     from runner.run.execute import execute
-    from runner.run.request import RunRequest
+    from runner.run.request import Handoff, RunRequest
     from runner.settings import Settings
     from runner.statuses import Trigger
     from runner.store import Store
@@ -162,14 +159,30 @@ def worker_main(spec: WorkerSpec, held: dict[str, str] | None = None) -> None:
         slot=spec.slot,
         stop=stop,
         control_inputs=spec.control_inputs,
+        handoff=Handoff(spec.dispatched_at, spec.waited_s) if spec.dispatched_at else None,
     )
     try:
         outcome = execute(settings, req)
     except RunnerError as exc:
         print(f"runner worker {spec.run_id}: {exc}", file=sys.stderr)
         try:
-            finish_run(settings.store, spec.run_id, RunStatus.FAILED, reason=failure_reason(exc), error=str(exc))
+            finish_run(
+                settings.store,
+                spec.run_id,
+                RunStatus.FAILED,
+                reason=failure_reason(exc),
+                error=str(exc),
+                **_handoff_fields(spec),
+            )
         except StoreError as again:  # the disk is still full: serve records the worker's exit instead
             print(f"runner worker {spec.run_id}: cannot record the failure: {again}", file=sys.stderr)
         sys.exit(exc.exit_code)
     sys.exit(outcome.exit_code)
+
+
+def _handoff_fields(spec: WorkerSpec) -> dict[str, object]:
+    from runner.clock import iso
+
+    if spec.dispatched_at is None:
+        return {}
+    return {"dispatched_at": iso(spec.dispatched_at), "waited_s": spec.waited_s}

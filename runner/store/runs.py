@@ -41,8 +41,10 @@ def create_run(
     parent_run: str | None = None,
     task_id: str | None = None,
     now: datetime | None = None,
+    waited_s: float | None = None,
 ) -> str:
-    """Insert the ledger row; raise sqlite3.IntegrityError if (job, slot, attempt) exists."""
+    """Insert the ledger row; raise sqlite3.IntegrityError if (job, slot, attempt) exists.
+    ``created_at`` is ``now``, by default the time of the insert."""
     now = now or utcnow()
     run_id = run_id or new_run_id(now)
     slot_text = iso(slot) if isinstance(slot, datetime) else slot
@@ -58,6 +60,8 @@ def create_run(
         "task_id": task_id,
         "host": HOST,
     }
+    if waited_s is not None:
+        row["waited_s"] = waited_s
     if status == RunStatus.RUNNING:
         row.update(started_at=iso(now), pid=os.getpid(), pid_start=start_time(os.getpid()))
     cols = ", ".join(row)
@@ -67,12 +71,26 @@ def create_run(
     return run_id
 
 
-def mark_started(store: Store, run_id: str, *, pid: int | None = None, now: datetime | None = None) -> None:
+def mark_started(
+    store: Store,
+    run_id: str,
+    *,
+    pid: int | None = None,
+    now: datetime | None = None,
+    dispatched_at: datetime | None = None,
+    waited_s: float | None = None,
+) -> None:
+    """The queued row starts: ``running`` with this process's pid; a row serve handed to a worker
+    also gets ``dispatched_at`` and ``waited_s`` in the same write."""
     pid = pid or os.getpid()
+    extra = ""
+    values: tuple[Any, ...] = (RunStatus.RUNNING, iso(now or utcnow()), pid, start_time(pid), HOST)
+    if dispatched_at is not None:
+        extra = ", dispatched_at=?, waited_s=COALESCE(?, waited_s)"
+        values += (iso(dispatched_at), waited_s)
     with store.transaction() as conn:
         conn.execute(
-            "UPDATE runs SET status=?, started_at=?, pid=?, pid_start=?, host=? WHERE id=?",
-            (RunStatus.RUNNING, iso(now or utcnow()), pid, start_time(pid), HOST, run_id),
+            f"UPDATE runs SET status=?, started_at=?, pid=?, pid_start=?, host=?{extra} WHERE id=?", (*values, run_id)
         )
 
 
