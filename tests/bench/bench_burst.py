@@ -65,6 +65,8 @@ class Figures:
     running: list[float]
     overhead: list[float]
     throughput: float
+    cpu_serve_ms: float  # serve's own CPU per run
+    cpu_workers_ms: float  # the workers' (and their commands') CPU per run, reaped by the forkserver
 
 
 def pct(values: list[float], p: float) -> float:
@@ -110,10 +112,33 @@ def scenario(tree: Tree, jobs: int, max_parallel: int, lead: float = 6.0) -> Fig
             )
             try:
                 _wait_done(home / "runner.db", jobs, t0 + timedelta(seconds=60), proc)
+                cpu = _cpu(proc.pid)
             finally:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(timeout=60)
-        return _figures(home / "runner.db", t0, log.read_text())
+        return _figures(home / "runner.db", t0, log.read_text(), (cpu[0] / jobs, cpu[1] / jobs))
+
+
+def _stat(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _cpu(pid: int) -> tuple[float, float]:
+    """(serve's CPU ms, its children's reaped children's CPU ms): the forkserver reaps the workers."""
+    tick = 1000.0 / os.sysconf("SC_CLK_TCK")
+    own = _stat(pid)
+    serve_ms = (int(own[11]) + int(own[12])) * tick
+    workers_ms = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = _stat(int(entry))
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            workers_ms += (int(fields[13]) + int(fields[14])) * tick
+    return serve_ms, workers_ms
 
 
 def _query(db_path: Path, sql: str) -> list[sqlite3.Row]:
@@ -137,7 +162,7 @@ def _wait_done(db_path: Path, jobs: int, until: datetime, proc: subprocess.Popen
         time.sleep(0.2)
 
 
-def _figures(db_path: Path, t0: datetime, log: str) -> Figures:
+def _figures(db_path: Path, t0: datetime, log: str, cpu: tuple[float, float]) -> Figures:
     rows = _query(db_path, "SELECT * FROM runs")
     cols = rows[0].keys() if rows else []
     logged = dispatch_times(log)
@@ -158,9 +183,8 @@ def _figures(db_path: Path, t0: datetime, log: str) -> Figures:
             overhead.append((ts(r["started_at"]) - start).total_seconds() * ms)
     ends = [ts(r["ended_at"]) for r in rows if r["ended_at"]]
     span = (max(ends) - t0).total_seconds() if ends else float("inf")
-    return Figures(
-        len(rows), statuses, sum(n - 1 for n in per_job.values()), ledger, running, overhead, len(ends) / span
-    )
+    doubled = sum(n - 1 for n in per_job.values())
+    return Figures(len(rows), statuses, doubled, ledger, running, overhead, len(ends) / span, *cpu)
 
 
 def show(name: str, figures: dict[str, Figures]) -> None:
@@ -174,6 +198,7 @@ def show(name: str, figures: dict[str, Figures]) -> None:
         ):
             print(f"    {what:<24} p50 {pct(values, 50):8.1f} ms   p99 {pct(values, 99):8.1f} ms")
         print(f"    {'throughput':<24} {f.throughput:8.1f} runs/s")
+        print(f"    {'CPU per run':<24} serve {f.cpu_serve_ms:5.1f} ms   workers {f.cpu_workers_ms:5.1f} ms")
 
 
 def main() -> None:
