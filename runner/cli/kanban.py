@@ -245,8 +245,6 @@ def kanban_dispatch(once: bool, as_json: bool) -> None:
     from runner.procs import two_stage_stop
 
     forks = warm_forks()  # workers fork from it: no interpreter start per task
-    if not once:
-        forks.start()  # imports in the background while the first tick runs
     dispatcher = Dispatcher(settings(), launcher=ForkLauncher(settings(), forks))
 
     def report(result: DispatchTick) -> None:
@@ -258,6 +256,7 @@ def kanban_dispatch(once: bool, as_json: bool) -> None:
             click.echo(f"{local_time(_now().isoformat())}  {line}")
 
     try:
+        forks.ready()  # before the first claim: a claim's lease runs from the claim, not from the fork
         if once:
             report(dispatcher.tick(_now()))
             return
