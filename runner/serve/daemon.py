@@ -208,7 +208,7 @@ class Serve:
         old_wakeup = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
         log = setup_logging(s.home, self.log_level)
         config = s.config
-        launcher = Launcher()
+        launcher = Launcher(config_path=s.config_path)
         warmed = launcher.warm()  # the forkserver imports the worker while we load jobs
         try:
             jobs = load_jobs(s.jobs_path, default_timezone=config.timezone)

@@ -18,14 +18,13 @@ overhead (``started_at - dispatched_at``).
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from runner.config.jobs import Job
 from runner.forks import Spawn, Warm, WarmForks
@@ -34,6 +33,55 @@ from runner.statuses import RunStatus, Trigger
 
 PRELOAD = ("runner.serve.prefork",)
 WORKER = "runner.serve.launcher:worker_main"
+
+if TYPE_CHECKING:
+    from runner.config.machine import Config
+    from runner.settings import Settings
+
+
+class ConfigCache:
+    """config.yaml as the forkserver parsed it (with serve's keys held, as each worker holds them):
+    a worker reuses it while the file is the same (inode, size, mtime and ctime unchanged), so a
+    run does not parse and validate config.yaml again; a changed file is read afresh."""
+
+    def __init__(self) -> None:
+        self._entry: tuple[tuple[int, ...], Config] | None = None
+
+    @staticmethod
+    def _key(path: Path) -> tuple[int, ...] | None:
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+    def load(self, path: Path) -> None:
+        from runner.config.machine import load_config
+
+        key = self._key(path)
+        if key is not None:
+            self._entry = (key, load_config(path))
+
+    def apply(self, settings: Settings) -> bool:
+        """Give ``settings`` the parsed config if its file is unchanged; True when it did."""
+        if self._entry is None or self._key(settings.config_path) != self._entry[0]:
+            return False
+        settings.__dict__["config"] = self._entry[1]  # what the cached property would compute
+        return True
+
+    def clear(self) -> None:
+        self._entry = None
+
+
+CONFIG = ConfigCache()  # filled in the forkserver by ``preload_config``; empty anywhere else
+
+
+def preload_config(path: str, held: dict[str, str]) -> None:
+    """A set-up call the forkserver runs once, before it forks any worker."""
+    from runner import secrets
+
+    secrets.install(held)  # the env fallback provider is built from the keys a worker holds
+    CONFIG.load(Path(path))
 
 
 @dataclass(frozen=True)
@@ -77,9 +125,15 @@ class Spawner(Protocol):
 class Launcher:
     """Starts workers from the warm forkserver (``forks``; serve's own unless given one)."""
 
-    def __init__(self, preload: tuple[str, ...] = PRELOAD, *, forks: WarmForks | None = None):
-        """``preload``: modules the forkserver imports first (default ``runner.serve.prefork``)."""
-        self.forks = forks or WarmForks(Warm(modules=tuple(preload)))
+    def __init__(
+        self, preload: tuple[str, ...] = PRELOAD, *, config_path: Path | None = None, forks: WarmForks | None = None
+    ):
+        """``preload``: modules the forkserver imports first (default ``runner.serve.prefork``);
+        ``config_path``: the config.yaml it parses once for every worker."""
+        from runner import secrets
+
+        setup = () if config_path is None else (("runner.serve.launcher:preload_config", (str(config_path), secrets.held())),)
+        self.forks = forks or WarmForks(Warm(modules=tuple(preload), setup=setup))
 
     def warm(self) -> Callable[[], None]:
         """Start the forkserver now; return a function that waits until it has imported everything."""
@@ -149,6 +203,7 @@ def worker_main(spec: WorkerSpec, held: dict[str, str] | None = None) -> None:
     from runner.store.runs import finish_run
 
     settings = Settings(home=Path(spec.home), jobs_path=Path(spec.jobs_path), config_path=Path(spec.config_path))
+    CONFIG.apply(settings)
     # serve has created and migrated the store, and it watches its own workers: open it plainly
     settings.store = Store.open(settings.home / "runner.db", migrate=False)
     # the queued row exists (serve wrote it, with the task id if any): the run starts that row
