@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.config.jobs import Job
 from runner.forks import Spawn, Warm, WarmForks
@@ -235,7 +235,7 @@ def worker_main(spec: WorkerSpec, held: dict[str, str] | None = None) -> None:
     sys.exit(outcome.exit_code)
 
 
-def _handoff_fields(spec: WorkerSpec) -> dict[str, object]:
+def _handoff_fields(spec: WorkerSpec) -> dict[str, Any]:
     from runner.clock import iso
 
     if spec.dispatched_at is None:

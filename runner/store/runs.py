@@ -48,7 +48,7 @@ def create_run(
     now = now or utcnow()
     run_id = run_id or new_run_id(now)
     slot_text = iso(slot) if isinstance(slot, datetime) else slot
-    row = {
+    row: dict[str, Any] = {
         "id": run_id,
         "job": job,
         "slot": slot_text,
