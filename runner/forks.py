@@ -166,37 +166,54 @@ class WarmForks:
                 self._proc = None
 
     @property
-    def pid(self) -> int | None:
+    def server_pid(self) -> int | None:
+        """The helper's pid (None before it started)."""
         return self._proc.pid if self._proc is not None else None
 
     # -- children ---------------------------------------------------------------------------------
-    def spawn(self, request: Spawn, timeout: float = 30.0) -> int:
-        """Fork a child for ``request``; return its pid (ForkError when the helper cannot)."""
+    def submit(self, request: Spawn) -> int:
+        """Ask for a child without waiting for the fork: returns a ticket for ``pid`` (ForkError
+        when the helper cannot be reached). A parent that starts many children at once (a burst)
+        goes on with its own work while the helper forks."""
         with self._lock:
             if self._sock is None or self._proc is None or self._proc.poll() is not None:
                 self._restart()
             self.ready()
             self._seq += 1
-            seq = self._seq
             try:
                 assert self._sock is not None
-                _send(self._sock, ("spawn", seq, request))
+                _send(self._sock, ("spawn", self._seq, request))
             except OSError as exc:
                 self._lost()
                 raise ForkError(f"the warm forkserver is gone: {exc}") from None
+            return self._seq
+
+    def pid(self, ticket: int, *, wait: bool = True, timeout: float = 30.0) -> int | None:
+        """The pid of the child ``ticket`` asked for; without ``wait``, None while the helper has
+        not answered. ForkError when the fork failed or the helper died before answering."""
+        with self._lock:
             deadline = time.monotonic() + timeout
-            while seq not in self._replies:
+            while ticket not in self._replies:
                 if self._sock is None:
                     raise ForkError("the warm forkserver died while forking")
-                if time.monotonic() >= deadline:
+                remaining = deadline - time.monotonic()
+                if wait and remaining <= 0:
                     raise ForkError("the warm forkserver did not answer in time")
-                self._read(max(0.0, deadline - time.monotonic()))
-            reply = self._replies.pop(seq)
+                self._read(max(0.0, remaining) if wait else 0.0)
+                if not wait and ticket not in self._replies:
+                    return None
+            reply = self._replies.pop(ticket)
             if reply[0] == "refused":
                 raise ForkError(f"the warm forkserver could not fork: {reply[2]}")
             pid = int(reply[2])
             self._children.add(pid)
             return pid
+
+    def spawn(self, request: Spawn, timeout: float = 30.0) -> int:
+        """Fork a child for ``request`` and return its pid (ForkError when the helper cannot)."""
+        pid = self.pid(self.submit(request), timeout=timeout)
+        assert pid is not None
+        return pid
 
     def poll(self, pid: int) -> int | None:
         """``pid``'s exit code once it has ended (negative: the signal that killed it)."""

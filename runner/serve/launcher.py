@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.config.jobs import Job
-from runner.forks import Spawn, Warm, WarmForks
+from runner.forks import LOST_EXIT, ForkError, Spawn, Warm, WarmForks
 from runner.procs import ProcessTree, become_subreaper, install_two_stage_stop
 from runner.statuses import RunStatus, Trigger
 
@@ -141,43 +141,64 @@ class Launcher:
         return self.forks.ready
 
     def spawn(self, spec: WorkerSpec) -> WorkerHandle:
+        """Ask the forkserver for the worker and return at once: serve does not wait for the fork."""
         from runner import secrets
 
         # the keys travel in the pickled arguments (a socket), never in an environment block
-        pid = self.forks.spawn(Spawn(WORKER, (spec, secrets.held())))
-        return WorkerHandle(self.forks, pid)
+        ticket = self.forks.submit(Spawn(WORKER, (spec, secrets.held())))
+        return WorkerHandle(self.forks, ticket)
 
     def close(self) -> None:
         self.forks.close()
 
 
 class WorkerHandle:
-    """A child of the warm forkserver, as the pool sees it (``Handle``)."""
+    """A child of the warm forkserver, as the pool sees it (``Handle``). Its pid is known once the
+    forkserver has answered; until then ``poll`` says it is running."""
 
-    def __init__(self, forks: WarmForks, pid: int):
+    def __init__(self, forks: WarmForks, ticket: int):
         self._forks = forks
-        self._pid = pid
-        self._tree = ProcessTree(pid)
+        self._ticket = ticket
+        self._pid: int | None = None
+        self._tree: ProcessTree | None = None
+        self._failed = False  # the fork failed, or the forkserver died before answering
 
-    @property
-    def pid(self) -> int:
+    def _resolve(self, wait: bool) -> int | None:
+        if self._pid is None and not self._failed:
+            try:
+                self._pid = self._forks.pid(self._ticket, wait=wait)
+            except ForkError as exc:
+                print(f"runner serve: {exc}", file=sys.stderr)
+                self._failed = True
+            if self._pid is not None:
+                self._tree = ProcessTree(self._pid)
         return self._pid
 
     @property
+    def pid(self) -> int:
+        return self._resolve(wait=True) or 0
+
+    @property
     def sentinel(self) -> int:
-        """Readable when the forkserver reports an exit (shared by every worker)."""
+        """Readable when the forkserver has news (a fork done, an exit; shared by every worker)."""
         return self._forks.fileno()
 
     def poll(self) -> int | None:
         """Exit code once the worker has ended (negative: killed by that signal)."""
-        return self._forks.poll(self._pid)
+        pid = self._resolve(wait=False)
+        if self._failed:
+            return LOST_EXIT
+        return None if pid is None else self._forks.poll(pid)
 
     def signal_tree(self, sig: int) -> None:
         """Send ``sig`` to the worker, its group, and every descendant and its group (never serve's)."""
-        self._tree.signal(sig)
+        self._resolve(wait=True)
+        if self._tree is not None:
+            self._tree.signal(sig)
 
     def close(self) -> None:
-        self._forks.forget(self._pid)
+        if self._pid is not None:
+            self._forks.forget(self._pid)
 
 
 def worker_main(spec: WorkerSpec, held: dict[str, str] | None = None) -> None:

@@ -202,7 +202,7 @@ class Pool:
             return
         self._running[fire.run_id] = _Running(fire, handle, now, self.monotonic() + fire.job.spec.timeout)
         self._per_job[fire.job.name] = self._per_job.get(fire.job.name, 0) + 1
-        self.log.info("started %s run %s (pid %d, waited %.3fs)", fire.job.name, fire.run_id, handle.pid, waited)
+        self.log.info("started %s run %s (waited %.3fs)", fire.job.name, fire.run_id, waited)
 
     # -- the loop ----------------------------------------------------------------------------
     def tick(self, now: datetime) -> None:
@@ -272,11 +272,12 @@ class Pool:
             finish_run(self.store, fire.run_id, status, reason=reason, error=error)
             self._alert(fire, RunEnd(fire.job.name, fire.run_id, status, reason, error))
         self.log.info(
-            "finished %s run %s: %s%s (exit %s)",
+            "finished %s run %s: %s%s (pid %d, exit %s)",
             fire.job.name,
             fire.run_id,
             status,
             f" ({reason})" if reason else "",
+            run.handle.pid,
             code,
         )
         if fire.trigger not in SCHEDULED:
