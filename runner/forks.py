@@ -304,12 +304,13 @@ class _Helper:
         self.sock = sock
         self.frames = _Frames()
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.sel = selectors.DefaultSelector()
 
     def serve(self) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
-        sel = selectors.DefaultSelector()
+        sel = self.sel
         sel.register(self.sock, selectors.EVENT_READ)
         sel.register(self.wake_r, selectors.EVENT_READ)
         while True:
@@ -369,6 +370,7 @@ class _Helper:
             signal.set_wakeup_fd(-1)
             for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_DFL)
+            self.sel.close()
             self.sock.close()
             os.close(self.wake_r)
             os.close(self.wake_w)
