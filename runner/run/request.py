@@ -66,8 +66,9 @@ class TaskHooks:
 
 @dataclass(frozen=True)
 class Handoff:
-    """When serve handed a queued run to its worker, and how long it had waited for a slot:
-    recorded with the run's start, so the ledger tells queue wait from start overhead."""
+    """When serve's worker process took its queued run (right after the fork), and how long the run
+    had waited for a slot: recorded with the run's start, so the ledger tells queue wait from start
+    overhead."""
 
     dispatched_at: datetime
     waited_s: float | None = None

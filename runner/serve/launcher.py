@@ -10,9 +10,10 @@ A worker makes itself a process-group leader; stopping one sends the signal to i
 to every descendant's group (backend commands run in sessions of their own), remembering the
 descendants so a later SIGKILL also reaches children orphaned in between.
 
-The worker records when it was handed its run (``dispatched_at``) and how long the run waited
-for a slot (``waited_s``) with its ``started_at``, in one write: serve's loop writes nothing per
-start, and the ledger tells the queue wait (``dispatched_at - created_at``) from the start
+The worker records when it took its run (``dispatched_at``: its first moment, right after the
+fork) and how long the run waited for a slot (``waited_s``) with its ``started_at``, in one
+write: serve's loop writes nothing per start, and the ledger tells the queue wait
+(``dispatched_at - created_at``: a free slot, then the forkserver's turn) from the worker's start
 overhead (``started_at - dispatched_at``).
 """
 
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from runner.config.jobs import Job
 from runner.forks import LOST_EXIT, ForkError, Spawn, Warm, WarmForks
@@ -36,6 +37,7 @@ WORKER = "runner.serve.launcher:worker_main"
 
 if TYPE_CHECKING:
     from runner.config.machine import Config
+    from runner.errors import RunnerError
     from runner.settings import Settings
 
 
@@ -98,7 +100,6 @@ class WorkerSpec:
     slot: datetime | None = None
     task_id: str | None = None
     control_inputs: tuple[str, ...] = ()  # the files jobs.yaml refers to (the run protects them)
-    dispatched_at: datetime | None = None  # when serve handed the run to a worker
     waited_s: float | None = None  # how long it waited for a slot (None: not recorded)
 
 
@@ -208,6 +209,9 @@ def worker_main(spec: WorkerSpec, held: dict[str, str] | None = None) -> None:
     once. A problem found before the run starts (broken template, no model) is recorded on the
     queued row, so the ledger always says why.
     """
+    from runner.clock import utcnow
+
+    handed = utcnow()  # the worker has its run: what follows is start overhead
     if held:
         from runner import secrets
 
@@ -215,13 +219,12 @@ def worker_main(spec: WorkerSpec, held: dict[str, str] | None = None) -> None:
     stop = threading.Event()
     install_two_stage_stop(stop)
     become_subreaper()  # what the run's commands leave behind ends with the run
-    from runner.errors import RunnerError, StoreError, failure_reason
+    from runner.errors import RunnerError
     from runner.run.execute import execute
     from runner.run.request import Handoff, RunRequest
     from runner.settings import Settings
     from runner.statuses import Trigger
     from runner.store import Store
-    from runner.store.runs import finish_run
 
     settings = Settings(home=Path(spec.home), jobs_path=Path(spec.jobs_path), config_path=Path(spec.config_path))
     CONFIG.apply(settings)
@@ -235,30 +238,33 @@ def worker_main(spec: WorkerSpec, held: dict[str, str] | None = None) -> None:
         slot=spec.slot,
         stop=stop,
         control_inputs=spec.control_inputs,
-        handoff=Handoff(spec.dispatched_at, spec.waited_s) if spec.dispatched_at else None,
+        handoff=Handoff(handed, spec.waited_s),
     )
     try:
         outcome = execute(settings, req)
     except RunnerError as exc:
-        print(f"runner worker {spec.run_id}: {exc}", file=sys.stderr)
-        try:
-            finish_run(
-                settings.store,
-                spec.run_id,
-                RunStatus.FAILED,
-                reason=failure_reason(exc),
-                error=str(exc),
-                **_handoff_fields(spec),
-            )
-        except StoreError as again:  # the disk is still full: serve records the worker's exit instead
-            print(f"runner worker {spec.run_id}: cannot record the failure: {again}", file=sys.stderr)
+        _record_failure(settings, spec, exc, handed)
         sys.exit(exc.exit_code)
     sys.exit(outcome.exit_code)
 
 
-def _handoff_fields(spec: WorkerSpec) -> dict[str, Any]:
+def _record_failure(settings: Settings, spec: WorkerSpec, exc: RunnerError, handed: datetime) -> None:
+    """A problem found before the run started: the queued row says why (with the hand-off time)."""
     from runner.clock import iso
+    from runner.errors import StoreError, failure_reason
+    from runner.store.runs import finish_run
 
-    if spec.dispatched_at is None:
-        return {}
-    return {"dispatched_at": iso(spec.dispatched_at), "waited_s": spec.waited_s}
+    print(f"runner worker {spec.run_id}: {exc}", file=sys.stderr)
+    try:
+        finish_run(
+            settings.store,
+            spec.run_id,
+            RunStatus.FAILED,
+            reason=failure_reason(exc),
+            error=str(exc),
+            dispatched_at=iso(handed),
+            waited_s=spec.waited_s,
+        )
+    except StoreError as again:  # the disk is still full: serve records the worker's exit instead
+        print(f"runner worker {spec.run_id}: cannot record the failure: {again}", file=sys.stderr)
+

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from multiprocessing.connection import wait
 from typing import Protocol
 
-from runner.clock import iso, utcnow
+from runner.clock import iso
 from runner.config.jobs import Job
 from runner.config.schedules import format_duration
 from runner.delivery.alerts import RunEnd, is_alerted
@@ -189,7 +189,6 @@ class Pool:
             slot=fire.slot,
             task_id=fire.task_id,
             control_inputs=self.control_inputs,
-            dispatched_at=utcnow(),  # the real time, beside the worker's started_at
             waited_s=round(waited, 3),  # the worker writes it with its start: nothing written here
         )
         try:

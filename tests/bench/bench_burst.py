@@ -6,8 +6,8 @@ same instant a few seconds ahead (no waiting for a minute boundary). Printed per
 
 - slot -> ledger row (``created_at``, the insert time; main before wrote the tick's clock reading);
 - slot -> worker running (the worker's ``started_at``);
-- start overhead: handed to a worker -> worker running (``dispatched_at`` here; main before: serve's
-  "started ... (pid N)" log line, written after the fork returned, so it is flattered);
+- start overhead: the worker has its run -> worker running (``dispatched_at``, the forked worker's
+  first moment; main before: serve's "started ... (pid N)" log line, written once the fork returned);
 - throughput: runs finished per second from the slot to the last ``ended_at``;
 - rows missed or doubled.
 

@@ -107,7 +107,7 @@ def test_max_parallel_holds_under_a_burst_and_the_queue_wait_is_recorded(project
         at_once += step
         peak = max(peak, at_once)
     assert peak <= 3
-    for r in done:  # queue wait (waited_s) = handed to a worker - written to the ledger
+    for r in done:  # queue wait = the worker took the run - written to the ledger; waited_s: for a slot
         queue = (ts(r["dispatched_at"]) - ts(r["created_at"])).total_seconds()
-        assert abs(queue - r["waited_s"]) < 0.25, (queue, r["waited_s"])
+        assert r["waited_s"] - 0.01 <= queue < r["waited_s"] + 2.0, (queue, r["waited_s"])
     assert max(r["waited_s"] for r in done) >= 0.6  # 12 runs of 0.3 s through 3 slots

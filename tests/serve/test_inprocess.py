@@ -59,7 +59,7 @@ class FakeWorker:
         self.code: int | None = None
         self.signals: list[int] = []
         mark_started(
-            store, spec.run_id, now=clock.now(), dispatched_at=spec.dispatched_at, waited_s=spec.waited_s
+            store, spec.run_id, now=clock.now(), dispatched_at=clock.now(), waited_s=spec.waited_s
         )
 
     @property

@@ -1,4 +1,4 @@
-"""Runs started by serve record when they were handed to their worker (``dispatched_at``): the
+"""Runs started by serve record when their worker process took them (``dispatched_at``): the
 queue wait is ``dispatched_at - created_at``, the start overhead ``started_at - dispatched_at``."""
 
 from __future__ import annotations
