@@ -111,3 +111,6 @@ def test_max_parallel_holds_under_a_burst_and_the_queue_wait_is_recorded(project
         queue = (ts(r["dispatched_at"]) - ts(r["created_at"])).total_seconds()
         assert r["waited_s"] - 0.01 <= queue < r["waited_s"] + 2.0, (queue, r["waited_s"])
     assert max(r["waited_s"] for r in done) >= 0.6  # 12 runs of 0.3 s through 3 slots
+    last = max(done, key=lambda r: r["waited_s"])
+    shown = project.cli("runs", "show", last["id"]).output
+    assert f"({last['waited_s']:.3f}s for a slot)" in shown and "worker start" in shown
