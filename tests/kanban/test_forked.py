@@ -91,3 +91,25 @@ def test_forked_worker_completes_an_agent_task_with_the_fake_model(project, fake
     assert fake.keys_used() == [KEY.decode()] * 3  # the held key reached the forked worker
     log = (project.home / "logs" / "kanban" / f"{task_id}.log").read_text()
     assert "=== attempt 1" in log and f"task {task_id}: done (run {run['id']})" in log
+
+
+def test_a_forked_worker_is_the_subreaper_of_what_its_commands_leave(project):
+    """A command that leaves its session and clears its environment (no run mark to find it by)
+    does not outlive the worker: the worker is its reaper."""
+    write_config(project)
+    pidfile = project.root / "bg.pid"
+    project.write_jobs(f"jobs:\n  chore:\n    agent: false\n    pre_run: 'env -i setsid sleep 300 & echo $! > {pidfile}; echo ok'\n")
+    task_id = int(project.cli("kanban", "add", "leave something", "--job", "chore").output)
+    with dispatcher(project):
+        wait_for(lambda: status_of(project, task_id) == "done", timeout=30, what="the task done")
+        wait_for(lambda: final_run(project, task_id), timeout=20, what="the run row final")
+    left = int(pidfile.read_text())
+    wait_for(lambda: not alive(left), timeout=10, what="the setsid sleep to be gone")
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
