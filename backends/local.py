@@ -24,7 +24,15 @@ from backends.base import (
 )
 from runner import secrets
 from runner.errors import BackendError
-from runner.procs import RUN_MARK, end_descendants, group_alive, kill_marked, kill_tree, start_time
+from runner.procs import (
+    RUN_MARK,
+    end_descendants,
+    group_alive,
+    kill_marked,
+    kill_tree,
+    nothing_left,
+    start_time,
+)
 
 if TYPE_CHECKING:
     from backends.spec import LocalSpec
@@ -136,6 +144,8 @@ class LocalBackend:
             groups, self._groups = dict(self._groups), {}
         for pgid, start in groups.items():
             kill_tree(pgid, 0, start=start, group=pgid)
+        if nothing_left():
+            return  # a run's own process (a subreaper) with no child: no command left anything behind
         kill_marked(MARK_VAR, self._mark)  # what left the command sessions (setsid, double fork)
         end_descendants()  # in a run's own process: what also cleared its environment (a no-op elsewhere)
 

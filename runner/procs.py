@@ -303,6 +303,23 @@ def is_subreaper() -> bool:
         return False
 
 
+def has_children() -> bool:
+    """This process has a child, running or exited and not yet reaped (nothing is reaped here)."""
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
+
+
+def nothing_left() -> bool:
+    """This process is a subreaper and has no child: nothing it started can still run anywhere
+    (an orphaned descendant is reparented to it, whatever session it moved to), so the ``/proc``
+    scans of ``kill_marked`` and ``end_descendants`` would find nothing. They cost milliseconds
+    per run, growing with the processes on the machine: a burst of runs skips them."""
+    return not has_children() and is_subreaper()
+
+
 def end_descendants() -> int:
     """As a subreaper at the end of its run: SIGKILL every descendant of this process (the orphans
     it adopted included) and reap them; returns how many were signalled. Not a subreaper: 0."""

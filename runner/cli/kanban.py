@@ -241,10 +241,11 @@ def kanban_archive(task_id: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print each pass that did something as a JSON line")
 def kanban_dispatch(once: bool, as_json: bool) -> None:
     """Run the dispatcher: start a worker for each ready task, up to kanban.max_workers."""
-    from runner.kanban.dispatch import Dispatcher
+    from runner.kanban.dispatch import Dispatcher, ForkLauncher, warm_forks
     from runner.procs import two_stage_stop
 
-    dispatcher = Dispatcher(settings())
+    forks = warm_forks()  # workers fork from it: no interpreter start per task
+    dispatcher = Dispatcher(settings(), launcher=ForkLauncher(settings(), forks))
 
     def report(result: DispatchTick) -> None:
         if as_json:
@@ -255,6 +256,7 @@ def kanban_dispatch(once: bool, as_json: bool) -> None:
             click.echo(f"{local_time(_now().isoformat())}  {line}")
 
     try:
+        forks.ready()  # before the first claim: a claim's lease runs from the claim, not from the fork
         if once:
             report(dispatcher.tick(_now()))
             return
@@ -267,6 +269,7 @@ def kanban_dispatch(once: bool, as_json: bool) -> None:
         click.echo("dispatcher stopped; running workers finish on their own", err=True)
     finally:
         dispatcher.close()
+        forks.close()  # the forkserver exits; the workers it forked keep running
 
 
 def _tick_dict(r: DispatchTick) -> dict[str, Any]:

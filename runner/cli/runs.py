@@ -22,6 +22,17 @@ def runs_group() -> None:
     """The run ledger."""
 
 
+def _queue(row: dict[str, Any]) -> str:
+    """Queue wait (written -> the worker took it; the part spent waiting for a slot) and the
+    worker's start overhead (took it -> running), for a run serve started."""
+    from datetime import datetime
+
+    created, handed, started = (datetime.fromisoformat(row[k]) for k in ("created_at", "dispatched_at", "started_at"))
+    queued = (handed - created).total_seconds()
+    slot = f" ({row['waited_s']:.3f}s for a slot)" if row.get("waited_s") else ""
+    return f"waited {queued:.3f}s{slot}, worker start {(started - handed).total_seconds() * 1000:.0f} ms"
+
+
 def _duration(row: dict[str, Any]) -> str:
     from datetime import datetime
 
@@ -180,6 +191,8 @@ def runs_show(run_id: str, as_json: bool) -> None:
     if row["error"]:
         click.echo(f"error    {row['error']}")
     click.echo(f"started  {local_time(row['started_at'])}   took {_duration(row)}")
+    if row.get("dispatched_at") and row.get("started_at"):
+        click.echo(f"queue    {_queue(row)}")
     click.echo(
         f"model    {row['model'] or '-'}   turns {row['iterations']}   tokens "
         f"{row['prompt_tokens']}+{row['completion_tokens']}   cost ${row['cost_usd'] or 0:.5f}"

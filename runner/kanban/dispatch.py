@@ -3,12 +3,15 @@
 One ``tick(now)``: notice workers that exited, promote todo -> ready, reclaim expired leases
 (killing the stale worker's process group when it is still alive on this host), then claim
 ready tasks by priority then age, up to ``kanban.max_workers`` running on this host, and start
-``python -m runner kanban work`` for each with ``HERMES_KANBAN_TASK`` and ``HERMES_KANBAN_FENCE``
-in its environment and its output appended to ``RUNNER_HOME/logs/kanban/<task>.log``.
+a worker for each with ``HERMES_KANBAN_TASK`` and ``HERMES_KANBAN_FENCE`` in its environment and
+its output appended to ``RUNNER_HOME/logs/kanban/<task>.log``. The worker is forked from a warm
+forkserver (``ForkLauncher``: ``runner.forks``, the modules of a run already imported), which
+does what ``runner kanban work`` does; ``ProcessLauncher`` starts ``python -m runner kanban work``.
 
-``runner serve`` calls ``tick(now)`` as one of its tickers; ``runner kanban dispatch`` runs
-``run(stop)``, which ticks every ``kanban.poll_seconds`` and sooner when another process
-commits to runner.db (``PRAGMA data_version``), so a new task starts within a fraction of a second.
+``runner serve`` ticks the dispatcher from its loop and ``runner kanban dispatch`` runs ``run(stop)``;
+both use ``Changes``: a tick every ``kanban.poll_seconds``, and as soon as another process
+commits to runner.db (``PRAGMA data_version``, looked at every 50 ms) or a worker exits, so a
+new task starts within a fraction of a second. serve's workers fork from serve's own forkserver.
 Workers run in their own sessions and outlive the dispatcher; a restarted dispatcher counts
 them from the board.
 
@@ -32,6 +35,7 @@ from typing import Protocol
 
 from runner import secrets
 from runner.clock import iso
+from runner.forks import Spawn, Warm, WarmForks
 from runner.kanban.board import Board
 from runner.kanban.model import Claim, FenceError, Reclaimed
 from runner.procs import kill_tree, start_time
@@ -41,6 +45,8 @@ from runner.store.runs import HOST, recover_orphans
 ENV_TASK = "HERMES_KANBAN_TASK"
 ENV_FENCE = "HERMES_KANBAN_FENCE"
 WAKE_CHECK_S = 0.05
+PRELOAD = ("runner.serve.prefork",)  # what a run imports (its modules), by name: no import edge
+WORKER = "runner.kanban.work:forked_main"
 
 
 class TaskWorker(Protocol):
@@ -99,11 +105,9 @@ class ProcessLauncher:
 
     def start(self, claim: Claim) -> TaskWorker:
         home = self.settings.home
-        path = log_path(home, claim.task_id)
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        path = _attempt_header(home, claim)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         with os.fdopen(fd, "ab", buffering=0) as log:
-            log.write(f"=== attempt {claim.attempt} (fence {claim.fence}) starting at {_now()}\n".encode())
             # the held keys go to the worker through an inherited fd, never its environment block
             env, keys_fd = secrets.child_env(
                 {ENV_TASK: str(claim.task_id), ENV_FENCE: str(claim.fence), "PYTHONUNBUFFERED": "1"}
@@ -125,10 +129,78 @@ class ProcessLauncher:
                     os.close(keys_fd)
 
 
+def _attempt_header(home: Path, claim: Claim) -> Path:
+    path = log_path(home, claim.task_id)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    with os.fdopen(fd, "ab", buffering=0) as log:
+        log.write(f"=== attempt {claim.attempt} (fence {claim.fence}) starting at {_now()}\n".encode())
+    return path
+
+
+def warm_forks() -> WarmForks:
+    """A warm forkserver for kanban workers (``runner kanban dispatch``; serve passes its own)."""
+    return WarmForks(Warm(modules=PRELOAD))
+
+
+class ForkedWorker:
+    """A worker forked by the warm forkserver (``TaskWorker``)."""
+
+    def __init__(self, forks: WarmForks, pid: int):
+        self.forks, self.pid = forks, pid
+        self._code: int | None = None
+
+    def poll(self) -> int | None:
+        if self._code is None:
+            self._code = self.forks.poll(self.pid)
+            if self._code is not None:
+                self.forks.forget(self.pid)
+        return self._code
+
+
+@dataclass
+class ForkLauncher:
+    """Forks the worker from a warm forkserver: ``runner.kanban.work.forked_main`` in a new
+    session, with the task and fence in its environment, the held keys through the forkserver's
+    socket (never an environment block) and its output appended to the task's log."""
+
+    settings: Settings
+    forks: WarmForks
+
+    def start(self, claim: Claim) -> TaskWorker:
+        path = _attempt_header(self.settings.home, claim)
+        s = self.settings
+        args = (str(s.home), str(s.jobs_path), str(s.config_path), s.config_given, secrets.held())
+        request = Spawn(
+            WORKER,
+            args,
+            session=True,
+            output=str(path),
+            env={ENV_TASK: str(claim.task_id), ENV_FENCE: str(claim.fence)},
+        )
+        return ForkedWorker(self.forks, self.forks.spawn(request))
+
+
 def _now() -> str:
     from runner.clock import utcnow
 
     return iso(utcnow()) or ""
+
+
+class Changes:
+    """When the dispatcher should tick: another process committed to runner.db (``PRAGMA
+    data_version`` on ``conn`` moved), ``poll_seconds`` passed, or ``exited()`` says a worker ended."""
+
+    def __init__(self, conn: sqlite3.Connection, poll_seconds: float, exited: Callable[[], bool]):
+        self.conn, self.poll_seconds, self.exited = conn, poll_seconds, exited
+        self._seen, self._next = -1, 0.0
+
+    def due(self) -> bool:
+        version = self.conn.execute("PRAGMA data_version").fetchone()[0]
+        if version == self._seen and time.monotonic() < self._next and not self.exited():
+            return False
+        self._seen, self._next = version, time.monotonic() + self.poll_seconds
+        return True
 
 
 @dataclass
@@ -255,12 +327,9 @@ class Dispatcher:
         from runner.clock import utcnow
 
         clock = clock or utcnow
-        conn = self._board.store.conn
-        seen, next_tick = -1, 0.0
+        changes = self.changes()
         while not stop.is_set():
-            version = conn.execute("PRAGMA data_version").fetchone()[0]
-            if version != seen or time.monotonic() >= next_tick or self._children_exited():
-                seen, next_tick = version, time.monotonic() + self.poll_seconds
+            if changes.due():
                 try:
                     result = self.tick(clock())
                 except sqlite3.OperationalError as exc:
@@ -272,7 +341,11 @@ class Dispatcher:
                     on_tick(result)
             stop.wait(WAKE_CHECK_S)
 
-    def _children_exited(self) -> bool:
+    def changes(self) -> Changes:
+        """The change detection ``run`` uses (serve's kanban loop uses it too)."""
+        return Changes(self._board.store.conn, self.poll_seconds, self.children_exited)
+
+    def children_exited(self) -> bool:
         return any(c.handle.poll() is not None for c in self._children.values())
 
     def close(self) -> None:

@@ -8,6 +8,10 @@ parents' results are appended to the prompt; the agent ends the task with ``kanb
 ``kanban_block`` (reminded once if it stops without either). A script-only job completes the
 task with its pre_run output on exit 0. Every board write carries the fence: once the claim is
 reclaimed the writes are refused and the worker stops.
+
+``forked_main`` is the same worker forked from a warm forkserver (``runner.kanban.dispatch.ForkLauncher``):
+it does what the ``runner`` program does before ``kanban work`` (hold the keys, become the
+subreaper of what its commands start) and what the command does, without an interpreter start.
 """
 
 from __future__ import annotations
@@ -287,3 +291,29 @@ def workspace(settings: Settings, task_id: int) -> Path:
     path = settings.home / "workspaces" / str(task_id)
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     return path
+
+
+def forked_main(home: str, jobs_path: str, config_path: str, config_given: bool, held: dict[str, str]) -> None:
+    """The body of a kanban worker forked from the warm forkserver: one attempt at the task in
+    ``HERMES_KANBAN_TASK``, its line and exit code as ``runner kanban work`` gives them."""
+    from runner import secrets
+    from runner.procs import become_subreaper, install_two_stage_stop
+
+    secrets.install(held)  # the keys came through the forkserver's socket, never an environment block
+    become_subreaper()  # what the run's commands leave behind ends with the worker
+    stop = threading.Event()
+    install_two_stage_stop(stop)
+    settings = Settings(
+        home=Path(home), jobs_path=Path(jobs_path), config_path=Path(config_path), config_given=config_given
+    )
+    try:
+        result = work(settings, os.environ, stop=stop)
+    except RunnerError as exc:
+        for line in str(exc).splitlines() or [type(exc).__name__]:
+            print(f"error: {line}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    line = f"task {result.task_id}: {result.status}" + (f" (run {result.run_id})" if result.run_id else "")
+    if result.detail:
+        line += f": {result.detail}"
+    print(line, file=sys.stderr if result.exit_code else sys.stdout)
+    sys.exit(result.exit_code)

@@ -75,7 +75,13 @@ class Run:
             )
         else:
             run_id = req.run_id
-            mark_started(settings.store, run_id, now=now)
+            handoff = req.handoff
+            if handoff is None:
+                mark_started(settings.store, run_id, now=now)
+            else:
+                mark_started(
+                    settings.store, run_id, now=now, dispatched_at=handoff.dispatched_at, waited_s=handoff.waited_s
+                )
         return cls(settings, req, prepared, run_id, now)
 
     def go(self) -> RunOutcome:

@@ -65,6 +65,16 @@ class TaskHooks:
 
 
 @dataclass(frozen=True)
+class Handoff:
+    """When serve's worker process took its queued run (right after the fork), and how long the run
+    had waited for a slot: recorded with the run's start, so the ledger tells queue wait from start
+    overhead."""
+
+    dispatched_at: datetime
+    waited_s: float | None = None
+
+
+@dataclass(frozen=True)
 class RunRequest:
     job: Job
     trigger: Trigger = Trigger.MANUAL
@@ -78,6 +88,7 @@ class RunRequest:
     interactive: bool = False  # a person at a TTY may answer `approvals: manual` prompts
     task: TaskHooks | None = None
     deliver: bool = True  # False (``run-job --no-deliver``): no delivery sinks and no alerts
+    handoff: Handoff | None = None  # a queued row started by serve's worker
     # the files jobs.yaml refers to, when the caller has them (serve); None: the run reads jobs.yaml
     control_inputs: tuple[str, ...] | None = None
     progress: Callable[[str, dict[str, Any]], None] | None = None  # each recorded event, redacted (a TTY's progress)

@@ -208,9 +208,13 @@ class Serve:
         old_wakeup = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
         log = setup_logging(s.home, self.log_level)
         config = s.config
-        launcher = Launcher()
+        launcher = Launcher(config_path=s.config_path)
         warmed = launcher.warm()  # the forkserver imports the worker while we load jobs
-        jobs = load_jobs(s.jobs_path, default_timezone=config.timezone, own_tools=s.own_tool_names)
+        try:
+            jobs = load_jobs(s.jobs_path, default_timezone=config.timezone, own_tools=s.own_tool_names)
+        except BaseException:
+            launcher.close()
+            raise
         _release_hold_at_start(s.home, log)
         store = s.store  # opening it marks rows of dead workers `unknown`
         store.execute("PRAGMA wal_autocheckpoint=0")
@@ -237,7 +241,7 @@ class Serve:
         watcher = JobsWatcher(
             jobs.path, default_timezone=config.timezone, current=jobs, wake=self.wake, settings=s
         ).start()
-        host = ServeHost(s, store, self.clock, log, self.wake)
+        host = ServeHost(s, store, self.clock, log, self.wake, forks=launcher.forks)
         tickers: list[Ticker] = [
             ReloadTicker(watcher, schedule, log, s.home),
             pool,
@@ -262,6 +266,7 @@ class Serve:
                 if ticker is not pool:
                     ticker.close()
             pool.close()
+            launcher.close()  # the forkserver exits; workers it forked are reaped above
             alerts.close(config.serve.shutdown_grace)
             checkpointer.stop()
             heartbeat(store, now=self.clock.now(), running=0, waiting=0, stopped=True)

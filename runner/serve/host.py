@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Protocol
 
 from runner.clock import utcnow
+from runner.forks import WarmForks
 from runner.settings import Settings
 from runner.store import Store
 
@@ -44,6 +45,7 @@ class ServeHost:
     clock: Clock
     log: logging.Logger
     wake: Callable[[], None] = field(repr=False)
+    forks: WarmForks | None = field(default=None, repr=False)  # serve's warm forkserver (kanban workers fork from it)
 
 
 TickerFactory = Callable[[ServeHost], Ticker]

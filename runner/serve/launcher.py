@@ -1,31 +1,89 @@
 """Worker processes: every run is its own process, forked from a warm forkserver.
 
-serve starts a ``multiprocessing`` forkserver once; it imports ``runner.serve.prefork`` (the heavy
-modules and one-time setup every worker needs) a single time, and each run is a ``fork()`` of it, so a fire costs milliseconds, not an interpreter start. The
-forkserver never holds serve's lock, its SQLite connection or its threads. (As with any
-multiprocessing start method but fork, a script that embeds serve needs the usual
-``if __name__ == "__main__":`` guard; ``runner`` and ``python -m runner`` have it.)
+serve starts the warm forkserver (``runner.forks``) once; it imports ``runner.serve.prefork`` (the
+heavy modules and one-time setup every worker needs) a single time, and each run is a ``fork()``
+of it running ``worker_main``: no interpreter start, no import, no ``multiprocessing`` bootstrap.
+The forkserver is a fresh interpreter that never held serve's lock, its SQLite connection or its
+threads; the kanban dispatcher inside serve starts its workers from the same one.
 
 A worker makes itself a process-group leader; stopping one sends the signal to its group and
 to every descendant's group (backend commands run in sessions of their own), remembering the
 descendants so a later SIGKILL also reaches children orphaned in between.
+
+The worker records when it took its run (``dispatched_at``: its first moment, right after the
+fork) and how long the run waited for a slot (``waited_s``) with its ``started_at``, in one
+write: serve's loop writes nothing per start, and the ledger tells the queue wait
+(``dispatched_at - created_at``: a free slot, then the forkserver's turn) from the worker's start
+overhead (``started_at - dispatched_at``).
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from runner.config.jobs import Job
+from runner.forks import LOST_EXIT, ForkError, Spawn, Warm, WarmForks
 from runner.procs import ProcessTree, become_subreaper, install_two_stage_stop
 from runner.statuses import RunStatus, Trigger
+
+PRELOAD = ("runner.serve.prefork",)
+WORKER = "runner.serve.launcher:worker_main"
+
+if TYPE_CHECKING:
+    from runner.config.machine import Config
+    from runner.errors import RunnerError
+    from runner.settings import Settings
+
+
+class ConfigCache:
+    """config.yaml as the forkserver parsed it (with serve's keys held, as each worker holds them):
+    a worker reuses it while the file is the same (inode, size, mtime and ctime unchanged), so a
+    run does not parse and validate config.yaml again; a changed file is read afresh."""
+
+    def __init__(self) -> None:
+        self._entry: tuple[tuple[int, ...], Config] | None = None
+
+    @staticmethod
+    def _key(path: Path) -> tuple[int, ...] | None:
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+    def load(self, path: Path) -> None:
+        from runner.config.machine import load_config
+
+        key = self._key(path)
+        if key is not None:
+            self._entry = (key, load_config(path))
+
+    def apply(self, settings: Settings) -> bool:
+        """Give ``settings`` the parsed config if its file is unchanged; True when it did."""
+        if self._entry is None or self._key(settings.config_path) != self._entry[0]:
+            return False
+        settings.__dict__["config"] = self._entry[1]  # what the cached property would compute
+        return True
+
+    def clear(self) -> None:
+        self._entry = None
+
+
+CONFIG = ConfigCache()  # filled in the forkserver by ``preload_config``; empty anywhere else
+
+
+def preload_config(path: str, held: dict[str, str]) -> None:
+    """A set-up call the forkserver runs once, before it forks any worker."""
+    from runner import secrets
+
+    secrets.install(held)  # the env fallback provider is built from the keys a worker holds
+    CONFIG.load(Path(path))
 
 
 @dataclass(frozen=True)
@@ -42,6 +100,7 @@ class WorkerSpec:
     slot: datetime | None = None
     task_id: str | None = None
     control_inputs: tuple[str, ...] = ()  # the files jobs.yaml refers to (the run protects them)
+    waited_s: float | None = None  # how long it waited for a slot (None: not recorded)
 
 
 class Handle(Protocol):
@@ -65,67 +124,82 @@ class Spawner(Protocol):
 
 
 class Launcher:
-    """Starts workers from a forkserver that preloaded ``runner.serve.prefork`` (its ``MODULES``)."""
+    """Starts workers from the warm forkserver (``forks``; serve's own unless given one)."""
 
-    def __init__(self, preload: list[str] | None = None):
-        """``preload``: modules the forkserver imports first (default ``runner.serve.prefork``)."""
-        self._ctx = multiprocessing.get_context("forkserver")
-        self._ctx.set_forkserver_preload(["runner.serve.prefork"] if preload is None else list(preload))
+    def __init__(
+        self, preload: tuple[str, ...] = PRELOAD, *, config_path: Path | None = None, forks: WarmForks | None = None
+    ):
+        """``preload``: modules the forkserver imports first (default ``runner.serve.prefork``);
+        ``config_path``: the config.yaml it parses once for every worker."""
+        from runner import secrets
+
+        setup = () if config_path is None else (("runner.serve.launcher:preload_config", (str(config_path), secrets.held())),)
+        self.forks = forks or WarmForks(Warm(modules=tuple(preload), setup=setup))
 
     def warm(self) -> Callable[[], None]:
         """Start the forkserver now; return a function that waits until it has imported everything."""
-        from multiprocessing import forkserver
-
-        forkserver.ensure_running()  # returns at once; the server imports the preload in the background
-
-        def ready() -> None:
-            proc = self._ctx.Process(target=_noop, name="runner-warmup")
-            proc.start()  # answered once the preload is done
-            proc.join()
-            proc.close()
-
-        return ready
+        self.forks.start()  # returns at once; the server imports the preload in the background
+        return self.forks.ready
 
     def spawn(self, spec: WorkerSpec) -> WorkerHandle:
+        """Ask the forkserver for the worker and return at once: serve does not wait for the fork."""
         from runner import secrets
 
         # the keys travel in the pickled arguments (a socket), never in an environment block
-        proc = self._ctx.Process(target=worker_main, args=(spec, secrets.held()), name=f"runner-{spec.job.name}")
-        proc.start()
-        return WorkerHandle(proc)
+        ticket = self.forks.submit(Spawn(WORKER, (spec, secrets.held())))
+        return WorkerHandle(self.forks, ticket)
+
+    def close(self) -> None:
+        self.forks.close()
 
 
 class WorkerHandle:
-    def __init__(self, proc: Any):
-        self._proc = proc
-        self._pid: int = proc.pid
-        self._sentinel: int = proc.sentinel
-        self._tree = ProcessTree(proc.pid)
+    """A child of the warm forkserver, as the pool sees it (``Handle``). Its pid is known once the
+    forkserver has answered; until then ``poll`` says it is running."""
 
-    @property
-    def pid(self) -> int:
+    def __init__(self, forks: WarmForks, ticket: int):
+        self._forks = forks
+        self._ticket = ticket
+        self._pid: int | None = None
+        self._tree: ProcessTree | None = None
+        self._failed = False  # the fork failed, or the forkserver died before answering
+
+    def _resolve(self, wait: bool) -> int | None:
+        if self._pid is None and not self._failed:
+            try:
+                self._pid = self._forks.pid(self._ticket, wait=wait)
+            except ForkError as exc:
+                print(f"runner serve: {exc}", file=sys.stderr)
+                self._failed = True
+            if self._pid is not None:
+                self._tree = ProcessTree(self._pid)
         return self._pid
 
     @property
+    def pid(self) -> int:
+        return self._resolve(wait=True) or 0
+
+    @property
     def sentinel(self) -> int:
-        return self._sentinel
+        """Readable when the forkserver has news (a fork done, an exit; shared by every worker)."""
+        return self._forks.fileno()
 
     def poll(self) -> int | None:
         """Exit code once the worker has ended (negative: killed by that signal)."""
-        code: int | None = self._proc.exitcode
-        return code
+        pid = self._resolve(wait=False)
+        if self._failed:
+            return LOST_EXIT
+        return None if pid is None else self._forks.poll(pid)
 
     def signal_tree(self, sig: int) -> None:
         """Send ``sig`` to the worker, its group, and every descendant and its group (never serve's)."""
-        self._tree.signal(sig)
+        self._resolve(wait=True)
+        if self._tree is not None:
+            self._tree.signal(sig)
 
     def close(self) -> None:
-        self._proc.join(0)
-        self._proc.close()
-
-
-def _noop() -> None:
-    return None
+        if self._pid is not None:
+            self._forks.forget(self._pid)
 
 
 def worker_main(spec: WorkerSpec, held: dict[str, str] | None = None) -> None:
@@ -135,7 +209,9 @@ def worker_main(spec: WorkerSpec, held: dict[str, str] | None = None) -> None:
     once. A problem found before the run starts (broken template, no model) is recorded on the
     queued row, so the ledger always says why.
     """
-    os.setpgid(0, 0)
+    from runner.clock import utcnow
+
+    handed = utcnow()  # the worker has its run: what follows is start overhead
     if held:
         from runner import secrets
 
@@ -143,15 +219,15 @@ def worker_main(spec: WorkerSpec, held: dict[str, str] | None = None) -> None:
     stop = threading.Event()
     install_two_stage_stop(stop)
     become_subreaper()  # what the run's commands leave behind ends with the run
-    from runner.errors import RunnerError, StoreError, failure_reason
+    from runner.errors import RunnerError
     from runner.run.execute import execute
-    from runner.run.request import RunRequest
+    from runner.run.request import Handoff, RunRequest
     from runner.settings import Settings
     from runner.statuses import Trigger
     from runner.store import Store
-    from runner.store.runs import finish_run
 
     settings = Settings(home=Path(spec.home), jobs_path=Path(spec.jobs_path), config_path=Path(spec.config_path))
+    CONFIG.apply(settings)
     # serve has created and migrated the store, and it watches its own workers: open it plainly
     settings.store = Store.open(settings.home / "runner.db", migrate=False)
     # the queued row exists (serve wrote it, with the task id if any): the run starts that row
@@ -162,14 +238,33 @@ def worker_main(spec: WorkerSpec, held: dict[str, str] | None = None) -> None:
         slot=spec.slot,
         stop=stop,
         control_inputs=spec.control_inputs,
+        handoff=Handoff(handed, spec.waited_s),
     )
     try:
         outcome = execute(settings, req)
     except RunnerError as exc:
-        print(f"runner worker {spec.run_id}: {exc}", file=sys.stderr)
-        try:
-            finish_run(settings.store, spec.run_id, RunStatus.FAILED, reason=failure_reason(exc), error=str(exc))
-        except StoreError as again:  # the disk is still full: serve records the worker's exit instead
-            print(f"runner worker {spec.run_id}: cannot record the failure: {again}", file=sys.stderr)
+        _record_failure(settings, spec, exc, handed)
         sys.exit(exc.exit_code)
     sys.exit(outcome.exit_code)
+
+
+def _record_failure(settings: Settings, spec: WorkerSpec, exc: RunnerError, handed: datetime) -> None:
+    """A problem found before the run started: the queued row says why (with the hand-off time)."""
+    from runner.clock import iso
+    from runner.errors import StoreError, failure_reason
+    from runner.store.runs import finish_run
+
+    print(f"runner worker {spec.run_id}: {exc}", file=sys.stderr)
+    try:
+        finish_run(
+            settings.store,
+            spec.run_id,
+            RunStatus.FAILED,
+            reason=failure_reason(exc),
+            error=str(exc),
+            dispatched_at=iso(handed),
+            waited_s=spec.waited_s,
+        )
+    except StoreError as again:  # the disk is still full: serve records the worker's exit instead
+        print(f"runner worker {spec.run_id}: cannot record the failure: {again}", file=sys.stderr)
+

@@ -15,20 +15,24 @@ from runner.statuses import ACTIVE
 
 
 class KanbanTicker:
-    """The kanban dispatcher inside serve: promote, reclaim, claim and start workers."""
+    """The kanban dispatcher inside serve: promote, reclaim, claim and start workers. It looks
+    every ``CHECK`` whether another process committed to runner.db (``PRAGMA data_version``, as
+    ``runner kanban dispatch`` does) and ticks then, or every ``kanban.poll_seconds``, or when a
+    worker exited; workers fork from serve's warm forkserver."""
 
     name = "kanban"
+    CHECK = timedelta(seconds=0.05)
 
     def __init__(self, host: ServeHost):
-        from runner.kanban.dispatch import Dispatcher
+        from runner.kanban.dispatch import Dispatcher, ForkLauncher
 
         self.host = host
-        self.dispatcher = Dispatcher(host.settings)
-        self.every = timedelta(seconds=self.dispatcher.poll_seconds)
-        self._next: datetime | None = None
+        launcher = ForkLauncher(host.settings, host.forks) if host.forks is not None else None
+        self.dispatcher = Dispatcher(host.settings, launcher=launcher)
+        self.changes = self.dispatcher.changes()
 
     def tick(self, now: datetime) -> None:
-        if self._next is not None and now < self._next:
+        if not self.changes.due():
             return
         result = self.dispatcher.tick(now)
         if result.started or result.reclaimed or result.failed_to_start:
@@ -39,10 +43,9 @@ class KanbanTicker:
                 len(result.failed_to_start),
                 result.running,
             )
-        self._next = now + self.every
 
     def next_wake(self, now: datetime) -> datetime | None:
-        return self._next
+        return now + self.CHECK
 
     def close(self) -> None:
         self.dispatcher.close()

@@ -94,6 +94,7 @@ class Pool:
         self._running: dict[str, _Running] = {}
         self._per_job: dict[str, int] = {}
         self._waiting: list[_Waiting] = []
+        self._queued: dict[str, int] = {}  # waiting fires per job
         self._seq = itertools.count()
         self._closing = False
 
@@ -108,16 +109,20 @@ class Pool:
         return len(self._running), len(self._waiting)
 
     def sentinels(self) -> list[int]:
-        return [r.handle.sentinel for r in self._running.values()]
+        """What to wait on for a worker's exit (workers of one forkserver share its socket)."""
+        return list(dict.fromkeys(r.handle.sentinel for r in self._running.values()))
 
     # -- submitting -------------------------------------------------------------------------
     def submit(self, fire: Fire, overlap: str = "allow") -> str:
         """Queue ``fire`` under the job's overlap policy; return ``queued`` or ``skipped``."""
         name = fire.job.name
-        running = [r for r in self._running.values() if r.fire.job.name == name]
-        waiting = [
-            w for w in self._waiting if w.fire.job.name == name and (fire.batch is None or w.fire.batch != fire.batch)
-        ]
+        # a burst submits hundreds of fires at once: look through the lists only for a job that has some
+        running = [r for r in self._running.values() if r.fire.job.name == name] if self._per_job.get(name) else []
+        waiting = (
+            [w for w in self._waiting if w.fire.job.name == name and (fire.batch is None or w.fire.batch != fire.batch)]
+            if self._queued.get(name)
+            else []
+        )
         forced = fire.batch is not None or fire.trigger == Trigger.RETRY
         if not forced and (running or waiting):
             if overlap == "skip" or (overlap == "queue" and waiting):
@@ -136,7 +141,7 @@ class Pool:
                     self.log.info("replacing run %s of %s with %s", r.fire.run_id, name, fire.run_id)
                     self._stop(r, "replaced")
                 for w in waiting:
-                    self._waiting.remove(w)
+                    self._unqueue(w)
                     finish_run(
                         self.store,
                         w.fire.run_id,
@@ -147,8 +152,13 @@ class Pool:
         key_time = fire.not_before or fire.slot or self.clock.now()
         entry = _Waiting((key_time, next(self._seq)), fire, forced or overlap != "allow", self.clock.now())
         bisect.insort(self._waiting, entry)
+        self._queued[name] = self._queued.get(name, 0) + 1
         self.pump()
         return RunStatus.QUEUED
+
+    def _unqueue(self, entry: _Waiting) -> None:
+        self._waiting.remove(entry)
+        self._queued[entry.fire.job.name] -= 1
 
     def pump(self) -> None:
         """Start waiting fires, oldest slot first, while there is room."""
@@ -163,11 +173,12 @@ class Pool:
                 continue
             if entry.exclusive and self._per_job.get(fire.job.name):
                 continue
-            self._waiting.remove(entry)
+            self._unqueue(entry)
             self._start(entry, now)
 
     def _start(self, entry: _Waiting, now: datetime) -> None:
         fire = entry.fire
+        waited = max(0.0, (now - (fire.not_before or entry.queued_at)).total_seconds())
         spec = WorkerSpec(
             home=self.paths.home,
             jobs_path=self.paths.jobs,
@@ -178,6 +189,7 @@ class Pool:
             slot=fire.slot,
             task_id=fire.task_id,
             control_inputs=self.control_inputs,
+            waited_s=round(waited, 3),  # the worker writes it with its start: nothing written here
         )
         try:
             handle = self.spawner.spawn(spec)
@@ -187,12 +199,9 @@ class Pool:
             finish_run(self.store, fire.run_id, RunStatus.FAILED, reason="spawn", error=error)
             self._alert(fire, RunEnd(fire.job.name, fire.run_id, RunStatus.FAILED, "spawn", error))
             return
-        waited = max(0.0, (now - (fire.not_before or entry.queued_at)).total_seconds())
-        if waited >= 0.001 or fire.trigger != Trigger.SCHEDULE:  # a fire row starts with waited_s 0
-            update_run(self.store, fire.run_id, waited_s=round(waited, 3))
         self._running[fire.run_id] = _Running(fire, handle, now, self.monotonic() + fire.job.spec.timeout)
         self._per_job[fire.job.name] = self._per_job.get(fire.job.name, 0) + 1
-        self.log.info("started %s run %s (pid %d, waited %.3fs)", fire.job.name, fire.run_id, handle.pid, waited)
+        self.log.info("started %s run %s (waited %.3fs)", fire.job.name, fire.run_id, waited)
 
     # -- the loop ----------------------------------------------------------------------------
     def tick(self, now: datetime) -> None:
@@ -209,6 +218,8 @@ class Pool:
         self.pump()
 
     def next_wake(self, now: datetime) -> datetime | None:
+        if any(r.handle.poll() is not None for r in self._running.values()):
+            return now  # an exit already read (while starting another worker) is not waited for again
         mono = self.monotonic()
         times: list[datetime] = []
         for run in self._running.values():
@@ -260,11 +271,12 @@ class Pool:
             finish_run(self.store, fire.run_id, status, reason=reason, error=error)
             self._alert(fire, RunEnd(fire.job.name, fire.run_id, status, reason, error))
         self.log.info(
-            "finished %s run %s: %s%s (exit %s)",
+            "finished %s run %s: %s%s (pid %d, exit %s)",
             fire.job.name,
             fire.run_id,
             status,
             f" ({reason})" if reason else "",
+            run.handle.pid,
             code,
         )
         if fire.trigger not in SCHEDULED:
@@ -367,6 +379,7 @@ class Pool:
                 error="serve stopped before it started",
             )
         self._waiting.clear()
+        self._queued.clear()
         for run in self._running.values():
             self._stop(run, "shutdown")
         deadline = time.monotonic() + grace

@@ -1,4 +1,5 @@
-"""Imported once by serve's forkserver, before it forks any worker: everything a worker would
+"""Imported once by the warm forkserver (``runner.forks``) of serve and of ``runner kanban
+dispatch``, before it forks any worker: everything a worker (a run, or a kanban task) would
 otherwise pay for at each start. Imported for its effects; nothing else imports it.
 
 The heavy modules (httpx and its transport stack, pydantic, jinja2, the worker, the agent loop,
@@ -42,6 +43,9 @@ MODULES = [
     "html.parser",
     "encodings.idna",
     "runner.serve.launcher",
+    "runner.kanban.work",
+    "runner.kanban.dispatch",
+    "runner.tools.kanban",
     "backends",
     "backends.local",
     "httpx",

@@ -3,8 +3,9 @@ to the pool.
 
 Each scheduled job is an entry with its stored ``JobState`` and the time it next fires, kept
 in a heap. When an entry is due, ``runner.serve.planner.plan`` decides what each due slot becomes;
-this module writes that decision (``missed`` rows, ``queued`` rows, the new last slot) in one
-transaction and submits the queued runs. The unique ``(job, slot, attempt)`` index is the last
+this module writes the decisions of every job due at that moment (``missed`` rows, ``queued``
+rows, the new last slots) in one transaction and then submits the queued runs; a row's
+``created_at`` is the time of its insert, so the ledger shows how late a fire was written. The unique ``(job, slot, attempt)`` index is the last
 word: a slot that already has a row (another process got there first) is not run again.
 """
 
@@ -23,6 +24,7 @@ from runner.config.jobs import Job, inputs_of
 from runner.config.schedules import Schedule
 from runner.serve.planner import (
     JobState,
+    Plan,
     catchup_window,
     effective_schedule,
     fire_time,
@@ -126,11 +128,14 @@ class ScheduleTicker:
         if self._next_poll is None or now >= self._next_poll:
             self._poll_pauses()
             self._next_poll = now + timedelta(seconds=POLL_S)
+        due: list[_Entry] = []
         while self._heap and self._heap[0][0] <= now:
             _, version, name = heapq.heappop(self._heap)
             entry = self._entries.get(name)
             if entry is not None and entry.version == version:
-                self._fire(entry, now)
+                due.append(entry)
+        if due:
+            self._fire(due, now)
 
     def close(self) -> None:
         self._heap.clear()
@@ -143,27 +148,48 @@ class ScheduleTicker:
                 entry.state = replace(entry.state, paused=paused, paused_reason=flags.get(name))
                 self.log.info("%s %s", name, f"paused ({flags.get(name)})" if paused else "resumed")
 
-    def _fire(self, entry: _Entry, now: datetime) -> None:
-        job = entry.job
-        active = job.spec.enabled and not entry.state.paused
-        decision = plan(job, entry.sched, entry.state, now, window=entry.window, active=active)
-        fires: list[Fire] = []
+    def _fire(self, due: list[_Entry], now: datetime) -> None:
+        """Every job due at this moment: the decisions of all of them are written in one
+        transaction (a burst of 1,000 fires is one commit), then the runs go to the pool."""
+        decided = [(entry, self._plan(entry, now)) for entry in due]
         with self.store.transaction():
-            for i, (slot, reason) in enumerate(decision.missed):
-                note = decision.note if i == 0 else None
-                self._missed(job, slot, reason, now, note)
-            for slot in decision.runs:
-                try:
-                    run_id = create_run(
-                        self.store, job=job.name, trigger=Trigger.SCHEDULE, status=RunStatus.QUEUED, slot=slot, now=now
-                    )
-                except sqlite3.IntegrityError:
-                    self.log.warning("%s slot %s already has a ledger row; not running it again", job.name, iso(slot))
-                    continue
-                update_run(self.store, run_id, waited_s=0.0)  # the pool records a real wait
-                fires.append(Fire(run_id, job, slot))
-            if decision.last_slot != entry.state.last_slot:
-                set_last_slot(self.store, job.name, decision.last_slot)
+            written = [(entry, decision, self._write(entry, decision, now)) for entry, decision in decided]
+        for entry, decision, fires in written:
+            self._after(entry, decision, fires)
+
+    def _plan(self, entry: _Entry, now: datetime) -> Plan:
+        active = entry.job.spec.enabled and not entry.state.paused
+        return plan(entry.job, entry.sched, entry.state, now, window=entry.window, active=active)
+
+    def _write(self, entry: _Entry, decision: Plan, now: datetime) -> list[Fire]:
+        """The ledger rows of one job's decision (inside the caller's transaction): ``missed``
+        rows, ``queued`` rows whose ``created_at`` is the time of the insert, the new last slot."""
+        job = entry.job
+        for i, (slot, reason) in enumerate(decision.missed):
+            self._missed(job, slot, reason, now, decision.note if i == 0 else None)
+        fires: list[Fire] = []
+        for slot in decision.runs:
+            try:
+                run_id = create_run(
+                    self.store,
+                    job=job.name,
+                    trigger=Trigger.SCHEDULE,
+                    status=RunStatus.QUEUED,
+                    slot=slot,
+                    now=self.pool.clock.now(),  # read at the insert, not the tick's reading
+                    waited_s=0.0,
+                )
+            except sqlite3.IntegrityError:
+                self.log.warning("%s slot %s already has a ledger row; not running it again", job.name, iso(slot))
+                continue
+            fires.append(Fire(run_id, job, slot))
+        if decision.last_slot != entry.state.last_slot:
+            set_last_slot(self.store, job.name, decision.last_slot)
+        return fires
+
+    def _after(self, entry: _Entry, decision: Plan, fires: list[Fire]) -> None:
+        """The committed decision of one job: its next fire time, the log, the runs to the pool."""
+        job = entry.job
         entry.state = replace(entry.state, last_slot=decision.last_slot)
         self._schedule(entry, decision.next_fire)
         if decision.consumed:
@@ -192,7 +218,12 @@ class ScheduleTicker:
         error = errors[reason] + (f"; {note}" if note else "")
         try:
             run_id = create_run(
-                self.store, job=job.name, trigger=Trigger.SCHEDULE, status=RunStatus.MISSED, slot=slot, now=now
+                self.store,
+                job=job.name,
+                trigger=Trigger.SCHEDULE,
+                status=RunStatus.MISSED,
+                slot=slot,
+                now=self.pool.clock.now(),
             )
         except sqlite3.IntegrityError:
             return  # already recorded (by another process): nothing to add

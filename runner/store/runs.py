@@ -43,12 +43,14 @@ def create_run(
     task_id: str | None = None,
     parent_run_id: str | None = None,
     now: datetime | None = None,
+    waited_s: float | None = None,
 ) -> str:
-    """Insert the ledger row; raise sqlite3.IntegrityError if (job, slot, attempt) exists."""
+    """Insert the ledger row; raise sqlite3.IntegrityError if (job, slot, attempt) exists.
+    ``created_at`` is ``now``, by default the time of the insert."""
     now = now or utcnow()
     run_id = run_id or new_run_id(now)
     slot_text = iso(slot) if isinstance(slot, datetime) else slot
-    row = {
+    row: dict[str, Any] = {
         "id": run_id,
         "job": job,
         "slot": slot_text,
@@ -62,6 +64,8 @@ def create_run(
     }
     if parent_run_id is not None:  # a subagent's row (the column is from migration m0009)
         row["parent_run_id"] = parent_run_id
+    if waited_s is not None:
+        row["waited_s"] = waited_s
     if status == RunStatus.RUNNING:
         row.update(started_at=iso(now), pid=os.getpid(), pid_start=start_time(os.getpid()))
     cols = ", ".join(row)
@@ -71,12 +75,26 @@ def create_run(
     return run_id
 
 
-def mark_started(store: Store, run_id: str, *, pid: int | None = None, now: datetime | None = None) -> None:
+def mark_started(
+    store: Store,
+    run_id: str,
+    *,
+    pid: int | None = None,
+    now: datetime | None = None,
+    dispatched_at: datetime | None = None,
+    waited_s: float | None = None,
+) -> None:
+    """The queued row starts: ``running`` with this process's pid; a row serve handed to a worker
+    also gets ``dispatched_at`` and ``waited_s`` in the same write."""
     pid = pid or os.getpid()
+    extra = ""
+    values: tuple[Any, ...] = (RunStatus.RUNNING, iso(now or utcnow()), pid, start_time(pid), HOST)
+    if dispatched_at is not None:
+        extra = ", dispatched_at=?, waited_s=COALESCE(?, waited_s)"
+        values += (iso(dispatched_at), waited_s)
     with store.transaction() as conn:
         conn.execute(
-            "UPDATE runs SET status=?, started_at=?, pid=?, pid_start=?, host=? WHERE id=?",
-            (RunStatus.RUNNING, iso(now or utcnow()), pid, start_time(pid), HOST, run_id),
+            f"UPDATE runs SET status=?, started_at=?, pid=?, pid_start=?, host=?{extra} WHERE id=?", (*values, run_id)
         )
 
 

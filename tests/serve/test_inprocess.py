@@ -50,7 +50,7 @@ class ManualClock:
 
 class FakeWorker:
     """A started run, as the pool sees it (``Handle``). Like ``worker_main`` it marks its row
-    running at once; ``finish`` records a final status with the ledger's own ``finish_run``;
+    running at once (with the hand-off time and queue wait); ``finish`` records a final status with the ledger's own ``finish_run``;
     ``die`` exits without one. Its sentinel is a real pipe that becomes readable at exit."""
 
     def __init__(self, spec: WorkerSpec, store: Store, clock: ManualClock, pid: int):
@@ -58,7 +58,9 @@ class FakeWorker:
         self._read, self._write = os.pipe()
         self.code: int | None = None
         self.signals: list[int] = []
-        mark_started(store, spec.run_id, now=clock.now())
+        mark_started(
+            store, spec.run_id, now=clock.now(), dispatched_at=clock.now(), waited_s=spec.waited_s
+        )
 
     @property
     def pid(self) -> int:

@@ -1,0 +1,436 @@
+"""A warm forkserver: one long-lived helper process that has imported everything a worker needs
+and forks a child per run (serve's runs, kanban workers), so starting a worker costs a ``fork()``
+and no interpreter start, import or ``multiprocessing`` bootstrap.
+
+The helper is a fresh interpreter (``python -m runner.forks``) started with ``close_fds``: it holds
+none of its parent's descriptors (serve's lock, its SQLite connection, its pipes) and no thread.
+Parent and helper talk over one socket pair, in length-prefixed pickled frames:
+
+- parent -> helper: ``Warm`` once (modules to import, ``module:function`` set-up calls), then a
+  ``Spawn`` per child (``module:function`` and its arguments; a new session or a process group;
+  a log file for stdout and stderr; environment variables);
+- helper -> parent: ``ready``, then ``forked``/``refused`` per request and ``exited`` per child.
+
+Keys the child must hold travel in the pickled arguments (the socket), never in an environment
+block. A child closes the helper's socket and its signal set-up before it runs its target, so it
+cannot ask for forks. When the parent goes away the helper exits (EOF) and leaves its children
+running; when the helper dies, ``WarmForks`` notices, reports children it can no longer reap by
+watching their pids, and starts a new helper for the next request.
+
+Nothing here imports serve or kanban: targets are named by string.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import os
+import pickle
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+HEADER = struct.Struct("!I")
+LOST_EXIT = 255  # what poll() reports for a child whose helper died before telling its exit code
+
+
+@dataclass(frozen=True)
+class Warm:
+    """The helper's one-time preparation: imports, then set-up calls (``module:function``, args)."""
+
+    modules: tuple[str, ...] = ()
+    setup: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+
+
+@dataclass(frozen=True)
+class Spawn:
+    """One child: ``target`` (``module:function``) called with ``args``."""
+
+    target: str
+    args: tuple[Any, ...] = ()
+    session: bool = False  # a new session (kanban workers); else a process group of its own
+    output: str | None = None  # append stdout and stderr to this file (stdin from /dev/null)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def resolve(target: str) -> Callable[..., Any]:
+    module, _, name = target.partition(":")
+    fn: Callable[..., Any] = getattr(importlib.import_module(module), name)
+    return fn
+
+
+# -- framing ---------------------------------------------------------------------------------
+def _send(sock: socket.socket, message: tuple[Any, ...]) -> None:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    sock.sendall(HEADER.pack(len(data)) + data)
+
+
+class _Frames:
+    """Frames read from a socket as bytes arrive."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[tuple[Any, ...]]:
+        self._buf += data
+        out: list[tuple[Any, ...]] = []
+        while len(self._buf) >= HEADER.size:
+            (size,) = HEADER.unpack_from(self._buf)
+            if len(self._buf) < HEADER.size + size:
+                break
+            out.append(pickle.loads(bytes(self._buf[HEADER.size : HEADER.size + size])))
+            del self._buf[: HEADER.size + size]
+        return out
+
+
+# -- the parent's side ---------------------------------------------------------------------------
+class ForkError(OSError):
+    """The helper could not start a child (or is gone)."""
+
+
+class WarmForks:
+    """The parent's handle on the helper. Thread-safe; ``fileno()`` becomes readable when the
+    helper has news (a child exited), for a parent that waits on several descriptors."""
+
+    def __init__(self, warm: Warm, *, python: str = sys.executable):
+        self.warm_spec, self.python = warm, python
+        self._lock = threading.RLock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
+        self._frames = _Frames()
+        self._ready = False
+        self._seq = 0
+        self._replies: dict[int, tuple[Any, ...]] = {}
+        self._exits: dict[int, int] = {}
+        self._orphans: dict[int, str | None] = {}  # children of a helper that died: pid -> start time
+        self._children: set[int] = set()
+
+    # -- life of the helper ---------------------------------------------------------------------
+    def start(self) -> WarmForks:
+        """Start the helper; it imports in the background (``ready()`` waits for it)."""
+        with self._lock:
+            if self._proc is not None and self._proc.poll() is None:
+                return self
+            ours, theirs = socket.socketpair()
+            ours.set_inheritable(False)
+            self._proc = subprocess.Popen(
+                [self.python, "-m", "runner.forks", str(theirs.fileno())],
+                stdin=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),),
+                close_fds=True,
+            )
+            theirs.close()
+            self._sock, self._frames, self._ready = ours, _Frames(), False
+            _send(ours, ("warm", self.warm_spec))
+        return self
+
+    def ready(self, timeout: float = 120.0) -> None:
+        """Wait until the helper has done its imports and set-up (raises ForkError if it died)."""
+        with self._lock:
+            if self._sock is None:
+                self.start()
+            deadline = time.monotonic() + timeout
+            while not self._ready:
+                self._read(max(0.0, deadline - time.monotonic()))
+                if not self._ready and time.monotonic() >= deadline:
+                    raise ForkError("the warm forkserver did not get ready in time")
+
+    def fileno(self) -> int:
+        with self._lock:
+            if self._sock is None:
+                self.start()
+            assert self._sock is not None
+            return self._sock.fileno()
+
+    def close(self) -> None:
+        """Stop the helper (its children keep running)."""
+        with self._lock:
+            if self._sock is not None:
+                self._sock.close()
+                self._sock = None
+            if self._proc is not None:
+                try:
+                    self._proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    self._proc.kill()
+                    self._proc.wait()
+                self._proc = None
+
+    @property
+    def server_pid(self) -> int | None:
+        """The helper's pid (None before it started)."""
+        return self._proc.pid if self._proc is not None else None
+
+    # -- children ---------------------------------------------------------------------------------
+    def submit(self, request: Spawn) -> int:
+        """Ask for a child without waiting for the fork: returns a ticket for ``pid`` (ForkError
+        when the helper cannot be reached). A parent that starts many children at once (a burst)
+        goes on with its own work while the helper forks."""
+        with self._lock:
+            if self._sock is None or self._proc is None or self._proc.poll() is not None:
+                self._restart()
+            self.ready()
+            self._seq += 1
+            try:
+                assert self._sock is not None
+                _send(self._sock, ("spawn", self._seq, request))
+            except OSError as exc:
+                self._lost()
+                raise ForkError(f"the warm forkserver is gone: {exc}") from None
+            return self._seq
+
+    def pid(self, ticket: int, *, wait: bool = True, timeout: float = 30.0) -> int | None:
+        """The pid of the child ``ticket`` asked for; without ``wait``, None while the helper has
+        not answered. ForkError when the fork failed or the helper died before answering."""
+        with self._lock:
+            deadline = time.monotonic() + timeout
+            while ticket not in self._replies:
+                if self._sock is None:
+                    raise ForkError("the warm forkserver died while forking")
+                remaining = deadline - time.monotonic()
+                if wait and remaining <= 0:
+                    raise ForkError("the warm forkserver did not answer in time")
+                self._read(max(0.0, remaining) if wait else 0.0)
+                if not wait and ticket not in self._replies:
+                    return None
+            reply = self._replies.pop(ticket)
+            if reply[0] == "refused":
+                raise ForkError(f"the warm forkserver could not fork: {reply[2]}")
+            pid = int(reply[2])
+            self._children.add(pid)
+            return pid
+
+    def spawn(self, request: Spawn, timeout: float = 30.0) -> int:
+        """Fork a child for ``request`` and return its pid (ForkError when the helper cannot)."""
+        pid = self.pid(self.submit(request), timeout=timeout)
+        assert pid is not None
+        return pid
+
+    def poll(self, pid: int) -> int | None:
+        """``pid``'s exit code once it has ended (negative: the signal that killed it)."""
+        with self._lock:
+            if pid in self._exits:
+                return self._exits[pid]
+            if self._sock is not None:
+                self._read(0.0)
+                if pid in self._exits:
+                    return self._exits[pid]
+            if pid in self._orphans:
+                from runner.procs import running
+
+                if not running(pid, self._orphans[pid]):
+                    del self._orphans[pid]
+                    self._exits[pid] = LOST_EXIT
+                    return LOST_EXIT
+            return None
+
+    def forget(self, pid: int) -> None:
+        with self._lock:
+            self._exits.pop(pid, None)
+            self._orphans.pop(pid, None)
+            self._children.discard(pid)
+
+    # -- internals --------------------------------------------------------------------------------
+    def _restart(self) -> None:
+        self._lost()
+        self.start()
+
+    def _lost(self) -> None:
+        """The helper is gone: watch its unreaped children by pid from now on."""
+        from runner.procs import start_time
+
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                self._proc.kill()
+            self._proc.wait()
+            self._proc = None
+        for pid in self._children:
+            if pid not in self._exits:
+                self._orphans[pid] = start_time(pid)
+        self._ready = False
+
+    def _read(self, timeout: float) -> None:
+        """Read what the helper sent (waiting at most ``timeout`` for the first bytes)."""
+        sock = self._sock
+        if sock is None:
+            return
+        sock.settimeout(timeout if timeout > 0 else 0.0)
+        chunks = []
+        try:
+            while True:
+                data = sock.recv(65536)
+                if not data:
+                    self._lost()
+                    break
+                chunks.append(data)
+                sock.settimeout(0.0)
+        except (BlockingIOError, TimeoutError, InterruptedError):
+            pass
+        except OSError:
+            self._lost()
+        for message in self._frames.feed(b"".join(chunks)):
+            self._take(message)
+
+    def _take(self, message: tuple[Any, ...]) -> None:
+        kind = message[0]
+        if kind == "ready":
+            self._ready = True
+        elif kind in ("forked", "refused"):
+            self._replies[int(message[1])] = message
+        elif kind == "exited":
+            self._exits[int(message[1])] = int(message[2])
+
+
+# -- the helper's side ------------------------------------------------------------------------------
+def exit_code(status: int) -> int:
+    """A ``waitpid`` status as ``multiprocessing`` reports it (negative: killed by that signal)."""
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+class _Helper:
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.frames = _Frames()
+        self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.sel = selectors.DefaultSelector()
+
+    def serve(self) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        sel = self.sel
+        sel.register(self.sock, selectors.EVENT_READ)
+        sel.register(self.wake_r, selectors.EVENT_READ)
+        while True:
+            for key, _ in sel.select():
+                if key.fileobj is self.sock:
+                    data = self.sock.recv(65536)
+                    if not data:
+                        return  # the parent is gone: leave the children running
+                    for message in self.frames.feed(data):
+                        self.handle(message)
+                else:
+                    _drain(self.wake_r)
+            self.reap()
+
+    def handle(self, message: tuple[Any, ...]) -> None:
+        if message[0] == "warm":
+            self.prepare(message[1])
+            gc.collect()
+            gc.freeze()  # the preloaded objects are never scanned by a child's collector: fewer copied pages
+            _send(self.sock, ("ready",))
+        elif message[0] == "spawn":
+            seq, request = message[1], message[2]
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                _send(self.sock, ("refused", seq, str(exc)))
+                return
+            if pid == 0:
+                self.child(request)  # never returns
+            _send(self.sock, ("forked", seq, pid))
+
+    def prepare(self, warm: Warm) -> None:
+        for name in warm.modules:
+            try:
+                importlib.import_module(name)
+            except Exception as exc:  # noqa: BLE001 - a child imports it again and reports the error
+                print(f"warm forkserver: cannot preload {name}: {exc}", file=sys.stderr, flush=True)
+        for target, args in warm.setup:
+            try:
+                resolve(target)(*args)
+            except Exception as exc:  # noqa: BLE001 - the set-up is a cache: children do without it
+                print(f"warm forkserver: {target} failed: {exc}", file=sys.stderr, flush=True)
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            _send(self.sock, ("exited", pid, exit_code(status)))
+
+    def child(self, request: Spawn) -> None:
+        code = 1
+        try:
+            signal.set_wakeup_fd(-1)
+            for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_DFL)
+            self.sel.close()
+            self.sock.close()
+            os.close(self.wake_r)
+            os.close(self.wake_w)
+            _detach(request)
+            os.environ.update(request.env)
+            resolve(request.target)(*request.args)
+            code = 0
+        except SystemExit as exc:
+            code = _system_exit_code(exc)
+        except BaseException:  # noqa: BLE001 - the child's last word goes to its stderr
+            traceback.print_exc()
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            os._exit(code)
+
+
+def _detach(request: Spawn) -> None:
+    if request.session:
+        os.setsid()
+    else:
+        os.setpgid(0, 0)
+    if request.output is not None:
+        fd = os.open(request.output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        os.close(null)
+
+
+def _system_exit_code(exc: SystemExit) -> int:
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except BlockingIOError:
+        return
+
+
+def main(argv: list[str]) -> None:
+    sock = socket.socket(fileno=int(argv[0]))
+    sock.set_inheritable(False)
+    try:
+        _Helper(sock).serve()
+    except (BrokenPipeError, ConnectionResetError):
+        return  # the parent is gone (it may have stopped before we were ready): nothing to report to
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
