@@ -29,6 +29,9 @@ MODULES = [
     "runner.tools.terminal",
     "runner.store",
     "runner.store.runs",
+    "runner.store.budget",
+    "runner.run.budget",
+    "runner.run.toolbox",
     "runner.run.protect",
     "runner.run.context_files",
     "runner.safety.approval",
@@ -68,3 +71,7 @@ shared_ssl_context()
 from runner.delivery.retry import tls_context  # noqa: E402
 
 tls_context()
+
+from runner.warm import ready_loaded  # noqa: E402
+
+ready_loaded()  # LazyPatterns compiled and deferred validators built once, not in every child
