@@ -113,7 +113,9 @@ class ProcessLauncher:
                 {ENV_TASK: str(claim.task_id), ENV_FENCE: str(claim.fence), "PYTHONUNBUFFERED": "1"}
             )
             argv = [self.python, "-m", "runner", "--home", str(home), "--jobs", str(self.settings.jobs_path)]
-            argv += ["--config", str(self.settings.config_path), "kanban", "work"]
+            if self.settings.config_given:  # the default is found by the worker itself (it may not exist)
+                argv += ["--config", str(self.settings.config_path)]
+            argv += ["kanban", "work"]
             try:
                 return subprocess.Popen(
                     argv,

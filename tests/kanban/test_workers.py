@@ -266,3 +266,24 @@ def test_lease_keeper_renews_and_a_hand_move_stops_the_worker(project):
         assert [e["payload"] for e in board.events(t) if e["kind"] == "refused"] == [
             '{"action":"renew","current_fence":1}'
         ]
+
+
+def test_process_launcher_without_a_config_file(project, monkeypatch):
+    """A home with no config.yaml: the worker finds the defaults itself (it used to be handed
+    ``--config HOME/config.yaml`` and refused the missing file)."""
+    from runner.kanban.dispatch import Dispatcher, ProcessLauncher
+    from runner.settings import Settings
+    from tests.conftest import REPO
+
+    project.write_jobs(JOBS.format(root=project.root))
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    settings = Settings.from_options(home=str(project.home), jobs=str(project.jobs_path))
+    assert not settings.config_path.exists()
+    task = add(project, "no config", "--job", "step")
+    dispatcher = Dispatcher(settings, launcher=ProcessLauncher(settings))
+    try:
+        started = dispatcher.tick(utcnow()).started
+        assert [s.task_id for s in started] == [task]
+        wait_for(lambda: status_of(project, task) == "done", what="the task done")
+    finally:
+        dispatcher.close()
