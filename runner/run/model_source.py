@@ -16,6 +16,7 @@ from runner.agent.keys import KeySource
 from runner.agent.loop import Pricing
 from runner.agent.types import LLM, Message, Usage
 from runner.config.jobs import Job
+from runner.config.model_options import ModelOptions
 from runner.run.model_choice import ModelChoice
 from runner.run.request import Given, ModelSource, Record, Replay
 from runner.safety.redact import Redactor
@@ -68,13 +69,16 @@ class Providers:
     pools: PoolFactory  # attached to the run's emit and deadline when it connects
     record: Path | None
     secrets: tuple[str, ...]
+    options: ModelOptions | None = None  # the job's model_options (over each provider's)
+    idle_timeout: float | None = None
 
     def connect(self, *, emit: EmitFn, deadline: float | None, redactor: Redactor, on_model: OnModel) -> Connected:
         from runner.run.model_choice import build_client
 
         self.pools.attach(emit=emit, deadline=deadline)
         chain = [
-            (c.provider_name, build_client(c, k, emit=emit)) for c, k in zip(self.choices, self.sources, strict=True)
+            (c.provider_name, build_client(c, k, emit=emit, options=self.options, idle_timeout=self.idle_timeout))
+            for c, k in zip(self.choices, self.sources, strict=True)
         ]
         client: LLM = chain[0][1]
         pricing = self.choices[0].pricing
@@ -118,7 +122,7 @@ def _providers(settings: Settings, job: Job, *, record: Path | None) -> Provider
     last = len(choices) - 1  # only the last provider waits for a cooling key; the others hand over
     sources = tuple(key_source(c, job=job.name, pool_factory=pools, may_wait=i == last) for i, c in enumerate(choices))
     secrets = tuple(v for keys in sources for v in keys.values())
-    return Providers(job.name, choices, sources, pools, record, secrets)
+    return Providers(job.name, choices, sources, pools, record, secrets, job.spec.model_options, job.spec.idle_timeout)
 
 
 class _Chain(LLM, Protocol):
