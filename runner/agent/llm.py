@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from runner.agent.keys import Action, Credential, KeySource
-from runner.agent.stream import Assembly, StreamCut, TextEvents, parse_completion
+from runner.agent.stream import Assembly, BadChunk, StreamCut, TextEvents, parse_completion, sse_events
 from runner.agent.types import Message
 from runner.config.model_options import MaxTokensField, ModelOptions, request_fields
 from runner.errors import ModelError
@@ -115,9 +115,9 @@ class _Clock:
         self.idle = idle
         self.idle_until = None if idle is None else now + idle
 
-    def progress(self) -> None:
+    def progress(self, now: float) -> None:
         if self.idle is not None:
-            self.idle_until = time.monotonic() + self.idle
+            self.idle_until = now + self.idle
 
     def end(self) -> float | None:
         ends = [t for t in (self.deadline, self.idle_until) if t is not None]
@@ -239,10 +239,7 @@ class ChatClient:
             )
             if not self.stream:
                 return parse_completion(raw.parse(), provider=self.provider)
-            assembly = Assembly(provider=self.provider)
-            events = TextEvents(self.emit)
-            assembly.read(raw.parse(), clock=clock, events=events)
-            return assembly.message()
+            return self._read_stream(raw.http_response, clock)
         except openai.APIStatusError as exc:
             return _status_failure(exc)
         except openai.APITimeoutError as exc:
@@ -251,6 +248,22 @@ class ChatClient:
             return Failure(f"connection error: {type(exc).__name__}: {exc.__cause__ or exc}")
         except openai.OpenAIError as exc:  # a body the SDK could not read as a chat completion
             raise ModelError(f"{self.provider}: malformed response: {exc}", reason="model_error") from exc
+
+    def _read_stream(self, response: Any, clock: _Clock) -> Message:
+        """The streamed answer from the raw HTTP response (server-sent events read as JSON)."""
+        import httpx2
+
+        assembly = Assembly(provider=self.provider)
+        try:
+            assembly.read(sse_events(response.iter_bytes()), clock=clock, events=TextEvents(self.emit))
+        except (httpx2.HTTPError, httpx2.StreamError) as exc:
+            kind = "timeout" if isinstance(exc, httpx2.TimeoutException) else "connection error"
+            raise assembly.cut(f"{kind}: {type(exc).__name__}: {exc}") from exc
+        except BadChunk as exc:
+            raise ModelError(f"{self.provider}: malformed response: {exc}", reason="model_error") from exc
+        finally:
+            response.close()
+        return assembly.message()
 
     def _auth(self, cred: Credential | None) -> dict[str, Any]:
         import openai

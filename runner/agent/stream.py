@@ -4,14 +4,14 @@
 Reasoning comes as ``reasoning_content`` (DeepSeek, vLLM, llama.cpp) or ``reasoning``
 (OpenRouter, Ollama); content may come as a list of parts; both are kept on the ``Message``.
 Cached prompt tokens are ``usage.prompt_tokens_details.cached_tokens``.
-Nothing here imports the SDK: its objects are read by attribute.
+Nothing here imports the SDK: its whole responses are read by attribute, streamed chunks as JSON.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -24,9 +24,10 @@ PARTIAL_CHARS = 20_000  # a cut stream's partial text kept in its event
 
 
 class Progress(Protocol):
-    def progress(self) -> None: ...
+    @property
+    def deadline(self) -> float | None: ...
 
-    def end(self) -> float | None: ...
+    def progress(self, now: float) -> None: ...
 
 
 class StreamCut(Exception):
@@ -58,12 +59,11 @@ class TextEvents:
         self.text: list[str] = []
         self.reasoning: list[str] = []
 
-    def add(self, text: str, reasoning: str) -> None:
+    def add(self, text: str, reasoning: str, now: float) -> None:
         if text:
             self.text.append(text)
         if reasoning:
             self.reasoning.append(reasoning)
-        now = time.monotonic()
         if now - self.last >= self.interval and (self.text or self.reasoning):
             payload = {"text": "".join(self.text)}
             if self.reasoning:
@@ -72,9 +72,48 @@ class TextEvents:
             self.text, self.reasoning, self.last = [], [], now
 
 
+def sse_events(blocks: Iterable[bytes]) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a server-sent event stream's ``data:`` fields, up to ``[DONE]``,
+    from the body's bytes as they arrive (lines split here: cheaper than a text decoder)."""
+    rest = b""
+    data: list[bytes] = []
+    for block in blocks:
+        lines = (rest + block).split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            line = line.rstrip(b"\r")
+            if line.startswith(b"data:"):
+                data.append(line[6:] if line.startswith(b"data: ") else line[5:])
+            elif not line and data:
+                payload, data = b"\n".join(data), []
+                if payload.strip() == b"[DONE]":
+                    return
+                yield _chunk(payload)
+            # ``event:``, ``id:``, ``retry:`` and ``:`` comment lines carry nothing we use
+    if rest.startswith(b"data:"):
+        data.append(rest[5:])
+    if data and b"\n".join(data).strip() != b"[DONE]":
+        yield _chunk(b"\n".join(data))
+
+
+def _chunk(payload: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(payload)
+    except ValueError as exc:
+        raise BadChunk(f"a stream chunk is not JSON: {payload[:200]!r}") from exc
+    if not isinstance(value, dict):
+        raise BadChunk(f"a stream chunk is not an object: {payload[:200]!r}")
+    return value
+
+
+class BadChunk(ValueError):
+    """A streamed event that is not a chat.completion.chunk object."""
+
+
 @dataclass
 class Assembly:
-    """The deltas of one streamed answer, put together."""
+    """The deltas of one streamed answer, put together. Chunks are read as plain JSON: the SDK's
+    typed chunks cost about 0.3 ms each to build, 150 ms for a 2 KB answer sent a token at a time."""
 
     provider: str
     content: list[str] = field(default_factory=list)
@@ -85,59 +124,61 @@ class Assembly:
     usage: Usage = field(default_factory=Usage)
     model: str | None = None
 
-    def read(self, chunks: Iterable[Any], *, clock: Progress, events: TextEvents) -> None:
-        """Consume the stream; a connection error mid-way raises ``StreamCut`` with the partial text."""
-        import openai
-
-        try:
-            for chunk in chunks:
-                clock.progress()
-                text, thought = self.add(chunk)
-                events.add(text, thought)
-                end = clock.end()
-                if end is not None and time.monotonic() > end:
-                    raise StreamCut("the call's time ran out mid-stream", "".join(self.content), "".join(self.reasoning))
-        except openai.APIConnectionError as exc:
-            kind = "timeout" if isinstance(exc, openai.APITimeoutError) else "connection error"
-            raise StreamCut(f"{kind}: {exc.__cause__ or exc}", "".join(self.content), "".join(self.reasoning)) from exc
+    def read(self, chunks: Iterable[dict[str, Any]], *, clock: Progress, events: TextEvents) -> None:
+        """Consume the stream; a stream that ends early raises ``StreamCut`` with the partial text
+        (the caller turns a transport error mid-way into one too, with ``cut``)."""
+        for chunk in chunks:
+            now = time.monotonic()
+            clock.progress(now)
+            if "error" in chunk:  # an error sent inside the stream
+                raise self.cut(f"the provider sent an error mid-stream: {_error_text(chunk['error'])}")
+            text, thought = self.add(chunk)
+            if text or thought:
+                events.add(text, thought, now)
+            if clock.deadline is not None and now > clock.deadline:
+                raise self.cut("the call's time ran out mid-stream")
         if self.finish is None:
-            raise StreamCut("the stream ended without a finish reason", "".join(self.content), "".join(self.reasoning))
+            raise self.cut("the stream ended without a finish reason")
 
-    def add(self, chunk: Any) -> tuple[str, str]:
+    def cut(self, error: str) -> StreamCut:
+        return StreamCut(error, "".join(self.content), "".join(self.reasoning))
+
+    def add(self, chunk: dict[str, Any]) -> tuple[str, str]:
         """One chunk; returns the text and reasoning it added."""
-        self.model = getattr(chunk, "model", None) or self.model
-        if getattr(chunk, "usage", None) is not None:
-            self.usage = read_usage(chunk.usage)
+        self.model = chunk.get("model") or self.model
+        if chunk.get("usage"):
+            self.usage = usage_of(chunk["usage"])
         text = thought = ""
-        for choice in getattr(chunk, "choices", None) or []:
-            if getattr(choice, "index", 0) != 0:
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
                 continue
-            delta = choice.delta
-            text = getattr(delta, "content", None) or ""
-            thought = reasoning_of(delta) or ""
+            delta = choice.get("delta") or {}
+            text = delta.get("content") or ""
+            thought = delta.get("reasoning_content") or delta.get("reasoning") or ""
+            if not isinstance(thought, str):
+                thought = json.dumps(thought, ensure_ascii=False)
             if text:
                 self.content.append(text)
             if thought:
                 self.reasoning.append(thought)
-            if getattr(delta, "refusal", None):
-                self.refusal.append(delta.refusal)
-            for call in getattr(delta, "tool_calls", None) or []:
+            if delta.get("refusal"):
+                self.refusal.append(delta["refusal"])
+            for call in delta.get("tool_calls") or ():
                 self._call_delta(call)
-            if choice.finish_reason:
-                self.finish = choice.finish_reason
+            if choice.get("finish_reason"):
+                self.finish = choice["finish_reason"]
         return text, thought
 
-    def _call_delta(self, call: Any) -> None:
-        index = call.index if getattr(call, "index", None) is not None else len(self.calls)
-        slot = self.calls.setdefault(index, {"id": None, "name": "", "arguments": []})
-        if getattr(call, "id", None):
-            slot["id"] = call.id
-        function = getattr(call, "function", None)
-        if function is not None:
-            if getattr(function, "name", None):
-                slot["name"] += function.name
-            if getattr(function, "arguments", None):
-                slot["arguments"].append(function.arguments)
+    def _call_delta(self, call: dict[str, Any]) -> None:
+        index = call.get("index")
+        slot = self.calls.setdefault(len(self.calls) if index is None else index, {"id": None, "name": "", "arguments": []})
+        if call.get("id"):
+            slot["id"] = call["id"]
+        function = call.get("function") or {}
+        if function.get("name"):
+            slot["name"] += function["name"]
+        if function.get("arguments"):
+            slot["arguments"].append(function["arguments"])
 
     def message(self) -> Message:
         calls = tuple(
@@ -153,6 +194,21 @@ class Assembly:
             reasoning="".join(self.reasoning) or None,
             refusal="".join(self.refusal) or None,
         )
+
+
+def usage_of(usage: dict[str, Any]) -> Usage:
+    details = usage.get("prompt_tokens_details") or {}
+    return Usage(
+        int(usage.get("prompt_tokens") or 0),
+        int(usage.get("completion_tokens") or 0),
+        int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0,
+    )
+
+
+def _error_text(error: Any) -> str:
+    if isinstance(error, dict):
+        return str(error.get("message") or error.get("code") or error)[:300]
+    return str(error)[:300]
 
 
 def parse_completion(completion: Any, *, provider: str) -> Message:
