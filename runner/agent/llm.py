@@ -207,6 +207,7 @@ class ChatClient:
         """One model turn. ``timeout`` bounds the whole call, retries and waits included; the
         idle timeout bounds each wait for the next sign of progress."""
         body = self.request_body(messages, tools, max_tokens)
+        self._sdk()  # the first call imports the SDK: not time the model is given
         clock = _Clock(timeout, self.idle_timeout)
         retries = 0
         while True:
