@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner.agent.keys import Action, Credential, KeySource
 from runner.agent.stream import Assembly, BadChunk, StreamCut, TextEvents, parse_completion, sse_events
-from runner.agent.types import Message
+from runner.agent.types import WIRE_DROPPED, Message
 from runner.config.model_options import MaxTokensField, ModelOptions, request_fields
 from runner.errors import ModelError
 
@@ -183,6 +183,7 @@ class ChatClient:
                 default_headers=self.headers,
                 http_client=http,
             )
+            _ = self._client.chat.completions  # its resource modules load on first access
         return self._client
 
     def request_body(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]], max_tokens: int | None) -> dict[str, Any]:
@@ -213,7 +214,7 @@ class ChatClient:
         while True:
             cred = self.keys.current()
             try:
-                message = self._attempt(list(messages), body, cred, clock)
+                message = self._attempt(wire_messages(messages), body, cred, clock)
             except StreamCut as cut:
                 self.emit("stream_cut", cut.payload())
                 failure = Failure(f"connection error: stream cut after {cut.chars} characters ({cut.error})")
@@ -311,12 +312,22 @@ class ChatClient:
         return retries + 1
 
 
+def wire_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation as sent: runner's own keys (a turn's ``reasoning``) left out."""
+    return [
+        {k: v for k, v in m.items() if k not in WIRE_DROPPED} if WIRE_DROPPED.intersection(m) else m
+        for m in messages
+    ]
+
+
 def _status_failure(exc: Any) -> Failure:
     """An ``openai.APIStatusError`` as a Failure: status, headers and the body's text."""
+    import httpx2
+
     response = exc.response
     try:
         text = response.text
-    except Exception:  # noqa: BLE001 - a streamed body that was not read: the SDK's parsed copy
+    except httpx2.ResponseNotRead:  # closed before it was read: the SDK's copy, if any
         text = json.dumps(exc.body) if exc.body is not None else str(exc.message)
     status = int(exc.status_code)
     return Failure(f"HTTP {status}: {provider_message(text)}", status, dict(response.headers), text)

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+WIRE_DROPPED = frozenset({"reasoning", "refusal"})  # message keys kept in transcripts, never sent to a model
+
 
 @dataclass(frozen=True)
 class ToolCall:
@@ -60,9 +62,17 @@ class Message:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"role": "assistant", "content": self.content}
+        """The turn as a conversation message. ``reasoning`` and ``refusal`` are kept for the run's
+        transcript; the chat client leaves them out of requests (``WIRE_DROPPED``), so a refusal
+        goes back to the model as the turn's content."""
+        content = self.content if self.content is not None or self.tool_calls else self.refusal
+        out: dict[str, Any] = {"role": "assistant", "content": content}
         if self.tool_calls:
             out["tool_calls"] = [c.to_dict() for c in self.tool_calls]
+        if self.refusal:
+            out["refusal"] = self.refusal
+        if self.reasoning:
+            out["reasoning"] = self.reasoning
         return out
 
     def to_record(self) -> dict[str, Any]:

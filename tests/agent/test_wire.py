@@ -75,8 +75,13 @@ def test_streamed_reasoning_content_is_kept_apart_from_the_answer(fake):
     reply = llm.complete([{"role": "user", "content": "hi"}], [])
     assert reply.content == "Hello! How can I help?"
     assert reply.reasoning == "The user greets me; greet back."
-    assert "reasoning" not in reply.to_dict()  # never sent back to the model
     assert reply.to_record()["reasoning"] == reply.reasoning
+    conversation = [{"role": "user", "content": "hi"}, reply.to_dict(), {"role": "user", "content": "more"}]
+    assert conversation[1]["reasoning"] == reply.reasoning  # kept in the run's transcript
+    fake.add(recorded("reasoning_stream.http"))
+    llm.complete(conversation, [])
+    sent = fake.requests[1]["body"]["messages"][1]
+    assert sent == {"role": "assistant", "content": "Hello! How can I help?"}  # never sent back to the model
 
 
 def test_reasoning_model_response_with_cached_prompt_tokens(fake):
