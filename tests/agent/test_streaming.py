@@ -4,9 +4,11 @@ coalesced `stream_text` events and `runner runs logs --follow` showing the text 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from runner.testing import Reply, call, calls, cut, final, stall
 from tests.agent.test_limits import config, kinds, last_run
@@ -42,6 +44,9 @@ def test_a_streamed_turn_is_assembled_and_asks_for_usage(project, fake):
     assert events(project, "response")[1]["content"] == LONG
     out = project.cli("runs", "show", last_run(project)["id"]).output
     assert "thinks: The user wants a listing" in out and "(40 cached)" in out
+    transcript = json.loads((project.home / "logs" / "runs" / f"{last_run(project)['id']}.json").read_text())
+    assert transcript[2]["reasoning"] == "The user wants a listing; ls is enough."
+    assert "reasoning" not in fake.requests[1]["body"]["messages"][2]  # kept, never sent back
 
 
 def test_a_long_generation_that_keeps_sending_outlives_the_idle_timeout(project, fake):
@@ -137,6 +142,7 @@ def test_a_provider_without_streaming_gets_plain_requests(project, fake):
     assert turn["refusal"] == "I can't help with that." and turn["content"] is None
     out = project.cli("runs", "show", last_run(project)["id"]).output
     assert "refuses: I can't help with that." in out
+    assert Path(last_run(project)["output_path"]).read_text().strip() == "I can't help with that."
 
 
 def _running_id(project, timeout: float = 20) -> str:
