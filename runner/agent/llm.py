@@ -186,9 +186,13 @@ class ChatClient:
             _ = self._client.chat.completions  # its resource modules load on first access
         return self._client
 
-    def request_body(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]], max_tokens: int | None) -> dict[str, Any]:
-        """The request's JSON fields besides model and messages: tools, options, streaming."""
-        options = self.options if max_tokens is None else self.options.model_copy(update={"max_tokens": max_tokens})
+    def request_body(self, tools: Sequence[dict[str, Any]], max_tokens: int | None) -> dict[str, Any]:
+        """The request's JSON fields besides model and messages: tools, options, streaming. A call's
+        ``max_tokens`` (the grace call's) applies unless the options set a lower one."""
+        options = self.options
+        if max_tokens is not None:
+            limit = max_tokens if options.max_tokens is None else min(max_tokens, options.max_tokens)
+            options = options.model_copy(update={"max_tokens": limit})
         body = request_fields(options, model=self.model, field=self.max_tokens_field)
         if tools:
             body["tools"] = list(tools)
@@ -207,7 +211,7 @@ class ChatClient:
     ) -> Message:
         """One model turn. ``timeout`` bounds the whole call, retries and waits included; the
         idle timeout bounds each wait for the next sign of progress."""
-        body = self.request_body(messages, tools, max_tokens)
+        body = self.request_body(tools, max_tokens)
         self._sdk()  # the first call imports the SDK: not time the model is given
         clock = _Clock(timeout, self.idle_timeout)
         retries = 0
