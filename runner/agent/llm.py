@@ -106,12 +106,12 @@ class Failure:
 
 
 class _Clock:
-    """The time bounds of one ``complete()``: the hard deadline of the call (``timeout``) and the
-    idle deadline, which every sign of progress (a chunk of the stream) moves on."""
+    """The time bounds of one ``complete()``: the hard deadline of the call (``time.monotonic()``
+    based) and the idle deadline, which every sign of progress (a chunk of the stream) moves on."""
 
-    def __init__(self, timeout: float | None, idle: float | None):
+    def __init__(self, deadline: float | None, idle: float | None):
         now = time.monotonic()
-        self.deadline = None if timeout is None else now + timeout
+        self.deadline = deadline
         self.idle = idle
         self.idle_until = None if idle is None else now + idle
 
@@ -211,9 +211,10 @@ class ChatClient:
     ) -> Message:
         """One model turn. ``timeout`` bounds the whole call, retries and waits included; the
         idle timeout bounds each wait for the next sign of progress."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         body = self.request_body(tools, max_tokens)
-        self._sdk()  # the first call imports the SDK: not time the model is given
-        clock = _Clock(timeout, self.idle_timeout)
+        self._sdk()  # the first call imports the SDK: inside the call's deadline, not its idle time
+        clock = _Clock(deadline, self.idle_timeout)
         retries = 0
         while True:
             cred = self.keys.current()

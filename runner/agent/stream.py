@@ -20,6 +20,7 @@ from runner.errors import ModelError
 
 Emit = Callable[[str, dict[str, Any]], None]
 TEXT_EVENT_SECONDS = 0.1  # streamed text reaches the run's events at most this often
+TEXT_EVENT_CHARS = 16_000  # and at most this much of one turn (the response event has it all)
 PARTIAL_CHARS = 20_000  # a cut stream's partial text kept in its event
 
 
@@ -50,26 +51,37 @@ class StreamCut(Exception):
 
 class TextEvents:
     """Streamed text as ``stream_text`` events, coalesced: at most one per TEXT_EVENT_SECONDS,
-    so ``runner runs logs --follow`` shows the answer as it arrives without a row per token.
-    The tail is not flushed: the ``response`` event that follows has the whole text."""
+    so ``runner runs logs --follow`` shows the answer as it arrives without a row per token, and
+    at most TEXT_EVENT_CHARS of a turn, so a huge answer is not stored twice (the last event
+    says ``more: true``). The tail is not flushed: the ``response`` event that follows has the
+    whole text."""
 
-    def __init__(self, emit: Emit, interval: float = TEXT_EVENT_SECONDS):
-        self.emit, self.interval = emit, interval
+    def __init__(self, emit: Emit, interval: float = TEXT_EVENT_SECONDS, budget: int = TEXT_EVENT_CHARS):
+        self.emit, self.interval, self.budget = emit, interval, budget
         self.last = time.monotonic()
         self.text: list[str] = []
         self.reasoning: list[str] = []
 
     def add(self, text: str, reasoning: str, now: float) -> None:
+        if self.budget <= 0:
+            return
         if text:
             self.text.append(text)
         if reasoning:
             self.reasoning.append(reasoning)
         if now - self.last >= self.interval and (self.text or self.reasoning):
-            payload = {"text": "".join(self.text)}
-            if self.reasoning:
-                payload["reasoning"] = "".join(self.reasoning)
-            self.emit("stream_text", payload)
-            self.text, self.reasoning, self.last = [], [], now
+            self._flush(now)
+
+    def _flush(self, now: float) -> None:
+        payload: dict[str, Any] = {"text": "".join(self.text)[: self.budget]}
+        self.budget -= len(payload["text"])
+        if self.reasoning and self.budget > 0:
+            payload["reasoning"] = "".join(self.reasoning)[: self.budget]
+            self.budget -= len(payload["reasoning"])
+        if self.budget <= 0:
+            payload["more"] = True
+        self.emit("stream_text", payload)
+        self.text, self.reasoning, self.last = [], [], now
 
 
 def sse_events(blocks: Iterable[bytes]) -> Iterator[dict[str, Any]]:

@@ -136,7 +136,8 @@ def format_event(ev: dict[str, Any], *, width: int = 400) -> str:
         return f"{ts}  {text}"
     if kind == "stream_text":
         thought = f"(thinking) {payload['reasoning']}" if payload.get("reasoning") else ""
-        return f"{ts}  ... {thought}{payload.get('text', '')}".rstrip()
+        more = " [... the rest comes with the model turn]" if payload.get("more") else ""
+        return f"{ts}  ... {thought}{payload.get('text', '')}{more}".rstrip()
     if kind == "stream_cut":
         partial = f": {_short(payload.get('partial_text', ''), width)}" if payload.get("partial_text") else ""
         return f"{ts}  stream cut after {payload.get('chars', 0)} characters ({payload.get('error')}){partial}"

@@ -163,3 +163,15 @@ def _running_id(project, timeout: float = 20) -> str:
             return str(row[0])
         time.sleep(0.05)
     raise AssertionError("no run row appeared")
+
+
+def test_streamed_text_events_stop_at_their_budget(project, fake):
+    """A huge answer is not stored twice: its stream_text events end at 16,000 characters."""
+    config(project, fake)
+    big = "z" * 60_000
+    fake.add(Reply(content=big, chunk=500, delay=0.02))  # 120 chunks over ~2.4 s
+    project.write_jobs("jobs:\n  big:\n    prompt: go\n")
+    assert project.cli("run-job", "big").exit_code == 0
+    texts = events(project, "stream_text")
+    assert texts and sum(len(t["text"]) for t in texts) <= 16_000 and texts[-1].get("more") is True
+    assert events(project, "response")[0]["content"] == big
