@@ -27,7 +27,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from runner.agent.keys import Action, Credential, KeySource
-from runner.agent.stream import Assembly, BadChunk, StreamCut, TextEvents, parse_completion, sse_events
+from runner.agent.stream import (
+    Assembly,
+    BadChunk,
+    StreamCut,
+    TextEvents,
+    parse_completion,
+    sse_events,
+    whole_as_chunks,
+)
 from runner.agent.types import WIRE_DROPPED, Message
 from runner.config.model_options import MaxTokensField, ModelOptions, request_fields
 from runner.errors import ModelError
@@ -261,8 +269,10 @@ class ChatClient:
         import httpx2
 
         assembly = Assembly(provider=self.provider)
+        json_body = response.headers.get("content-type", "").startswith("application/json")
         try:
-            assembly.read(sse_events(response.iter_bytes()), clock=clock, events=TextEvents(self.emit))
+            chunks = whole_as_chunks(response.read()) if json_body else sse_events(response.iter_bytes())
+            assembly.read(chunks, clock=clock, events=TextEvents(self.emit))
         except (httpx2.HTTPError, httpx2.StreamError) as exc:
             kind = "timeout" if isinstance(exc, httpx2.TimeoutException) else "connection error"
             raise assembly.cut(f"{kind}: {type(exc).__name__}: {exc}") from exc

@@ -108,6 +108,23 @@ def sse_events(blocks: Iterable[bytes]) -> Iterator[dict[str, Any]]:
         yield _chunk(b"\n".join(data))
 
 
+def whole_as_chunks(body: bytes) -> list[dict[str, Any]]:
+    """A whole chat completion (a server that answers ``stream: true`` with plain JSON) as the
+    one chunk it amounts to: each choice's message as its delta."""
+    data = _chunk(body)
+    choices = []
+    for choice in data.get("choices") or ():
+        delta = dict(choice.get("message") or {})
+        text, parts, refusal = read_content(delta.get("content"))
+        delta["content"] = text
+        if refusal and not delta.get("refusal"):
+            delta["refusal"] = refusal
+        for i, call in enumerate(delta.get("tool_calls") or ()):
+            call.setdefault("index", i)
+        choices.append({**choice, "delta": delta})
+    return [{**data, "choices": choices}]
+
+
 def _chunk(payload: bytes) -> dict[str, Any]:
     try:
         value = json.loads(payload)

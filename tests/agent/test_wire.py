@@ -143,3 +143,13 @@ def test_500_is_retried_then_given_up_with_the_message(fake):
     assert info.value.status == 500 and "gave up after 1 retries" in str(info.value)
     assert "The server had an error while processing your request" in str(info.value)
     assert [k for k, _ in seen].count("model_retry") == 1
+
+
+def test_a_server_that_answers_a_stream_request_with_plain_json(fake):
+    fake.add(recorded("chat_tools.http"), recorded("refusal.http"))
+    llm, _ = client(fake, stream=True)
+    reply = llm.complete([], [])
+    assert fake.requests[0]["body"]["stream"] is True
+    assert [(c.id, c.name) for c in reply.tool_calls] == [("call_abc123", "get_current_weather")]
+    assert (reply.finish_reason, reply.usage.prompt_tokens) == ("tool_calls", 82)
+    assert llm.complete([], []).refusal == "I'm sorry, I cannot assist with that request."
