@@ -73,6 +73,7 @@ def _build_models() -> int:
 
 
 def _subclasses(cls: type) -> Iterator[Any]:
-    for sub in cls.__subclasses__():
+    subs: list[type] = cls.__subclasses__()
+    for sub in subs:
         yield sub
         yield from _subclasses(sub)

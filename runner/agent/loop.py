@@ -109,9 +109,15 @@ class Limits:
 class Pricing:
     input_per_mtok: float = 0.0
     output_per_mtok: float = 0.0
+    cached_input_per_mtok: float | None = None  # None: cached prompt tokens cost input_per_mtok
 
     def cost(self, usage: Usage) -> float:
-        return (usage.prompt_tokens * self.input_per_mtok + usage.completion_tokens * self.output_per_mtok) / 1e6
+        cached = min(usage.cached_tokens, usage.prompt_tokens)
+        cached_rate = self.input_per_mtok if self.cached_input_per_mtok is None else self.cached_input_per_mtok
+        fresh = usage.prompt_tokens - cached
+        return (
+            fresh * self.input_per_mtok + cached * cached_rate + usage.completion_tokens * self.output_per_mtok
+        ) / 1e6
 
 
 @dataclass(frozen=True)
@@ -132,18 +138,20 @@ class Totals:
 
     prompt: int = 0
     completion: int = 0
+    cached: int = 0
     cost: float = 0.0
     iterations: int = 0
     last_progress: float = field(default_factory=time.monotonic)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def usage(self) -> Usage:
-        return Usage(self.prompt, self.completion)
+        return Usage(self.prompt, self.completion, self.cached)
 
     def add(self, usage: Usage, cost: float) -> None:
         with self._lock:
             self.prompt += usage.prompt_tokens
             self.completion += usage.completion_tokens
+            self.cached += usage.cached_tokens
             self.cost += cost
 
 
@@ -183,7 +191,7 @@ def run_loop(
             reply = _ask(llm, messages, schemas, limits, totals, emit, pricing)
             messages.append(reply.to_dict())
             if not reply.tool_calls:
-                return _done(RunStatus.SUCCEEDED, reply.content or "", totals)
+                return _done(RunStatus.SUCCEEDED, reply.answer, totals)
             batch = _run_parallel(reply.tool_calls, by_name, ctx, emit, redact, stop)
             for i, call in enumerate(reply.tool_calls):
                 if batch is not None:
@@ -233,13 +241,10 @@ def _ask(
     emit: Emit,
     pricing: Pricing,
 ) -> Message:
-    """One model turn within the loop's deadline and idle timeout (a model error past them is that limit)."""
-    bounds = []
-    if limits.deadline is not None:
-        bounds.append(limits.deadline - time.monotonic())
-    if limits.idle_timeout is not None:
-        bounds.append(limits.idle_timeout)
-    timeout = max(1.0, min(bounds)) if bounds else None
+    """One model turn within the loop's deadline (a model error past it, or past the idle timeout,
+    is that limit). The idle timeout is the client's to measure on the progress of its stream
+    (``ChatClient(idle_timeout=...)``): a long generation that keeps sending is not cut by it."""
+    timeout = None if limits.deadline is None else max(1.0, limits.deadline - time.monotonic())
     try:
         return _call(llm, messages, schemas, totals, emit, pricing, timeout=timeout)
     except ModelError:
@@ -282,8 +287,10 @@ def _call(
             "finish_reason": reply.finish_reason,
             "prompt_tokens": reply.usage.prompt_tokens,
             "completion_tokens": reply.usage.completion_tokens,
+            **({"cached_tokens": reply.usage.cached_tokens} if reply.usage.cached_tokens else {}),
             "cost_usd": round(cost, 6),
             "seconds": round(time.monotonic() - started, 3),
+            **reply.extras(),
         },
     )
     if reply.finish_reason == "length":
@@ -300,6 +307,7 @@ def _charge(totals: Totals, reply: Message, pricing: Pricing) -> float:
 def _count(totals: Totals, usage: Usage, cost: float) -> None:
     totals.prompt += usage.prompt_tokens
     totals.completion += usage.completion_tokens
+    totals.cached += usage.cached_tokens
     totals.cost += cost
     totals.last_progress = time.monotonic()
 
@@ -465,7 +473,7 @@ def _grace(
         emit("grace_failed", {"error": str(exc)})
         return ""
     messages.append(reply.to_dict())
-    return reply.content or ""
+    return reply.answer
 
 
 def _answer_pending(messages: list[dict[str, Any]], why: str) -> None:

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+WIRE_DROPPED = frozenset({"reasoning", "refusal"})  # message keys kept in transcripts, never sent to a model
+
 
 @dataclass(frozen=True)
 class ToolCall:
@@ -21,6 +23,7 @@ class ToolCall:
 class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0  # of prompt_tokens, served from the provider's prompt cache
 
     @property
     def total(self) -> int:
@@ -36,11 +39,40 @@ class Message:
     finish_reason: str | None = None
     usage: Usage = field(default_factory=Usage)
     model: str | None = None
+    reasoning: str | None = None  # ``reasoning_content`` / ``reasoning``: kept, never sent back
+    refusal: str | None = None
+    parts: tuple[dict[str, Any], ...] = ()  # the content as the provider gave it, when in parts
+
+    @property
+    def answer(self) -> str:
+        """The text of a final answer: the content, else the refusal."""
+        if self.content is not None:
+            return self.content
+        return self.refusal or ""
+
+    def extras(self) -> dict[str, Any]:
+        """Reasoning, refusal and content parts, when present (for events and cassettes)."""
+        out: dict[str, Any] = {}
+        if self.reasoning:
+            out["reasoning"] = self.reasoning
+        if self.refusal:
+            out["refusal"] = self.refusal
+        if self.parts:
+            out["content_parts"] = [dict(p) for p in self.parts]
+        return out
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"role": "assistant", "content": self.content}
+        """The turn as a conversation message. ``reasoning`` and ``refusal`` are kept for the run's
+        transcript; the chat client leaves them out of requests (``WIRE_DROPPED``), so a refusal
+        goes back to the model as the turn's content."""
+        content = self.content if self.content is not None or self.tool_calls else self.refusal
+        out: dict[str, Any] = {"role": "assistant", "content": content}
         if self.tool_calls:
             out["tool_calls"] = [c.to_dict() for c in self.tool_calls]
+        if self.refusal:
+            out["refusal"] = self.refusal
+        if self.reasoning:
+            out["reasoning"] = self.reasoning
         return out
 
     def to_record(self) -> dict[str, Any]:
@@ -50,6 +82,9 @@ class Message:
             out["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.tool_calls]
         out["finish_reason"] = self.finish_reason
         out["usage"] = {"prompt_tokens": self.usage.prompt_tokens, "completion_tokens": self.usage.completion_tokens}
+        if self.usage.cached_tokens:
+            out["usage"]["cached_tokens"] = self.usage.cached_tokens
+        out.update(self.extras())
         return out
 
     @classmethod
@@ -59,12 +94,26 @@ class Message:
             for i, c in enumerate(data.get("tool_calls") or [])
         )
         usage = data.get("usage") or {}
+        parts = data.get("content_parts") or []
+        if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
+            raise ValueError("content_parts: expected a list of mappings")
         return cls(
             content=data.get("content"),
             tool_calls=calls,
             finish_reason=data.get("finish_reason") or ("tool_calls" if calls else "stop"),
-            usage=Usage(int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))),
+            usage=Usage(
+                int(usage.get("prompt_tokens", 0)),
+                int(usage.get("completion_tokens", 0)),
+                int(usage.get("cached_tokens", 0)),
+            ),
+            reasoning=_text_or_none(data.get("reasoning")),
+            refusal=_text_or_none(data.get("refusal")),
+            parts=tuple(parts),
         )
+
+
+def _text_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def _args_text(value: Any) -> str:

@@ -133,13 +133,26 @@ def format_event(ev: dict[str, Any], *, width: int = 400) -> str:
     if kind == "response":
         calls = ", ".join(f"{c['name']}({_short(c['arguments'], 120)})" for c in payload.get("tool_calls", []))
         text = f"model turn {payload.get('iteration')}: {payload.get('prompt_tokens')}+{payload.get('completion_tokens')} tokens"
+        if payload.get("cached_tokens"):
+            text += f" ({payload['cached_tokens']} cached)"
         if payload.get("cost_usd"):
             text += f", ${payload['cost_usd']:.5f}"
+        if payload.get("reasoning"):
+            text += f"\n    thinks: {_short(payload['reasoning'], width)}"
         if calls:
             text += f"\n    calls: {calls}"
         if payload.get("content"):
             text += f"\n    says: {_short(payload['content'], width)}"
+        if payload.get("refusal"):
+            text += f"\n    refuses: {_short(payload['refusal'], width)}"
         return f"{ts}  {text}"
+    if kind == "stream_text":
+        thought = f"(thinking) {payload['reasoning']}" if payload.get("reasoning") else ""
+        more = " [... the rest comes with the model turn]" if payload.get("more") else ""
+        return f"{ts}  ... {thought}{payload.get('text', '')}{more}".rstrip()
+    if kind == "stream_cut":
+        partial = f": {_short(payload.get('partial_text', ''), width)}" if payload.get("partial_text") else ""
+        return f"{ts}  stream cut after {payload.get('chars', 0)} characters ({payload.get('error')}){partial}"
     if kind == "tool_call":
         return f"{ts}  -> {payload.get('name')} {_short(payload.get('arguments', ''), width)}"
     if kind == "tool_result":
@@ -195,7 +208,7 @@ def runs_show(run_id: str, as_json: bool) -> None:
         click.echo(f"queue    {_queue(row)}")
     click.echo(
         f"model    {row['model'] or '-'}   turns {row['iterations']}   tokens "
-        f"{row['prompt_tokens']}+{row['completion_tokens']}   cost ${row['cost_usd'] or 0:.5f}"
+        f"{row['prompt_tokens']}+{row['completion_tokens']}{_cached(row)}   cost ${row['cost_usd'] or 0:.5f}"
     )
     if row["output_path"]:
         click.echo(f"output   {row['output_path']}")
@@ -212,7 +225,13 @@ def runs_show(run_id: str, as_json: bool) -> None:
     click.echo("")
     click.echo("steps:")
     for ev in evs:
-        click.echo(format_event(ev))
+        if ev["kind"] != "stream_text":  # the text as it arrived (runs logs): the response has it whole
+            click.echo(format_event(ev))
+
+
+def _cached(row: dict[str, Any]) -> str:
+    cached = row.get("cached_tokens") or 0
+    return f" ({cached} cached)" if cached else ""
 
 
 def _children(kids: list[dict[str, Any]], evs: list[dict[str, Any]]) -> None:

@@ -18,6 +18,7 @@ from pydantic import BeforeValidator, Field, ValidationError, ValidationInfo, fi
 from backends.spec import BackendSpec, LocalSpec, parse_spec
 from backends.ssh_spec import SSHSpec
 from runner.config import yamlio
+from runner.config.model_options import ModelOptions
 from runner.config.schedules import Schedule, parse_duration, parse_schedule, parse_timezone
 from runner.config.sinks import check_sink
 from runner.config.strict import Strict
@@ -92,6 +93,7 @@ class JobSpec(Strict):
     pre_run_timeout: Duration = 300.0
     agent: bool = True
     model: str | list[str] = "default"
+    model_options: ModelOptions = Field(default_factory=ModelOptions)
     toolsets: list[str] = Field(default_factory=lambda: ["terminal", "files"])
     skills: list[str] = Field(default_factory=list)
     workdir: str | None = None  # before ``backend``: the ssh check below reads it

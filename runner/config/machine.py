@@ -12,6 +12,7 @@ from runner import secrets
 from runner.config import yamlio
 from runner.config.jobs import Duration, SinkItem
 from runner.config.mcp import McpServer
+from runner.config.model_options import MaxTokensField, ModelOptions
 from runner.config.strict import Strict
 from runner.errors import ConfigError, UsageError
 
@@ -19,6 +20,7 @@ from runner.errors import ConfigError, UsageError
 class ProviderPricing(Strict):
     input_per_mtok: float = 0.0
     output_per_mtok: float = 0.0
+    cached_input_per_mtok: float | None = None  # cached prompt tokens; unset: input_per_mtok
 
 
 class Cooldowns(Strict):
@@ -42,6 +44,9 @@ class Provider(Strict):
     max_wait: float = 120.0
     cooldowns: Cooldowns = Field(default_factory=Cooldowns)
     headers: dict[str, str] = Field(default_factory=dict)
+    stream: bool = True  # responses arrive as server-sent events
+    max_tokens_field: MaxTokensField = "auto"
+    model_options: ModelOptions = Field(default_factory=ModelOptions)
 
     @field_validator("api_keys")
     @classmethod

@@ -62,6 +62,7 @@ class AgentOutput:
             iterations=result.iterations,
             prompt_tokens=result.usage.prompt_tokens,
             completion_tokens=result.usage.completion_tokens,
+            cached_tokens=result.usage.cached_tokens,
             cost_usd=result.cost_usd,
         )
         return Produced(status, result.output, result.reason, result.error, silent=is_silent(result.output))
@@ -260,6 +261,7 @@ def _follow_up_once(
     usage = Usage(
         first.usage.prompt_tokens + more.usage.prompt_tokens,
         first.usage.completion_tokens + more.usage.completion_tokens,
+        first.usage.cached_tokens + more.usage.cached_tokens,
     )
     result = replace(
         more, iterations=first.iterations + more.iterations, usage=usage, cost_usd=first.cost_usd + more.cost_usd

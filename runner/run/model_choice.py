@@ -10,6 +10,7 @@ from runner.agent.keys import Credential, KeySource, StaticKeys
 from runner.agent.loop import Pricing
 from runner.config.jobs import Job
 from runner.config.machine import Config, Provider, resolve_key
+from runner.config.model_options import ModelOptions
 from runner.errors import ConfigError
 
 NO_MODEL = (
@@ -27,7 +28,8 @@ class ModelChoice:
 
     @property
     def pricing(self) -> Pricing:
-        return Pricing(self.provider.pricing.input_per_mtok, self.provider.pricing.output_per_mtok)
+        p = self.provider.pricing
+        return Pricing(p.input_per_mtok, p.output_per_mtok, p.cached_input_per_mtok)
 
 
 def split_ref(config: Config, ref: str) -> tuple[str, str]:
@@ -77,7 +79,15 @@ def key_source(choice: ModelChoice, *, job: str, **kwargs: Any) -> KeySource:
     return StaticKeys(creds[0] if creds else None)
 
 
-def build_client(choice: ModelChoice, keys: KeySource, *, emit: Callable[[str, dict[str, Any]], None]) -> Any:
+def build_client(
+    choice: ModelChoice,
+    keys: KeySource,
+    *,
+    emit: Callable[[str, dict[str, Any]], None],
+    options: ModelOptions | None = None,
+    idle_timeout: float | None = None,
+) -> Any:
+    """The chat client for ``choice``: the provider's ``model_options`` under the job's ``options``."""
     from runner.agent.llm import ChatClient
 
     p = choice.provider
@@ -91,6 +101,10 @@ def build_client(choice: ModelChoice, keys: KeySource, *, emit: Callable[[str, d
         retry_backoff=p.retry_backoff,
         headers=p.headers,
         emit=emit,
+        idle_timeout=idle_timeout,
+        stream=p.stream,
+        options=p.model_options if options is None else options.over(p.model_options),
+        max_tokens_field=p.max_tokens_field,
     )
 
 

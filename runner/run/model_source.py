@@ -16,6 +16,7 @@ from runner.agent.keys import KeySource
 from runner.agent.loop import Pricing
 from runner.agent.types import LLM, Message, Usage
 from runner.config.jobs import Job
+from runner.config.model_options import ModelOptions
 from runner.run.model_choice import ModelChoice
 from runner.run.request import Given, ModelSource, Record, Replay
 from runner.safety.redact import Redactor
@@ -71,6 +72,8 @@ class Providers:
     record: Path | None
     secrets: tuple[str, ...]
     auxiliary: tuple[ModelChoice, KeySource] | None = None  # not when recording: the cassette must replay
+    options: ModelOptions | None = None  # the job's model_options (over each provider's)
+    idle_timeout: float | None = None
 
     @property
     def provider_names(self) -> tuple[str, ...]:
@@ -85,7 +88,8 @@ class Providers:
 
         self.pools.attach(emit=emit, deadline=deadline)
         chain = [
-            (c.provider_name, build_client(c, k, emit=emit)) for c, k in zip(self.choices, self.sources, strict=True)
+            (c.provider_name, build_client(c, k, emit=emit, options=self.options, idle_timeout=self.idle_timeout))
+            for c, k in zip(self.choices, self.sources, strict=True)
         ]
         client: LLM = chain[0][1]
         pricing = self.choices[0].pricing
@@ -146,7 +150,17 @@ def _providers(settings: Settings, job: Job, *, record: Path | None) -> Provider
     else:
         sources_all = sources
     secrets = tuple(v for keys in sources_all for v in keys.values())
-    return Providers(job.name, choices, sources, pools, record, secrets, auxiliary)
+    return Providers(
+        job.name,
+        choices,
+        sources,
+        pools,
+        record,
+        secrets,
+        auxiliary,
+        options=job.spec.model_options,
+        idle_timeout=job.spec.idle_timeout,
+    )
 
 
 class _Chain(LLM, Protocol):

@@ -17,6 +17,7 @@ MODULES = [
     "runner.run.model_source",
     "runner.agent.loop",
     "runner.agent.llm",
+    "openai",  # the model client: imported once here, not by every worker
     "runner.run.model_choice",
     "runner.run.prompt",
     "runner.run.prerun",

@@ -16,7 +16,9 @@ Two ways to stand in for the model, with one vocabulary for the script:
 
 The script: ``final(text)`` ends the run with ``text``; ``call(tool, args)`` and
 ``calls((tool, args), ...)`` make tool calls (the tools run for real); ``error(status,
-message, headers)`` answers with an HTTP error; ``hang(seconds)`` answers late.
+message, headers)`` answers with an HTTP error; ``hang(seconds)`` answers late; ``cut(text,
+after)`` drops a streamed answer's connection mid-way and ``stall(text, seconds, after)`` stops
+sending mid-stream (``Reply`` has more knobs: reasoning, refusal, cached tokens, raw bytes).
 
 Regression-testing your own job offline (docs/testing.md has the whole worked example)::
 
@@ -43,7 +45,7 @@ NAME --record FILE`` and replay it in tests with ``runner run-job NAME --replay 
 tool call still runs for real).
 """
 
-from runner.testing.fakeopenai import FakeOpenAI, Reply, call, calls, error, final, hang, when
+from runner.testing.fakeopenai import FakeOpenAI, Reply, call, calls, cut, error, final, hang, stall, when
 from runner.testing.scripted import ScriptedLLM
 
-__all__ = ["FakeOpenAI", "Reply", "ScriptedLLM", "call", "calls", "error", "final", "hang", "when"]
+__all__ = ["FakeOpenAI", "Reply", "ScriptedLLM", "call", "calls", "cut", "error", "final", "hang", "stall", "when"]

@@ -5,6 +5,13 @@ backends) runs for real. A script is a list of replies consumed in order; each r
 final answer, one or more tool calls, an HTTP error (with headers), or a hang. The server
 logs every request it receives (body, headers, the API key used) for assertions.
 
+A request with ``"stream": true`` gets server-sent events (chunked), as the API sends them:
+content, reasoning and tool-call argument deltas in pieces of ``Reply.chunk`` characters,
+the finish chunk, the usage chunk when ``stream_options.include_usage`` asks for it, then
+``data: [DONE]``. A reply can make the stream slow (``delay`` between events), stall
+(``stall`` seconds after ``stall_after`` events) or cut (the connection drops after
+``cut_after`` events). ``raw`` serves recorded bytes as they are (tests/agent/wire/).
+
 Standard library only (``http.server``), so it imports without pytest; ``python -m
 runner.testing.fakeopenai`` serves "ok" to every request for manual tries.
 """
@@ -12,6 +19,7 @@ runner.testing.fakeopenai`` serves "ok" to every request for manual tries.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -32,6 +40,16 @@ class Reply:
     finish_reason: str | None = None
     usage: tuple[int, int] = (100, 20)
     keys: tuple[str, ...] | None = None  # only answer this way for these keys (else fall through)
+    reasoning: str | None = None  # sent as ``reasoning_content``
+    refusal: str | None = None
+    parts: list[dict[str, Any]] | None = None  # the content as a list of parts (not streamed)
+    cached: int = 0  # usage.prompt_tokens_details.cached_tokens
+    chunk: int = 16  # characters per streamed delta
+    delay: float = 0.0  # seconds between streamed events (a slow generation)
+    stall_after: int | None = None  # stream this many events, then sleep ``stall`` seconds
+    stall: float = 0.0
+    cut_after: int | None = None  # stream this many events, then drop the connection
+    raw: bytes | None = None  # the body, byte for byte (a recorded response); headers as given
     when: str | None = None  # only answer this way when a user message contains this text (a subagent's goal)
 
     def fits(self, key: str | None, messages: Any) -> bool:
@@ -81,6 +99,16 @@ def hang(seconds: float) -> Reply:
     return Reply(hang=seconds, content="too late")
 
 
+def cut(text: str, after: int = 3, **kw: Any) -> Reply:
+    """A streamed answer whose connection drops after ``after`` events (``text`` never ends)."""
+    return Reply(content=text, cut_after=after, **kw)
+
+
+def stall(text: str, seconds: float, after: int = 3, **kw: Any) -> Reply:
+    """A streamed answer that stops sending for ``seconds`` after ``after`` events."""
+    return Reply(content=text, stall_after=after, stall=seconds, **kw)
+
+
 class FakeOpenAI:
     """The server: ``start()`` it, point ``OPENAI_BASE_URL`` at ``base_url``, ``add()`` replies.
 
@@ -101,6 +129,18 @@ class FakeOpenAI:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                # answers (and each streamed event) leave at once, as from a real server: without
+                # this, Nagle's algorithm and the client's delayed ACK add ~40 ms to each reply
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+            def handle(self) -> None:
+                try:
+                    super().handle()
+                except (ConnectionResetError, BrokenPipeError):
+                    return  # the client went away (a timeout, a cut test, its exit): nothing to answer
 
             def log_message(self, *args: Any) -> None:
                 return
@@ -163,19 +203,27 @@ class FakeOpenAI:
                     "time": time.time(),
                     "path": handler.path,
                     "status": reply.status,
+                    "stream": body.get("stream") is True,
+                    "headers": dict(handler.headers.items()),
                 }
             )
             self._counter += 1
             n = self._counter
         if reply.hang:
             time.sleep(reply.hang)
-        if reply.status != 200:
-            payload = json.dumps(reply.body or {"error": {"message": "error"}}).encode()
-        else:
-            payload = json.dumps(self._completion(reply, body, n)).encode()
         try:
+            if reply.status == 200 and reply.raw is None and body.get("stream") is True:
+                self._stream(handler, reply, body, n)
+                return
+            if reply.raw is not None:
+                payload = reply.raw
+            elif reply.status != 200:
+                payload = json.dumps(reply.body or {"error": {"message": "error"}}).encode()
+            else:
+                payload = json.dumps(self._completion(reply, body, n)).encode()
             handler.send_response(reply.status)
-            handler.send_header("Content-Type", "application/json")
+            if not any(k.lower() == "content-type" for k in reply.headers):
+                handler.send_header("Content-Type", "application/json")
             handler.send_header("Content-Length", str(len(payload)))
             for k, v in reply.headers.items():
                 handler.send_header(k, v)
@@ -183,6 +231,30 @@ class FakeOpenAI:
             handler.wfile.write(payload)
         except (BrokenPipeError, ConnectionResetError):
             return
+
+    def _stream(self, handler: BaseHTTPRequestHandler, reply: Reply, body: dict[str, Any], n: int) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Transfer-Encoding", "chunked")
+        for k, v in reply.headers.items():
+            handler.send_header(k, v)
+        handler.end_headers()
+        options = body.get("stream_options") or {}
+        events = self._chunks(reply, body, n, usage=bool(options.get("include_usage")))
+        lines = [f"data: {json.dumps(e)}\n\n".encode() for e in events] + [b"data: [DONE]\n\n"]
+        for i, line in enumerate(lines):
+            if reply.cut_after is not None and i >= reply.cut_after:
+                handler.wfile.flush()
+                handler.close_connection = True
+                handler.connection.shutdown(socket.SHUT_RDWR)
+                return
+            if reply.stall_after is not None and i == reply.stall_after:
+                time.sleep(reply.stall)
+            elif reply.delay and i:
+                time.sleep(reply.delay)
+            handler.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+            handler.wfile.flush()
+        handler.wfile.write(b"0\r\n\r\n")
 
     def _list_models(self, handler: BaseHTTPRequestHandler) -> None:
         found = handler.path.rstrip("/").endswith("/models")
@@ -198,28 +270,76 @@ class FakeOpenAI:
 
     @staticmethod
     def _completion(reply: Reply, body: dict[str, Any], n: int) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        message: dict[str, Any] = {"role": "assistant", "content": reply.parts or reply.content}
+        if reply.reasoning is not None:
+            message["reasoning_content"] = reply.reasoning
+        if reply.refusal is not None:
+            message["refusal"] = reply.refusal
         if reply.tool_calls:
             message["tool_calls"] = [
-                {
-                    "id": f"call_{n}_{i}",
-                    "type": "function",
-                    "function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)},
-                }
+                {"id": f"call_{n}_{i}", "type": "function", "function": {"name": name, "arguments": _args(args)}}
                 for i, (name, args) in enumerate(reply.tool_calls)
             ]
-        finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
         return {
             "id": f"chatcmpl-{n}",
             "object": "chat.completion",
+            "created": int(time.time()),
             "model": body.get("model", "fake"),
-            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": {
-                "prompt_tokens": reply.usage[0],
-                "completion_tokens": reply.usage[1],
-                "total_tokens": sum(reply.usage),
-            },
+            "choices": [{"index": 0, "message": message, "finish_reason": _finish(reply)}],
+            "usage": _usage(reply),
         }
+
+    @staticmethod
+    def _chunks(reply: Reply, body: dict[str, Any], n: int, *, usage: bool) -> list[dict[str, Any]]:
+        """The chat.completion.chunk events of a streamed reply, in order."""
+        head = {"id": f"chatcmpl-{n}", "object": "chat.completion.chunk", "created": int(time.time())}
+        head["model"] = body.get("model", "fake")
+
+        def event(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+        out = [event({"role": "assistant", "content": ""})]
+        out += [event({"reasoning_content": p}) for p in _pieces(reply.reasoning, reply.chunk)]
+        out += [event({"content": p}) for p in _pieces(reply.content, reply.chunk)]
+        if reply.refusal is not None:
+            out.append(event({"refusal": reply.refusal}))
+        for i, (name, args) in enumerate(reply.tool_calls):
+            first = {"index": i, "id": f"call_{n}_{i}", "type": "function"}
+            out.append(event({"tool_calls": [{**first, "function": {"name": name, "arguments": ""}}]}))
+            out += [
+                event({"tool_calls": [{"index": i, "function": {"arguments": p}}]})
+                for p in _pieces(_args(args), reply.chunk)
+            ]
+        out.append(event({}, _finish(reply)))
+        if usage:
+            out.append({**head, "choices": [], "usage": _usage(reply)})
+        return out
+
+
+def _args(args: Any) -> str:
+    return args if isinstance(args, str) else json.dumps(args)
+
+
+def _finish(reply: Reply) -> str:
+    return reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+
+
+def _usage(reply: Reply) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "prompt_tokens": reply.usage[0],
+        "completion_tokens": reply.usage[1],
+        "total_tokens": sum(reply.usage),
+    }
+    if reply.cached:
+        out["prompt_tokens_details"] = {"cached_tokens": reply.cached}
+    return out
+
+
+def _pieces(text: str | None, size: int) -> list[str]:
+    if not text:
+        return []
+    size = max(1, size)
+    return [text[i : i + size] for i in range(0, len(text), size)]
 
 
 if __name__ == "__main__":  # a long-running server for manual tries: always answers "ok"

@@ -98,8 +98,10 @@ class ScriptedLLM:
             content=reply.content,
             tool_calls=calls,
             finish_reason=reply.finish_reason or ("tool_calls" if calls else "stop"),
-            usage=Usage(*reply.usage),
+            usage=Usage(*reply.usage, cached_tokens=reply.cached),
             model=self.model,
+            reasoning=reply.reasoning,
+            refusal=reply.refusal,
         )
 
 

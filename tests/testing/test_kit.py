@@ -103,3 +103,10 @@ def test_a_live_run_job_does_not_import_the_kit(project, fake):
     imported = {line.rsplit("|", 1)[-1].strip() for line in res.stderr.splitlines() if line.startswith("import time:")}
     assert "runner.agent.llm" in imported  # the live HTTP client answered, not a replay
     assert not {m for m in imported if m.startswith("runner.testing")}
+
+
+def test_scripted_llm_keeps_reasoning_refusals_and_cached_tokens():
+    llm = ScriptedLLM(Reply(content="a", reasoning="why", cached=7), Reply(refusal="no"))
+    first = llm.complete([], [])
+    assert (first.reasoning, first.usage.cached_tokens) == ("why", 7)
+    assert llm.complete([], []).answer == "no"
