@@ -190,3 +190,18 @@ def processes_with_arg(arg: str) -> list[int]:
 def test_a_missing_env_variable_is_named(tmp_path, rec):
     s, _ = open_session(tmp_path, rec, {"test": stdio(env={"TOKEN": "env:NOT_SET_ANYWHERE"})}, ["mcp:test"])
     assert "env: environment variable NOT_SET_ANYWHERE is not set" in s.down["mcp:test"]
+
+
+def test_read_only_tools_join_parallel_turns_and_answer_concurrent_calls(session, tmp_path, rec):
+    """``readOnlyHint`` marks the entry read-only (the loop may run it beside other read-only calls
+    of one turn); eight calls at once through one session each get their own answer."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    _, registry = session
+    flags = {name: e.read_only for name, e in registry.entries.items()}
+    assert flags["mcp__test__echo"] is True
+    assert flags["mcp__test__write_note"] is False and flags["mcp__test__crash"] is False
+    ctx = context(tmp_path, rec)
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda i: call(registry, "mcp__test__echo", {"text": f"n{i}"}, ctx), range(8)))
+    assert [r.text for r in results] == [f"n{i}" for i in range(8)]

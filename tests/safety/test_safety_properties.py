@@ -125,6 +125,18 @@ PREFIX_WRAPPERS = ("timeout 10", "timeout --signal=KILL 5", "nice -n 19", "nohup
                    "ionice -c3", "chrt -i 0", "command", "exec", "time")  # fmt: skip
 
 
+def test_a_multi_line_command_in_any_string_wrapper_keeps_its_level() -> None:
+    """Every multi-line corpus command in every wrapper, exhaustively: wrappers that read their input
+    line by line (``xargs -I``) once let a multi-line payload fail to parse and fall to dangerous."""
+    lowered = [
+        wrapper.format(q=shlex.quote(command))
+        for command in HARDLINE + DANGEROUS
+        if "\n" in command
+        for wrapper in STRING_WRAPPERS
+        if RANK[classify(wrapper.format(q=shlex.quote(command))).level] < RANK[classify(command).level]
+    ]
+    assert lowered == []
+
 @SETTINGS
 @given(st.sampled_from(HARDLINE + DANGEROUS), st.sampled_from(STRING_WRAPPERS))
 def test_a_string_wrapper_never_lowers_the_level(command: str, wrapper: str) -> None:

@@ -64,16 +64,17 @@ def classify(command: str) -> Verdict:
     try:
         ctx.run_script(text)
     except ParseError as exc:
-        return _failed(text, f"could not parse ({exc})")
+        return _failed(text, f"could not parse ({exc})", ctx.hard_found())
     except RecursionError:
-        return _failed(text, "nesting too deep")
+        return _failed(text, "nesting too deep", ctx.hard_found())
     except Exception:  # a classifier bug must block, not crash the run; tests assert it never happens
-        return _failed(text, "internal classifier error")
+        return _failed(text, "internal classifier error", ctx.hard_found())
     return ctx.verdict()
 
 
-def _failed(text: str, why: str) -> Verdict:
-    hard = coarse_hardline(text)
+def _failed(text: str, why: str, found: tuple[str, ...] = ()) -> Verdict:
+    """Fail closed: dangerous, or hardline when the coarse scan or the part already read found one."""
+    hard = tuple(dict.fromkeys((*found, *coarse_hardline(text))))
     return Verdict("hardline" if hard else "dangerous", (*hard, f"{why}: failing closed"), (), (text.strip(),))
 
 
@@ -92,6 +93,10 @@ class _Context:
         self._budget = ParseBudget(2 * len(text) + _REPARSE_SLACK)
         self._depth = -1
         self._top = text.strip()
+
+    def hard_found(self) -> tuple[str, ...]:
+        """The hardline reasons found before the classification stopped."""
+        return tuple(self._hard)
 
     def verdict(self) -> Verdict:
         level: Level = "hardline" if self._hard else "dangerous" if self._danger else "safe"
@@ -277,6 +282,8 @@ class _Context:
     def _xargs_run(self, template: tuple[str, ...], replace_str: str | None, text: str | None) -> None:
         if replace_str is not None:
             items = [_UNKNOWN_INPUT] if text is None else [line for line in text.split("\n") if line.strip()]
+            if len(items) > 1:  # also as one item: a payload split over lines is judged whole too (fail closed)
+                items.insert(0, text.strip())
             for item in items[:_XARGS_ITEMS]:
                 self.run_argv(tuple(a.replace(replace_str, item) for a in template))
         else:
