@@ -282,7 +282,7 @@ class _Context:
     def _xargs_run(self, template: tuple[str, ...], replace_str: str | None, text: str | None) -> None:
         if replace_str is not None:
             items = [_UNKNOWN_INPUT] if text is None else [line for line in text.split("\n") if line.strip()]
-            if len(items) > 1:  # also as one item: a payload split over lines is judged whole too (fail closed)
+            if text is not None and len(items) > 1:  # also as one item: a payload split over lines is judged whole (fail closed)
                 items.insert(0, text.strip())
             for item in items[:_XARGS_ITEMS]:
                 self.run_argv(tuple(a.replace(replace_str, item) for a in template))
