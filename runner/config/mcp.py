@@ -5,7 +5,8 @@ A server is either stdio (``command``, ``args``, ``env``, ``cwd``) or streamable
 runner's environment (a list of names, or ``NAME: env:OTHER``); a header value may be
 ``env:NAME``. ``approvals`` says how the approval gate treats the server's tools: by default a
 tool annotated ``readOnlyHint`` is safe and every other one dangerous; ``approvals: safe`` (or
-``dangerous``) sets every tool of the server, ``approvals: {TOOL: safe, ...}`` single tools.
+``dangerous``) sets every tool of the server, ``approvals: {TOOL: safe, ...}`` single tools. ``keep_alive: true`` (stdio servers of jobs on the
+local backend, under ``runner serve``) keeps one server per job running across its runs.
 
 No MCP SDK here: jobs.yaml validation and ``jobs list`` read these models.
 """
@@ -36,6 +37,7 @@ class McpServer(Strict):
     approvals: Level | dict[str, Level] | None = None
     start_timeout: float = Field(30.0, gt=0)  # spawn + handshake + tool list
     call_timeout: float = Field(120.0, gt=0)
+    keep_alive: bool = False  # under serve, a local job's stdio server lives across its runs (runner.mcp.bridge)
 
     @model_validator(mode="after")
     def _one_kind(self) -> McpServer:

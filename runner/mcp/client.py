@@ -58,6 +58,7 @@ class Connection:
         self._main: concurrent.futures.Future[None] | None = None
         self._stop: asyncio.Event | None = None
         self._client: Any = None
+        self.listed: list[Any] = []  # the server's tools as the SDK gave them (a bridge serves them on)
         self._ended: str = ""  # why the connection ended on its own
         self._finished = threading.Event()  # the holding task has left the SDK's context
         self._errlog: Any = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")  # noqa: SIM115 - closed by close()
@@ -85,7 +86,7 @@ class Connection:
         self._stop = asyncio.Event()
         try:
             async with Client(self._target(self._errlog), mode="legacy") as client:
-                tools = await _list_tools(client)
+                tools = await _list_tools(client, self.listed)
                 self._client = client
                 ready.set_result(tools)
                 await self._stop.wait()
@@ -121,6 +122,25 @@ class Connection:
             return False
         return True
 
+    def broken(self, timeout: float = 3.0) -> bool:
+        """Whether a ping fails at once (the server's end is closed: it died). A ping that is only
+        slow (a server busy with a long call) is not a broken connection."""
+        client, loop = self._client, self._loop
+        if client is None or loop is None or not self.alive():
+            return True
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ping = client.send_ping()
+        future = asyncio.run_coroutine_threadsafe(ping, loop)
+        try:
+            future.result(timeout=timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            return False
+        except Exception:
+            return True
+        return False
+
     def close(self) -> None:
         """Stop the server (the SDK closes its stdin, then terminates it) and the loop thread."""
         loop, main = self._loop, self._main
@@ -145,6 +165,10 @@ class Connection:
 
     # -- calls -------------------------------------------------------------------------------
     def call(self, tool: str, arguments: dict[str, Any], timeout: float) -> CallOutcome:
+        return render(self.call_raw(tool, arguments, timeout))
+
+    def call_raw(self, tool: str, arguments: dict[str, Any], timeout: float) -> Any:
+        """The SDK's ``CallToolResult`` as the server sent it."""
         client, loop = self._client, self._loop
         if client is None or loop is None or not self.alive():
             raise McpFailure(f"the server is not running ({self._ended or 'stopped'})")
@@ -156,7 +180,7 @@ class Connection:
             raise CallTimeout(f"no answer within {timeout:g}s") from None
         except Exception as exc:
             raise McpFailure(explain(exc) + self._stderr()) from None
-        return render(result)
+        return result
 
     def _stderr(self) -> str:
         """The last lines the server wrote to stderr (a stdio server's own reason), or ""."""
@@ -173,11 +197,12 @@ class Connection:
         return f" (server stderr: {tail})" if tail else ""
 
 
-async def _list_tools(client: Any) -> tuple[RemoteTool, ...]:
+async def _list_tools(client: Any, raw: list[Any]) -> tuple[RemoteTool, ...]:
     out: list[RemoteTool] = []
     cursor: str | None = None
     while True:
         page = await client.list_tools(cursor=cursor) if cursor else await client.list_tools()
+        raw.extend(page.tools)
         for tool in page.tools:
             notes = tool.annotations
             out.append(

@@ -49,6 +49,16 @@ def _require(missing: list[str], field: str) -> None:
         raise McpFailure(f"{field}: environment variable {', '.join(missing)} is not set")
 
 
+def stdio_target(command: str, args: list[str], env: dict[str, str], cwd: str | None) -> Target:
+    """A stdio server started on this host (the keep-alive bridge's, too)."""
+    return _stdio(command, args, env, cwd)
+
+
+def http_target(url: str, headers: dict[str, str]) -> Target:
+    """A streamable-HTTP endpoint (a keep-alive bridge's, too)."""
+    return _http(url, headers)
+
+
 def _stdio(command: str, args: list[str], env: dict[str, str], cwd: str | None) -> Target:
     def make(errlog: Any) -> Any:
         from mcp.client.stdio import StdioServerParameters, stdio_client

@@ -15,12 +15,13 @@ import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner.config.mcp import McpServer, parse_ref
 from runner.errors import ConfigError
 from runner.mcp.client import CallTimeout, Connection, McpFailure, RemoteTool
-from runner.mcp.launch import target_for
+from runner.mcp.launch import StdioHost, http_target, target_for
 from runner.safety.result import ToolCheck
 from runner.tools import ToolEntry, ToolResult, compact_json
 
@@ -55,6 +56,8 @@ class McpSession:
     emit: EmitFn
     getenv: Callable[[str], str | None]
     down: dict[str, str] = field(default_factory=dict)  # "mcp:SERVER" -> why its tools are missing
+    home: Path | None = None  # with ``job``: where serve's keep-alive bridges are listed (runner.mcp.keep)
+    job: str = ""
     _live: dict[str, _Server] = field(default_factory=dict)
 
     def add_to(self, registry: Registry, refs: Sequence[str]) -> None:
@@ -88,13 +91,7 @@ class McpSession:
 
     def _connect(self, state: _Server) -> None:
         started = time.monotonic()
-        target, where = target_for(state.config, self.backend, self.getenv)
-        connection = Connection(state.name, target, start_timeout=state.config.start_timeout)
-        try:
-            tools = connection.start()
-        except McpFailure as exc:
-            self.emit("mcp_server", {"server": state.name, "status": "failed", "where": where, "error": str(exc)})
-            raise
+        connection, tools, where = self._bridged(state) or self._own(state)
         state.connection, state.failure = connection, ""
         state.tools = tools if not state.tools else state.tools
         self.emit(
@@ -107,6 +104,35 @@ class McpSession:
                 "seconds": round(time.monotonic() - started, 3),
             },
         )
+
+    def _own(self, state: _Server) -> tuple[Connection, tuple[RemoteTool, ...], str]:
+        target, where = target_for(state.config, self.backend, self.getenv)
+        connection = Connection(state.name, target, start_timeout=state.config.start_timeout)
+        try:
+            return connection, connection.start(), where
+        except McpFailure as exc:
+            self.emit("mcp_server", {"server": state.name, "status": "failed", "where": where, "error": str(exc)})
+            raise
+
+    def _bridged(self, state: _Server) -> tuple[Connection, tuple[RemoteTool, ...], str] | None:
+        """serve's keep-alive bridge for this server, when it has one that answers (else None, and
+        an event saying why the run starts its own server)."""
+        config = state.config
+        if self.home is None or not config.keep_alive or config.kind != "stdio" or isinstance(self.backend, StdioHost):
+            return None
+        from runner.mcp.keep import find_bridge
+
+        address, why = find_bridge(self.home, self.job, state.name, config.start_timeout)
+        if address is not None:
+            target = http_target(address.url, {"Authorization": f"Bearer {address.token}"})
+            connection = Connection(state.name, target, start_timeout=config.start_timeout)
+            try:
+                return connection, connection.start(), "bridge"
+            except McpFailure as exc:
+                why = f"the keep-alive bridge does not answer: {exc}"
+        if why:
+            self.emit("mcp_server", {"server": state.name, "status": "bridge_unavailable", "error": why})
+        return None
 
     def _entries(self, state: _Server, names: set[str] | None) -> Iterator[ToolEntry]:
         have = {t.name: t for t in state.tools}

@@ -45,7 +45,9 @@ def open_toolbox(run: Run, ctx: ToolContext) -> Toolbox:
     from runner import secrets
     from runner.mcp.session import McpSession
 
-    session = McpSession(run.settings.config.mcp_servers, ctx.backend, run.emit, secrets.getenv)
+    session = McpSession(
+        run.settings.config.mcp_servers, ctx.backend, run.emit, secrets.getenv, home=run.settings.home, job=run.job.name
+    )
     try:
         session.add_to(registry, refs)
     except BaseException:

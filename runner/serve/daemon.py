@@ -192,8 +192,10 @@ class Serve:
             self._stops += 1
 
     def run(self) -> int:
+        from runner import secrets
         from runner.config.jobs import load_jobs
         from runner.delivery.background import BackgroundAlerts
+        from runner.mcp.keep import Bridges
         from runner.serve.launcher import Launcher
         from runner.serve.pool import Paths, Pool
         from runner.serve.schedule import ScheduleTicker
@@ -231,6 +233,7 @@ class Serve:
             kill_grace=config.serve.kill_grace,
             on_pause=lambda name, why: schedule.mark_paused(name, why) if schedule else None,
             alerts=alerts,
+            bridges=Bridges(s.home, s.config_path, secrets.getenv, log),
         )
         schedule = ScheduleTicker(store=store, pool=pool, log=log)
         warmed()
@@ -266,6 +269,8 @@ class Serve:
                 if ticker is not pool:
                     ticker.close()
             pool.close()
+            if pool.bridges is not None:
+                pool.bridges.close()  # the keep-alive MCP servers stop with serve
             launcher.close()  # the forkserver exits; workers it forked are reaped above
             alerts.close(config.serve.shutdown_grace)
             checkpointer.stop()

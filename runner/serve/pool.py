@@ -26,6 +26,7 @@ from runner.clock import iso
 from runner.config.jobs import Job
 from runner.config.schedules import format_duration
 from runner.delivery.alerts import RunEnd, is_alerted
+from runner.mcp.keep import Bridges
 from runner.serve.fire import ActiveRun, Fire, Paths, describe_exit
 from runner.serve.host import Clock
 from runner.serve.launcher import Handle, Spawner, WorkerSpec
@@ -81,6 +82,7 @@ class Pool:
         on_pause: Callable[[str, str], None] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         alerts: Alerts | None = None,
+        bridges: Bridges | None = None,
     ):
         """``spawner`` starts workers (``Launcher`` in serve); ``clock`` gives slot and retry times;
         ``monotonic`` measures run timeouts and the kill grace. Tests inject all three."""
@@ -90,6 +92,7 @@ class Pool:
         self.kill_grace = kill_grace
         self.on_pause = on_pause
         self.alerts = alerts
+        self.bridges = bridges  # keep-alive MCP servers (runner.mcp.keep), started before a run that needs one
         self.control_inputs: tuple[str, ...] = ()  # set with each (re)load of jobs.yaml
         self._running: dict[str, _Running] = {}
         self._per_job: dict[str, int] = {}
@@ -191,6 +194,9 @@ class Pool:
             control_inputs=self.control_inputs,
             waited_s=round(waited, 3),  # the worker writes it with its start: nothing written here
         )
+        if self.bridges is not None:
+            job = fire.job
+            self.bridges.prepare(job.name, job.spec.toolsets, job.spec.backend.type == "local", job.workdir)
         try:
             handle = self.spawner.spawn(spec)
         except OSError as exc:
@@ -206,6 +212,8 @@ class Pool:
     # -- the loop ----------------------------------------------------------------------------
     def tick(self, now: datetime) -> None:
         self.reap()
+        if self.bridges is not None:
+            self.bridges.refresh()
         mono = self.monotonic()
         for run in list(self._running.values()):
             if run.stop_reason is None and mono >= run.deadline:
