@@ -22,13 +22,18 @@ def serve(project):
     yield from serve_factory(project)
 
 
-def setup(project, fake, keep_alive: bool) -> None:
+def write_config(project, keep_alive: bool, extra: str = "") -> None:
     project.home.mkdir(exist_ok=True)
     (project.home / "config.yaml").write_text(
         "serve:\n  heartbeat_s: 0.5\n  kill_grace: 0.5\n  shutdown_grace: 3\n"
         "mcp_servers:\n"
         f"  test:\n    command: {sys.executable}\n    args: [{SERVER}]\n    keep_alive: {str(keep_alive).lower()}\n"
+        + extra
     )
+
+
+def setup(project, fake, keep_alive: bool) -> None:
+    write_config(project, keep_alive)
     project.write_jobs("jobs:\n  m:\n    prompt: go\n    schedule: every 3s\n    toolsets: [mcp:test]\n")
     for _ in range(4):
         fake.add(call("mcp__test__whoami", {}), final("done"))
@@ -82,6 +87,21 @@ def test_without_keep_alive_each_run_starts_its_own_server(project, fake, serve)
     assert not (project.home / "mcp-bridges").exists()
 
 
+@pytest.mark.slow
+def test_changing_the_servers_entry_stops_its_bridge(project, fake, serve):
+    setup(project, fake, keep_alive=True)
+    daemon = serve().started()
+    wait_for(succeeded(project, 1), 30, what="a run")
+    [first] = pids(fake)[:1]
+    write_config(project, True, "    call_timeout: 60\n")
+    wait_for(lambda: not pid_alive(first), 15, what="the old server to stop after the config change")
+    wait_for(succeeded(project, 2), 20, what="a run after the change")
+    second = pids(fake)[1]
+    assert second != first and pid_alive(second)
+    assert daemon.stop() == 0
+    assert "stopping the keep-alive MCP bridge for m/test: its config changed" in daemon.log()
+
+
 def test_a_run_whose_bridge_is_gone_starts_its_own_server_and_says_so(tmp_path):
     from runner.config.mcp import McpServer
     from runner.mcp.keep import bridge_file
@@ -111,3 +131,35 @@ def subprocess_pid_that_exited() -> int:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
     return proc.pid
+
+
+def test_the_bridge_passes_annotations_through_and_answers_only_its_token(tmp_path):
+    import logging
+
+    from runner.mcp.client import Connection, McpFailure
+    from runner.mcp.keep import Bridges, bridge_file, find_bridge
+    from runner.mcp.launch import http_target
+
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"mcp_servers:\n  test:\n    command: {sys.executable}\n    args: [{SERVER}]\n    keep_alive: true\n"
+    )
+    bridges = Bridges(tmp_path, config, {}.get, logging.getLogger("test"))
+    bridges.prepare("m", ["mcp:test"], True, tmp_path)
+    try:
+        address, why = find_bridge(tmp_path, "m", "test", 30)
+        assert address is not None, why
+        assert bridge_file(tmp_path, "m", "test").stat().st_mode & 0o777 == 0o600
+        good = Connection(
+            "ok", http_target(address.url, {"Authorization": f"Bearer {address.token}"}), start_timeout=10
+        )
+        tools = {t.name: t.read_only for t in good.start()}
+        good.close()
+        assert tools["echo"] is True and tools["write_note"] is False  # readOnlyHint reaches the run's gate
+        bad = Connection("bad", http_target(address.url, {"Authorization": "Bearer wrong"}), start_timeout=10)
+        with pytest.raises(McpFailure):
+            bad.start()
+    finally:
+        bridges.close()
+    assert not bridge_file(tmp_path, "m", "test").exists()
+    assert find_bridge(tmp_path, "m", "test", 1) == (None, "")
