@@ -16,11 +16,8 @@ stream cut mid-way is retried like a connection error; its partial text is kept 
 
 from __future__ import annotations
 
-import functools
 import json
-import os
 import random
-import ssl
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,6 +36,7 @@ from runner.agent.stream import (
 from runner.agent.types import WIRE_DROPPED, Message
 from runner.config.model_options import MaxTokensField, ModelOptions, request_fields
 from runner.errors import ModelError
+from runner.tls import verify_for
 
 if TYPE_CHECKING:
     from openai import OpenAI
@@ -86,28 +84,6 @@ def provider_message(body: str) -> str:
     if isinstance(err, dict):
         return str(err.get("message") or err.get("code") or err)[:300]
     return str(err or data)[:300]
-
-
-@functools.cache
-def shared_ssl_context() -> ssl.SSLContext:
-    """The TLS verification context (CA bundle from SSL_CERT_FILE / SSL_CERT_DIR, else certifi),
-    built once per process: loading the bundle costs tens of milliseconds, and serve's
-    forkserver builds it once before forking every worker (runner/serve/prefork.py)."""
-    import certifi
-
-    cafile = os.environ.get("SSL_CERT_FILE")
-    capath = os.environ.get("SSL_CERT_DIR")
-    if not cafile and not capath:
-        cafile = certifi.where()
-    return ssl.create_default_context(cafile=cafile, capath=capath)
-
-
-def _verify_for(base_url: str) -> ssl.SSLContext:
-    """The CA bundle only for an ``https://`` endpoint; for ``http://`` a context that trusts
-    nothing (never used on plain HTTP; a redirect to https would fail, not go unchecked)."""
-    if base_url.lower().startswith("https:"):
-        return shared_ssl_context()
-    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 
 
 @dataclass(frozen=True)
@@ -190,7 +166,7 @@ class ChatClient:
         if self._client is None:
             import openai
 
-            http = openai.DefaultHttpx2Client(verify=_verify_for(self.base_url))
+            http = openai.DefaultHttpx2Client(verify=verify_for(self.base_url))
             self._client = openai.OpenAI(
                 api_key="unused",  # every request sets (or omits) its own Authorization header
                 base_url=self.base_url,

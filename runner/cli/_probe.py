@@ -34,7 +34,7 @@ def probe_provider(name: str, provider: Any, models: set[str], *, deep: bool, en
 def _probe_http(provider: Any, key: str | None, models: list[str], *, deep: bool) -> ProbeResult:
     import httpx
 
-    from runner.delivery.retry import verify_for
+    from runner.tls import verify_for
 
     base = provider.base_url.rstrip("/")
     headers = dict(provider.headers)

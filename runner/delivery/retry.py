@@ -3,17 +3,13 @@ again after a doubling backoff; any other answer is final."""
 
 from __future__ import annotations
 
-import functools
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from runner.clock import utcnow
-
-if TYPE_CHECKING:
-    import ssl
+from runner.tls import verify_for
 
 RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 
@@ -35,34 +31,6 @@ class Posted:
     status: int | None  # None: no HTTP answer
     attempts: int
     detail: str
-
-
-@functools.cache
-def tls_context() -> ssl.SSLContext:
-    """The verification context of the HTTP sinks, built once per process (loading the CA bundle
-    costs tens of milliseconds; serve's forkserver builds it before forking workers). Same sources
-    as the model client's: SSL_CERT_FILE / SSL_CERT_DIR, else certifi."""
-    import ssl
-
-    import certifi
-
-    cafile, capath = os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")
-    return ssl.create_default_context(cafile=cafile or (None if capath else certifi.where()), capath=capath)
-
-
-@functools.cache
-def _no_tls() -> ssl.SSLContext:
-    """For ``http://`` URLs: a verifying context with no CA loaded (cheap to build; it is never
-    used, as plain HTTP has no TLS and redirects are not followed, and would trust nothing if it were)."""
-    import ssl
-
-    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-
-
-def verify_for(url: str) -> ssl.SSLContext:
-    """The TLS context for ``url``: the CA bundle only for ``https://`` (loading it costs tens of
-    ms, and httpx would load its own default bundle for ``verify=True`` even for ``http://``)."""
-    return tls_context() if url.lower().startswith("https:") else _no_tls()
 
 
 def retry_after(value: str | None) -> float | None:
@@ -87,7 +55,7 @@ def post(url: str, *, body: bytes, headers: Mapping[str, str], policy: Policy) -
     """POST ``body`` to ``url`` up to ``policy.attempts`` times."""
     import httpx
 
-    verify = verify_for(url)  # built once per process: a bundle load per request costs tens of ms
+    verify = verify_for(url)  # runner.tls: built once per process
     detail, status = "", None
     wait = policy.backoff
     for attempt in range(1, policy.attempts + 1):

@@ -65,13 +65,9 @@ MODULES = [
 for _name in MODULES:
     importlib.import_module(_name)
 
-from runner.agent.llm import shared_ssl_context  # noqa: E402
+from runner.tls import ca_context  # noqa: E402
 
-shared_ssl_context()
-
-from runner.delivery.retry import tls_context  # noqa: E402
-
-tls_context()
+ca_context()  # the CA bundle, loaded once for every worker's HTTPS requests
 
 from runner.warm import ready_loaded  # noqa: E402
 

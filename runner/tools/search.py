@@ -143,14 +143,15 @@ def send(request: Request, timeout: float) -> Any:
     """Make ``request`` to the address its host resolved to (checked once, then pinned); no redirects."""
     import httpx
 
-    from runner.tools.web import Response, _pinned, default_tls
+    from runner.tls import ca_context
+    from runner.tools.web import Response, _pinned
 
     target = check_url(request.url, OPERATOR)
     url, host_header = _pinned(target)
     extensions = {"sni_hostname": target.host} if target.scheme == "https" else {}
     headers = {"Host": host_header, "User-Agent": USER_AGENT, "Accept": "application/json", **request.headers}
     try:
-        with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False, verify=default_tls()) as client:
+        with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False, verify=ca_context()) as client:
             answer = client.request(request.method, url, headers=headers, json=request.body, extensions=extensions)
     except httpx.HTTPError as exc:
         raise ToolError(f"search failed: {type(exc).__name__}: {exc}") from None

@@ -10,7 +10,6 @@ and the request goes to that checked address (see runner/safety/ssrf.py).
 
 from __future__ import annotations
 
-import functools
 import re
 import shlex
 import ssl
@@ -22,6 +21,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from backends.base import truncate_text
 from runner.safety.ssrf import Blocked, Resolver, Target, WebPolicy, check_url, system_resolver
+from runner.tls import ca_context
 from runner.tools import Registry, ToolError, ToolResult
 from runner.tools.context import ToolContext
 
@@ -115,15 +115,6 @@ def _pinned(target: Target) -> tuple[str, str]:
     return url, host_header
 
 
-@functools.cache
-def default_tls() -> ssl.SSLContext:
-    """httpx's default certificate check, built once per process: building it loads the CA bundle
-    (about 60 ms of CPU), which would otherwise be paid by every fetch and serialize parallel ones."""
-    import httpx
-
-    return httpx.create_ssl_context(trust_env=False)  # as httpx.Client(trust_env=False) builds it
-
-
 def host_get(target: Target, *, verify: ssl.SSLContext | bool = True) -> Response:
     """One GET from this machine to the checked address (Host header and TLS SNI name the host,
     and the certificate is checked against the host; no proxy from the environment, which would
@@ -134,7 +125,7 @@ def host_get(target: Target, *, verify: ssl.SSLContext | bool = True) -> Respons
     extensions = {"sni_hostname": target.host} if target.scheme == "https" else {}
     headers = {"Host": host_header, "User-Agent": USER_AGENT}
     if verify is True:
-        verify = default_tls()
+        verify = ca_context()
     try:
         with (
             httpx.Client(timeout=FETCH_TIMEOUT, follow_redirects=False, trust_env=False, verify=verify) as client,
