@@ -70,6 +70,7 @@ class Store:
         self._conn = conn
         self._owner = threading.get_ident()
         self._local = threading.local()
+        self._others: list[sqlite3.Connection] = []  # other threads' connections, closed with the store
 
     @property
     def conn(self) -> sqlite3.Connection:
@@ -79,6 +80,7 @@ class Store:
         if conn is None:
             with self.guard():
                 conn = self._local.conn = _connect(self.path)
+            self._others.append(conn)
         return conn
 
     @classmethod
@@ -117,6 +119,9 @@ class Store:
             raise converted from exc
 
     def close(self) -> None:
+        for conn in self._others:
+            conn.close()
+        self._others.clear()
         self._conn.close()
 
     # -- migrations ---------------------------------------------------------------------

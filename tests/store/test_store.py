@@ -59,3 +59,27 @@ def test_sigkilled_run_becomes_unknown_on_next_command(project, fake):
     res = project.cli("runs", "list", "--json")
     assert '"status": "unknown"' in res.output
     assert db.execute("SELECT status, reason FROM runs").fetchone() == ("unknown", "worker_lost")
+
+
+def test_each_thread_has_its_own_connection_and_close_closes_them(tmp_path):
+    """A subagent's or a parallel tool call's thread never shares the opener's connection (two
+    transactions on one connection fail), and closing the store closes the threads' ones too."""
+    import threading
+
+    store = Store.open(tmp_path / "runner.db")
+    seen: list[sqlite3.Connection] = []
+
+    def work():
+        with store.transaction() as conn:
+            seen.append(conn)
+            conn.execute("SELECT 1")
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join(30)
+    assert len(seen) == 1 and seen[0] is not store.conn
+    with store.transaction() as conn:  # the opener's own connection is untouched by the thread's
+        assert conn is store.conn and not seen[0].in_transaction
+    store.close()
+    with pytest.raises(sqlite3.ProgrammingError):
+        seen[0].execute("SELECT 1")
