@@ -21,6 +21,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -187,7 +188,9 @@ class Bridges:
             elif bridge.proc.poll() is not None:
                 self._stop((job, name), f"it exited with {bridge.proc.returncode}")
 
-    def _stop(self, key: tuple[str, str], why: str) -> None:
+    def _stop(self, key: tuple[str, str], why: str, *, wait: bool = False) -> None:
+        """Tell the bridge to stop. serve's loop does not wait for it (a reaper thread does, up to
+        10 s, then kills it); at shutdown (``wait``) serve waits, so no server outlives it."""
         bridge = self._live.pop(key)
         bridge.path.unlink(missing_ok=True)
         if bridge.proc.poll() is None:
@@ -197,13 +200,21 @@ class Bridges:
             bridge.proc.stdin.close()  # the bridge stops its server and exits
         except OSError:
             pass  # it is gone already: nothing to tell it
-        try:
-            bridge.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            bridge.proc.kill()
-            bridge.proc.wait()
-        bridge.log.close()
+        if wait:
+            _reap(bridge)
+        else:
+            threading.Thread(target=_reap, args=(bridge,), name="mcp-bridge-reaper", daemon=True).start()
 
     def close(self) -> None:
         for key in list(self._live):
-            self._stop(key, "serve is stopping")
+            self._stop(key, "serve is stopping", wait=True)
+
+
+def _reap(bridge: _Bridge) -> None:
+    """Wait for a stopping bridge (it stops its server first), killing it after 10 s."""
+    try:
+        bridge.proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        bridge.proc.kill()
+        bridge.proc.wait()
+    bridge.log.close()
