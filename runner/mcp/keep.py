@@ -30,6 +30,7 @@ from typing import IO, Any
 
 from runner.atomic import write_private
 from runner.config.mcp import McpServer, is_ref, parse_ref
+from runner.procs import running
 
 DIR = "mcp-bridges"
 
@@ -52,14 +53,6 @@ def kept_servers(toolsets: Sequence[str], servers: dict[str, McpServer], local: 
     return [n for n in names if n in servers and servers[n].keep_alive and servers[n].kind == "stdio"]
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
-
-
 def find_bridge(home: Path, job: str, server: str, wait: float) -> tuple[BridgeAddress | None, str]:
     """(where the bridge answers, "") or (None, why not: "" when serve keeps no bridge for it).
     A bridge still starting is waited for, at most ``wait`` seconds."""
@@ -74,7 +67,7 @@ def find_bridge(home: Path, job: str, server: str, wait: float) -> tuple[BridgeA
             return None, f"the bridge file {path} cannot be read: {exc}"
         if info.get("url") and info.get("token"):
             return BridgeAddress(str(info["url"]), str(info["token"])), ""
-        if not _pid_alive(int(info.get("pid", 0))):
+        if not running(int(info.get("pid", 0)), None):
             return None, "the keep-alive bridge is gone"
         if time.monotonic() >= deadline:
             return None, f"the keep-alive bridge did not get ready within {wait:g}s"
