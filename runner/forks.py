@@ -294,11 +294,6 @@ class WarmForks:
 
 
 # -- the helper's side ------------------------------------------------------------------------------
-def exit_code(status: int) -> int:
-    """A ``waitpid`` status as ``multiprocessing`` reports it (negative: killed by that signal)."""
-    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-
-
 class _Helper:
     def __init__(self, sock: socket.socket):
         self.sock = sock
@@ -362,7 +357,7 @@ class _Helper:
                 return
             if pid == 0:
                 return
-            _send(self.sock, ("exited", pid, exit_code(status)))
+            _send(self.sock, ("exited", pid, os.waitstatus_to_exitcode(status)))  # negative: the signal
 
     def child(self, request: Spawn) -> None:
         code = 1
