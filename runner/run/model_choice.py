@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from runner.agent.keys import Credential, KeySource, StaticKeys
@@ -16,7 +17,7 @@ from runner.errors import ConfigError
 NO_MODEL = (
     "no model is configured for job {job}: set OPENAI_API_KEY (and OPENAI_BASE_URL for another "
     "OpenAI-compatible endpoint), or add a 'providers:' entry to {config}; "
-    "or try the job offline with --replay CASSETTE"
+    "or try the job offline with {replay}"
 )
 
 
@@ -36,14 +37,16 @@ def split_ref(config: Config, ref: str) -> tuple[str, str]:
     return config.split_model_ref(ref)
 
 
-def choose(config: Config, ref: str, *, job: str, key: str = "model") -> ModelChoice:
+def choose(config: Config, ref: str, *, job: str, key: str = "model", cassette: Path | None = None) -> ModelChoice:
     """``default`` / ``NAME`` (a provider), ``NAME/model``, or ``org/model`` on the default provider;
-    ``key``: the setting ``ref`` came from, for messages (``model``, ``auxiliary``)."""
+    ``key``: the setting ``ref`` came from, for messages (``model``, ``auxiliary``); ``cassette``: a
+    recording shipped for the job, named in the message when no model is configured at all."""
     name, model = split_ref(config, ref)
     provider = config.providers.get(name)
     if provider is None:
         if name == "default" and not config.providers:
-            raise ConfigError(NO_MODEL.format(job=job, config=config.path or "config.yaml"))
+            replay = f"`runner run-job {job} --replay {cassette}`" if cassette else "--replay CASSETTE"
+            raise ConfigError(NO_MODEL.format(job=job, config=config.path or "config.yaml", replay=replay))
         known = ", ".join(sorted(config.providers)) or "(none)"
         if name != ref.partition("/")[0]:
             raise ConfigError(

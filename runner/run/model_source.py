@@ -132,12 +132,26 @@ def resolve(settings: Settings, job: Job, source: ModelSource) -> Models:
     return _providers(settings, job, record=None)
 
 
+def shipped_cassette(job: Job) -> Path | None:
+    """A recording kept for the job (``cassettes/JOB.yaml`` or ``jobs/cassettes/JOB.yaml`` beside
+    jobs.yaml), relative to the working folder when it lies below it: named when no model is set."""
+    for folder in (job.base_dir / "cassettes", job.base_dir / "jobs" / "cassettes"):
+        path = folder / f"{job.name}.yaml"
+        if path.is_file():
+            try:
+                return path.relative_to(Path.cwd())
+            except ValueError:
+                return path
+    return None
+
+
 def _providers(settings: Settings, job: Job, *, record: Path | None) -> Providers:
     """A credential pool per provider of the job's list (shared state in runner.db)."""
     from runner.agent.credentials import PoolFactory
     from runner.run.model_choice import choose, key_source
 
-    choices = tuple(choose(settings.config, ref, job=job.name) for ref in job.models)
+    cassette = shipped_cassette(job)
+    choices = tuple(choose(settings.config, ref, job=job.name, cassette=cassette) for ref in job.models)
     pools = PoolFactory(lambda: settings.store)
     last = len(choices) - 1  # only the last provider waits for a cooling key; the others hand over
     sources = tuple(key_source(c, job=job.name, pool_factory=pools, may_wait=i == last) for i, c in enumerate(choices))

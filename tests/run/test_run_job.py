@@ -360,3 +360,19 @@ def test_a_process_that_clears_its_environment_and_detaches_still_ends_with_the_
     finally:
         for pid in sleepers():
             os.kill(pid, 9)
+
+
+def test_no_model_names_the_jobs_own_cassette(project):
+    """A first try with no key and no config.yaml: the one-line error says how to run the job
+    offline, naming the cassette kept beside jobs.yaml when there is one."""
+    project.write_jobs(ONE)
+    env = {k: v for k, v in project.env().items() if not k.startswith("OPENAI_")}
+    res = project.run("run-job", "one", env=env)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "no model is configured for job one" in res.stderr and "--replay CASSETTE" in res.stderr
+    (project.root / "jobs" / "cassettes").mkdir(parents=True)
+    (project.root / "jobs" / "cassettes" / "one.yaml").write_text("turns: []\n")
+    res = project.run("run-job", "one", env=env)
+    assert res.returncode == 2, res.stderr
+    assert "`runner run-job one --replay jobs/cassettes/one.yaml`" in res.stderr
+    assert runs(project) == []  # nothing half-written: no ledger row
