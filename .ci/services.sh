@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Bring up the real services the backend tests use (DESIGN §4). Idempotent; run as root.
 #
-#   - packages: docker.io busybox-static openssh-server (and git), installed only when missing
+#   - packages: docker.io busybox-static openssh-server chromium (and git), installed only when missing
+#     (chromium is the browser the dashboard's Playwright tests drive: /usr/bin/chromium)
 #   - dockerd on the default socket (vfs driver, no bridge, no iptables), log in $RUNNER_CI_DIR
 #   - test image runner-test:busybox built from a busybox rootfs (no registry needed)
 #
@@ -23,6 +24,7 @@ install_packages() {
     command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
     command -v ssh >/dev/null 2>&1 || missing+=(openssh-client)
     command -v git >/dev/null 2>&1 || missing+=(git)
+    [ -x /usr/bin/chromium ] || missing+=(chromium)
     if [ ${#missing[@]} -eq 0 ]; then
         log "packages present"
         return
