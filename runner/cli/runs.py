@@ -305,7 +305,7 @@ def runs_logs(run_id: str, follow: bool, as_json: bool) -> None:
 @click.option("--job", help="only runs of this job")
 @click.option("--since", metavar="7d|DATE", help="only text written since: a duration back from now, or a date")
 @click.option("--limit", default=10, show_default=True, type=click.IntRange(1, 50), help="how many runs")
-@click.option("--raw", is_flag=True, help="QUERY is SQLite FTS5 syntax (OR, NOT, NEAR, \"phrases\", prefix*)")
+@click.option("--raw", is_flag=True, help='QUERY is SQLite FTS5 syntax (OR, NOT, NEAR, "phrases", prefix*)')
 @click.option("--json", "as_json", is_flag=True)
 def runs_search(query: str, job: str | None, since: str | None, limit: int, raw: bool, as_json: bool) -> None:
     """Full-text search over past runs: prompts, the model's answers, tool calls and results, pre_run

@@ -59,7 +59,7 @@ def register(registry: Registry) -> None:
                 "limit": {"type": "integer", "description": f"how many runs (default {DEFAULT_LIMIT}, at most 50)"},
                 "raw": {
                     "type": "boolean",
-                    "description": "use SQLite FTS5 query syntax (OR, NOT, NEAR, \"phrases\") instead of plain words",
+                    "description": 'use SQLite FTS5 query syntax (OR, NOT, NEAR, "phrases") instead of plain words',
                 },
             },
             "required": ["query"],

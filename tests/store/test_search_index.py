@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 
 from runner.clock import iso
 from runner.safety.redact import Redactor
+from runner.statuses import Trigger
 from runner.store import Store, dumps
 from runner.store.migrations import m0013_search
 from runner.store.runs import Recorder, create_run
 from runner.store.search import TEXT, QueryError, Search, index_output, rebuild, search, since
-from runner.statuses import Trigger
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
@@ -189,7 +189,15 @@ def filled(tmp_path_factory):
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(text=st.text(max_size=80) | st.lists(st.sampled_from(['"', "AND", "OR", "NOT", "(", ")", "*", ":", "NEAR", "^", "x", "-", "+", "\x00", "{", "}", ","])).map(" ".join), raw=st.booleans())
+@given(
+    text=st.text(max_size=80)
+    | st.lists(
+        st.sampled_from(
+            ['"', "AND", "OR", "NOT", "(", ")", "*", ":", "NEAR", "^", "x", "-", "+", "\x00", "{", "}", ","]
+        )
+    ).map(" ".join),
+    raw=st.booleans(),
+)
 def test_any_query_gives_results_or_the_one_line_error(filled, text, raw):
     try:
         hits = search(filled, Search(text, raw=raw, limit=5), now=NOW)
