@@ -19,6 +19,7 @@ own syntax (``OR``, ``NOT``, ``NEAR``, ``"phrases"``); what FTS5 rejects is a ``
 from __future__ import annotations
 
 import sqlite3
+import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,10 +29,11 @@ from typing import Any
 
 from runner.clock import iso, parse_iso, utcnow
 from runner.errors import UsageError
+from runner.lazyre import LazyPattern
 from runner.store import Store
 
 INDEX_CHARS = 8000  # of each indexed text
-WINDOW = 2000  # newest matches ranked per query: bounds the cost of a word that is everywhere
+WINDOW = 500  # newest matches ranked per query: bounds the cost of a word that is everywhere
 RECENCY_DAYS = 30.0
 MAX_LIMIT = 50
 SNIPPET_TOKENS = 24
@@ -133,7 +135,7 @@ def search(store: Store, q: Search, *, now: datetime | None = None) -> list[Hit]
         if held is None or key > held[:3]:
             best[row["run_id"]] = (*key, row)
     ranked = sorted(best.values(), key=lambda b: (b[0], b[1], b[3]["run_id"], b[2]), reverse=True)[: q.limit]
-    snippets = _snippets(store, expr, [b[3]["id"] for b in ranked])
+    snippets = _snippets(store, q, [b[3]["id"] for b in ranked])
     return [
         Hit(r["run_id"], r["job"], r["ts"], r["kind"], r["label"], snippets.get(r["id"], ""), score)
         for score, _, _, r in ranked
@@ -167,16 +169,60 @@ def _candidates(store: Store, q: Search, expr: str) -> list[dict[str, Any]]:
         return store.query(sql, params)
 
 
-def _snippets(store: Store, expr: str, ids: list[int]) -> dict[int, str]:
+def _snippets(store: Store, q: Search, ids: list[int]) -> dict[int, str]:
+    """The passage around the first matching word of each text, made here rather than by FTS5's
+    ``snippet()``, which evaluates the whole query again per row (slow for prefix queries)."""
     if not ids:
         return {}
     marks = ", ".join("?" for _ in ids)
-    sql = (
-        f"SELECT rowid AS id, snippet(search_fts, 0, ?, ?, '…', {SNIPPET_TOKENS}) AS s FROM search_fts "
-        f"WHERE search_fts MATCH ? AND rowid IN ({marks})"
-    )
-    rows = store.query(sql, [*MARK, expr, *ids])
-    return {r["id"]: " ".join(str(r["s"]).split()) for r in rows}
+    rows = store.query(f"SELECT rowid AS id, body FROM search_fts WHERE rowid IN ({marks})", ids)
+    terms = _highlight_terms(q.text, raw=q.raw)
+    return {r["id"]: passage(str(r["body"]), terms) for r in rows}
+
+
+_TOKEN = LazyPattern(r"[^\W_]+")
+_QUERY_WORD = LazyPattern(r"([^\W_]+)(\*?)")
+_OPERATORS = frozenset({"AND", "OR", "NOT", "NEAR"})
+
+
+def _fold(word: str) -> str:
+    """A token as unicode61 with remove_diacritics compares it: lower case, no accents."""
+    decomposed = unicodedata.normalize("NFKD", word.lower())
+    return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
+
+
+def _highlight_terms(text: str, *, raw: bool) -> list[tuple[str, bool]]:
+    """(folded token, is a prefix) for each word of the query (FTS5 operators left out when raw)."""
+    out = []
+    for m in _QUERY_WORD.finditer(text):
+        if raw and m.group(1) in _OPERATORS:
+            continue
+        out.append((_fold(m.group(1)), bool(m.group(2))))
+    return out
+
+
+def passage(body: str, terms: list[tuple[str, bool]], width: int = SNIPPET_TOKENS) -> str:
+    """About ``width`` words of ``body`` around the first matching one, matches between « and », on one line."""
+    tokens = list(_TOKEN.finditer(body))
+    if not tokens:
+        return " ".join(body.split())[:200]
+
+    def hit(token: str) -> bool:
+        folded = _fold(token)
+        return any(folded.startswith(t) if prefix else folded == t for t, prefix in terms)
+
+    first = next((i for i, t in enumerate(tokens) if hit(t.group())), 0)
+    lo = max(0, first - width // 3)
+    hi = min(len(tokens), lo + width)
+    parts, at = [], tokens[lo].start()
+    for t in tokens[lo:hi]:
+        parts.append(body[at : t.start()])
+        parts.append(f"{MARK[0]}{t.group()}{MARK[1]}" if hit(t.group()) else t.group())
+        at = t.end()
+    tail = body[at : tokens[hi].start()] if hi < len(tokens) else body[at:]
+    parts.append(tail.split(None, 1)[0] if tail and not tail[0].isspace() else "")  # "x)" and "[MASK]" whole
+    text = " ".join("".join(parts).split())
+    return ("…" if lo > 0 else "") + text + ("…" if hi < len(tokens) else "")
 
 
 @contextmanager
