@@ -206,3 +206,15 @@ def test_any_query_gives_results_or_the_one_line_error(filled, text, raw):
         return
     assert len(hits) <= 5
     assert all("\n" not in h.snippet for h in hits)
+
+
+def test_passages_mark_the_words_as_the_index_matches_them():
+    from runner.store.search import _highlight_terms, passage
+
+    body = "Café naïve deployment: the deployed build (v2) failed " + " ".join(f"w{i}" for i in range(60))
+    assert passage(body, _highlight_terms("cafe NAIVE", raw=False)).startswith("«Café» «naïve» deployment")
+    marked = passage(body, _highlight_terms("deploy*", raw=False))
+    assert "«deployment»: the «deployed» build (v2) failed" in marked and marked.endswith("…")
+    late = passage(body, _highlight_terms("w40 OR nothing", raw=True))
+    assert late.startswith("…") and "«w40»" in late and "«OR»" not in late
+    assert passage("x [REDACTED]", _highlight_terms("x", raw=False)) == "«x» [REDACTED]"
