@@ -51,7 +51,7 @@ TEXT = (
     f" END, 1, {INDEX_CHARS})"
 )
 WANTED = (
-    "{r}.kind IN ('prompt', 'response', 'tool_call', 'tool_result', 'pre_run')"
+    "{r}.kind IN ('prompt', 'response', 'tool_call', 'tool_result', 'pre_run') AND json_valid({r}.payload)"
     " AND coalesce(json_extract({r}.payload, '$.name'), '') != 'session_search'"
 )
 

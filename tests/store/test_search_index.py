@@ -15,7 +15,7 @@ from runner.statuses import Trigger
 from runner.store import Store, dumps
 from runner.store.migrations import m0013_search
 from runner.store.runs import Recorder, create_run
-from runner.store.search import TEXT, QueryError, Search, index_output, rebuild, search, since
+from runner.store.search import KINDS, TEXT, QueryError, Search, index_output, rebuild, search, since
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
@@ -146,12 +146,20 @@ def test_rebuild_gives_the_same_results(store, tmp_path):
 
 
 def test_the_rebuild_text_is_the_triggers_text():
-    assert TEXT == m0013_search.TEXT
     from runner.store import search as module
 
-    assert module.WANTED.replace("{r}.kind IN ('prompt', 'response', 'tool_call', 'tool_result', 'pre_run')", "") == (
-        m0013_search.WANTED.replace("{r}.kind IN " + m0013_search.KINDS, "")
+    assert (TEXT, module.WANTED) == (m0013_search.TEXT, m0013_search.WANTED)
+    assert "(" + ", ".join(f"'{k}'" for k in KINDS) + ")" == m0013_search.KINDS
+
+
+def test_a_payload_that_is_not_json_is_stored_and_not_indexed(store):
+    run_id = create_run(store, job="j", trigger=Trigger.MANUAL)
+    add_event(store, run_id, 1, "prompt", {"user": "fine"}, NOW)
+    store.execute(
+        "INSERT INTO run_events (run_id, seq, ts, kind, payload) VALUES (?, 2, ?, 'prompt', 'not json')",
+        (run_id, iso(NOW)),
     )
+    assert [r["seq"] for r in store.query("SELECT seq FROM search_docs")] == [1]
 
 
 def test_events_written_before_the_migration_are_indexed(tmp_path):

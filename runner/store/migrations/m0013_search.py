@@ -25,8 +25,12 @@ TEXT = (
     " END, 1, 8000)"
 )
 
-# the session_search tool's own calls and results are not indexed (a search would find searches)
-WANTED = "{r}.kind IN " + KINDS + " AND coalesce(json_extract({r}.payload, '$.name'), '') != 'session_search'"
+# the session_search tool's own calls and results are not indexed (a search would find searches);
+# a payload that is not JSON (never written by the Recorder) is skipped rather than failing the insert
+WANTED = (
+    "{r}.kind IN " + KINDS + " AND json_valid({r}.payload)"
+    " AND coalesce(json_extract({r}.payload, '$.name'), '') != 'session_search'"
+)
 
 
 def apply(db: Any) -> None:
