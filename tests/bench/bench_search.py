@@ -24,7 +24,7 @@ from _before import trees
 from _common import row
 
 RUNS, EVENTS_PER_RUN, JOBS = 100_000, 20, 50
-VERSION = "v2"  # bump when the generated data changes
+VERSION = "v3"  # bump when the generated data changes
 CACHE = Path(os.environ.get("RUNNER_BENCH_SEARCH_DB", "/tmp/runner-bench-search/runner.db"))
 WRITES = 2000  # events per Recorder measurement
 
