@@ -1,4 +1,4 @@
-"""``runner db backup | migrate``: the store file itself."""
+"""``runner db backup | migrate | reindex``: the store file itself."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from runner.cli._util import settings
 
 @click.group("db")
 def db_group() -> None:
-    """The store (RUNNER_HOME/runner.db): back it up, apply its migrations."""
+    """The store (RUNNER_HOME/runner.db): back it up, apply its migrations, rebuild its search index."""
 
 
 @db_group.command("backup")
@@ -57,6 +57,18 @@ def db_migrate() -> None:
         click.echo(f"applied {name}")
     if not applied:
         click.echo(f"{store.path}: up to date")
+
+
+@db_group.command("reindex")
+def db_reindex() -> None:
+    """Rebuild the full-text index of past runs (`runner runs search`, the session_search tool)
+    from the ledger's events and the runs' output files, in one transaction: searches keep
+    using the old index until the new one is complete. Runs keep the index current by
+    themselves; this is for an index that was lost, or after restoring outputs."""
+    from runner.store.search import rebuild
+
+    done = rebuild(settings().store)
+    click.echo(f"indexed {done.events} event texts and {done.outputs} outputs")
 
 
 COMMANDS = [db_group]

@@ -1,4 +1,4 @@
-"""``runner runs list | show | logs``: the run ledger and each run's steps."""
+"""``runner runs list | show | logs | search``: the run ledger and each run's steps."""
 
 from __future__ import annotations
 
@@ -298,6 +298,36 @@ def runs_logs(run_id: str, follow: bool, as_json: bool) -> None:
                 click.echo(json.dumps(ev) if as_json else format_event(ev))
             return
         time.sleep(0.3)
+
+
+@runs_group.command("search")
+@click.argument("query")
+@click.option("--job", help="only runs of this job")
+@click.option("--since", metavar="7d|DATE", help="only text written since: a duration back from now, or a date")
+@click.option("--limit", default=10, show_default=True, type=click.IntRange(1, 50), help="how many runs")
+@click.option("--raw", is_flag=True, help='QUERY is SQLite FTS5 syntax (OR, NOT, NEAR, "phrases", prefix*)')
+@click.option("--json", "as_json", is_flag=True)
+def runs_search(query: str, job: str | None, since: str | None, limit: int, raw: bool, as_json: bool) -> None:
+    """Full-text search over past runs: prompts, the model's answers, tool calls and results, pre_run
+    output and final outputs (all redacted). One passage per run, best and newest first (relevance
+    discounted by age: a match 30 days older counts half). Every word must occur; a trailing *
+    matches a prefix. A query FTS5 rejects (with --raw) is a one-line error, exit 2. The index is
+    kept as runs write events; `runner db reindex` rebuilds it."""
+    from runner.store.search import Search, search
+    from runner.store.search import since as since_time
+
+    q = Search(query, job=job, since=since_time(since) if since else None, limit=limit, raw=raw)
+    hits = search(settings().store, q)
+    if as_json:
+        echo_json([h.as_dict() for h in hits])
+        return
+    if not hits:
+        click.echo("no matches")
+        return
+    for h in hits:
+        what = f"{h.kind} ({h.label})" if h.label else h.kind
+        click.echo(f"{h.run_id}  {h.job}  {local_time(h.ts)}  {what}")
+        click.echo(f"    {h.snippet}")
 
 
 COMMANDS = [runs_group]

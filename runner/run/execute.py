@@ -33,6 +33,7 @@ from runner.settings import Settings
 from runner.statuses import RunStatus
 from runner.store import dumps
 from runner.store.runs import Recorder, create_run, finish_run, last_output, mark_started, update_run
+from runner.store.search import index_output
 
 if TYPE_CHECKING:
     from runner.safety.approval import Gate
@@ -312,9 +313,18 @@ class Run:
         except Tampered as exc:
             self.result = self.failed(exc)
         r = self.result
+        ended = utcnow()
         finish_run(
-            self.settings.store, self.run_id, r.status, reason=r.reason, error=r.error, output_path=r.output_path
+            self.settings.store,
+            self.run_id,
+            r.status,
+            now=ended,
+            reason=r.reason,
+            error=r.error,
+            output_path=r.output_path,
         )
+        if r.output and not r.silent:  # redacted by ``conclude``; searchable (``runner runs search``)
+            index_output(self.settings.store, self.run_id, self.job.name, r.output, ended=ended)
         seconds = round(time.monotonic() - self.started, 3)
         self.emit("run_finished", {"status": r.status, "reason": r.reason, "seconds": seconds})
         stopped = self.req.stop.is_set() and r.status != RunStatus.SUCCEEDED

@@ -1,0 +1,264 @@
+"""Search over past runs: ``session_search``'s query over 100,000 runs and 2,000,000 events (target
+p50 <= 50 ms), and what keeping the index costs each event the Recorder writes (target <= 1 ms),
+beside main before (no index) and beside this tree with the index triggers dropped.
+
+The big store is generated straight into SQLite (runs and events with executemany in one
+transaction, then ``runner.store.search.rebuild``) and cached at $RUNNER_BENCH_SEARCH_DB (default
+/tmp/runner-bench-search/runner.db); delete it to regenerate. Run: python tests/bench/bench_search.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from _before import trees
+from _common import row
+
+RUNS, EVENTS_PER_RUN, JOBS = 100_000, 20, 50
+VERSION = "v3"  # bump when the generated data changes
+CACHE = Path(os.environ.get("RUNNER_BENCH_SEARCH_DB", "/tmp/runner-bench-search/runner.db"))
+WRITES = 2000  # events per Recorder measurement
+
+# the events a run writes, in order (20): kinds the index keeps and kinds it skips
+SHAPE = (
+    ["run_started", "prompt"] + ["request", "response", "tool_call", "tool_result"] * 4 + ["response", "run_finished"]
+)
+
+
+def vocabulary(n: int = 20_000) -> list[str]:
+    rng = random.Random(7)
+    syllables = ["ka", "lo", "mi", "ne", "ru", "to", "sa", "vi", "de", "po", "an", "el", "or", "us", "ix", "qu"]
+    words: set[str] = set()
+    while len(words) < n:
+        words.add("".join(rng.choice(syllables) for _ in range(rng.randint(2, 4))))
+    return sorted(words)
+
+
+def texts(words: list[str], n: int, rng: random.Random) -> list[str]:
+    """Zipf-distributed words: a few everywhere, most rare."""
+    weights = [1 / (i + 1) for i in range(len(words))]
+    out = []
+    for _ in range(n):
+        length = rng.choice((6, 12, 25, 60))
+        out.append(" ".join(rng.choices(words, weights, k=length)))
+    return out
+
+
+def payload(kind: str, text: str, run_no: int, step: int) -> str:
+    if kind == "prompt":
+        value: dict[str, object] = {"system_chars": 900, "user": f"daily check {text}", "tools": ["terminal"]}
+    elif kind == "response":
+        value = {"iteration": step, "content": text if step % 2 else "", "tool_calls": [], "prompt_tokens": 900}
+    elif kind == "tool_call":
+        value = {"id": f"c{step}", "name": "terminal", "arguments": json.dumps({"command": f"grep {text[:40]}"})}
+    elif kind == "tool_result":
+        extra = f" serial{run_no}" if step == 6 else ""
+        value = {"id": f"c{step}", "name": "terminal", "result": f"exit code 0 {text}{extra}", "chars": len(text)}
+    else:
+        value = {"iteration": step, "messages": step, "tools": 3}
+    return json.dumps(value, separators=(",", ":"))
+
+
+def generate(path: Path) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from runner.store import Store
+    from runner.store.search import rebuild
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    store = Store.open(path)
+    rng = random.Random(11)
+    pool = texts(vocabulary(), 20_000, rng)
+    start = datetime(2026, 12, 1, tzinfo=UTC) - timedelta(days=365)
+    step = timedelta(days=365) / RUNS
+    started = time.perf_counter()
+    trigger = store.one("SELECT sql FROM sqlite_master WHERE name='search_event_added'")
+    assert trigger is not None
+    store.execute("DROP TRIGGER search_event_added")
+    with store.transaction() as conn:
+        for base in range(0, RUNS, 5000):
+            runs, events = [], []
+            for run_no in range(base, base + 5000):
+                at = start + step * run_no
+                run_id = f"{at:%Y%m%d-%H%M%S}-{run_no:06x}"
+                stamp = at.isoformat(timespec="milliseconds")
+                runs.append((run_id, f"job-{run_no % JOBS}", "schedule", "succeeded", stamp, stamp, stamp))
+                for seq, kind in enumerate(SHAPE, 1):
+                    text = pool[rng.randrange(len(pool))]
+                    events.append((run_id, seq, stamp, kind, payload(kind, text, run_no, seq)))
+            conn.executemany(
+                "INSERT INTO runs (id, job, trigger, status, created_at, started_at, ended_at) VALUES (?,?,?,?,?,?,?)",
+                runs,
+            )
+            conn.executemany("INSERT INTO run_events (run_id, seq, ts, kind, payload) VALUES (?,?,?,?,?)", events)
+    store.execute(trigger["sql"])
+    written = time.perf_counter() - started
+    started = time.perf_counter()
+    done = rebuild(store)
+    print(
+        f"generated {RUNS:,} runs / {RUNS * EVENTS_PER_RUN:,} events in {written:.0f} s; "
+        f"`runner db reindex` indexed {done.events:,} texts in {time.perf_counter() - started:.0f} s"
+    )
+    store.execute("CREATE TABLE IF NOT EXISTS bench_meta (version TEXT)")
+    store.execute("INSERT INTO bench_meta VALUES (?)", (VERSION,))
+    store.close()
+
+
+def cached() -> Path:
+    if CACHE.exists():
+        import sqlite3
+
+        try:
+            got = sqlite3.connect(CACHE).execute("SELECT version FROM bench_meta").fetchone()
+        except sqlite3.Error:
+            got = None
+        if got == (VERSION,):
+            return CACHE
+    print(f"generating {CACHE} (once; cached for the next runs) ...", flush=True)
+    generate(CACHE)
+    return CACHE
+
+
+Query = tuple[str, "str | None", "datetime | None"]  # text, --job, --since
+
+
+def queries(rng: random.Random) -> dict[str, list[Query]]:
+    words = vocabulary()
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    week = now - timedelta(days=7)
+    common, middle, rare = words[:5], words[200:400], words[15_000:16_000]
+    n = range(30)
+    return {
+        "rare serial (1 run)": [(f"serial{rng.randrange(RUNS)}", None, None) for _ in n],
+        "rare word": [(rng.choice(rare), None, None) for _ in n],
+        "middle word": [(rng.choice(middle), None, None) for _ in n],
+        "common word": [(rng.choice(common), None, None) for _ in n],
+        "two words": [(f"{rng.choice(middle)} {rng.choice(common)}", None, None) for _ in n],
+        "prefix": [(rng.choice(middle)[:4] + "*", None, None) for _ in n],
+        "middle word, --job": [(rng.choice(middle), f"job-{rng.randrange(JOBS)}", None) for _ in n],
+        "middle word, --since 7d": [(rng.choice(middle), None, week) for _ in n],
+    }
+
+
+def bench_queries(path: Path) -> None:
+    """Each query once to warm the page cache, then timed; p50 over all classes, and per class."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from runner.store import Store
+    from runner.store.search import Search, search
+
+    store = Store.open(path)
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    every: list[float] = []
+    for label, group in queries(random.Random(5)).items():
+        times, found = [], 0
+        for text, job, since in group:
+            q = Search(text, job=job, since=since, limit=5)
+            search(store, q, now=now)
+            started = time.perf_counter()
+            hits = search(store, q, now=now)
+            times.append(time.perf_counter() - started)
+            found += bool(hits)
+        every += times
+        print(
+            f"  {label:<28} p50 {statistics.median(times) * 1000:7.1f} ms   max {max(times) * 1000:7.1f} ms"
+            f"   ({found}/{len(group)} found)"
+        )
+    every.sort()
+    row("session_search query p50 (100k runs, 2M events)", f"{statistics.median(every) * 1000:.1f} ms", "<= 50 ms")
+    row("session_search query p99", f"{every[int(len(every) * 0.99)] * 1000:.1f} ms", "(printed)")
+    store.close()
+
+
+# runs in the tree under test (this one or main before): no import of this folder's helpers
+WRITER = r"""
+import sys, time, json
+from pathlib import Path
+from runner.store import Store
+from runner.store.runs import Recorder, create_run
+from runner.safety.redact import Redactor
+path, n, mode = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+store = Store.open(path)
+saved = store.one("SELECT sql FROM sqlite_master WHERE name='search_event_added'")
+if mode.startswith("drop") and saved:
+    store.execute("DROP TRIGGER search_event_added")
+run_id = create_run(store, job="bench", trigger="manual")
+rec = Recorder(store, run_id, Redactor())
+text = " ".join(f"word{i % 97} line {i}" for i in range(120))
+items = []
+for i in range(n):
+    kind = ("request", "response", "tool_call", "tool_result")[i % 4]
+    if kind == "tool_result":
+        items.append((kind, {"id": f"c{i}", "name": "terminal", "result": text[: 200 + (i * 37) % 1800], "chars": 2000}))
+    elif kind == "tool_call":
+        items.append((kind, {"id": f"c{i}", "name": "terminal", "arguments": json.dumps({"command": f"grep -r w{i}"})}))
+    elif kind == "response":
+        items.append((kind, {"iteration": i, "content": text[:300], "tool_calls": [], "prompt_tokens": 900}))
+    else:
+        items.append((kind, {"iteration": i, "messages": i, "tools": 3}))
+started = time.perf_counter()
+for kind, payload in items:
+    rec(kind, payload)
+print((time.perf_counter() - started) / n * 1e6)
+if mode.endswith("restore"):  # the cached big store: leave it as it was
+    store.execute("DELETE FROM run_events WHERE run_id=?", (run_id,))
+    store.execute("DELETE FROM runs WHERE id=?", (run_id,))
+    if mode.startswith("drop") and saved:
+        store.execute(saved["sql"])
+"""
+
+
+def write_cost(python: str, env: dict[str, str], db: Path, mode: str) -> float:
+    """Microseconds per event of WRITES Recorder calls in a fresh process of the tree."""
+    res = subprocess.run([python, "-c", WRITER, str(db), str(WRITES), mode], env=env, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise SystemExit(f"writer failed: {res.stderr[-800:]}")
+    return float(res.stdout.strip().splitlines()[-1])
+
+
+def bench_writes(big: Path) -> None:
+    """Microseconds per Recorder event, medians of alternating rounds (the first round dropped)."""
+    measured = trees()
+    here = measured[0]
+    variants = [(t.name, t, "keep") for t in measured] + [("this tree, index triggers dropped", here, "drop")]
+    per: dict[str, list[float]] = {name: [] for name, _, _ in variants}
+    with tempfile.TemporaryDirectory() as tmp:
+        for round_ in range(6):
+            for i, (name, tree, mode) in enumerate(variants):
+                value = write_cost(tree.python, tree.env(), Path(tmp) / f"{round_}-{i}.db", mode)
+                if round_:
+                    per[name].append(value)
+    med = {name: statistics.median(values) for name, values in per.items()}
+    for name, value in med.items():
+        row(f"Recorder event, fresh store: {name}", f"{value:.0f} us", "(printed)")
+    row("index maintenance per event (fresh store)", f"{med['this tree'] - med[variants[-1][0]]:.0f} us", "<= 1000 us")
+    if "main before" in med:
+        row("this tree minus main before, per event", f"{med['this tree'] - med['main before']:.0f} us", "<= 1000 us")
+    big_per: dict[str, list[float]] = {"keep-restore": [], "drop-restore": []}
+    for _ in range(3):
+        for mode in big_per:
+            big_per[mode].append(write_cost(here.python, here.env(), big, mode))
+    with_index, without = (statistics.median(v) for v in big_per.values())
+    row("Recorder event, 2M-event store, with the index", f"{with_index:.0f} us", "(printed)")
+    row("Recorder event, 2M-event store, triggers dropped", f"{without:.0f} us", "(printed)")
+    row("index maintenance per event (2M-event store)", f"{with_index - without:.0f} us", "<= 1000 us")
+
+
+def main() -> None:
+    print("machine shared with other work: figures are medians of alternating rounds")
+    big = cached()
+    bench_queries(big)
+    bench_writes(big)
+
+
+if __name__ == "__main__":
+    main()
