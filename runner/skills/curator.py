@@ -61,6 +61,8 @@ class CuratorPlan:
     examined: int
     transitions: tuple[Transition, ...]
     kept: tuple[Kept, ...]
+    suspect: tuple[Kept, ...] = ()  # skills in curator.suspect_after_failures failed runs in a row
+    consolidation: str = ""  # what the consolidation pass did (curator.consolidate), for the report
 
     def count(self, to_state: str) -> int:
         return sum(1 for t in self.transitions if t.to_state == to_state)
@@ -154,7 +156,14 @@ def make_plan(
                 )
         elif rec.state == "stale":
             transitions.append(Transition(name, "stale", "active", f"active again: last activity {_days(age)} ago"))
-    return CuratorPlan(now, cfg.stale_after_days, cfg.archive_after_days, examined, tuple(transitions), tuple(kept))
+    suspect = tuple(
+        Kept(name, f"in {rec.fail_streak} failed runs in a row (suspect after {cfg.suspect_after_failures})")
+        for name, rec in sorted(records.items())
+        if rec.state != "archived" and rec.suspect(cfg.suspect_after_failures)
+    )
+    return CuratorPlan(
+        now, cfg.stale_after_days, cfg.archive_after_days, examined, tuple(transitions), tuple(kept), suspect
+    )
 
 
 # -- doing ----------------------------------------------------------------------------------
@@ -347,6 +356,10 @@ def render_report(
         lines += [f"- `{t.name}`: {t.reason}" for t in items]
     lines += ["", f"## Kept as they are: {len(plan.kept)}"]
     lines += [f"- `{k.name}`: {k.why}" for k in plan.kept]
+    lines += ["", f"## Suspect (failing runs that used them): {len(plan.suspect)}"]
+    lines += [f"- `{k.name}`: {k.why}" for k in plan.suspect]
+    if plan.consolidation:
+        lines += ["", "## Consolidation", plan.consolidation]
     return "\n".join(lines) + "\n"
 
 
