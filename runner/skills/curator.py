@@ -7,6 +7,10 @@ than ``stale_after_days`` makes a skill ``stale``; older than ``archive_after_da
 deleted. Before changing anything a pass writes a snapshot (``skills/.curator_backups/<time>.tar.gz``,
 newest five kept); every pass writes a report (``logs/curator/<time>.md``) and a ``curator_runs``
 row. A dry run takes no lock, creates no file and writes no row: it only returns the plan.
+
+The report also lists ``suspect`` skills: those in ``suspect_after_failures`` (3) failed runs in a
+row. With ``consolidate: true`` a (non-dry) pass ends with the consolidation pass
+(``runner.skills.consolidate``): a merge plan file for ``runner curator apply``, never a change.
 """
 
 from __future__ import annotations
@@ -77,6 +81,7 @@ class PassResult:
     run_id: str | None = None
     report_path: Path | None = None
     snapshot_path: Path | None = None
+    merge_plan: Path | None = None  # written by the consolidation pass (curator.consolidate)
 
     def summary(self) -> str:
         p = self.plan
@@ -187,6 +192,7 @@ def run_pass(settings: Settings, *, now: datetime, dry_run: bool = False, trigge
     plan: CuratorPlan | None = None
     snapshot: Path | None = None
     status, error = "failed", None
+    consolidation: tuple[str, Path | None] = ("", None)
     started = time.monotonic()
     try:
         with flock(paths.tree_lock), usage.locked():
@@ -203,6 +209,8 @@ def run_pass(settings: Settings, *, now: datetime, dry_run: bool = False, trigge
             finally:
                 if applied:
                     usage.write(records)
+        if cfg.consolidate:
+            consolidation = consolidate_step(settings, now)
         status = "succeeded"
     except OSError as exc:
         error = f"curator pass failed after {len(applied)} change(s): {exc}"
@@ -213,15 +221,29 @@ def run_pass(settings: Settings, *, now: datetime, dry_run: bool = False, trigge
     finally:
         report_path = None
         report = ""
-        done = None if plan is None else replace(plan, transitions=tuple(applied))
+        done = None if plan is None else replace(plan, transitions=tuple(applied), consolidation=consolidation[0])
         if done is not None:
             report = render_report(done, dry_run=False, trigger=trigger, snapshot=snapshot, error=error)
-            report_path = _write_report(settings.home, now, report)
+            report_path = write_report(settings.home, now, report)
         ended = now + timedelta(seconds=time.monotonic() - started)
         _finish_row(store, run_id, ended, plan, applied, status, report_path, snapshot, error)
         mark_pass(store, now)
     assert done is not None
-    return PassResult(done, False, trigger, report, run_id, report_path, snapshot)
+    return PassResult(done, False, trigger, report, run_id, report_path, snapshot, consolidation[1])
+
+
+def consolidate_step(settings: Settings, now: datetime) -> tuple[str, Path | None]:
+    """The consolidation pass of a curator pass: (what it did, for the report; the plan file).
+
+    A model that fails or answers nonsense is reported; the ageing already done stands."""
+    from runner.errors import RunnerError
+    from runner.skills.consolidate import propose
+
+    try:
+        proposal = propose(settings, now=now)
+    except (RunnerError, OSError) as exc:
+        return f"failed: {exc}", None
+    return proposal.summary(), proposal.plan_path
 
 
 def _apply(t: Transition, records: dict[str, UsageRecord], paths: SkillPaths, now: datetime) -> None:
@@ -322,7 +344,7 @@ def _unique(folder: Path, stem: str, suffix: str) -> Path:
     return path
 
 
-def _write_report(home: Path, now: datetime, text: str) -> Path:
+def write_report(home: Path, now: datetime, text: str) -> Path:
     from runner.atomic import write_private
 
     folder = home / "logs" / "curator"
