@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -90,7 +92,8 @@ def curator_run(dry_run: bool, as_json: bool) -> None:
     from runner.clock import utcnow
     from runner.skills.curator import run_pass
 
-    result = run_pass(settings(), now=utcnow(), dry_run=dry_run, trigger="manual")
+    s = settings()
+    result = run_pass(s, now=utcnow(), dry_run=dry_run, trigger="manual", model=_model(s))
     if as_json:
         echo_json(
             {
@@ -146,8 +149,20 @@ def curator_consolidate() -> None:
     from runner.clock import utcnow
     from runner.skills.consolidate import propose
 
-    proposal = propose(settings(), now=utcnow())
+    s = settings()
+    proposal = propose(s, now=utcnow(), model=_model(s))
     click.echo(proposal.summary())
+
+
+def _model(s: Any) -> Callable[[], Any]:
+    """The consolidation pass's model, built when it is first needed."""
+
+    def build() -> Any:
+        from runner.run.model_choice import side_model
+
+        return side_model(s.config, purpose="curator")
+
+    return build
 
 
 @curator_group.command("apply")

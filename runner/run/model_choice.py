@@ -118,3 +118,14 @@ def context_budget(config: Config, job: Job) -> int:
     provider = config.providers.get(split_ref(config, job.models[0])[0])
     window = provider.context_window if provider is not None else 128_000
     return int(window * 0.6)
+
+
+def side_model(config: Config, *, purpose: str) -> Any:
+    """The auxiliary model outside a run (the Curator's consolidation pass): config.yaml's
+    ``auxiliary:``, else the ``default`` provider, priced at its rates; keys straight from config
+    (no pool); ``purpose`` names it in messages."""
+    from runner.agent.auxiliary import Priced
+
+    choice = choose(config, config.auxiliary or "default", job=purpose, key="auxiliary")
+    client = build_client(choice, key_source(choice, job=purpose), emit=lambda kind, payload: None)
+    return Priced(client, choice.pricing, choice.provider_name)

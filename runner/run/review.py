@@ -19,11 +19,11 @@ from runner.agent.types import Usage
 from runner.statuses import RunStatus
 
 if TYPE_CHECKING:
-    from runner.agent.auxiliary import AuxReply
     from runner.run.execute import Run
     from runner.run.model_source import Connected
     from runner.skills.review import Decision
     from runner.skills.session import SkillSession
+    from runner.skills.sidecall import SideReply
 
 log = logging.getLogger("runner.review")
 MIN_SECONDS = 2.0  # with less time left before the run's deadline there is no review
@@ -104,7 +104,7 @@ def _review(
     return counted
 
 
-def _counted(result: LoopResult, reply: AuxReply) -> LoopResult:
+def _counted(result: LoopResult, reply: SideReply) -> LoopResult:
     usage = Usage(
         result.usage.prompt_tokens + reply.usage.prompt_tokens,
         result.usage.completion_tokens + reply.usage.completion_tokens,
@@ -113,7 +113,7 @@ def _counted(result: LoopResult, reply: AuxReply) -> LoopResult:
     return replace(result, usage=usage, cost_usd=round(result.cost_usd + reply.cost_usd, 6))
 
 
-def _event(run: Run, reply: AuxReply, outcome: str, decision: Decision | None, message: str = "") -> None:
+def _event(run: Run, reply: SideReply, outcome: str, decision: Decision | None, message: str = "") -> None:
     """The review's reply: its cost (counted by the budget settlement, like ``summary``) and outcome."""
     run.emit(
         "skill_review",

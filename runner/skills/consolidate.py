@@ -1,6 +1,7 @@
 """The Curator's consolidation pass (``curator: {consolidate: true}``): a merge plan, never a change.
 
-One request to the auxiliary model (config.yaml's ``auxiliary:``, else the ``default`` provider)
+One request to the auxiliary model (config.yaml's ``auxiliary:``, else the ``default`` provider;
+built by the caller: ``runner.run.model_choice.side_model``)
 with the agent-written skills in RUNNER_HOME/skills (name, description, SKILL.md, shortened). The
 model answers ``{"merges": [{"into", "sources", "reason", "content"}]}`` for skills that overlap.
 Each proposed merge is checked like ``runner curator apply`` checks it (``merge.check_plan``); the
@@ -23,10 +24,10 @@ from runner.clock import iso
 from runner.errors import RunnerError
 from runner.skills import SkillPaths
 from runner.skills.merge import Merge, MergePlan, check_plan, content_hash
+from runner.skills.sidecall import ModelFactory, SideReply
 from runner.skills.usage import UsageFile
 
 if TYPE_CHECKING:
-    from runner.agent.auxiliary import AuxiliaryModel, AuxReply
     from runner.settings import Settings
 
 SKILL_CHARS = 6000  # each skill's SKILL.md in the request
@@ -53,7 +54,7 @@ class Proposal:
     plan_path: Path | None  # None: nothing to merge (no file written)
     merges: int
     dropped: tuple[str, ...]  # proposed merges that failed the checks, one reason each
-    reply: AuxReply | None  # None when there were fewer than two skills to compare
+    reply: SideReply | None  # None when there were fewer than two skills to compare
 
     def summary(self) -> str:
         cost = "" if self.reply is None else f" (model {self.reply.model}, ${self.reply.cost_usd:.4f})"
@@ -64,17 +65,6 @@ class Proposal:
         if self.dropped:
             text += "; dropped: " + "; ".join(self.dropped)
         return text
-
-
-def curator_model(settings: Settings) -> AuxiliaryModel:
-    """config.yaml's ``auxiliary:`` model (else the ``default`` provider), behind the auxiliary seam."""
-    from runner.agent.auxiliary import Priced
-    from runner.run.model_choice import build_client, choose, key_source
-
-    ref = settings.config.auxiliary or "default"
-    choice = choose(settings.config, ref, job="curator", key="auxiliary")
-    client = build_client(choice, key_source(choice, job="curator"), emit=lambda kind, payload: None)
-    return Priced(client, choice.pricing, choice.provider_name)
 
 
 def agent_skills(paths: SkillPaths) -> dict[str, str]:
@@ -112,14 +102,15 @@ def parse_merges(text: str) -> list[dict[str, Any]]:
     return merges
 
 
-def propose(settings: Settings, *, now: datetime, model: AuxiliaryModel | None = None) -> Proposal:
-    """Ask for merges and write the ones that pass the checks to a plan file (nothing else changes)."""
+def propose(settings: Settings, *, now: datetime, model: ModelFactory) -> Proposal:
+    """Ask for merges and write the ones that pass the checks to a plan file (nothing else changes).
+
+    ``model`` builds the model (only called when there are two or more skills to compare)."""
     paths = SkillPaths.under(settings.home)
     skills = agent_skills(paths)
     if len(skills) < 2:
         return Proposal(None, 0, (), None)
-    model = model or curator_model(settings)
-    reply = model.complete(request(skills), max_tokens=MAX_TOKENS)
+    reply = model().complete(request(skills), max_tokens=MAX_TOKENS)
     records = UsageFile(paths).read()
     kept: list[Merge] = []
     dropped: list[str] = []

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from runner.clock import iso
 from runner.errors import UsageError
 from runner.skills import ARCHIVE_DIR, BACKUP_DIR, SkillPaths, SkillStateError, flock
+from runner.skills.sidecall import ModelFactory
 from runner.skills.usage import UsageFile, UsageRecord
 from runner.store import Store, dumps
 
@@ -172,8 +173,18 @@ def make_plan(
 
 
 # -- doing ----------------------------------------------------------------------------------
-def run_pass(settings: Settings, *, now: datetime, dry_run: bool = False, trigger: str = "manual") -> PassResult:
-    """One curator pass over RUNNER_HOME/skills (``dry_run``: plan and report only, nothing written)."""
+def run_pass(
+    settings: Settings,
+    *,
+    now: datetime,
+    dry_run: bool = False,
+    trigger: str = "manual",
+    model: ModelFactory | None = None,
+) -> PassResult:
+    """One curator pass over RUNNER_HOME/skills (``dry_run``: plan and report only, nothing written).
+
+    ``model`` builds the model of the consolidation pass (``curator.consolidate``); without one the
+    report says the pass was skipped."""
     paths = SkillPaths.under(settings.home)
     usage = UsageFile(paths)
     refs = job_references(settings)  # jobs.yaml must load: it says which skills are in use
@@ -210,7 +221,7 @@ def run_pass(settings: Settings, *, now: datetime, dry_run: bool = False, trigge
                 if applied:
                     usage.write(records)
         if cfg.consolidate:
-            consolidation = consolidate_step(settings, now)
+            consolidation = consolidate_step(settings, now, model)
         status = "succeeded"
     except OSError as exc:
         error = f"curator pass failed after {len(applied)} change(s): {exc}"
@@ -232,15 +243,17 @@ def run_pass(settings: Settings, *, now: datetime, dry_run: bool = False, trigge
     return PassResult(done, False, trigger, report, run_id, report_path, snapshot, consolidation[1])
 
 
-def consolidate_step(settings: Settings, now: datetime) -> tuple[str, Path | None]:
+def consolidate_step(settings: Settings, now: datetime, model: ModelFactory | None) -> tuple[str, Path | None]:
     """The consolidation pass of a curator pass: (what it did, for the report; the plan file).
 
     A model that fails or answers nonsense is reported; the ageing already done stands."""
     from runner.errors import RunnerError
     from runner.skills.consolidate import propose
 
+    if model is None:
+        return "skipped: this pass was given no model", None
     try:
-        proposal = propose(settings, now=now)
+        proposal = propose(settings, now=now, model=model)
     except (RunnerError, OSError) as exc:
         return f"failed: {exc}", None
     return proposal.summary(), proposal.plan_path

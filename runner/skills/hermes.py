@@ -136,7 +136,7 @@ def hermes_usage(root: Path) -> dict[str, dict[str, Any]] | None:
 
 def map_usage(raw: dict[str, Any], now: datetime) -> UsageRecord:
     """A Hermes usage record as runner's (agent-created): counts, times, stale state, pin."""
-    counts = {k: int(raw[k]) for k in _COUNTS if isinstance(raw.get(k), int) and raw[k] >= 0}
+    counts = {k: int(raw[k]) if isinstance(raw.get(k), int) and raw[k] >= 0 else 0 for k in _COUNTS}
     stamps: dict[str, str | None] = {}
     for key in _STAMPS:
         try:
@@ -149,8 +149,12 @@ def map_usage(raw: dict[str, Any], now: datetime) -> UsageRecord:
         state=state,
         stale_at=iso(now) if state == "stale" else None,
         pinned=raw.get("pinned") is True,
-        **counts,
-        **{k: v for k, v in stamps.items() if k != "created_at"},
+        use_count=counts["use_count"],
+        view_count=counts["view_count"],
+        patch_count=counts["patch_count"],
+        last_used_at=stamps["last_used_at"],
+        last_viewed_at=stamps["last_viewed_at"],
+        last_patched_at=stamps["last_patched_at"],
         created_at=stamps["created_at"] or iso(now),
     )
 
@@ -166,7 +170,9 @@ def _with_category(text: str, skill: Skill) -> str:
     bare, _ = check_skill_md(text, folder=skill.name, category=None)
     if bare is None or bare.category == skill.category:
         return text
-    return re.sub(r"\A(\ufeff?---[ \t]*\r?\n)", lambda m: m.group(1) + f"category: {json.dumps(skill.category)}\n", text, count=1)
+    return re.sub(
+        r"\A(\ufeff?---[ \t]*\r?\n)", lambda m: m.group(1) + f"category: {json.dumps(skill.category)}\n", text, count=1
+    )
 
 
 def _support_findings(skill: Skill) -> str:
@@ -181,7 +187,9 @@ def _support_findings(skill: Skill) -> str:
     return ""
 
 
-def plan_import(root: Path, paths: SkillPaths, readonly: Sequence[Source], *, now: datetime) -> tuple[list[Planned], list[Refused]]:
+def plan_import(
+    root: Path, paths: SkillPaths, readonly: Sequence[Source], *, now: datetime
+) -> tuple[list[Planned], list[Refused]]:
     """What an import of ``root`` would do (reads only)."""
     upstream = hermes_provenance(root)
     usage = hermes_usage(root)
@@ -238,7 +246,9 @@ def import_skills(
             done.append(item)
         with usage.edit() as data:
             for item in done:
-                rec = item.usage or replace(data.get(item.name, UsageRecord()), created_by="person", created_at=iso(now))
+                rec = item.usage or replace(
+                    data.get(item.name, UsageRecord()), created_by="person", created_at=iso(now)
+                )
                 data[item.name] = rec
     return ImportResult(tuple(done), tuple(refused), False)
 

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from runner.errors import RunnerError
+from runner.skills.sidecall import SideModel, SideReply
 
 if TYPE_CHECKING:
-    from runner.agent.auxiliary import AuxiliaryModel, AuxReply
     from runner.skills.manage import Change
     from runner.skills.session import SkillSession
 
@@ -76,7 +76,7 @@ class Decision:
 
 @dataclass(frozen=True)
 class ReviewResult:
-    reply: AuxReply
+    reply: SideReply
     decision: Decision
     change: Change | None  # None for "none"
 
@@ -85,7 +85,9 @@ def count_tool_calls(messages: Sequence[dict[str, Any]]) -> int:
     return sum(len(m.get("tool_calls") or ()) for m in messages if m.get("role") == "assistant")
 
 
-def skip_reason(*, wanted: bool, succeeded: bool, tool_calls: int, min_tool_calls: int, replay: bool, replays: bool) -> str:
+def skip_reason(
+    *, wanted: bool, succeeded: bool, tool_calls: int, min_tool_calls: int, replay: bool, replays: bool
+) -> str:
     """Why this run gets no review ("" when it does)."""
     if not wanted:
         return "skills_review is off"
@@ -182,13 +184,13 @@ def agent_skills(session: SkillSession) -> list[tuple[str, str]]:
 
 
 def review(
-    model: AuxiliaryModel,
+    model: SideModel,
     session: SkillSession,
     messages: Sequence[dict[str, Any]],
     *,
     timeout: float | None,
     max_tokens: int,
-) -> tuple[AuxReply, Decision | Exception]:
+) -> tuple[SideReply, Decision | Exception]:
     """Ask once; the reply (always counted by the caller) and the decision or why there is none."""
     reply = model.complete(request(messages, agent_skills(session)), timeout=timeout, max_tokens=max_tokens)
     try:

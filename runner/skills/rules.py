@@ -42,8 +42,35 @@ PLATFORMS = {
 }
 # Platform names that are not an OS: the surfaces Hermes talks through. Accepted, shown, never a filter.
 MESSAGING = frozenset(
-    "cli api web webhook cron acp telegram discord slack whatsapp signal email sms matrix mattermost "
-    "homeassistant weixin wechat wecom dingtalk feishu lark qq imessage bluebubbles teams line".split()
+    [
+        "cli",
+        "api",
+        "web",
+        "webhook",
+        "cron",
+        "acp",
+        "telegram",
+        "discord",
+        "slack",
+        "whatsapp",
+        "signal",
+        "email",
+        "sms",
+        "matrix",
+        "mattermost",
+        "homeassistant",
+        "weixin",
+        "wechat",
+        "wecom",
+        "dingtalk",
+        "feishu",
+        "lark",
+        "qq",
+        "imessage",
+        "bluebubbles",
+        "teams",
+        "line",
+    ]
 )
 _OPEN = LazyPattern(r"---[ \t]*\r?\n")
 _CLOSE = LazyPattern(r"^---[ \t]*(?:\r?\n|\Z)", re.MULTILINE)

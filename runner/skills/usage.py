@@ -214,7 +214,5 @@ class UsageFile:
             if state == "archived":
                 rec = replace(rec, state=state, archived_at=stamp)
             else:
-                rec = replace(
-                    rec, state=state, archived_at=None, stale_at=None, reactivated_at=stamp, merged_into=None
-                )
+                rec = replace(rec, state=state, archived_at=None, stale_at=None, reactivated_at=stamp, merged_into=None)
             data[name] = rec

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import tarfile
+from pathlib import Path
 
 from runner.skills import SkillPaths
 from runner.skills.manage import SkillManager
@@ -59,7 +60,7 @@ def test_three_failed_runs_make_a_skill_suspect_and_a_success_clears_it(project,
     assert "suspect: deploy" in res.stdout
     report = re.search(r"report: (\S+)", res.stdout)
     assert report is not None
-    text = open(report.group(1)).read()
+    text = Path(report.group(1)).read_text()
     assert "## Suspect (failing runs that used them): 1\n- `deploy`: in 3 failed runs in a row" in text
 
     fake.add(call("skill_view", {"name": "deploy"}), final("deployed"))
@@ -119,7 +120,7 @@ def propose(project, fake) -> str:
 def test_consolidate_plan_dry_run_changes_nothing_then_apply_merges_with_snapshot(project, fake):
     paths = agent_skills(project)
     plan = propose(project, fake)
-    data = json.loads(open(plan).read())
+    data = json.loads(Path(plan).read_text())
     assert data["version"] == 1 and [m["into"] for m in data["merges"]] == ["deploy-app"]
     assert set(data["merges"][0]["hashes"]) == {"deploy-app", "deploy-service"}
 
@@ -163,7 +164,7 @@ def test_stale_and_invalid_plans_are_exit_2_and_change_nothing(project, fake, tm
     assert "stale plan: skill 'deploy-service' changed since the plan was made" in res.stderr
     assert tree_hash(paths.root) == before
 
-    data = json.loads(open(plan).read())
+    data = json.loads(Path(plan).read_text())
     cases = {
         "unknown": ({"sources": ["nope"]}, "unknown skill 'nope'"),
         "person": ({"sources": ["by-hand"]}, "skill 'by-hand' is not agent-written"),
