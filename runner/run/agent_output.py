@@ -97,7 +97,7 @@ class AgentOutput:
         try:
             result = _converse(run, messages, tools, ctx, connected, delegation)
             status = RunStatus(result.status)
-            result = review_run(run, messages, result, connected, skills)
+            result = review_run(run, messages, result, connected, skills, max_cost_usd=_max_cost(run))
         finally:
             run.save_transcript(messages)
             if skills is not None:

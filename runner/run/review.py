@@ -37,9 +37,18 @@ def wanted(run: Run) -> bool:
 
 
 def review_run(
-    run: Run, messages: list[dict[str, Any]], result: LoopResult, connected: Connected, skills: SkillSession | None
+    run: Run,
+    messages: list[dict[str, Any]],
+    result: LoopResult,
+    connected: Connected,
+    skills: SkillSession | None,
+    *,
+    max_cost_usd: float | None = None,
 ) -> LoopResult:
-    """``result`` with the review's tokens and cost added (unchanged when there was no review)."""
+    """``result`` with the review's tokens and cost added (unchanged when there was no review).
+
+    ``max_cost_usd``: the run's cost cap; a run that has spent it (or its ``budget.max_tokens``) is
+    not reviewed."""
     from runner.run.request import Replay
     from runner.skills.review import count_tool_calls, skip_reason
 
@@ -56,8 +65,15 @@ def review_run(
         replays=cfg.replays or run.req.review,
     )
     left = run.deadline - time.monotonic()
+    max_tokens = run.job.spec.budget.max_tokens
     if not why and left < MIN_SECONDS:
         why = f"{max(left, 0):.1f}s left before the run's timeout"
+    elif not why and max_cost_usd is not None and result.cost_usd >= max_cost_usd:
+        why = f"the run's cost budget (${max_cost_usd:.2f}) is used up"
+    elif (
+        not why and max_tokens is not None and result.usage.prompt_tokens + result.usage.completion_tokens >= max_tokens
+    ):
+        why = f"the run's token budget ({max_tokens}) is used up"
     if why:
         run.emit("skill_review_skipped", {"reason": why, "tool_calls": calls})
         return result

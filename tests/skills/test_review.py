@@ -154,3 +154,16 @@ def test_review_flag_reviews_a_replay_answered_by_the_cassette(project, fake):
     assert len(fake.requests) == served  # the cassette answered the review too
     [review] = [p for k, p in events(project, last_run(project)["id"]) if k == "skill_review"]
     assert (review["outcome"], review["why"]) == ("none", "routine")
+
+
+def test_a_run_that_spent_its_token_budget_is_not_reviewed(project, fake):
+    configure(project, fake)
+    project.write_jobs(
+        JOBS.replace("    skills_review: true\n", "    skills_review: true\n    budget: {max_tokens: 480}\n", 1)
+    )
+    work(fake)  # four turns of 120 tokens: exactly the budget
+    res = project.run("run-job", "tidy")
+    assert res.returncode == 0, res.stderr
+    assert len(fake.requests) == 4
+    skipped = [p for k, p in events(project, last_run(project)["id"]) if k == "skill_review_skipped"]
+    assert skipped[0]["reason"] == "the run's token budget (480) is used up"
