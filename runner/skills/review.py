@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from runner.errors import RunnerError
+from runner.skills import SkillError
 from runner.skills.sidecall import SideModel, SideReply
 
 if TYPE_CHECKING:
@@ -169,6 +170,10 @@ def apply(decision: Decision, session: SkillSession) -> Change | None:
     if decision.action == "create":
         return session.manage("create", decision.name, content=decision.content)
     if decision.action == "patch":
+        if session.usage.get(decision.name).created_by != "agent":
+            raise SkillError(
+                f"skill {decision.name!r} is not agent-written; a review patches only the agent's own skills"
+            )
         return session.manage("patch", decision.name, find=decision.find, replace=decision.replace)
     return None
 

@@ -78,6 +78,8 @@ def test_a_review_creates_a_skill_the_next_run_lists_and_its_cost_counts(project
     assert rec.created_by == "agent"
     text = (project.home / "skills" / "tidy-notes" / "SKILL.md").read_text()
     assert "created_by: agent" in text
+    shown = project.run("runs", "show", row["id"]).stdout
+    assert f"skill review by {AUX}: 100+20 tokens, $0.01200: create tidy-notes" in shown
 
     fake.add(final("nothing to do"))
     res = project.run("run-job", "quiet")
@@ -167,3 +169,37 @@ def test_a_run_that_spent_its_token_budget_is_not_reviewed(project, fake):
     assert len(fake.requests) == 4
     skipped = [p for k, p in events(project, last_run(project)["id"]) if k == "skill_review_skipped"]
     assert skipped[0]["reason"] == "the run's token budget (480) is used up"
+
+
+def test_a_review_patches_an_agent_written_skill_but_not_a_persons(project, fake):
+    from runner.skills.manage import SkillManager
+    from tests.skillkit import write_skill
+
+    configure(project, fake)
+    project.write_jobs(JOBS)
+    paths = SkillPaths(project.home / "skills")
+    SkillManager(paths, actor="agent").create("tidy-notes", LEARNED)
+    write_skill(paths.root, "by-hand", skill_md("by-hand", "A person's skill.", body="# Mine\n1. Keep.\n"))
+    work(fake)
+    patch = {
+        "action": "patch",
+        "name": "tidy-notes",
+        "find": "3. Write index.md.",
+        "replace": "3. Write index.md, sorted.",
+    }
+    fake.add(final(json.dumps(patch)))
+    res = project.run("run-job", "tidy")
+    assert res.returncode == 0, res.stderr
+    assert (
+        "agent-written skills that exist:\n- tidy-notes" in fake.requests[-1]["body"]["messages"][1]["content"].lower()
+    )
+    assert "3. Write index.md, sorted." in (paths.live("tidy-notes") / "SKILL.md").read_text()
+    assert UsageFile(paths).read()["tidy-notes"].patch_count == 1
+
+    work(fake)
+    fake.add(final(json.dumps({**patch, "name": "by-hand", "find": "1. Keep.", "replace": "1. Gone."})))
+    res = project.run("run-job", "tidy")
+    assert res.returncode == 0, res.stderr
+    [failed] = [p for k, p in events(project, last_run(project)["id"]) if k == "skill_review_failed"]
+    assert "not agent-written" in failed["error"]
+    assert "1. Keep." in (paths.live("by-hand") / "SKILL.md").read_text()
