@@ -77,7 +77,7 @@ class MergePlan(Strict):
 class PlanError(UsageError):
     """A merge plan that cannot be applied as it is (exit 2, one line, nothing changed)."""
 
-    reason = "mergeplan"
+    reason = "plan"
 
 
 @dataclass(frozen=True)

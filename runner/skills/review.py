@@ -62,7 +62,7 @@ followed by a Markdown body with the steps. Patch only the agent-written skills 
 class ReviewError(RunnerError, ValueError):
     """The review model's answer is not the decision asked for."""
 
-    reason = "skill_review"
+    reason = "review"
 
 
 @dataclass(frozen=True)
