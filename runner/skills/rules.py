@@ -225,6 +225,18 @@ def hermes_metadata(meta: dict[str, Any], problems: list[str]) -> dict[str, Any]
     return out
 
 
+def _category(meta: dict[str, Any], hermes: dict[str, Any], problems: list[str]) -> str | None:
+    """The frontmatter's ``category``, else ``metadata.hermes.category`` (None: the folder decides)."""
+    for key, value in (("category", meta.get("category")), ("metadata.hermes.category", hermes.get("category"))):
+        if value is None:
+            continue
+        if not isinstance(value, str) or not value.strip() or "\n" in value:
+            problems.append(f"'{key}' must be a one-line string")
+            return None
+        return value.strip()
+    return None
+
+
 def check_skill_md(
     text: str,
     *,
@@ -256,20 +268,12 @@ def check_skill_md(
     version = meta.get("version")
     if version is not None and not isinstance(version, str | int | float):
         problems.append("'version' must be a string")
-    own_category: Any = meta.get("category")
-    if own_category is not None and (
-        not isinstance(own_category, str) or not own_category.strip() or "\n" in own_category
-    ):
-        problems.append("'category' must be a one-line string")
     created_by = meta.get("created_by")
     if created_by is not None and not isinstance(created_by, str):
         problems.append("'created_by' must be a string")
     hermes = hermes_metadata(meta, problems)
+    own_category = _category(meta, hermes, problems)
     tags = _str_list(meta, "tags", problems) or _str_list(hermes, "tags", problems)
-    if own_category is None:
-        own_category = hermes.get("category")
-        if own_category is not None and (not isinstance(own_category, str) or not own_category.strip()):
-            problems.append("'metadata.hermes.category' must be a one-line string")
     platforms = platform_list(meta.get("platforms"), problems)
     problems.extend(str(f) for f in scanner(text, kind="markdown"))
     if problems:
@@ -282,7 +286,7 @@ def check_skill_md(
         path=path or Path(),
         text=text,
         body=body,
-        category=own_category.strip() if isinstance(own_category, str) else (category or "general"),
+        category=own_category or category or "general",
         tags=tags,
         version=None if version is None else str(version),
         platforms=platforms,

@@ -187,3 +187,12 @@ def test_stale_and_invalid_plans_are_exit_2_and_change_nothing(project, fake, tm
     res = project.run("curator", "apply", str(tmp_path / "broken.json"))
     assert res.returncode == 2 and "not valid JSON" in res.stderr
     assert tree_hash(paths.root) == before
+
+
+def test_consolidate_command_with_nothing_to_compare_asks_no_model(project, fake):
+    SkillManager(SkillPaths.under(project.home), actor="agent").create("only-one", skill_md("only-one"))
+    project.write_jobs("jobs:\n  j:\n    prompt: hi\n")
+    res = project.run("curator", "consolidate")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "no merges proposed" and fake.requests == []
+    assert not list((project.home / "logs").glob("curator/*merge-plan.json"))
