@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.agent.keys import Credential, KeySource, StaticKeys
 from runner.agent.loop import Pricing
@@ -13,6 +13,9 @@ from runner.config.jobs import Job
 from runner.config.machine import Config, Provider, resolve_key
 from runner.config.model_options import ModelOptions
 from runner.errors import ConfigError
+
+if TYPE_CHECKING:
+    from runner.agent.auxiliary import AuxiliaryModel
 
 NO_MODEL = (
     "no model is configured for job {job}: set OPENAI_API_KEY (and OPENAI_BASE_URL for another "
@@ -120,7 +123,7 @@ def context_budget(config: Config, job: Job) -> int:
     return int(window * 0.6)
 
 
-def side_model(config: Config, *, purpose: str) -> Any:
+def side_model(config: Config, *, purpose: str) -> AuxiliaryModel:
     """The auxiliary model outside a run (the Curator's consolidation pass): config.yaml's
     ``auxiliary:``, else the ``default`` provider, priced at its rates; keys straight from config
     (no pool); ``purpose`` names it in messages."""

@@ -118,9 +118,8 @@ class CuratorLoop:
         from runner.skills.idle import CuratorTicker
 
         self.host = host
-        config = host.settings.config
-        self.ticker = CuratorTicker(
-            host.settings, run=partial(run_pass, model=lambda: side_model(config, purpose="curator"))
+        self.ticker = CuratorTicker(  # the consolidation pass's model: built when a pass needs it
+            host.settings, run=partial(run_pass, model=lambda: side_model(host.settings.config, purpose="curator"))
         )
         self._next: datetime | None = None
 
