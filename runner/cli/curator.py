@@ -1,8 +1,11 @@
-"""``runner curator status | run | pause | resume``: the Curator that ages agent-written skills."""
+"""``runner curator status | run | pause | resume | consolidate | apply``: the Curator that ages agent-written skills."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
+from typing import Any
 
 import click
 
@@ -89,7 +92,8 @@ def curator_run(dry_run: bool, as_json: bool) -> None:
     from runner.clock import utcnow
     from runner.skills.curator import run_pass
 
-    result = run_pass(settings(), now=utcnow(), dry_run=dry_run, trigger="manual")
+    s = settings()
+    result = run_pass(s, now=utcnow(), dry_run=dry_run, trigger="manual", model=_model(s))
     if as_json:
         echo_json(
             {
@@ -100,6 +104,9 @@ def curator_run(dry_run: bool, as_json: bool) -> None:
                 "kept": [{"name": k.name, "why": k.why} for k in result.plan.kept],
                 "report_path": result.report_path,
                 "snapshot_path": result.snapshot_path,
+                "suspect": [{"name": k.name, "why": k.why} for k in result.plan.suspect],
+                "consolidation": result.plan.consolidation,
+                "merge_plan": result.merge_plan,
             }
         )
         return
@@ -110,6 +117,10 @@ def curator_run(dry_run: bool, as_json: bool) -> None:
         click.echo(f"report: {result.report_path}")
     if result.snapshot_path:
         click.echo(f"snapshot: {result.snapshot_path}")
+    if result.plan.suspect:
+        click.echo(f"suspect: {', '.join(k.name for k in result.plan.suspect)}")
+    if result.plan.consolidation:
+        click.echo(f"consolidation: {result.plan.consolidation}")
 
 
 @curator_group.command("pause")
@@ -130,6 +141,48 @@ def curator_resume() -> None:
 
     set_paused(settings().store, False, utcnow())
     click.echo("curator resumed")
+
+
+@curator_group.command("consolidate")
+def curator_consolidate() -> None:
+    """Ask the auxiliary model for merges of overlapping agent-written skills; write a plan file only."""
+    from runner.clock import utcnow
+    from runner.skills.consolidate import propose
+
+    s = settings()
+    proposal = propose(s, now=utcnow(), model=_model(s))
+    click.echo(proposal.summary())
+
+
+def _model(s: Any) -> Callable[[], Any]:
+    """The consolidation pass's model, built when it is first needed."""
+
+    def build() -> Any:
+        from runner.run.model_choice import side_model
+
+        return side_model(s.config, purpose="curator")
+
+    return build
+
+
+@curator_group.command("apply")
+@click.argument("plan", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--dry-run", is_flag=True, help="check the plan and print its steps; change nothing")
+def curator_apply(plan: Path, dry_run: bool) -> None:
+    """Carry out a merge plan: snapshot, rewrite each kept skill, archive the merged ones (never deletes).
+
+    A plan naming unknown or non-agent-written skills, or skills changed since it was made, is exit 2."""
+    from runner.clock import utcnow
+    from runner.skills.merge import apply_plan
+
+    applied = apply_plan(settings(), plan, now=utcnow(), dry_run=dry_run)
+    for step in applied.steps:
+        click.echo(("would " if dry_run else "") + step)
+    if dry_run:
+        click.echo("dry run: nothing was changed")
+        return
+    click.echo(f"snapshot: {applied.snapshot}")
+    click.echo(f"report: {applied.report}")
 
 
 COMMANDS = [curator_group]

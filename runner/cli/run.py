@@ -23,8 +23,15 @@ from runner.statuses import RunStatus, Trigger
 @click.option("--record", type=click.Path(dir_okay=False, path_type=Path), help="record model turns to a cassette")
 @click.option("--json", "as_json", is_flag=True, help="print the run summary as JSON")
 @click.option("--no-deliver", is_flag=True, help="keep the output file; send nothing (no sinks, no alerts)")
+@click.option("--review", is_flag=True, help="review the run for a reusable skill afterwards (a replay too)")
 def run_job(
-    name: str, var_pairs: tuple[str, ...], replay: Path | None, record: Path | None, as_json: bool, no_deliver: bool
+    name: str,
+    var_pairs: tuple[str, ...],
+    replay: Path | None,
+    record: Path | None,
+    as_json: bool,
+    no_deliver: bool,
+    review: bool,
 ) -> None:
     """Run job NAME now and exit with its status (0 ok, 1 failed, 2 bad input, 130 interrupted)."""
     from runner.run.execute import execute
@@ -53,6 +60,7 @@ def run_job(
         stop=stop,
         interactive=has_tty(),
         deliver=not no_deliver,
+        review=review,
         progress=_progress if sys.stderr.isatty() and not as_json else None,
     )
     # first SIGINT/SIGTERM: finish the current step, end `interrupted`; second: stop hard

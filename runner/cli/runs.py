@@ -167,6 +167,12 @@ def format_event(ev: dict[str, Any], *, width: int = 400) -> str:
             f"{ts}  <- subagent {payload.get('run_id')}: {payload.get('status')}{reason}, "
             f"{payload.get('tokens')} tokens, ${payload.get('cost_usd') or 0:.5f}"
         )
+    if kind == "skill_review":
+        what = f"{payload.get('outcome')} {payload.get('name') or ''}".rstrip()
+        return (
+            f"{ts}  skill review by {payload.get('model')}: {payload.get('prompt_tokens')}+"
+            f"{payload.get('completion_tokens')} tokens, ${payload.get('cost_usd') or 0:.5f}: {what}"
+        )
     if kind == "request":
         return f"{ts}  request {payload.get('iteration')}: {payload.get('messages')} messages, {payload.get('tools')} tools"
     return f"{ts}  {kind}: {_short(json.dumps(payload, ensure_ascii=False), width)}"

@@ -1,7 +1,8 @@
-"""``runner skills list | show | pin | unpin | archive | restore``: the skill library and its usage."""
+"""``runner skills list | show | pin | unpin | archive | restore | import``: the skill library and its usage."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
@@ -25,6 +26,7 @@ def _rows() -> list[dict[str, Any]]:
     paths = SkillPaths.under(s.home)
     catalog = load_catalog(sources_for(s), scanner=scan_skill_text)  # the full check: a listing can take the time
     usage = UsageFile(paths).read()
+    suspect_after = s.config.curator.suspect_after_failures
     rows: list[dict[str, Any]] = []
 
     def row(name: str, source: str, path: Any, problems: list[str], created_by: str | None, **extra: Any) -> None:
@@ -48,6 +50,9 @@ def _rows() -> list[dict[str, Any]]:
                 "last_used": rec.last_touched(),
                 "runs_succeeded": rec.runs_succeeded,
                 "runs_failed": rec.runs_failed,
+                "fail_streak": rec.fail_streak,
+                "suspect": state != "archived" and rec.suspect(suspect_after),
+                "merged_into": rec.merged_into,
                 "created_at": rec.created_at,
                 "archived_at": rec.archived_at if state == "archived" else None,
                 "path": str(path),
@@ -65,9 +70,20 @@ def _rows() -> list[dict[str, Any]]:
             skill.created_by,
             category=skill.category,
             description=skill.description,
+            tags=list(skill.tags),
+            platforms=list(skill.platforms),
         )
     for skill in catalog.unavailable:
-        row(skill.name, skill.source, skill.path, [f"only for {', '.join(skill.platforms)}"], skill.created_by)
+        row(
+            skill.name,
+            skill.source,
+            skill.path,
+            [f"only for {', '.join(skill.platforms)}"],
+            skill.created_by,
+            category=skill.category,
+            tags=list(skill.tags),
+            platforms=list(skill.platforms),
+        )
     for bad in catalog.invalid:
         row(bad.name, bad.source, bad.path, list(bad.problems), None)
     if paths.archive.is_dir():
@@ -92,8 +108,10 @@ def skills_list(as_json: bool) -> None:
             [
                 r["name"],
                 r["source"],
-                r["state"] if not r["problems"] else "invalid",
+                _state(r),
                 r["provenance"],
+                r.get("category") or "",
+                ", ".join(r.get("tags") or ()),
                 r["uses"],
                 r["views"],
                 ago(r["last_used"]),
@@ -102,8 +120,15 @@ def skills_list(as_json: bool) -> None:
             ]
             for r in rows
         ],
-        ["NAME", "SOURCE", "STATE", "BY", "USES", "VIEWS", "LAST USED", "PINNED", "PROBLEMS"],
+        ["NAME", "SOURCE", "STATE", "BY", "CATEGORY", "TAGS", "USES", "VIEWS", "LAST USED", "PINNED", "PROBLEMS"],
     )
+
+
+def _state(r: dict[str, Any]) -> str:
+    """The STATE column: invalid, or the lifecycle state with ``suspect`` after it when failing."""
+    if r["problems"] and r["state"] != "archived":
+        return "invalid"
+    return f"{r['state']}, suspect" if r["suspect"] else r["state"]
 
 
 def _find(name: str) -> dict[str, Any]:
@@ -120,8 +145,6 @@ def _find(name: str) -> dict[str, Any]:
 @click.option("--json", "as_json", is_flag=True)
 def skills_show(name: str, as_json: bool) -> None:
     """Show a skill: where it is, its usage, its problems and its SKILL.md."""
-    from pathlib import Path
-
     r = _find(name)
     md = Path(r["path"]) / "SKILL.md"
     text = md.read_text(encoding="utf-8", errors="replace") if md.is_file() else ""
@@ -131,6 +154,13 @@ def skills_show(name: str, as_json: bool) -> None:
     for key in ("name", "source", "state", "provenance", "pinned", "path", "category", "description", "created_at"):
         if r.get(key) not in (None, ""):
             click.echo(f"{key:<12} {r[key]}")
+    for key in ("tags", "platforms"):
+        if r.get(key):
+            click.echo(f"{key:<12} {', '.join(r[key])}")
+    if r["suspect"]:
+        click.echo(f"{'suspect':<12} in {r['fail_streak']} failed runs in a row (a success clears it)")
+    if r["merged_into"]:
+        click.echo(f"{'merged into':<12} {r['merged_into']}")
     click.echo(
         f"{'usage':<12} {r['uses']} uses, {r['views']} views, {r['patches']} patches; last used {ago(r['last_used']) or 'never'}"
     )
@@ -199,6 +229,46 @@ def skills_restore(name: str) -> None:
     """Move an archived skill back into RUNNER_HOME/skills, active again."""
     change = _manager().restore(name)
     click.echo(change.message)
+
+
+@skills_group.command("import")
+@click.argument("path", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--dry-run", is_flag=True, help="say what would be imported or refused; write nothing")
+@click.option("--json", "as_json", is_flag=True)
+def skills_import(path: Path, dry_run: bool, as_json: bool) -> None:
+    """Copy a Hermes skills folder (flat or category folders) into RUNNER_HOME/skills.
+
+    Every skill passes the rules and the content scan; a refused one gets one line and the others
+    are still imported (exit 1 when any was refused). Agent-created skills keep their usage when
+    the folder has Hermes's .usage.json."""
+    import sys
+
+    from runner.skills import SkillPaths
+    from runner.skills.hermes import import_skills
+    from runner.skills.loader import sources_for
+
+    s = settings()
+    result = import_skills(path.expanduser(), SkillPaths.under(s.home), sources_for(s), dry_run=dry_run)
+    verb = "would import" if dry_run else "imported"
+    if as_json:
+        echo_json(
+            {
+                "dry_run": dry_run,
+                "imported": [
+                    {"name": p.name, "from": str(p.folder), "created_by": "agent" if p.agent_created else "person"}
+                    for p in result.imported
+                ],
+                "refused": [{"name": r.name, "from": str(r.folder), "reason": r.reason} for r in result.refused],
+            }
+        )
+    else:
+        for item in result.imported:
+            by = "agent-created, usage kept" if item.usage is not None else "as a person's skill"
+            click.echo(f"{verb} {item.name} ({by})")
+        for refused in result.refused:
+            click.echo(refused.line(), err=True)
+        click.echo(f"{verb} {len(result.imported)} skill(s); refused {len(result.refused)}")
+    sys.exit(result.exit_code)
 
 
 COMMANDS = [skills_group]

@@ -115,6 +115,7 @@ class JobSpec(Strict):
     context_budget: int | None = Field(None, ge=1000)
     summarize: bool = False
     auxiliary: str | None = None  # PROVIDER[/MODEL] for side calls; None: config.yaml's ``auxiliary:``
+    skills_review: bool | None = None  # review the run for a reusable skill; None: config.yaml's ``skills_review:``
     pause_after_failures: int | None = Field(None, ge=1)
     web: WebSpec = Field(default_factory=WebSpec)
     delegation: DelegationSpec = Field(default_factory=DelegationSpec)

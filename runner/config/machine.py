@@ -70,6 +70,23 @@ class CuratorConfig(Strict):
     min_idle_hours: float = 2
     stale_after_days: float = 30
     archive_after_days: float = 90
+    suspect_after_failures: int = Field(3, ge=1)  # consecutive failed runs that make a skill suspect
+    consolidate: bool = False  # a pass also asks the auxiliary model for a merge plan (runner curator apply)
+
+
+class SkillsReviewConfig(Strict):
+    """``skills_review:`` in config.yaml: the default for jobs without their own ``skills_review:``
+    (``true`` / ``false`` is short for ``{enabled: ...}``), and when a review pass is worth it."""
+
+    enabled: bool = False
+    min_tool_calls: int = Field(5, ge=0)  # a run with fewer tool calls is not reviewed
+    replays: bool = False  # review runs answered from a cassette too (else only with run-job --review)
+    max_tokens: int = Field(2000, ge=100)  # the review reply's cap
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short(cls, value: Any) -> Any:
+        return {"enabled": value} if isinstance(value, bool) else value
 
 
 class KanbanConfig(Strict):
@@ -173,6 +190,7 @@ class Config(Strict):
     telegram: TelegramConfig = Field(default_factory=TelegramConfig)
     search: SearchConfig | None = None
     auxiliary: str | None = None  # PROVIDER[/MODEL] for side calls (context summaries)
+    skills_review: SkillsReviewConfig = Field(default_factory=SkillsReviewConfig)
     budgets: Budgets = Field(default_factory=Budgets)
     mcp_servers: dict[str, McpServer] = Field(default_factory=dict)
     tools_dirs: list[str] = Field(default_factory=list)  # operator tool folders (relative: to config.yaml's)

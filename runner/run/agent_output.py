@@ -18,6 +18,7 @@ from runner.agent.types import Usage
 from runner.run.delivery import is_silent
 from runner.run.model_source import Connected, Models
 from runner.run.produce import Produced
+from runner.run.review import review_run
 from runner.statuses import RunStatus
 from runner.store.runs import update_run
 from runner.tools.context import EmitFn, ToolContext
@@ -96,6 +97,7 @@ class AgentOutput:
         try:
             result = _converse(run, messages, tools, ctx, connected, delegation)
             status = RunStatus(result.status)
+            result = review_run(run, messages, result, connected, skills, max_cost_usd=_max_cost(run))
         finally:
             run.save_transcript(messages)
             if skills is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.agent.keys import Credential, KeySource, StaticKeys
 from runner.agent.loop import Pricing
@@ -13,6 +13,9 @@ from runner.config.jobs import Job
 from runner.config.machine import Config, Provider, resolve_key
 from runner.config.model_options import ModelOptions
 from runner.errors import ConfigError
+
+if TYPE_CHECKING:
+    from runner.agent.auxiliary import AuxiliaryModel
 
 NO_MODEL = (
     "no model is configured for job {job}: set OPENAI_API_KEY (and OPENAI_BASE_URL for another "
@@ -118,3 +121,14 @@ def context_budget(config: Config, job: Job) -> int:
     provider = config.providers.get(split_ref(config, job.models[0])[0])
     window = provider.context_window if provider is not None else 128_000
     return int(window * 0.6)
+
+
+def side_model(config: Config, *, purpose: str) -> AuxiliaryModel:
+    """The auxiliary model outside a run (the Curator's consolidation pass): config.yaml's
+    ``auxiliary:``, else the ``default`` provider, priced at its rates; keys straight from config
+    (no pool); ``purpose`` names it in messages."""
+    from runner.agent.auxiliary import Priced
+
+    choice = choose(config, config.auxiliary or "default", job=purpose, key="auxiliary")
+    client = build_client(choice, key_source(choice, job=purpose), emit=lambda kind, payload: None)
+    return Priced(client, choice.pricing, choice.provider_name)

@@ -92,6 +92,7 @@ class RunRequest:
     # the files jobs.yaml refers to, when the caller has them (serve); None: the run reads jobs.yaml
     control_inputs: tuple[str, ...] | None = None
     progress: Callable[[str, dict[str, Any]], None] | None = None  # each recorded event, redacted (a TTY's progress)
+    review: bool = False  # ``run-job --review``: a skill review after this run, a replayed one too
 
 
 EXIT_CODES = {RunStatus.SUCCEEDED: 0, RunStatus.SKIPPED: 0, RunStatus.INTERRUPTED: 130}

@@ -111,10 +111,16 @@ class CuratorLoop:
     every = timedelta(seconds=60)
 
     def __init__(self, host: ServeHost):
+        from functools import partial
+
+        from runner.run.model_choice import side_model
+        from runner.skills.curator import run_pass
         from runner.skills.idle import CuratorTicker
 
         self.host = host
-        self.ticker = CuratorTicker(host.settings)
+        self.ticker = CuratorTicker(  # the consolidation pass's model: built when a pass needs it
+            host.settings, run=partial(run_pass, model=lambda: side_model(host.settings.config, purpose="curator"))
+        )
         self._next: datetime | None = None
 
     def tick(self, now: datetime) -> None:

@@ -7,6 +7,10 @@ than ``stale_after_days`` makes a skill ``stale``; older than ``archive_after_da
 deleted. Before changing anything a pass writes a snapshot (``skills/.curator_backups/<time>.tar.gz``,
 newest five kept); every pass writes a report (``logs/curator/<time>.md``) and a ``curator_runs``
 row. A dry run takes no lock, creates no file and writes no row: it only returns the plan.
+
+The report also lists ``suspect`` skills: those in ``suspect_after_failures`` (3) failed runs in a
+row. With ``consolidate: true`` a (non-dry) pass ends with the consolidation pass
+(``runner.skills.consolidate``): a merge plan file for ``runner curator apply``, never a change.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from runner.clock import iso
 from runner.errors import UsageError
 from runner.skills import ARCHIVE_DIR, BACKUP_DIR, SkillPaths, SkillStateError, flock
+from runner.skills.sidecall import ModelFactory
 from runner.skills.usage import UsageFile, UsageRecord
 from runner.store import Store, dumps
 
@@ -61,6 +66,8 @@ class CuratorPlan:
     examined: int
     transitions: tuple[Transition, ...]
     kept: tuple[Kept, ...]
+    suspect: tuple[Kept, ...] = ()  # skills in curator.suspect_after_failures failed runs in a row
+    consolidation: str = ""  # what the consolidation pass did (curator.consolidate), for the report
 
     def count(self, to_state: str) -> int:
         return sum(1 for t in self.transitions if t.to_state == to_state)
@@ -75,6 +82,7 @@ class PassResult:
     run_id: str | None = None
     report_path: Path | None = None
     snapshot_path: Path | None = None
+    merge_plan: Path | None = None  # written by the consolidation pass (curator.consolidate)
 
     def summary(self) -> str:
         p = self.plan
@@ -154,12 +162,29 @@ def make_plan(
                 )
         elif rec.state == "stale":
             transitions.append(Transition(name, "stale", "active", f"active again: last activity {_days(age)} ago"))
-    return CuratorPlan(now, cfg.stale_after_days, cfg.archive_after_days, examined, tuple(transitions), tuple(kept))
+    suspect = tuple(
+        Kept(name, f"in {rec.fail_streak} failed runs in a row (suspect after {cfg.suspect_after_failures})")
+        for name, rec in sorted(records.items())
+        if rec.state != "archived" and rec.suspect(cfg.suspect_after_failures)
+    )
+    return CuratorPlan(
+        now, cfg.stale_after_days, cfg.archive_after_days, examined, tuple(transitions), tuple(kept), suspect
+    )
 
 
 # -- doing ----------------------------------------------------------------------------------
-def run_pass(settings: Settings, *, now: datetime, dry_run: bool = False, trigger: str = "manual") -> PassResult:
-    """One curator pass over RUNNER_HOME/skills (``dry_run``: plan and report only, nothing written)."""
+def run_pass(
+    settings: Settings,
+    *,
+    now: datetime,
+    dry_run: bool = False,
+    trigger: str = "manual",
+    model: ModelFactory | None = None,
+) -> PassResult:
+    """One curator pass over RUNNER_HOME/skills (``dry_run``: plan and report only, nothing written).
+
+    ``model`` builds the model of the consolidation pass (``curator.consolidate``); without one the
+    report says the pass was skipped."""
     paths = SkillPaths.under(settings.home)
     usage = UsageFile(paths)
     refs = job_references(settings)  # jobs.yaml must load: it says which skills are in use
@@ -178,6 +203,7 @@ def run_pass(settings: Settings, *, now: datetime, dry_run: bool = False, trigge
     plan: CuratorPlan | None = None
     snapshot: Path | None = None
     status, error = "failed", None
+    consolidation: tuple[str, Path | None] = ("", None)
     started = time.monotonic()
     try:
         with flock(paths.tree_lock), usage.locked():
@@ -194,6 +220,8 @@ def run_pass(settings: Settings, *, now: datetime, dry_run: bool = False, trigge
             finally:
                 if applied:
                     usage.write(records)
+        if cfg.consolidate:
+            consolidation = consolidate_step(settings, now, model)
         status = "succeeded"
     except OSError as exc:
         error = f"curator pass failed after {len(applied)} change(s): {exc}"
@@ -204,15 +232,31 @@ def run_pass(settings: Settings, *, now: datetime, dry_run: bool = False, trigge
     finally:
         report_path = None
         report = ""
-        done = None if plan is None else replace(plan, transitions=tuple(applied))
+        done = None if plan is None else replace(plan, transitions=tuple(applied), consolidation=consolidation[0])
         if done is not None:
             report = render_report(done, dry_run=False, trigger=trigger, snapshot=snapshot, error=error)
-            report_path = _write_report(settings.home, now, report)
+            report_path = write_report(settings.home, now, report)
         ended = now + timedelta(seconds=time.monotonic() - started)
         _finish_row(store, run_id, ended, plan, applied, status, report_path, snapshot, error)
         mark_pass(store, now)
     assert done is not None
-    return PassResult(done, False, trigger, report, run_id, report_path, snapshot)
+    return PassResult(done, False, trigger, report, run_id, report_path, snapshot, consolidation[1])
+
+
+def consolidate_step(settings: Settings, now: datetime, model: ModelFactory | None) -> tuple[str, Path | None]:
+    """The consolidation pass of a curator pass: (what it did, for the report; the plan file).
+
+    A model that fails or answers nonsense is reported; the ageing already done stands."""
+    from runner.errors import RunnerError
+    from runner.skills.consolidate import propose
+
+    if model is None:
+        return "skipped: this pass was given no model", None
+    try:
+        proposal = propose(settings, now=now, model=model)
+    except (RunnerError, OSError) as exc:
+        return f"failed: {exc}", None
+    return proposal.summary(), proposal.plan_path
 
 
 def _apply(t: Transition, records: dict[str, UsageRecord], paths: SkillPaths, now: datetime) -> None:
@@ -313,7 +357,7 @@ def _unique(folder: Path, stem: str, suffix: str) -> Path:
     return path
 
 
-def _write_report(home: Path, now: datetime, text: str) -> Path:
+def write_report(home: Path, now: datetime, text: str) -> Path:
     from runner.atomic import write_private
 
     folder = home / "logs" / "curator"
@@ -347,6 +391,10 @@ def render_report(
         lines += [f"- `{t.name}`: {t.reason}" for t in items]
     lines += ["", f"## Kept as they are: {len(plan.kept)}"]
     lines += [f"- `{k.name}`: {k.why}" for k in plan.kept]
+    lines += ["", f"## Suspect (failing runs that used them): {len(plan.suspect)}"]
+    lines += [f"- `{k.name}`: {k.why}" for k in plan.suspect]
+    if plan.consolidation:
+        lines += ["", "## Consolidation", plan.consolidation]
     return "\n".join(lines) + "\n"
 
 

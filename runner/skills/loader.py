@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runner.skills import SUPPORT_DIRS, SkillPaths
-from runner.skills.rules import MAX_FILE_BYTES, MAX_SKILL_MD, PLATFORMS, Skill, check_skill_md
+from runner.skills.rules import MAX_FILE_BYTES, MAX_SKILL_MD, Skill, check_skill_md, os_platforms
 from runner.skills.scan import Scanner, quick_scan
 
 if TYPE_CHECKING:
@@ -161,9 +161,9 @@ def _skill_folders(root: Path) -> Iterable[tuple[str, bool, bool]]:
 
 
 def platform_ok(skill: Skill, platform: str = sys.platform) -> bool:
-    if not skill.platforms:
-        return True
-    return any(PLATFORMS.get(p.lower()) == platform for p in skill.platforms)
+    """Only OS names filter: a skill for ``[cli, telegram]`` (Hermes's messaging names) loads anywhere."""
+    wanted = os_platforms(skill.platforms)
+    return not wanted or platform in wanted
 
 
 def load_catalog(sources: Sequence[Source], *, platform: str = sys.platform, scanner: Scanner = quick_scan) -> Catalog:

@@ -150,7 +150,7 @@ class SkillManager:
         with flock(self.paths.tree_lock):
             folder = self._live(name)
             text = self._check_md(name, content)
-            _write_atomic(folder / "SKILL.md", text.encode("utf-8"))
+            write_atomic(folder / "SKILL.md", text.encode("utf-8"))
             self.usage.bump([name], "patch", now=self.clock())
         return Change("edit", name, folder, f"replaced SKILL.md of {name!r} ({len(text):,} characters)")
 
@@ -171,7 +171,7 @@ class SkillManager:
                 raise SkillRefused(f"skill {name!r}: {rel}", [f"'find' text {why}"])
             new = old.replace(find, replace, 1)
             data = self._check_md(name, new).encode("utf-8") if rel == "SKILL.md" else self._check_file(name, rel, new)
-            _write_atomic(target, data, mode=os.stat(target).st_mode & 0o777)
+            write_atomic(target, data, mode=os.stat(target).st_mode & 0o777)
             self.usage.bump([name], "patch", now=self.clock())
         return Change("patch", name, target, f"patched {rel} of {name!r}")
 
@@ -183,7 +183,7 @@ class SkillManager:
             target.parent.mkdir(parents=True, exist_ok=True)
             if not os.path.realpath(target.parent).startswith(os.path.realpath(folder) + os.sep):
                 raise SkillRefused(f"skill {name!r}", [f"file {file!r} resolves outside the skill folder"])
-            _write_atomic(target, data, mode=0o755 if file.startswith("scripts/") else 0o644)
+            write_atomic(target, data, mode=0o755 if file.startswith("scripts/") else 0o644)
             self.usage.bump([name], "patch", now=self.clock())
         return Change("write_file", name, target, f"wrote {file} of {name!r} ({len(data):,} bytes)")
 
@@ -228,7 +228,7 @@ class SkillManager:
         return Change("restore", name, dest, f"restored {name!r} to {dest}")
 
 
-def _write_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> None:
+def write_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:

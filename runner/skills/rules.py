@@ -5,6 +5,13 @@ written through ``skill_manage``: frontmatter with ``name`` (``^[a-z0-9][a-z0-9.
 64) and ``description`` (at most 1,024 characters); optional ``version``, ``tags``, ``category``,
 ``platforms``; a non-empty body; at most 100,000 characters; and nothing the content scan flags
 (``quick_scan`` on load; the full ``scan_skill_text`` before a write and before a view).
+
+Skills written for Hermes load as they are: ``platforms:`` may name messaging surfaces (``cli``,
+``telegram``, ``discord``, ...) besides operating systems; only the OS names (``linux``,
+``macos``/``darwin``/``osx``, ``windows``/``win32``) filter, the others are kept and shown.
+``metadata.hermes.tags`` and ``metadata.hermes.category`` (or ``metadata.category``) are read when
+the top-level ``tags`` / ``category`` are absent; other keys (``author``, ``license``,
+``prerequisites``, ...) are ignored.
 """
 
 from __future__ import annotations
@@ -33,6 +40,38 @@ PLATFORMS = {
     "windows": "win32",
     "win32": "win32",
 }
+# Platform names that are not an OS: the surfaces Hermes talks through. Accepted, shown, never a filter.
+MESSAGING = frozenset(
+    [
+        "cli",
+        "api",
+        "web",
+        "webhook",
+        "cron",
+        "acp",
+        "telegram",
+        "discord",
+        "slack",
+        "whatsapp",
+        "signal",
+        "email",
+        "sms",
+        "matrix",
+        "mattermost",
+        "homeassistant",
+        "weixin",
+        "wechat",
+        "wecom",
+        "dingtalk",
+        "feishu",
+        "lark",
+        "qq",
+        "imessage",
+        "bluebubbles",
+        "teams",
+        "line",
+    ]
+)
 _OPEN = LazyPattern(r"---[ \t]*\r?\n")
 _CLOSE = LazyPattern(r"^---[ \t]*(?:\r?\n|\Z)", re.MULTILINE)
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -142,6 +181,62 @@ def _str_list(meta: dict[str, Any], key: str, problems: list[str]) -> tuple[str,
     return tuple(value)
 
 
+def platform_list(value: Any, problems: list[str]) -> tuple[str, ...]:
+    """The ``platforms:`` names (a list, or one name as a string); OS names and messaging words."""
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(v, str) and v.strip() for v in items):
+        problems.append("'platforms' must be a list of names")
+        return ()
+    out: list[str] = []
+    for item in items:
+        name = item.strip()
+        if name.lower() not in PLATFORMS and name.lower() not in MESSAGING:
+            problems.append(
+                f"unknown platform {name!r} (an OS: linux, macos, windows; or a messaging name: cli, telegram, "
+                "discord, slack, whatsapp, signal, email, ...)"
+            )
+        else:
+            out.append(name)
+    return tuple(out)
+
+
+def os_platforms(platforms: tuple[str, ...]) -> tuple[str, ...]:
+    """The ``sys.platform`` values the OS names among ``platforms`` stand for (empty: no OS filter)."""
+    return tuple(dict.fromkeys(PLATFORMS[p.lower()] for p in platforms if p.lower() in PLATFORMS))
+
+
+def hermes_metadata(meta: dict[str, Any], problems: list[str]) -> dict[str, Any]:
+    """``metadata.hermes`` (with ``metadata.category`` as its category when it has none), or {}."""
+    metadata = meta.get("metadata")
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict):
+        problems.append("'metadata' must be a mapping")
+        return {}
+    hermes = metadata.get("hermes")
+    if hermes is not None and not isinstance(hermes, dict):
+        problems.append("'metadata.hermes' must be a mapping")
+        hermes = None
+    out = dict(hermes or {})
+    if "category" not in out and metadata.get("category") is not None:
+        out["category"] = metadata["category"]
+    return out
+
+
+def _category(meta: dict[str, Any], hermes: dict[str, Any], problems: list[str]) -> str | None:
+    """The frontmatter's ``category``, else ``metadata.hermes.category`` (None: the folder decides)."""
+    for key, value in (("category", meta.get("category")), ("metadata.hermes.category", hermes.get("category"))):
+        if value is None:
+            continue
+        if not isinstance(value, str) or not value.strip() or "\n" in value:
+            problems.append(f"'{key}' must be a one-line string")
+            return None
+        return value.strip()
+    return None
+
+
 def check_skill_md(
     text: str,
     *,
@@ -173,19 +268,13 @@ def check_skill_md(
     version = meta.get("version")
     if version is not None and not isinstance(version, str | int | float):
         problems.append("'version' must be a string")
-    own_category = meta.get("category")
-    if own_category is not None and (
-        not isinstance(own_category, str) or not own_category.strip() or "\n" in own_category
-    ):
-        problems.append("'category' must be a one-line string")
     created_by = meta.get("created_by")
     if created_by is not None and not isinstance(created_by, str):
         problems.append("'created_by' must be a string")
-    tags = _str_list(meta, "tags", problems)
-    platforms = _str_list(meta, "platforms", problems)
-    for p in platforms:
-        if p.lower() not in PLATFORMS:
-            problems.append(f"unknown platform {p!r} (use linux, macos, windows)")
+    hermes = hermes_metadata(meta, problems)
+    own_category = _category(meta, hermes, problems)
+    tags = _str_list(meta, "tags", problems) or _str_list(hermes, "tags", problems)
+    platforms = platform_list(meta.get("platforms"), problems)
     problems.extend(str(f) for f in scanner(text, kind="markdown"))
     if problems:
         return None, problems
@@ -197,7 +286,7 @@ def check_skill_md(
         path=path or Path(),
         text=text,
         body=body,
-        category=own_category.strip() if isinstance(own_category, str) else (category or "general"),
+        category=own_category or category or "general",
         tags=tags,
         version=None if version is None else str(version),
         platforms=platforms,

@@ -6,7 +6,11 @@ update and a reader never sees half a file. Reading needs no lock.
 
 What counts: ``use`` = loaded into a run's prompt through the job's ``skills:``; ``view`` =
 ``skill_view`` by the agent; ``patch`` = a change through ``skill_manage``. Runs that viewed or
-used a skill add their outcome (succeeded / failed counts).
+used a skill add their outcome (succeeded / failed counts) and move its failure streak:
+``fail_streak`` counts the consecutive runs that viewed or used the skill and ended ``failed`` or
+``timed_out``; a ``succeeded`` run resets it to 0 (interrupted or skipped runs leave it as it is).
+A streak of ``curator.suspect_after_failures`` (3 by default) makes the skill ``suspect`` in
+``runner skills list`` and the Curator's report.
 """
 
 from __future__ import annotations
@@ -46,6 +50,12 @@ class UsageRecord:
     reactivated_at: str | None = None  # restored, pinned or used again after going stale
     runs_succeeded: int = 0
     runs_failed: int = 0
+    fail_streak: int = 0  # consecutive failed runs that viewed or used it (a success resets it)
+    merged_into: str | None = None  # archived by ``runner curator apply``: the skill it went into
+
+    def suspect(self, after: int) -> bool:
+        """Involved in ``after`` or more failed runs in a row."""
+        return self.fail_streak >= after
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> UsageRecord:
@@ -162,11 +172,16 @@ class UsageFile:
     def record_outcome(self, names: Iterable[str], status: str, *, now: datetime | None = None) -> None:
         """Add one run's outcome to each skill it viewed or used."""
         ok = status == RunStatus.SUCCEEDED
+        bad = status in (RunStatus.FAILED, RunStatus.TIMED_OUT)
         with self.edit() as data:
             for name in names:
                 rec = data.get(name, UsageRecord())
+                streak = 0 if ok else rec.fail_streak + bad
                 data[name] = replace(
-                    rec, runs_succeeded=rec.runs_succeeded + ok, runs_failed=rec.runs_failed + (not ok)
+                    rec,
+                    runs_succeeded=rec.runs_succeeded + ok,
+                    runs_failed=rec.runs_failed + (not ok),
+                    fail_streak=streak,
                 )
 
     def created(self, name: str, *, by: str, now: datetime | None = None) -> None:
@@ -199,5 +214,5 @@ class UsageFile:
             if state == "archived":
                 rec = replace(rec, state=state, archived_at=stamp)
             else:
-                rec = replace(rec, state=state, archived_at=None, stale_at=None, reactivated_at=stamp)
+                rec = replace(rec, state=state, archived_at=None, stale_at=None, reactivated_at=stamp, merged_into=None)
             data[name] = rec

@@ -202,18 +202,18 @@ def _answering(conn: sqlite3.Connection, run_id: str, first: str) -> str:
 
 def _real_cost(conn: sqlite3.Connection, run_id: str, main: str) -> dict[str, int]:
     """The run's real cost split by provider (the main one first): the run row's ``cost_usd``, or what
-    its ``response`` and ``summary`` events recorded when it ended before writing it (a lost run, a
-    model error mid-loop), whichever is more. Summary calls another provider
+    its ``response``, ``summary`` and ``skill_review`` events recorded when it ended before writing it
+    (a lost run, a model error mid-loop), whichever is more. Summary and review calls another provider
     (the auxiliary model) answered are counted under it, the rest under ``main``."""
     row = conn.execute("SELECT cost_usd FROM runs WHERE id=?", (run_id,)).fetchone()
     ev = conn.execute(
-        "SELECT SUM(json_extract(payload, '$.cost_usd')) FROM run_events WHERE run_id=? AND kind IN ('response', 'summary')",
+        "SELECT SUM(json_extract(payload, '$.cost_usd')) FROM run_events WHERE run_id=? AND kind IN ('response', 'summary', 'skill_review')",
         (run_id,),
     ).fetchone()
     total = max(float(row[0] or 0.0) if row is not None else 0.0, float(ev[0] or 0.0))
     others = conn.execute(
         "SELECT json_extract(payload, '$.provider') AS p, SUM(json_extract(payload, '$.cost_usd')) AS c "
-        "FROM run_events WHERE run_id=? AND kind='summary' GROUP BY p",
+        "FROM run_events WHERE run_id=? AND kind IN ('summary', 'skill_review') GROUP BY p",
         (run_id,),
     ).fetchall()
     split = {main: to_micro(float(total))}
