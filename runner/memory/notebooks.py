@@ -13,10 +13,10 @@ from runner.memory.notebook import Notebook, Scope
 from runner.store import Store
 
 
-class NotebookChanged(RunnerError):
+class NotebookChanged(RunnerError, RuntimeError):
     """The notebook was written by someone else since it was read (``runner memory edit``)."""
 
-    reason = "memory_changed"
+    reason = "notebookchanged"
 
 
 @dataclass(frozen=True)

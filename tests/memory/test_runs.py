@@ -27,7 +27,9 @@ def notebook(project, scope: str) -> list[str]:
 
 
 def events(project, kind: str) -> list[dict]:
-    return [json.loads(r["payload"]) for r in rows(project.home, "SELECT payload FROM run_events WHERE kind=?", (kind,))]
+    return [
+        json.loads(r["payload"]) for r in rows(project.home, "SELECT payload FROM run_events WHERE kind=?", (kind,))
+    ]
 
 
 def test_a_fact_written_in_run_1_is_in_run_2s_prompt_only(project, fake):
