@@ -77,6 +77,6 @@ def snapshot(notebook: Notebook, scope: Scope, *, writable: bool) -> str:
     for entry in notebook.entries:
         findings = scan(entry)
         shown.append(blocked_marker("a memory entry", findings) if findings else entry)
-    how = "the memory tool changes it from the next run on" if writable else "read-only in this run"
-    head = f"## Memory (notebook {scope}, {notebook.usage()}; {how})"
+    how = "memory tool writes apply next run" if writable else "read-only in this run"
+    head = f"## Memory ({scope}, {notebook.usage()}; {how})"
     return head + "\n" + "\n§\n".join(shown)

@@ -13,16 +13,23 @@ from runner.tools import Registry, ToolError, ToolResult
 from runner.tools.context import ToolContext
 
 DESCRIPTION = (
-    "Your notebook, kept across runs of this job (its entries are in the system prompt). Save what "
-    "a later run needs: facts about the environment, conventions, what worked or failed. Not task "
-    "progress. add: a new entry. replace: the entry containing old_text becomes content. remove: "
-    "delete the entry containing old_text. The notebook has a character cap; when full, consolidate "
-    "(replace or remove) first. Changes apply from the next run."
+    "Your notebook across runs (in the system prompt at run start). Keep durable facts a later run "
+    "needs, not task progress. add: a new entry; replace / remove: the entry containing old_text. "
+    "When full, consolidate first. Changes apply from the next run."
 )
 
 
 def _offered(ctx: ToolContext) -> bool | str:
-    return True if ctx.memory is not None else "memory: off for this job"
+    """A run binds its notebook unless the job has ``memory: off``; a listing (no run) asks the job."""
+    if ctx.memory is not None:
+        return True
+    if not ctx.job_name:
+        return "offered in a job's runs unless the job has memory: off"
+    if not ctx.run_id and ctx.settings is not None:
+        job = ctx.settings.jobs.jobs.get(ctx.job_name)
+        if job is not None and job.spec.memory != "off":
+            return True
+    return "memory: off for this job"
 
 
 def memory(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
@@ -33,7 +40,7 @@ def memory(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     if binding is None:
         raise ToolError("memory is off for this job")
     try:
-        action = Action(args.get("action"))
+        action = Action(str(args.get("action")))
     except ValueError:
         raise ToolError("action must be add, replace or remove") from None
     content, old_text = args.get("content"), args.get("old_text")
@@ -56,8 +63,8 @@ def register(registry: Registry) -> None:
             "type": "object",
             "properties": {
                 "action": {"type": "string", "enum": ["add", "replace", "remove"]},
-                "content": {"type": "string", "description": "the entry (add, replace)"},
-                "old_text": {"type": "string", "description": "a unique piece of the entry (replace, remove)"},
+                "content": {"type": "string"},
+                "old_text": {"type": "string", "description": "a unique part of the entry"},
             },
             "required": ["action"],
             "additionalProperties": False,

@@ -54,7 +54,7 @@ def test_a_fact_written_in_run_1_is_in_run_2s_prompt_only(project, fake):
     res = project.cli("run-job", "notes")
     assert res.exit_code == 0, res.output
     second = system_of(fake.requests[3])
-    assert "## Memory (notebook job:notes, 1 entry, 36/1,800 chars (2%)" in second
+    assert "## Memory (job:notes, 1 entry, 36/1,800 chars (2%); memory tool writes apply next run)\n" in second
     assert second.endswith("The build server is build-7.internal")
 
 
@@ -115,7 +115,7 @@ def test_a_shared_notebook_between_two_jobs(project, fake):
     fake.add(final("ok"))
     assert project.cli("run-job", "reader").exit_code == 0
     system = system_of(fake.requests[2])
-    assert "notebook shared:team" in system and "read-only in this run" in system
+    assert "## Memory (shared:team, 1 entry, 25/1,800 chars (1%); read-only in this run)" in system
     assert "Deploys freeze on Fridays" in system
     assert [t["function"]["name"] for t in fake.requests[2]["body"]["tools"]] == ["terminal"]
     assert notebook(project, "job:writer") == [] and notebook(project, "shared:team") == ["Deploys freeze on Fridays"]
