@@ -36,8 +36,12 @@ SinkItem = Annotated[str | dict[str, Any], BeforeValidator(check_sink)]
 
 
 def _memory(value: Any) -> Any:
-    """``memory: off`` is YAML's false; any other spelling of a bool is the same mistake."""
-    return "off" if value is False else value
+    """``memory: off`` is YAML's false (so is ``no``); ``true`` / ``on`` / ``yes`` name no notebook."""
+    if value is False:
+        return "off"
+    if value is True:
+        raise ValueError("true: expected job, off or shared:NAME")
+    return value
 
 
 def _backend(value: Any) -> Any:
@@ -130,7 +134,7 @@ class JobSpec(Strict):
     @classmethod
     def _memory_scope(cls, value: str) -> str:
         kind, sep, name = value.partition(":")
-        if value in ("job", "off") or (sep and kind == "shared" and JOB_NAME.match(name)):
+        if value in ("job", "off") or (sep and kind == "shared" and JOB_NAME.fullmatch(name)):
             return value
         raise ValueError(f"{value!r}: expected job, off or shared:NAME (NAME like a job name)")
 

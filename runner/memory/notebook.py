@@ -16,7 +16,7 @@ from runner.lazyre import LazyPattern
 DELIMITER = "\n§\n"
 MARK = "§"  # a line holding only this separates entries; an entry may not contain such a line
 CAP_CHARS = 1_800  # per notebook: a full one plus the tool's schema stays under 2.5 KB of a request
-SCOPE_NAME = LazyPattern(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+SCOPE_NAME = LazyPattern(r"[a-z0-9][a-z0-9_-]{0,63}")  # matched whole (fullmatch: no trailing newline)
 
 
 class ScopeKind(StrEnum):
@@ -65,7 +65,7 @@ def parse_scope(text: str, *, bare: ScopeKind = ScopeKind.JOB) -> Scope:
         kind, name = bare.value, text
     if kind not in (ScopeKind.JOB, ScopeKind.SHARED):
         raise ValueError(f"{text!r}: expected a job name or shared:NAME")
-    if not SCOPE_NAME.match(name):
+    if not SCOPE_NAME.fullmatch(name):
         raise ValueError(f"{text!r}: the name must match ^[a-z0-9][a-z0-9_-]{{0,63}}$")
     return Scope(ScopeKind(kind), name)
 

@@ -81,11 +81,30 @@ def test_entries_may_not_hold_the_separator_line() -> None:
         Notebook().add(" \n ")
 
 
+names = st.from_regex(r"[a-z0-9][a-z0-9_-]{0,63}", fullmatch=True)
+
+
+@given(st.sampled_from(list(ScopeKind)), names)
+def test_a_scope_key_parses_back_to_the_scope(kind: ScopeKind, name: str) -> None:
+    scope = Scope(kind, name)
+    assert parse_scope(scope.key) == scope
+    assert job_scope(f"shared:{name}", "j") == Scope(ScopeKind.SHARED, name)
+
+
+@given(st.text(max_size=80))
+def test_parse_scope_accepts_only_what_it_can_give_back(text: str) -> None:
+    try:
+        scope = parse_scope(text)
+    except ValueError:
+        return
+    assert scope.key == (text if ":" in text else f"job:{text}")
+
+
 def test_scopes() -> None:
     assert job_scope("job", "nightly") == Scope(ScopeKind.JOB, "nightly")
     assert job_scope("shared:team", "nightly") == Scope(ScopeKind.SHARED, "team")
     assert job_scope("off", "nightly") is None
     assert parse_scope("nightly").key == "job:nightly" and parse_scope("shared:t").key == "shared:t"
-    for bad in ("Bad", "other:x", "shared:", "shared:Has Space"):
+    for bad in ("Bad", "other:x", "shared:", "shared:Has Space", "notes\n", "shared:t\n"):
         with pytest.raises(ValueError):
             parse_scope(bad)

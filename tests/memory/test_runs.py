@@ -156,3 +156,18 @@ def test_eight_processes_writing_one_notebook_lose_nothing(project, fake):
     assert sorted(stored) == sorted(f"fact {k} from {n}" for n in names for k in range(3))
     [row] = rows(project.home, "SELECT version FROM memory_notebooks WHERE scope='shared:pool'")
     assert row["version"] == 24
+
+
+def test_the_memory_key_is_checked(project):
+    project.write_jobs(
+        "jobs:\n  a:\n    prompt: x\n    memory: on\n  b:\n    prompt: x\n    memory: shared:Bad Name\n"
+        "  c:\n    prompt: x\n    memory: team\n  d:\n    prompt: x\n    memory: no\n"
+    )
+    res = project.cli("jobs", "validate")
+    assert res.exit_code == 2
+    lines = res.stderr.strip().splitlines()
+    assert [line.split(": job ", 1)[1] for line in lines] == [
+        "a: memory: true: expected job, off or shared:NAME",
+        "b: memory: 'shared:Bad Name': expected job, off or shared:NAME (NAME like a job name)",
+        "c: memory: 'team': expected job, off or shared:NAME (NAME like a job name)",
+    ]
