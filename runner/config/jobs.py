@@ -35,6 +35,15 @@ Duration = Annotated[float, BeforeValidator(parse_duration)]
 SinkItem = Annotated[str | dict[str, Any], BeforeValidator(check_sink)]
 
 
+def _memory(value: Any) -> Any:
+    """``memory: off`` is YAML's false (so is ``no``); ``true`` / ``on`` / ``yes`` name no notebook."""
+    if value is False:
+        return "off"
+    if value is True:
+        raise ValueError("true: expected job, off or shared:NAME")
+    return value
+
+
 def _backend(value: Any) -> Any:
     """A string spec (``docker:IMAGE``, ...) becomes its model; a mapping is left to the union."""
     return parse_spec(value) if isinstance(value, str) else value
@@ -94,7 +103,7 @@ class JobSpec(Strict):
     agent: bool = True
     model: str | list[str] = "default"
     model_options: ModelOptions = Field(default_factory=ModelOptions)
-    toolsets: list[str] = Field(default_factory=lambda: ["terminal", "files"])
+    toolsets: list[str] = Field(default_factory=lambda: ["terminal", "files", "memory"])
     skills: list[str] = Field(default_factory=list)
     workdir: str | None = None  # before ``backend``: the ssh check below reads it
     backend: Annotated[BackendSpec, BeforeValidator(_backend)] = Field(default_factory=LocalSpec)
@@ -119,6 +128,16 @@ class JobSpec(Strict):
     pause_after_failures: int | None = Field(None, ge=1)
     web: WebSpec = Field(default_factory=WebSpec)
     delegation: DelegationSpec = Field(default_factory=DelegationSpec)
+    memory: Annotated[str, BeforeValidator(_memory)] = "job"  # job | shared:NAME | off (docs/memory.md)
+    context_from: list[str] = Field(default_factory=list)  # jobs whose last output is {{ context.NAME }}
+
+    @field_validator("memory")
+    @classmethod
+    def _memory_scope(cls, value: str) -> str:
+        kind, sep, name = value.partition(":")
+        if value in ("job", "off") or (sep and kind == "shared" and JOB_NAME.fullmatch(name)):
+            return value
+        raise ValueError(f"{value!r}: expected job, off or shared:NAME (NAME like a job name)")
 
     @field_validator("timezone")
     @classmethod
@@ -307,12 +326,45 @@ def load_jobs(
             problems.extend(_errors(prefix, exc))
             continue
         job_problems, job = _check_job(name, spec, path.parent.resolve(), default_timezone, now, own)
+        context_problems = check_context_from(name, spec.context_from, [str(n) for n in raw_jobs])
+        if context_problems:
+            job_problems, job = [*job_problems, *context_problems], None
         problems.extend(prefix + p for p in job_problems)
         if job is not None:
             jobs[name] = job
     if problems:
         raise ConfigError(problems)
     return JobsFile(path=path.resolve(), jobs=jobs)
+
+
+def context_key(job: str) -> str:
+    """The name a job's output has under ``context`` in templates: dashes become underscores."""
+    return job.replace("-", "_")
+
+
+def check_context_from(name: str, wanted: list[str], known: list[str]) -> list[str]:
+    """Each ``context_from:`` entry names another job of the file, once."""
+    problems = []
+    seen: dict[str, str] = {}
+    for other in wanted:
+        key = context_key(other)
+        if other == name:
+            problems.append(f"context_from: {_shown(other)} is this job (its own last output is {{{{ last_output }}}})")
+        elif other not in known:
+            problems.append(f"context_from: unknown job {_shown(other)}{_suggest_names(other, known)}")
+        elif key in seen:
+            problems.append(f"context_from: {_shown(other)} and {_shown(seen[key])} are both context.{key}")
+        seen.setdefault(key, other)
+    return problems
+
+
+def _suggest_names(name: str, known: list[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name[:64], known, n=3, cutoff=0.6)
+    if close:
+        return f"; did you mean {', '.join(close)}?"
+    return f"; jobs in this file: {', '.join(sorted(known)[:10])}{', ...' if len(known) > 10 else ''}"
 
 
 def _check_backend(job: Job) -> list[str]:

@@ -24,6 +24,7 @@ from runner.store.runs import update_run
 from runner.tools.context import EmitFn, ToolContext
 
 if TYPE_CHECKING:
+    from runner.memory.write import Binding
     from runner.run.delegate import Delegation
     from runner.run.execute import Run
     from runner.run.toolbox import Toolbox
@@ -81,11 +82,13 @@ class AgentOutput:
         if delegation is not None:
             delegation.tools = tools
         user_prompt = self._user_prompt(run)
-        messages = _first_messages(run, tools, skills, user_prompt)
+        memory = _memory_block(ctx, writable=any(t.name == "memory" for t in tools))
+        messages = _first_messages(run, tools, skills, user_prompt, memory)
         run.emit(
             "prompt",
             {
                 "system_chars": len(messages[0]["content"]),
+                "memory_chars": len(memory),
                 "user": user_prompt[:4000],
                 "tools": [t.name for t in tools],
                 "unavailable": {**toolbox.registry.unavailable(run.job.spec.toolsets, ctx), **toolbox.down},
@@ -159,18 +162,43 @@ def _tool_context(run: Run, skills: SkillSession | None, delegation: Delegation 
         control=run.control,
         web=job.spec.web.policy(),
         delegate=delegation,
+        memory=_memory(run),
     )
 
 
-def _first_messages(run: Run, tools: Sequence[ToolEntry], skills: SkillSession | None, user_prompt: str) -> Messages:
-    """The frozen system prompt (rules, skills index, project instructions) and the user prompt."""
+def _memory(run: Run) -> Binding | None:
+    """The run's notebook from the job's ``memory:`` (None for ``off``)."""
+    from runner.memory.notebook import job_scope
+    from runner.memory.write import Binding
+
+    scope = job_scope(run.job.spec.memory, run.job.name)
+    if scope is None:
+        return None
+    return Binding(run.settings.store, scope, run.run_id, run.redactor)
+
+
+def _memory_block(ctx: ToolContext, writable: bool) -> str:
+    """The notebook as it is now, for the frozen system prompt ("" when off or empty)."""
+    if ctx.memory is None:
+        return ""
+    from runner.memory.notebooks import load
+    from runner.memory.write import snapshot
+
+    return snapshot(load(ctx.memory.store, ctx.memory.scope).notebook, ctx.memory.scope, writable=writable)
+
+
+def _first_messages(
+    run: Run, tools: Sequence[ToolEntry], skills: SkillSession | None, user_prompt: str, memory: str = ""
+) -> Messages:
+    """The frozen system prompt (rules, skills index, memory, project instructions) and the user prompt."""
     from runner.run.context_files import load_context_file
     from runner.run.prompt import system_prompt
 
     names = {t.name for t in tools}
     index = skills.index(can_manage="skill_manage" in names) if skills is not None and "skill_view" in names else None
     preloaded = skills.preload(run.job.spec.skills) if skills is not None else ""
-    system = system_prompt(run.job, context_file=load_context_file(run.backend, run.emit), skills_index=index)
+    context_file = load_context_file(run.backend, run.emit)
+    system = system_prompt(run.job, context_file=context_file, skills_index=index, memory=memory)
     return [{"role": "system", "content": system}, {"role": "user", "content": user_prompt + preloaded}]
 
 

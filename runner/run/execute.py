@@ -226,7 +226,15 @@ class Run:
             vars_override=dict(req.vars_override),
             pre_run=self.pre.as_vars() if self.pre else None,
             last_output=last_output(self.settings.store, self.job.name),
+            context=self.context_outputs(),
         )
+
+    def context_outputs(self) -> dict[str, str]:
+        """The last successful output of each ``context_from`` job, redacted and capped ("" when none)."""
+        from runner.run.prompt import capped_context
+
+        store = self.settings.store
+        return {other: capped_context(self.redactor(last_output(store, other))) for other in self.job.spec.context_from}
 
     def record_model(self, model: str) -> None:
         """The model that answered last (a fallback provider's, once it took over)."""

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import secrets
-from runner.config.jobs import Job
+from runner.config.jobs import Job, context_key
 from runner.errors import TemplateError
 
 SYSTEM_RULES = """\
@@ -26,7 +26,10 @@ You are an unattended agent run by `runner` for the job "{job}". Nobody is watch
 
 MAX_OUTPUT_CHARS = 4_000_000  # a rendered prompt; far above any context window
 MAX_POWER_BITS = 100_000  # `2 ** n` results beyond this many bits are refused
-KNOWN_VARIABLES = frozenset({"now", "today", "yesterday", "job", "run", "vars", "pre_run", "last_output", "env"})
+KNOWN_VARIABLES = frozenset(
+    {"now", "today", "yesterday", "job", "run", "vars", "pre_run", "last_output", "env", "context"}
+)
+CONTEXT_CHARS = 8_000  # of each ``context_from`` job's last output in ``{{ context.NAME }}``
 
 
 class OutputCapExceeded(Exception):
@@ -135,7 +138,8 @@ def check_syntax(job: Job) -> None:
 
 def check_template(job: Job, env: Any = None) -> list[str]:
     """Problems of the job's template found without rendering it: syntax, names no run defines,
-    ``vars.X`` with no X in the job's ``vars:``, ``env.X`` with no X in ``env_vars:``."""
+    ``vars.X`` with no X in the job's ``vars:``, ``env.X`` with no X in ``env_vars:``,
+    ``context.X`` with no X in ``context_from:`` (dashes as underscores)."""
     try:
         source, name = job_template(job)
     except TemplateError as exc:
@@ -154,22 +158,26 @@ def check_template(job: Job, env: Any = None) -> list[str]:
         f"{name}: undefined template variable {var!r} (known: {', '.join(sorted(KNOWN_VARIABLES))})"
         for var in sorted(meta.find_undeclared_variables(ast) - KNOWN_VARIABLES - set(env.globals))
     ]
-    allowed = {"vars": set(job.spec.vars), "env": set(job.spec.env_vars)}
+    allowed = {
+        "vars": set(job.spec.vars),
+        "env": set(job.spec.env_vars),
+        "context": {context_key(j) for j in job.spec.context_from},
+    }
+    where = {"vars": "the job's vars:", "env": "env_vars:", "context": "context_from: (dashes as underscores)"}
     for holder, key, line in _member_uses(ast):
         if key not in allowed[holder]:
-            where = "the job's vars:" if holder == "vars" else "env_vars:"
-            problems.append(f"{name}: line {line}: {holder}.{key} is not defined ({key!r} is not in {where})")
+            problems.append(f"{name}: line {line}: {holder}.{key} is not defined ({key!r} is not in {where[holder]})")
     return problems
 
 
 def _member_uses(ast: Any) -> list[tuple[str, str, int]]:
-    """``vars.X`` / ``vars['X']`` / ``env.X`` uses in the template: (holder, key, line)."""
+    """``vars.X`` / ``vars['X']`` / ``env.X`` / ``context.X`` uses in the template: (holder, key, line)."""
     from jinja2 import nodes
 
     out = []
     for node in ast.find_all((nodes.Getattr, nodes.Getitem)):
         target = node.node
-        if not (isinstance(target, nodes.Name) and target.name in ("vars", "env") and target.ctx == "load"):
+        if not (isinstance(target, nodes.Name) and target.name in ("vars", "env", "context") and target.ctx == "load"):
             continue
         if isinstance(node, nodes.Getattr):
             out.append((target.name, node.attr, node.lineno))
@@ -187,8 +195,11 @@ def variables(
     pre_run: dict[str, Any] | None = None,
     last_output: str = "",
     environ: dict[str, str] | None = None,
+    context: dict[str, str] | None = None,
 ) -> dict[str, Any]:
+    """``context``: the ``context_from`` jobs' outputs by job name (missing ones render as "")."""
     env = secrets.environ() if environ is None else environ
+    given = context or {}
     local_now = now.astimezone(_zone(job.tz_name))
     return {
         "now": local_now,
@@ -200,7 +211,15 @@ def variables(
         "pre_run": pre_run or {"stdout": "", "exit_code": None},
         "last_output": last_output,
         "env": {name: env[name] for name in job.spec.env_vars if name in env},
+        "context": {context_key(other): given.get(other, "") for other in job.spec.context_from},
     }
+
+
+def capped_context(text: str, cap: int = CONTEXT_CHARS) -> str:
+    """A ``context_from`` output as the template gets it: its first ``cap`` characters and a marker."""
+    if len(text) <= cap:
+        return text
+    return f"{text[:cap]}\n[... {len(text) - cap:,} more characters not shown]"
 
 
 def _zone(name: str) -> Any:
@@ -209,13 +228,18 @@ def _zone(name: str) -> Any:
     return ZoneInfo(name)
 
 
-def system_prompt(job: Job, *, context_file: str | None = None, skills_index: str | None = None) -> str:
-    """Built once per run and never changed during it (a stable prefix for prompt caches)."""
+def system_prompt(
+    job: Job, *, context_file: str | None = None, skills_index: str | None = None, memory: str | None = None
+) -> str:
+    """Built once per run and never changed during it (a stable prefix for prompt caches); ``memory``
+    is the notebook as it was when the run started (writes during the run show from the next one)."""
     parts = [SYSTEM_RULES.format(job=job.name)]
     if job.spec.description:
         parts.append(f"Job description: {job.spec.description}")
     if skills_index:
         parts.append(skills_index)
+    if memory:
+        parts.append(memory)
     if context_file:
         parts.append(context_file)
     return "\n\n".join(parts)

@@ -146,7 +146,7 @@ def list_runs(
 def last_output(store: Store, job: str) -> str:
     row = store.one(
         "SELECT output_path FROM runs WHERE job=? AND status=? AND output_path IS NOT NULL "
-        "ORDER BY created_at DESC LIMIT 1",
+        "AND parent_run_id IS NULL ORDER BY created_at DESC LIMIT 1",  # a subagent's summary is not the job's output
         (job, RunStatus.SUCCEEDED),
     )
     if not row:

@@ -31,7 +31,7 @@ class ToolResult:
 Handler = Callable[[dict[str, Any], "ToolContext"], ToolResult]
 CheckFn = Callable[["ToolContext"], "bool | str"]  # True: offered; False or a reason: not offered
 
-TOOLSETS = ("terminal", "files", "web", "skills", "kanban", "delegate", "session_search")
+TOOLSETS = ("terminal", "files", "memory", "web", "skills", "kanban", "delegate", "session_search")
 BUILTIN = "builtin"  # ToolEntry.source of the tools in this package (others: "mcp:SERVER", "operator FILE")
 
 

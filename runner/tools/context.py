@@ -1,6 +1,6 @@
 """What a tool handler gets: the run's backend, its limits, its callbacks and the run's services.
 
-``settings``, ``skills``, ``kanban`` and ``delegate`` are None where the run has no such thing (a test's bare
+``settings``, ``skills``, ``kanban``, ``delegate`` and ``memory`` are None where the run has no such thing (a test's bare
 context, a job without skills, a run outside a kanban worker); the tools that need them are
 not offered then.
 """
@@ -17,6 +17,7 @@ from runner.safety.result import ApprovalResult, ApproveFn, ToolApproveFn, ToolC
 from runner.safety.ssrf import WebPolicy
 
 if TYPE_CHECKING:
+    from runner.memory.write import Binding
     from runner.safety.control import ControlPlane
     from runner.settings import Settings
     from runner.skills.session import SkillSession
@@ -56,6 +57,7 @@ class ToolContext:
     control: ControlPlane | None = None  # the runner's control files: the file tools refuse them
     web: WebPolicy = WebPolicy()  # the job's ``web:`` key: where web_fetch may connect
     delegate: Delegator | None = None  # runs subagents (delegate_task); None where delegating is not allowed
+    memory: Binding | None = None  # the run's notebook (the memory tool); None: ``memory: off`` or no run
 
     @property
     def workdir(self) -> str:

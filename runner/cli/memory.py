@@ -1,0 +1,150 @@
+"""``runner memory list | show | edit | clear``: the notebooks jobs keep across runs (docs/memory.md)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from runner.cli._util import echo_json, local_time, settings, table
+
+if TYPE_CHECKING:
+    from runner.memory.notebook import Notebook, Scope
+    from runner.settings import Settings
+
+SCOPE_HELP = "a job name (its own notebook) or shared:NAME"
+
+
+@click.group("memory")
+def memory_group() -> None:
+    """Notebooks the memory tool writes: a job's own (memory: job) or shared ones (memory: shared:NAME)."""
+
+
+def _scope(s: Settings, text: str) -> Scope:
+    """The notebook SCOPE names; a bare name with nothing stored must be a job of jobs.yaml."""
+    from runner.errors import UsageError
+    from runner.memory.notebook import ScopeKind, parse_scope
+    from runner.memory.notebooks import load
+
+    try:
+        scope = parse_scope(text)
+    except ValueError as exc:
+        raise UsageError(f"SCOPE {exc}") from None
+    if scope.kind == ScopeKind.JOB and load(s.store, scope).version == 0:
+        s.jobs.get(scope.name)  # UsageError naming the file and the closest job names
+    return scope
+
+
+@memory_group.command("list")
+@click.option("--json", "as_json", is_flag=True)
+def memory_list(as_json: bool) -> None:
+    """Every notebook in the store with its size."""
+    from runner.memory.notebooks import all_notebooks
+
+    rows = all_notebooks(settings().store)
+    if as_json:
+        echo_json(
+            [
+                {
+                    "scope": r.scope,
+                    "entries": len(r.notebook.entries),
+                    "chars": r.notebook.chars,
+                    "cap": r.notebook.cap,
+                    "updated_at": r.updated_at,
+                    "updated_by": r.updated_by,
+                }
+                for r in rows
+            ]
+        )
+        return
+    cells = [(r.scope, r.notebook.usage(), local_time(r.updated_at), r.updated_by or "") for r in rows]
+    table(cells, ["SCOPE", "SIZE", "UPDATED", "BY"])
+
+
+@memory_group.command("show")
+@click.argument("scope", metavar="SCOPE")
+@click.option("--json", "as_json", is_flag=True)
+def memory_show(scope: str, as_json: bool) -> None:
+    """The entries of one notebook (SCOPE: a job name or shared:NAME), separated by lines of §."""
+    from runner.memory.notebook import render
+    from runner.memory.notebooks import load
+
+    s = settings()
+    stored = load(s.store, _scope(s, scope))
+    nb = stored.notebook
+    if as_json:
+        echo_json(
+            {
+                "scope": stored.scope,
+                "entries": list(nb.entries),
+                "chars": nb.chars,
+                "cap": nb.cap,
+                "updated_at": stored.updated_at,
+                "updated_by": stored.updated_by,
+            }
+        )
+        return
+    click.echo(f"# {stored.scope}: {nb.usage()}", err=True)
+    if nb.entries:
+        click.echo(render(nb.entries))
+
+
+@memory_group.command("edit")
+@click.argument("scope", metavar="SCOPE")
+def memory_edit(scope: str) -> None:
+    """Open the notebook in $EDITOR (entries separated by lines holding only §); saved when it
+    passes the cap and the injection scan, else nothing changes. An empty file empties it."""
+    from runner.memory.notebook import render
+    from runner.memory.notebooks import change, load
+
+    s = settings()
+    where = _scope(s, scope)
+    stored = load(s.store, where)
+    text = render(stored.notebook.entries) + "\n" if stored.notebook.entries else ""
+    edited = click.edit(text, extension=".md", require_save=True)
+    if edited is None or edited == text:
+        click.echo(f"{where}: unchanged")
+        return
+    new = _checked(where, edited, s)
+    change(s.store, where, lambda _: new, by="cli", expect_version=stored.version)
+    click.echo(f"{where}: saved; {new.usage()}")
+
+
+def _checked(where: Scope, edited: str, s: Settings) -> Notebook:
+    """The edited text as a notebook; UsageError (exit 2) for text over the cap or an injection."""
+    from runner.errors import UsageError
+    from runner.memory.notebook import MemoryRefused, Notebook, parse
+    from runner.memory.write import check_text
+    from runner.safety.redact import Redactor
+
+    entries = parse(edited)
+    try:
+        for i, entry in enumerate(entries, 1):
+            check_text(entry, f"entry {i}")
+        new = Notebook(tuple(dict.fromkeys(Redactor()(e) for e in entries))).within_cap()
+    except MemoryRefused as exc:
+        raise UsageError(f"{where}: {exc}") from None
+    return new
+
+
+@memory_group.command("clear")
+@click.argument("scope", metavar="SCOPE")
+@click.option("--yes", is_flag=True, help="do not ask for confirmation")
+def memory_clear(scope: str, yes: bool) -> None:
+    """Remove every entry of a notebook (asks first unless --yes)."""
+    from runner.memory.notebooks import clear, load
+
+    s = settings()
+    where = _scope(s, scope)
+    held = load(s.store, where).notebook
+    if not held.entries:
+        click.echo(f"{where}: already empty")
+        return
+    if not yes and not click.confirm(f"clear {where} ({held.usage()})?", default=False):
+        click.echo("nothing cleared")
+        return
+    count = clear(s.store, where, by="cli")
+    click.echo(f"{where}: cleared {count} {'entry' if count == 1 else 'entries'}")
+
+
+COMMANDS = [memory_group]
