@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from runner.config.jobs import JobsFile
+    from runner.store.dialect import Target
     from runner.config.machine import Config
     from runner.config.tooldirs import Loaded
     from runner.store import Store
@@ -99,13 +100,41 @@ class Settings:
         """Folders whose files show runs happened in this RUNNER_HOME (an empty ledger beside them is refused)."""
         return (self.home / "outputs", self.home / "logs" / "runs")
 
+    @property
+    def database(self) -> Target:
+        """Where the store is: ``RUNNER_DATABASE_URL``, config.yaml's ``database:``, else
+        RUNNER_HOME/runner.db (read without loading config.yaml when the environment names it)."""
+        from runner.store.dialect import ENV, configured
+
+        if os.environ.get(ENV, "").strip():
+            return configured(self.home, None)
+        return configured(self.home, self.config.database if self._mentions_database() else None)
+
+    def _mentions_database(self) -> bool:
+        """config.yaml may set ``database:`` (a command that does not otherwise need config.yaml
+        does not parse it, and so does not pay for its validation, when the word is absent)."""
+        try:
+            return "database" in self.config_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return False
+
+    def open_store(self, *, migrate: bool = True) -> Store:
+        """Open this RUNNER_HOME's store (SQLite file or PostgreSQL, see ``database``)."""
+        from runner.store import Store
+
+        return Store.open(self.database, migrate=migrate, state=self.state_dirs)
+
+    def has_store(self) -> bool:
+        """Whether a store exists already (a SQLite file; a PostgreSQL database always does)."""
+        target = self.database
+        return target.path is None or target.path.exists()
+
     @cached_property
     def store(self) -> Store:
-        from runner.store import Store
         from runner.store.runs import recover_orphans
 
         self.ensure_home()
-        store = Store.open(self.home / "runner.db", state=self.state_dirs)
+        store = self.open_store()
         lost = recover_orphans(store)
         if lost:
             self.alert_lost(store, lost)

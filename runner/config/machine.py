@@ -194,6 +194,8 @@ class Config(Strict):
     budgets: Budgets = Field(default_factory=Budgets)
     mcp_servers: dict[str, McpServer] = Field(default_factory=dict)
     tools_dirs: list[str] = Field(default_factory=list)  # operator tool folders (relative: to config.yaml's)
+    # the store: sqlite:///PATH or postgresql://user@host/name (RUNNER_DATABASE_URL wins); default RUNNER_HOME/runner.db
+    database: str | None = None
     path: str | None = None
 
     def split_model_ref(self, ref: str) -> tuple[str, str]:
@@ -219,6 +221,19 @@ class Config(Strict):
         for name in value:
             if not SERVER_NAME.match(name):
                 raise ValueError(f"server name {name!r} must match {SERVER_NAME.pattern}")
+        return value
+
+    @field_validator("database")
+    @classmethod
+    def _database(cls, value: str | None) -> str | None:
+        from runner.errors import UsageError
+        from runner.store.dialect import parse
+
+        if value is not None:
+            try:
+                parse(value, what="database")
+            except UsageError as exc:
+                raise ValueError(str(exc).removeprefix("database: ")) from None
         return value
 
     @field_validator("timezone")

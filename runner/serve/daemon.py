@@ -35,6 +35,7 @@ from runner.errors import AlreadyRunning
 from runner.serve.host import Clock, ServeHost, SystemClock, Ticker, TickerFactory
 from runner.settings import Settings
 from runner.store import Store
+from runner.store.dialect import Dialect
 
 if TYPE_CHECKING:
     from runner.serve.pool import Pool
@@ -219,8 +220,10 @@ class Serve:
             raise
         _release_hold_at_start(s.home, log)
         store = s.store  # opening it marks rows of dead workers `unknown`
-        store.execute("PRAGMA wal_autocheckpoint=0")
-        checkpointer = Checkpointer(store.path).start()
+        checkpointer: Checkpointer | None = None
+        if store.dialect is Dialect.SQLITE:  # PostgreSQL checkpoints by itself
+            store.execute("PRAGMA wal_autocheckpoint=0")
+            checkpointer = Checkpointer(store.path).start()
         schedule: ScheduleTicker | None = None
         alerts = BackgroundAlerts(store.path, config, home=s.home, base_dir=jobs.base_dir, log=log)
         pool = Pool(
@@ -273,7 +276,8 @@ class Serve:
                 pool.bridges.close()  # the keep-alive MCP servers stop with serve
             launcher.close()  # the forkserver exits; workers it forked are reaped above
             alerts.close(config.serve.shutdown_grace)
-            checkpointer.stop()
+            if checkpointer is not None:
+                checkpointer.stop()
             heartbeat(store, now=self.clock.now(), running=0, waiting=0, stopped=True)
             signal.set_wakeup_fd(old_wakeup)
             for sig, handler in previous.items():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sqlite3
 import socket
 import threading
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from runner.safety.redact import Redactor
 from runner.statuses import FINAL, RunStatus, Trigger
 from runner.store import Store, dumps
 from runner.store.budget import settle
+from runner.store.dialect import Dialect
 
 HOST = socket.gethostname()
 
@@ -71,7 +73,12 @@ def create_run(
     cols = ", ".join(row)
     marks = ", ".join(f":{k}" for k in row)
     with store.transaction() as conn:
-        conn.execute(f"INSERT INTO runs ({cols}) VALUES ({marks})", row)
+        if store.dialect is Dialect.SQLITE:
+            conn.execute(f"INSERT INTO runs ({cols}) VALUES ({marks})", row)
+        # PostgreSQL: a failed statement would abort the caller's whole transaction (serve writes
+        # a burst of fires in one), so the (job, slot, attempt) identity is checked without failing
+        elif conn.execute(f"INSERT INTO runs ({cols}) VALUES ({marks}) ON CONFLICT DO NOTHING", row).rowcount != 1:
+            raise sqlite3.IntegrityError(f"UNIQUE constraint failed: runs (job {job!r}, slot {slot_text}, attempt {attempt})")
     return run_id
 
 
