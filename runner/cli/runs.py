@@ -156,7 +156,7 @@ def format_event(ev: dict[str, Any], *, width: int = 400) -> str:
     if kind == "tool_call":
         return f"{ts}  -> {payload.get('name')} {_short(payload.get('arguments', ''), width)}"
     if kind == "tool_result":
-        mark = "BLOCKED " if str(payload.get("result", "")).startswith("blocked:") else ""
+        mark = "BLOCKED " if str(payload.get("result", "")).startswith(("blocked:", "blocked (")) else ""
         flag = " (failed)" if payload.get("failed") else ""
         return f"{ts}  <- {mark}{payload.get('name')}{flag}: {_short(payload.get('result', ''), width)}"
     if kind == "subagent_started":
