@@ -160,3 +160,19 @@ def test_cancel_of_a_parked_run(project: Project, fake: Any) -> None:
     [req] = rows(project.home, "SELECT * FROM approval_requests")
     assert req["status"] == "cancelled"
     assert pending(project) == []
+
+
+def test_a_run_killed_while_parked_leaves_nothing_pending(project: Project, fake: Any) -> None:
+    fake.add(call("terminal", {"command": "rm -rf build"}), final("never"))
+    manual_job(project)
+    proc = project.start_job("m", fake)
+    request = wait_parked(project, proc)
+    proc.kill()
+    proc.communicate(timeout=10)
+    assert pending(project) == []  # opening the store recovered the lost run
+    [run] = rows(project.home)
+    assert (run["status"], run["reason"]) == ("unknown", "worker_lost")
+    [req] = rows(project.home, "SELECT * FROM approval_requests")
+    assert req["status"] == "abandoned"
+    res = project.run("approvals", "grant", request["id"])
+    assert res.returncode == 2 and "already abandoned" in res.stderr
