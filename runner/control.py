@@ -13,9 +13,8 @@ token's name from the web.
 from __future__ import annotations
 
 import getpass
-import json
 import socket
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
@@ -23,7 +22,7 @@ from runner.clock import iso, utcnow
 from runner.errors import UsageError
 from runner.statuses import ACTIVE, ApprovalState, ControlKind, RunStatus
 from runner.store import Store
-from runner.store.control import new_id
+from runner.store.control import ApprovalRequest, new_id
 
 
 class ControlRefused(UsageError):
@@ -48,7 +47,7 @@ class PendingApproval:
     expires_at: str
 
     def as_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "reasons": list(self.reasons)}
+        return {**asdict(self), "reasons": list(self.reasons)}
 
 
 def whoami() -> str:
@@ -134,10 +133,8 @@ def pending_approvals(store: Store) -> list[PendingApproval]:
 
 
 def _pending(row: dict[str, Any]) -> PendingApproval:
-    reasons = tuple(str(x) for x in json.loads(row["reasons"] or "[]"))
-    return PendingApproval(
-        row["id"], row["run_id"], row["job"], row["command"], reasons, row["requested_at"], row["expires_at"]
-    )
+    r = ApprovalRequest.from_row(row)
+    return PendingApproval(r.id, r.run_id, r.job, r.command, r.reasons, r.requested_at, r.expires_at)
 
 
 def answer_approval(
