@@ -29,6 +29,8 @@ class ControlRefused(UsageError):
     """A control request that cannot be done as asked (exit 2, one line); ``reason`` says why:
     ``not_found``, ``not_running``, ``already_decided``, ``not_retryable``."""
 
+    reason = "controlrefused"  # each instance names its own (as ``ModelError`` does)
+
     def __init__(self, message: str, *, reason: str):
         super().__init__(message)
         self.reason = reason
