@@ -118,4 +118,6 @@ class Parking:
         if request.status == ApprovalState.DENIED:
             why = f"denied by {by}" + (f": {request.reason}" if request.reason else "")
             return Answer(False, by, why)
-        return Answer(False, by, request.reason or str(request.status))
+        # expired (by "timeout"), cancelled (the audit names the state; the request names who cancelled)
+        who = "timeout" if request.status == ApprovalState.EXPIRED else str(request.status)
+        return Answer(False, who, request.reason or str(request.status))

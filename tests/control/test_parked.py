@@ -158,7 +158,9 @@ def test_cancel_of_a_parked_run(project: Project, fake: Any) -> None:
     [run] = rows(project.home)
     assert (run["status"], run["reason"]) == ("interrupted", "cancelled") and "@" in run["error"]
     [req] = rows(project.home, "SELECT * FROM approval_requests")
-    assert req["status"] == "cancelled"
+    assert req["status"] == "cancelled" and "@" in req["decided_by"] and "cancelled by" in req["reason"]
+    [audit] = rows(project.home, "SELECT * FROM approvals")
+    assert (audit["decision"], audit["decided_by"]) == ("denied", "cancelled")
     assert pending(project) == []
 
 
