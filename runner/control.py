@@ -84,7 +84,8 @@ def trigger_outcome(store: Store, request_id: str) -> dict[str, Any] | None:
 def request_cancel(store: Store, run_id: str, *, by: str, now: datetime | None = None) -> None:
     """Ask run ``run_id`` (an id or a unique part of one) to finish its current step and end
     ``interrupted`` (reason ``cancelled``), whichever process runs it. A run parked on an approval
-    stops waiting. Raises ``ControlRefused`` (``not_found`` / ``not_running``)."""
+    stops waiting. Raises ``ControlRefused`` (``not_found`` / ``not_running``; ``subagent`` for a
+    delegate_task child, which stops with its parent)."""
     from runner.store.runs import get_run
 
     row = get_run(store, run_id)
@@ -92,6 +93,9 @@ def request_cancel(store: Store, run_id: str, *, by: str, now: datetime | None =
         raise ControlRefused(f"no run {run_id}; see: runner runs list", reason="not_found")
     if row["status"] not in ACTIVE:
         raise ControlRefused(f"run {row['id']} is {row['status']}, not running", reason="not_running")
+    if row.get("parent_run_id"):  # a subagent runs inside its parent's process and stops with it
+        parent = row["parent_run_id"]
+        raise ControlRefused(f"run {row['id']} is a subagent of run {parent}; cancel that run", reason="subagent")
     with store.transaction() as conn:
         conn.execute(
             "INSERT INTO control_requests (id, kind, job, run_id, requested_by, requested_at) VALUES (?, ?, ?, ?, ?, ?)",

@@ -62,6 +62,11 @@ def test_cancel_of_a_running_run_and_its_refusals(store: Store) -> None:
     with pytest.raises(ControlRefused) as info:
         request_cancel(store, "nope", by="bob@host")
     assert info.value.reason == "not_found"
+    parent = create_run(store, job="j", trigger=Trigger.MANUAL)
+    child = create_run(store, job="j", trigger=Trigger.DELEGATE, parent_run_id=parent)
+    with pytest.raises(ControlRefused) as info:
+        request_cancel(store, child, by="bob@host")
+    assert info.value.reason == "subagent" and parent in str(info.value)
 
 
 def test_pending_grant_and_already_decided(store: Store) -> None:

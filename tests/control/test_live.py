@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from typing import Any
 
 import pytest
@@ -195,3 +196,33 @@ def test_a_serve_run_parks_and_continues_when_granted(project: Project, fake: An
     [run] = ended(project, "p")
     assert run["status"] == "succeeded" and not (project.root / "build").exists()
     assert daemon.stop() == 0
+
+
+def test_a_kanban_worker_parks_and_continues_when_granted(project: Project, fake: Any) -> None:
+    """The worker holds its claim (the lease keeps being renewed) while it waits for a person."""
+    from runner.clock import utcnow
+    from tests.kanban_util import board_of, dispatcher, status_of
+    from tests.kanban_util import write_config as kanban_config
+
+    kanban_config(project)
+    (project.root / "build").mkdir()
+    project.write_jobs(
+        "jobs:\n  agent:\n    prompt: Work on your kanban task.\n    toolsets: [terminal, kanban]\n"
+        "    workdir: .\n    approvals: manual\n"
+    )
+    with board_of(project) as board:
+        task = board.add("clean the build", now=utcnow(), job="agent")
+    fake.add(
+        call("terminal", {"command": "rm -rf build"}),
+        call("kanban_complete", {"result": "cleaned"}),
+        final("done"),
+    )
+    with dispatcher(project):
+        [request] = wait_for(
+            lambda: rows(project.home, "SELECT * FROM approval_requests WHERE status='pending'"), 30, what="the park"
+        )
+        time.sleep(2.5)  # longer than the 2 s lease: the parked worker keeps renewing its claim
+        assert status_of(project, task) == "running"
+        assert project.run("approvals", "grant", request["id"]).returncode == 0
+        wait_for(lambda: status_of(project, task) == "done", 30, what="the task done")
+    assert not (project.root / "build").exists()
