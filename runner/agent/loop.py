@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from runner.agent.schema import check_args
-from runner.agent.types import LLM, Message, ToolCall, Usage
+from runner.agent.types import LLM, Message, ToolCall, Usage, arguments_value
 from runner.errors import ModelError, RunnerError
 from runner.safety.result import ApprovalResult, ApproveFn
 from runner.statuses import RunStatus
@@ -283,7 +283,7 @@ def _call(
         {
             "iteration": totals.iterations,
             "content": reply.content,
-            "tool_calls": [{"name": c.name, "arguments": c.arguments} for c in reply.tool_calls],
+            "tool_calls": [{"name": c.name, "arguments": arguments_value(c.arguments)} for c in reply.tool_calls],
             "finish_reason": reply.finish_reason,
             "prompt_tokens": reply.usage.prompt_tokens,
             "completion_tokens": reply.usage.completion_tokens,
@@ -341,7 +341,7 @@ def _run_tool(
 
 
 def _announce(call: ToolCall, emit: Emit) -> None:
-    emit("tool_call", {"id": call.id, "name": call.name, "arguments": call.arguments})
+    emit("tool_call", {"id": call.id, "name": call.name, "arguments": arguments_value(call.arguments)})
 
 
 def _invoke(
