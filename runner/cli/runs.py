@@ -305,4 +305,8 @@ def runs_logs(run_id: str, follow: bool, as_json: bool) -> None:
         time.sleep(0.3)
 
 
+from runner.cli._prune import runs_prune  # noqa: E402 - `runs prune` lives in its own module
+
+runs_group.add_command(runs_prune)
+
 COMMANDS = [runs_group]
