@@ -9,6 +9,7 @@ import click
 from runner.cli._util import echo_json, settings
 
 DEFAULT_OLDER_THAN = "30d"
+CLI_BATCH = 2000  # runs per transaction here (serve uses retention.batch, smaller, to stay on time)
 
 
 @click.command("prune")
@@ -39,7 +40,7 @@ def runs_prune(older_than: str | None, keep_last: int | None, dry_run: bool, as_
     if dry_run:
         result = plan(s.store, s.home, policy, now, conf.batch)
     else:
-        result = Pruner(s.store, s.home, policy, now, batch=conf.batch).run()
+        result = Pruner(s.store, s.home, policy, now, batch=max(conf.batch, CLI_BATCH)).run()
         for path in logs:
             path.unlink(missing_ok=True)
     if as_json:
