@@ -37,7 +37,9 @@ class OtelTracer:
         from runner import __version__
 
         name = os.environ.get("OTEL_SERVICE_NAME") or service
-        self._provider = TracerProvider(resource=Resource.create({"service.name": name, "service.version": __version__}))
+        self._provider = TracerProvider(
+            resource=Resource.create({"service.name": name, "service.version": __version__})
+        )
         self._provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         self._tracer = self._provider.get_tracer("runner")
 

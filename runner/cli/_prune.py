@@ -13,8 +13,15 @@ CLI_BATCH = 2000  # runs per transaction here (serve uses retention.batch, small
 
 
 @click.command("prune")
-@click.option("--older-than", help=f"runs created longer ago than this (30d, 12h); default retention.runs_older_than, else {DEFAULT_OLDER_THAN}")
-@click.option("--keep-last", type=click.IntRange(0), help="keep the newest N runs of every job whatever their age; default retention.keep_last (20)")
+@click.option(
+    "--older-than",
+    help=f"runs created longer ago than this (30d, 12h); default retention.runs_older_than, else {DEFAULT_OLDER_THAN}",
+)
+@click.option(
+    "--keep-last",
+    type=click.IntRange(0),
+    help="keep the newest N runs of every job whatever their age; default retention.keep_last (20)",
+)
 @click.option("--dry-run", is_flag=True, help="count what would go, change nothing")
 @click.option("--json", "as_json", is_flag=True)
 def runs_prune(older_than: str | None, keep_last: int | None, dry_run: bool, as_json: bool) -> None:
@@ -26,12 +33,14 @@ def runs_prune(older_than: str | None, keep_last: int | None, dry_run: bool, as_
     from runner.clock import utcnow
     from runner.config.schedules import parse_duration
     from runner.errors import UsageError
-    from runner.store.retention import Pruner, Policy, old_logs, plan
+    from runner.store.retention import Policy, Pruner, old_logs, plan
 
     s = settings()
     conf = s.config.retention
     try:
-        seconds = parse_duration(older_than) if older_than else (conf.runs_older_than or parse_duration(DEFAULT_OLDER_THAN))
+        seconds = (
+            parse_duration(older_than) if older_than else (conf.runs_older_than or parse_duration(DEFAULT_OLDER_THAN))
+        )
     except ValueError as exc:
         raise UsageError(f"--older-than: {exc}") from None
     policy = Policy(seconds, conf.keep_last if keep_last is None else keep_last, conf.outputs, conf.transcripts)

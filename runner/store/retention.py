@@ -15,10 +15,9 @@ import os
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from runner.clock import iso
 from runner.statuses import TaskStatus
 from runner.store import Store
 
@@ -48,7 +47,7 @@ class Policy:
     transcripts: bool = True
 
     def cutoff(self, now: datetime) -> str:
-        return iso(now - timedelta(seconds=self.older_than))
+        return (now - timedelta(seconds=self.older_than)).astimezone(UTC).isoformat(timespec="milliseconds")
 
 
 @dataclass(frozen=True)
@@ -103,7 +102,9 @@ class Pruner:
             gmarks = ", ".join("?" for _ in gone)
             # the children first, explicitly (counted as they go; the cascade then finds nothing)
             self._counts["events"] += conn.execute(f"DELETE FROM run_events WHERE run_id IN ({gmarks})", gone).rowcount
-            self._counts["approvals"] += conn.execute(f"DELETE FROM approvals WHERE run_id IN ({gmarks})", gone).rowcount
+            self._counts["approvals"] += conn.execute(
+                f"DELETE FROM approvals WHERE run_id IN ({gmarks})", gone
+            ).rowcount
             conn.execute(f"DELETE FROM budget_runs WHERE run_id IN ({gmarks}) AND state = 'settled'", gone)
             conn.execute(f"DELETE FROM runs WHERE id IN ({gmarks})", gone)
         self._counts["runs"] += len(gone)
@@ -220,8 +221,12 @@ def old_logs(home: Path, store: Store, older_than: float, now: datetime) -> list
     if not folder.is_dir():
         return []
     limit = now.timestamp() - older_than
-    finished = {str(r["id"]) for r in store.query("SELECT id FROM tasks WHERE status IN ('done', 'failed', 'archived')")}
-    live = {str(r["id"]) for r in store.query("SELECT id FROM tasks WHERE status NOT IN ('done', 'failed', 'archived')")}
+    finished = {
+        str(r["id"]) for r in store.query("SELECT id FROM tasks WHERE status IN ('done', 'failed', 'archived')")
+    }
+    live = {
+        str(r["id"]) for r in store.query("SELECT id FROM tasks WHERE status NOT IN ('done', 'failed', 'archived')")
+    }
     out = []
     for path in folder.glob("*.log"):
         try:

@@ -28,7 +28,8 @@ def _table(store: Store, name: str) -> str:
         default = "" if c["dflt_value"] is None else f"`{c['dflt_value']}`"
         lines.append(f"| {c['name']} | {c['type'] or ''} | {'no' if c['notnull'] else 'yes'} | {default} | {key} |")
     indexes = store.query(
-        "SELECT name, sql FROM sqlite_master WHERE type='index' AND tbl_name=? AND sql IS NOT NULL ORDER BY name", (name,)
+        "SELECT name, sql FROM sqlite_master WHERE type='index' AND tbl_name=? AND sql IS NOT NULL ORDER BY name",
+        (name,),
     )
     if indexes:
         lines += ["", "Indexes: " + ", ".join(f"`{i['name']}`" for i in indexes) + "."]

@@ -43,7 +43,11 @@ def pct(values: list[float], p: float) -> float:
 def make_ledger(path: Path, runs: int, python: str, repo: Path) -> None:
     """A migrated store (by ``repo``'s code) holding ``runs`` finished runs 60-90 days old."""
     subprocess.run(
-        [python, "-c", f"from runner.store import Store; Store.open(__import__('pathlib').Path({str(path)!r})).close()"],
+        [
+            python,
+            "-c",
+            f"from runner.store import Store; Store.open(__import__('pathlib').Path({str(path)!r})).close()",
+        ],
         env=clean_env(PYTHONPATH=str(repo)),
         check=True,
     )
@@ -59,7 +63,11 @@ def make_ledger(path: Path, runs: int, python: str, repo: Path) -> None:
     )
     db.executemany(
         "INSERT INTO run_events (run_id, seq, ts, kind, payload) VALUES (?, ?, 'x', 'tool_result', ?)",
-        ((f"old-{i:06d}", s, '{"name":"terminal","result":"' + "r" * 200 + '"}') for i in range(runs) for s in range(1, 6)),
+        (
+            (f"old-{i:06d}", s, '{"name":"terminal","result":"' + "r" * 200 + '"}')
+            for i in range(runs)
+            for s in range(1, 6)
+        ),
     )
     db.executemany(
         "INSERT INTO approvals (run_id, ts, command, level, decision, decided_by) VALUES (?, 'x', 'rm -rf x', 'dangerous', 'denied', 'policy')",
@@ -116,7 +124,9 @@ class Serve:
         self.python = python
         self.log = root / "serve.stderr"
 
-    def run(self, seconds: float, until: str | None = None, limit: float = 120.0) -> tuple[list[tuple[str, str, str | None, float | None]], str, float]:
+    def run(
+        self, seconds: float, until: str | None = None, limit: float = 120.0
+    ) -> tuple[list[tuple[str, str, str | None, float | None]], str, float]:
         """Serve for ``seconds`` (after ``until`` appeared in its log, when given); returns the
         fires of the every-second job, the log and how long serve ran."""
         with open(self.log, "w") as err:
@@ -138,7 +148,9 @@ class Serve:
 
 def lateness(rows: list[tuple[str, str, str | None, float | None]]) -> tuple[list[float], list[float], list[float]]:
     ledger = [(datetime.fromisoformat(r[1]) - datetime.fromisoformat(r[0])).total_seconds() * 1000 for r in rows]
-    running = [(datetime.fromisoformat(r[2]) - datetime.fromisoformat(r[0])).total_seconds() * 1000 for r in rows if r[2]]
+    running = [
+        (datetime.fromisoformat(r[2]) - datetime.fromisoformat(r[0])).total_seconds() * 1000 for r in rows if r[2]
+    ]
     waited = [r[3] * 1000 for r in rows if r[3] is not None]
     return ledger, running, waited
 
@@ -176,7 +188,9 @@ def bench_lateness(runs: int, seconds: float) -> None:
                 show("main before (no retention)", rows)
                 continue
             extra = "retention: {runs_older_than: 30d, keep_last: 10}\n"
-            rows, log, ran = Serve(root, tree.python, tree.repo, config + extra).run(seconds, until="retention: removed")
+            rows, log, ran = Serve(root, tree.python, tree.repo, config + extra).run(
+                seconds, until="retention: removed"
+            )
             end = prune_window(log)
             if end is None:
                 print("  (the retention pass did not finish in time; all fires counted as during)")

@@ -14,7 +14,9 @@ def _runner(project, *args, cwd):
     env.pop("OPENAI_BASE_URL")
     env.pop("OPENAI_API_KEY")
     env.pop("RUNNER_JOBS")  # the new project's ./jobs.yaml
-    return subprocess.run([sys.executable, "-m", "runner", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "runner", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_init_writes_a_project_that_validates_and_runs_offline(project, tmp_path):
@@ -25,7 +27,9 @@ def test_init_writes_a_project_that_validates_and_runs_offline(project, tmp_path
     assert all(line.lstrip().startswith("#") for line in (target / "config.yaml").read_text().splitlines()[:3])
     checked = _runner(project, "--config", "config.yaml", "jobs", "validate", cwd=target)
     assert checked.returncode == 0 and "1 jobs, all valid" in checked.stdout, checked.stderr
-    ran = _runner(project, "--config", "config.yaml", "run-job", "hello", "--replay", "jobs/cassettes/hello.yaml", cwd=target)
+    ran = _runner(
+        project, "--config", "config.yaml", "run-job", "hello", "--replay", "jobs/cassettes/hello.yaml", cwd=target
+    )
     assert ran.returncode == 0, ran.stderr
     assert "new runner project" in ran.stdout
     listed = _runner(project, "runs", "list", "--json", cwd=target)

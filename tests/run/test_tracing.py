@@ -97,7 +97,9 @@ def test_run_job_exports_run_model_and_tool_spans(project, fake):
     assert len(by_name["model call"]) == 2 and len(by_name["tool call"]) == 1
     for child in by_name["model call"] + by_name["tool call"]:
         assert child.parent_span_id == run.span_id and child.trace_id == run.trace_id
-        assert run.start_time_unix_nano <= child.start_time_unix_nano <= child.end_time_unix_nano <= run.end_time_unix_nano
+        assert (
+            run.start_time_unix_nano <= child.start_time_unix_nano <= child.end_time_unix_nano <= run.end_time_unix_nano
+        )
     run_attrs = _attrs(run)
     assert run_attrs["runner.job"] == "traced" and run_attrs["runner.status"] == "succeeded"
     assert _attrs(by_name["tool call"][0])["runner.tool"] == "terminal"

@@ -116,7 +116,11 @@ def test_journal_stream_of_another_stream_is_ignored(project, tmp_path):
 @pytest.mark.parametrize("how", ["option", "env"])
 def test_json_logs_one_object_per_line(project, tmp_path, how):
     err = tmp_path / "err"
-    proc = _serve(project, err, "--log-format", "json") if how == "option" else _serve(project, err, RUNNER_LOG_FORMAT="json")
+    proc = (
+        _serve(project, err, "--log-format", "json")
+        if how == "option"
+        else _serve(project, err, RUNNER_LOG_FORMAT="json")
+    )
     wait_for(lambda: "serve started" in err.read_text(), 30, what="serve to start")
     assert _stop(proc) == 0
     for text in (err.read_text(), (project.home / "logs" / "serve.log").read_text()):

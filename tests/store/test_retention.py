@@ -59,7 +59,9 @@ def test_prune_keeps_last_n_per_job_and_everything_live(project, ledger):
     running = _run(ledger, home, "c", days_ago=50, status="running")
     mark_started(ledger, running)  # by this (live) process, so opening the store does not recover it
     reserved = _run(ledger, home, "c", days_ago=50, status="failed")
-    ledger.execute("INSERT INTO budget_runs (run_id, job, state, reserved_micro) VALUES (?, 'c', 'open', 1)", (reserved,))
+    ledger.execute(
+        "INSERT INTO budget_runs (run_id, job, state, reserved_micro) VALUES (?, 'c', 'open', 1)", (reserved,)
+    )
     ledger.execute(
         "INSERT INTO tasks (id, title, status, created_at, updated_at) VALUES (7, 't', 'ready', 'now', 'now'), "
         "(8, 'u', 'done', 'now', 'now')"

@@ -48,7 +48,8 @@ def _old_ledger(path: Path) -> None:
     ]
     for rid, seq, kind, payload in events:
         conn.execute(
-            "INSERT INTO run_events VALUES (?, ?, '2026-01-01T00:00:01+00:00', ?, ?)", (rid, seq, kind, json.dumps(payload))
+            "INSERT INTO run_events VALUES (?, ?, '2026-01-01T00:00:01+00:00', ?, ?)",
+            (rid, seq, kind, json.dumps(payload)),
         )
     for rid in ("r1", "gone-too"):
         conn.execute(
@@ -98,7 +99,9 @@ def test_m0015_on_a_ledger_main_made_keeps_everything_and_adds_the_keys(tmp_path
     names = {r["name"] for r in store.query("SELECT name FROM sqlite_master WHERE type IN ('index','trigger')")}
     assert {"other_branch", "other_branch_idx", "approvals_run", "runs_job_slot", "runs_task", "runs_ended"} <= names
     # JSON inside strings became JSON; text that never was JSON stays text
-    args = [json.loads(r["p"]) for r in store.query("SELECT payload AS p FROM run_events WHERE run_id='r1' ORDER BY seq")]
+    args = [
+        json.loads(r["p"]) for r in store.query("SELECT payload AS p FROM run_events WHERE run_id='r1' ORDER BY seq")
+    ]
     assert args[0]["arguments"] == {"command": "ls"}
     assert args[1]["tool_calls"][0]["arguments"] == {"command": "ls"}
     assert args[2]["arguments"] == "{not json"
@@ -149,7 +152,8 @@ def test_a_real_run_stores_json_columns_as_json(project, fake):
     ).fetchone()[0]
     assert wrapped == 0
     calls = [
-        json.loads(p)["arguments"] for (p,) in db.execute("SELECT payload FROM run_events WHERE kind='tool_call' ORDER BY seq")
+        json.loads(p)["arguments"]
+        for (p,) in db.execute("SELECT payload FROM run_events WHERE kind='tool_call' ORDER BY seq")
     ]
     assert calls == [{"command": "echo hi"}, {"path": "nope.txt"}]
     assert db.execute("SELECT json_type(delivery) FROM runs").fetchone()[0] == "array"
