@@ -2,12 +2,13 @@
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` (the exporter reads the standard ``OTEL_*`` variables: headers,
 timeout, ``OTEL_SERVICE_NAME``). Imported only by ``runner.tracing.tracer_from_env`` when the
 endpoint is set and the ``otel`` extra (opentelemetry-sdk, opentelemetry-exporter-otlp-proto-http)
-is installed."""
+is installed. It does not import ``runner.tracing`` (whose ``Tracer`` protocol it fits)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -16,14 +17,12 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Span as OtelSpan
 from opentelemetry.trace import Status, StatusCode
 
-from runner.tracing import Attr, Span
-
 
 class _Span:
     def __init__(self, span: OtelSpan):
         self._span = span
 
-    def set(self, key: str, value: Attr) -> None:
+    def set(self, key: str, value: Any) -> None:
         self._span.set_attribute(key, value)
 
 
@@ -44,7 +43,7 @@ class OtelTracer:
         self._tracer = self._provider.get_tracer("runner")
 
     @contextmanager
-    def span(self, name: str, attributes: Mapping[str, Attr] | None = None) -> Iterator[Span]:
+    def span(self, name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[_Span]:
         with self._tracer.start_as_current_span(
             name, attributes=dict(attributes or {}), record_exception=False, set_status_on_exception=False
         ) as span:

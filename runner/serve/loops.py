@@ -142,6 +142,7 @@ class RetentionLoop:
 
     name = "retention"
     PAUSE_S = 0.02  # between batches: serve's writes get the lock
+    VACUUM_PAGES = 500  # pages given back per step (a step holds the write lock ~25 ms)
 
     def __init__(self, host: ServeHost):
         self.host = host
@@ -179,7 +180,7 @@ class RetentionLoop:
             pruner = Pruner(store, home, policy, now, batch=conf.batch)
             while not self._stop.is_set() and pruner.step():
                 self._stop.wait(self.PAUSE_S)
-            while not self._stop.is_set() and pruner.vacuum_step():
+            while not self._stop.is_set() and pruner.vacuum_step(self.VACUUM_PAGES):
                 self._stop.wait(self.PAUSE_S)
             result = pruner.result()
             if result.runs or logs:

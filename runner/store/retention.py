@@ -123,7 +123,8 @@ class Pruner:
     def vacuum_step(self, pages: int = VACUUM_PAGES) -> bool:
         """Give back up to ``pages`` free pages to the file system; True while free pages are left."""
         with self.store.guard():
-            self.store.conn.execute(f"PRAGMA incremental_vacuum({int(pages)})").fetchall()
+            # executescript steps the pragma to its end (execute() steps once: one page per call)
+            self.store.conn.executescript(f"PRAGMA incremental_vacuum({int(pages)});")
             left = self.store.conn.execute("PRAGMA freelist_count").fetchone()[0]
         return bool(left) and _auto_vacuum(self.store) == 2
 
