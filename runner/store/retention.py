@@ -162,8 +162,9 @@ class Pruner:
 def candidates(store: Store, policy: Policy, now: datetime) -> list[str]:
     """Ids of runs older than the cut-off that are not among the newest ``keep_last`` of their job
     nor a job's newest succeeded run (its output is the next run's ``last_output``), oldest first."""
-    rows = store.query(
-        """
+    with store.guard():  # plain tuples: 100,000 dicts would hold the GIL serve's loop needs
+        cursor = store.conn.execute(
+            """
         SELECT id FROM (
             SELECT id, created_at, status, job,
                    ROW_NUMBER() OVER (PARTITION BY job ORDER BY created_at DESC, id DESC) AS n,
@@ -173,9 +174,9 @@ def candidates(store: Store, policy: Policy, now: datetime) -> list[str]:
         WHERE created_at < ? AND n > ? AND NOT (status = 'succeeded' AND s = 1)
         ORDER BY created_at, id
         """,
-        (policy.cutoff(now), policy.keep_last),
-    )
-    return [r["id"] for r in rows]
+            (policy.cutoff(now), policy.keep_last),
+        )
+        return [str(r[0]) for r in cursor]
 
 
 def plan(store: Store, home: Path, policy: Policy, now: datetime, batch: int = 500) -> PruneResult:
