@@ -5,6 +5,7 @@ changing nothing, space given back, serve's daily pass."""
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from datetime import timedelta
 from pathlib import Path
@@ -147,3 +148,23 @@ def test_serve_applies_retention_at_start(project, ledger, serve):
     proc.wait_log("retention: removed 4 runs (8 events), 8 files")
     assert _ids(project.home) == set(old[:2])
     assert proc.stop() == 0
+
+
+def test_old_kanban_logs_of_finished_tasks_go(project, ledger):
+    ledger.execute(
+        "INSERT INTO tasks (id, title, status, created_at, updated_at) VALUES (1, 'a', 'done', 'now', 'now'), "
+        "(2, 'b', 'running', 'now', 'now')"
+    )
+    ledger.close()
+    logs = project.home / "logs" / "kanban"
+    logs.mkdir(parents=True)
+    old = (utcnow() - timedelta(days=40)).timestamp()
+    for name in ("1", "2", "3"):  # done, still running, task gone
+        (logs / f"{name}.log").write_text("attempt\n")
+        os.utime(logs / f"{name}.log", (old, old))
+    (logs / "4.log").write_text("fresh\n")
+    (project.home / "config.yaml").write_text("retention: {logs_older_than: 30d}\n")
+    res = project.run("runs", "prune", "--json")
+    assert res.returncode == 0, res.stderr
+    assert sorted(Path(p).name for p in json.loads(res.stdout)["logs"]) == ["1.log", "3.log"]
+    assert sorted(p.name for p in logs.iterdir()) == ["2.log", "4.log"]
