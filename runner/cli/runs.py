@@ -131,7 +131,7 @@ def format_event(ev: dict[str, Any], *, width: int = 400) -> str:
     kind = ev["kind"]
     ts = local_time(ev["ts"])[11:]
     if kind == "response":
-        calls = ", ".join(f"{c['name']}({_short(c['arguments'], 120)})" for c in payload.get("tool_calls", []))
+        calls = ", ".join(f"{c['name']}({_short(_text(c['arguments']), 120)})" for c in payload.get("tool_calls", []))
         text = f"model turn {payload.get('iteration')}: {payload.get('prompt_tokens')}+{payload.get('completion_tokens')} tokens"
         if payload.get("cached_tokens"):
             text += f" ({payload['cached_tokens']} cached)"
@@ -154,7 +154,7 @@ def format_event(ev: dict[str, Any], *, width: int = 400) -> str:
         partial = f": {_short(payload.get('partial_text', ''), width)}" if payload.get("partial_text") else ""
         return f"{ts}  stream cut after {payload.get('chars', 0)} characters ({payload.get('error')}){partial}"
     if kind == "tool_call":
-        return f"{ts}  -> {payload.get('name')} {_short(payload.get('arguments', ''), width)}"
+        return f"{ts}  -> {payload.get('name')} {_short(_text(payload.get('arguments', '')), width)}"
     if kind == "tool_result":
         mark = "BLOCKED " if str(payload.get("result", "")).startswith(("blocked:", "blocked (")) else ""
         flag = " (failed)" if payload.get("failed") else ""
@@ -176,6 +176,11 @@ def format_event(ev: dict[str, Any], *, width: int = 400) -> str:
     if kind == "request":
         return f"{ts}  request {payload.get('iteration')}: {payload.get('messages')} messages, {payload.get('tools')} tools"
     return f"{ts}  {kind}: {_short(json.dumps(payload, ensure_ascii=False), width)}"
+
+
+def _text(value: Any) -> str:
+    """Tool-call arguments as shown: stored as JSON (older rows: as the model's text)."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 def _short(text: str, width: int) -> str:
@@ -364,5 +369,8 @@ def runs_search(query: str, job: str | None, since: str | None, limit: int, raw:
         click.echo(f"{h.run_id}  {h.job}  {local_time(h.ts)}  {what}")
         click.echo(f"    {h.snippet}")
 
+from runner.cli._prune import runs_prune  # noqa: E402 - `runs prune` lives in its own module
+
+runs_group.add_command(runs_prune)
 
 COMMANDS = [runs_group]

@@ -36,6 +36,7 @@ from runner.statuses import RunStatus
 from runner.store import dumps
 from runner.store.runs import Recorder, create_run, finish_run, last_output, mark_started, update_run
 from runner.store.search import index_output
+from runner.tracing import Tracer, tracer_from_env
 
 if TYPE_CHECKING:
     from runner.run.parked import Parking
@@ -69,6 +70,7 @@ class Run:
         self.control: ControlPlane | None = None
         self._before: Fingerprint | None = None
         self.cancel = CancelWatch(settings.store.path, run_id, req.stop)  # `runner runs cancel` sets req.stop
+        self.tracer: Tracer = tracer_from_env()
 
     @classmethod
     def start(cls, settings: Settings, req: RunRequest, prepared: Prepared) -> Run:
@@ -91,6 +93,19 @@ class Run:
         return cls(settings, req, prepared, run_id, now)
 
     def go(self) -> RunOutcome:
+        """The steps inside the run's span (``runner.tracing``; a no-op unless OTel is configured)."""
+        try:
+            with self.tracer.span("run", {"runner.run_id": self.run_id, "runner.job": self.job.name}) as span:
+                span.set("runner.trigger", str(self.req.trigger))
+                outcome = self._go()
+                span.set("runner.status", str(outcome.status))
+                if outcome.reason:
+                    span.set("runner.reason", outcome.reason)
+            return outcome
+        finally:
+            self.tracer.close()
+
+    def _go(self) -> RunOutcome:
         try:
             self.emit("run_started", {"job": self.job.name, "trigger": self.req.trigger, "pid": os.getpid()})
             self.cancel.start()
