@@ -30,7 +30,7 @@ FULL_VACUUM_BYTES = 64 * 1024 * 1024  # live data up to this: one VACUUM instead
 SAFE = f"""
     runs.status NOT IN ('queued', 'running')
     AND NOT EXISTS (SELECT 1 FROM budget_runs b WHERE b.run_id = runs.id AND b.state = 'open')
-    AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = runs.id AND a.decision = 'pending')
+    AND NOT EXISTS (SELECT 1 FROM approval_requests a WHERE a.run_id = runs.id AND a.status = 'pending')
     AND (runs.task_id IS NULL OR EXISTS (
         SELECT 1 FROM tasks t WHERE t.id = runs.task_id AND t.status IN ({", ".join(f"'{s}'" for s in FINISHED_TASKS)})))
     AND NOT EXISTS (SELECT 1 FROM runs c WHERE c.parent_run_id = runs.id AND c.status IN ('queued', 'running'))

@@ -67,6 +67,18 @@ def test_prune_keeps_last_n_per_job_and_everything_live(project, ledger):
         "INSERT INTO tasks (id, title, status, created_at, updated_at) VALUES (7, 't', 'ready', 'now', 'now'), "
         "(8, 'u', 'done', 'now', 'now')"
     )
+    parked = _run(ledger, home, "c", days_ago=50, status="failed")  # a parked request still open
+    ledger.execute(
+        "INSERT INTO approval_requests (id, run_id, job, command, requested_at, expires_at) "
+        "VALUES ('ap1', ?, 'c', 'rm x', 'now', 'later')",
+        (parked,),
+    )
+    answered = old_b[0]  # an answered request goes with its run
+    ledger.execute(
+        "INSERT INTO approval_requests (id, run_id, job, command, requested_at, expires_at, status) "
+        "VALUES ('ap2', ?, 'b', 'rm y', 'now', 'later', 'granted')",
+        (answered,),
+    )
     attempt_open = _run(ledger, home, "k", days_ago=50, status="failed", task_id="7")
     attempt_done = _run(ledger, home, "k", days_ago=50, status="failed", task_id="8")
     for job in ("c", "k"):  # two newer runs each, so keep_last protects none of the old ones above
@@ -82,7 +94,8 @@ def test_prune_keeps_last_n_per_job_and_everything_live(project, ledger):
     # (c and k keep their two newest runs anyway)
     expected_gone = set(old_a[:4]) | {old_b[0]} | {attempt_done}
     assert left.isdisjoint(expected_gone)
-    assert {recent, old_a[4], newest_success_b, old_b[1], old_b[2], running, reserved, attempt_open} <= left
+    assert {recent, old_a[4], newest_success_b, old_b[1], old_b[2], running, reserved, parked, attempt_open} <= left
+    assert [r["id"] for r in rows(home, "SELECT id FROM approval_requests")] == ["ap1"]
     assert out["runs"] == len(expected_gone) and out["events"] == 2 * len(expected_gone)
     assert out["approvals"] == len(expected_gone) and out["files"] == 2 * len(expected_gone)
     # cascade: nothing of a pruned run is left in the store or on disk

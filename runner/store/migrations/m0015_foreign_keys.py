@@ -1,7 +1,8 @@
 """Foreign keys and JSON as JSON, so the store reads well in sqlite3 and Datasette.
 
-- ``run_events.run_id`` and ``approvals.run_id`` reference ``runs(id)`` ON DELETE CASCADE (a
-  run's events and approval audit go with it when retention prunes it);
+- ``run_events.run_id``, ``approvals.run_id``, ``approval_requests.run_id`` and
+  ``control_requests.run_id`` reference ``runs(id)`` ON DELETE CASCADE (a run's events, approval
+  audit, parked requests and cancel requests go with it when retention prunes it);
 - ``runs.task_id`` (a kanban task's attempt is a run) references ``tasks(id)`` ON DELETE SET NULL;
 - tool-call arguments in ``run_events.payload`` become JSON objects instead of JSON text inside a
   string (``{"arguments": {"path": "a"}}``, not ``{"arguments": "{\\"path\\": \\"a\\"}"}``);
@@ -28,6 +29,8 @@ FOREIGN_KEYS = {
     "runs": 'FOREIGN KEY ("task_id") REFERENCES "tasks"("id") ON DELETE SET NULL',
     "run_events": 'FOREIGN KEY ("run_id") REFERENCES "runs"("id") ON DELETE CASCADE',
     "approvals": 'FOREIGN KEY ("run_id") REFERENCES "runs"("id") ON DELETE CASCADE',
+    "approval_requests": 'FOREIGN KEY ("run_id") REFERENCES "runs"("id") ON DELETE CASCADE',
+    "control_requests": 'FOREIGN KEY ("run_id") REFERENCES "runs"("id") ON DELETE CASCADE',
 }
 _CREATE = re.compile(r'^\s*CREATE\s+TABLE\s+("[^"]+"|\[[^\]]+\]|`[^`]+`|\w+)', re.IGNORECASE)
 
@@ -80,7 +83,9 @@ def _keep_orphans(conn: Any) -> None:
     conn.execute(
         "INSERT INTO runs (id, job, trigger, status, reason, error, created_at, ended_at) "
         "SELECT run_id, '(unknown)', 'manual', 'unknown', 'orphaned', ?, MIN(ts), MAX(ts) FROM "
-        "(SELECT run_id, ts FROM run_events UNION ALL SELECT run_id, ts FROM approvals WHERE run_id IS NOT NULL) "
+        "(SELECT run_id, ts FROM run_events UNION ALL SELECT run_id, ts FROM approvals WHERE run_id IS NOT NULL "
+        "UNION ALL SELECT run_id, requested_at FROM approval_requests "
+        "UNION ALL SELECT run_id, requested_at FROM control_requests WHERE run_id IS NOT NULL) "
         "WHERE run_id NOT IN (SELECT id FROM runs) GROUP BY run_id",
         (f"placeholder written by migration {MARK}: events or approvals named this run but its row was missing",),
     )
