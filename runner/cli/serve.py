@@ -17,15 +17,24 @@ from runner.cli._util import settings
     default="info",
     show_default=True,
 )
+@click.option("--web", "web_bind", metavar="HOST:PORT", help="also serve the dashboard (runner web) from this daemon")
 @click.pass_context
-def serve(ctx: click.Context, log_level: str) -> None:
+def serve(ctx: click.Context, log_level: str, web_bind: str | None) -> None:
     """Fire scheduled jobs until SIGTERM/SIGINT (one instance per RUNNER_HOME)."""
     if ctx.invoked_subcommand is not None:
         return
     from runner.serve.daemon import run_serve
     from runner.serve.loops import LOOPS
 
-    sys.exit(run_serve(settings(), loops=LOOPS, log_level=log_level))
+    loops = list(LOOPS)
+    if web_bind is not None:
+        from runner.web.auth import parse_bind
+        from runner.web.server import prepare, serve_loop
+
+        s = settings()
+        tokens, sock = prepare(s, parse_bind(web_bind, where="--web"))
+        loops.append(serve_loop(s, sock, tokens))
+    sys.exit(run_serve(settings(), loops=loops, log_level=log_level))
 
 
 @serve.command("reload")

@@ -144,6 +144,21 @@ class SearchConfig(Strict):
         if self.provider == "searxng":
             return f"{(self.url or '').rstrip('/')}/search"
         return self.url or SEARCH_URLS[self.provider]
+class WebConfig(Strict):
+    """``web:``: the dashboard (``runner web``, ``runner serve --web``; docs/web.md)."""
+
+    bind: str = "127.0.0.1:9119"  # HOST:PORT; anything but loopback needs a token
+    token: str | None = None  # env:NAME; else RUNNER_HOME/web-token (``runner web token``)
+    read_only_token: str | None = None  # env:NAME; else RUNNER_HOME/web-token-readonly
+
+    @field_validator("token", "read_only_token")
+    @classmethod
+    def _env_only(cls, value: str | None) -> str | None:
+        if value is not None and (not value.startswith("env:") or len(value) < 5):
+            raise ValueError("must be env:NAME (or leave it out: runner web token writes RUNNER_HOME/web-token)")
+        return value
+
+
 class Caps(Strict):
     """USD spend caps over a UTC day and a UTC month (None: no cap)."""
 
@@ -174,6 +189,7 @@ class Config(Strict):
     search: SearchConfig | None = None
     auxiliary: str | None = None  # PROVIDER[/MODEL] for side calls (context summaries)
     budgets: Budgets = Field(default_factory=Budgets)
+    web: WebConfig = Field(default_factory=WebConfig)
     mcp_servers: dict[str, McpServer] = Field(default_factory=dict)
     tools_dirs: list[str] = Field(default_factory=list)  # operator tool folders (relative: to config.yaml's)
     path: str | None = None
