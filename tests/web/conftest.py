@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,8 +29,9 @@ def web(site: Site) -> Iterator[WebServer]:
     server.stop()
 
 
-@pytest.fixture
-def artifacts() -> Path:
-    path = Path("/tmp/runner-web-artifacts")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Iterator[None]:
+    """Keep each phase's report on the test item (the browser fixture screenshots a failure)."""
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, f"rep_{rep.when}", rep)
