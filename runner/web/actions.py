@@ -8,7 +8,8 @@ control API that ``runner jobs trigger``, ``runner runs cancel``, ``runner kanba
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlencode
 
@@ -131,10 +132,15 @@ def cancel(request: Request, form: FormData) -> str:
 
 
 # -- the board --------------------------------------------------------------------------------
-def _board(request: Request) -> Any:
+@contextmanager
+def _board(request: Request) -> Iterator[Any]:
     from runner.kanban.board import Board
 
-    return Board(_source(request).store)
+    board = Board(_source(request).store)
+    try:
+        yield board
+    finally:
+        board.close()  # its writers' lock file
 
 
 def _task_id(request: Request) -> int:
@@ -163,36 +169,41 @@ def add_task(request: Request, form: FormData) -> str:
     priority_text = str(form.get("priority") or "0").strip()
     if not priority_text.lstrip("-").isdigit():
         raise UsageError(f"priority {priority_text!r} is not a whole number")
-    task_id = _board(request).add(
-        str(form.get("title") or ""),
-        now=utcnow(),
-        body=str(form.get("body") or ""),
-        parents=_ids(str(form.get("parents") or "")),
-        priority=int(priority_text),
-        job=job,
-        max_attempts=config.kanban.max_attempts,
-        created_by=_who(request),
-    )
+    with _board(request) as board:
+        task_id = board.add(
+            str(form.get("title") or ""),
+            now=utcnow(),
+            body=str(form.get("body") or ""),
+            parents=_ids(str(form.get("parents") or "")),
+            priority=int(priority_text),
+            job=job,
+            max_attempts=config.kanban.max_attempts,
+            created_by=_who(request),
+        )
     return f"added task {task_id}"
 
 
 def move(request: Request, form: FormData) -> str:
-    task = _board(request).move(_task_id(request), str(form.get("to") or ""), now=utcnow(), actor=_who(request))
+    with _board(request) as board:
+        task = board.move(_task_id(request), str(form.get("to") or ""), now=utcnow(), actor=_who(request))
     return f"task {task.id}: {task.status}"
 
 
 def comment(request: Request, form: FormData) -> str:
-    _board(request).comment(_task_id(request), str(form.get("text") or ""), now=utcnow(), author=_who(request))
+    with _board(request) as board:
+        board.comment(_task_id(request), str(form.get("text") or ""), now=utcnow(), author=_who(request))
     return f"task {_task_id(request)}: comment added"
 
 
 def block(request: Request, form: FormData) -> str:
-    _board(request).block(_task_id(request), str(form.get("reason") or ""), now=utcnow(), actor=_who(request))
+    with _board(request) as board:
+        board.block(_task_id(request), str(form.get("reason") or ""), now=utcnow(), actor=_who(request))
     return f"task {_task_id(request)}: blocked"
 
 
 def unblock(request: Request, form: FormData) -> str:
-    task = _board(request).unblock(_task_id(request), now=utcnow())
+    with _board(request) as board:
+        task = board.unblock(_task_id(request), now=utcnow())
     return f"task {task.id}: {task.status}"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import pytest
 
 from runner.testing import FakeOpenAI
-from tests.web.webhelp import Site, WebServer, make_site, seed_runs, start_web
+from tests.web.webhelp import CHROMIUM, Site, WebServer, make_site, seed_runs, start_web
 
 
 @pytest.fixture(scope="module")
@@ -35,3 +36,35 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Iterator[None]:
     outcome = yield
     rep = outcome.get_result()
     setattr(item, f"rep_{rep.when}", rep)
+
+
+ARTIFACTS = Path(os.environ.get("RUNNER_TEST_ARTIFACTS", "/tmp/runner-web-artifacts"))
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with _playwright().sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
+    context = browser.new_context()
+    pg = context.new_page()
+    pg.set_default_timeout(15_000)
+    dialogs: list[str] = []
+    pg.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    pg.dialogs = dialogs
+    yield pg
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        pg.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
+    context.close()
+
+def _playwright() -> Any:
+    from playwright import sync_api
+
+    return sync_api

@@ -5,49 +5,21 @@ saved to /tmp/runner-web-artifacts when a test fails (the hook in conftest.py)."
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 pytest.importorskip("starlette", reason="runner web needs the web extra: pip install -e '.[web]'")
-sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need playwright (the test extra)")
+pytest.importorskip("playwright.sync_api", reason="browser tests need playwright (the test extra)")
 
 from runner.testing import call, final  # noqa: E402
-from tests.web.webhelp import PAGES, Site, WebServer  # noqa: E402
+from tests.web.webhelp import CHROMIUM, PAGES, Site, WebServer  # noqa: E402
 
-CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = Path(os.environ.get("RUNNER_TEST_ARTIFACTS", "/tmp/runner-web-artifacts"))
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no {CHROMIUM} (apt-get install chromium)"),
 ]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield b
-        b.close()
-
-
-@pytest.fixture
-def page(browser: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
-    context = browser.new_context()
-    pg = context.new_page()
-    pg.set_default_timeout(15_000)
-    dialogs: list[str] = []
-    pg.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-    pg.dialogs = dialogs
-    yield pg
-    report = getattr(request.node, "rep_call", None)
-    if report is not None and report.failed:
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        pg.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
-    context.close()
 
 
 def test_every_page_loads(site: Site, web: WebServer, page: Any) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 from runner.testing import FakeOpenAI, call, final
 from tests.conftest import REPO, assert_throwaway_home
 
+CHROMIUM = "/usr/bin/chromium"
 PLANTED_KEY = "sk-planted-web-secret-7f3a9c2e5b1d4e6f8a0b"
 XSS = '<script>document.title="pwned"</script><img src=x onerror="document.title=\'pwned\'">'
 JOBS = """
