@@ -67,7 +67,7 @@ class Web:
 
 
 def web(request: Request) -> Web:
-    return request.app.state.web  # type: ignore[no-any-return]
+    return request.app.state.web
 
 
 class AuthMiddleware(BaseHTTPMiddleware):

@@ -135,7 +135,7 @@ def registry(store: Store) -> Any:
     from prometheus_client import CollectorRegistry
 
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(StoreCollector(store))  # type: ignore[arg-type]
+    reg.register(StoreCollector(store))
     return reg
 
 

@@ -61,7 +61,7 @@ def _next_fires(source: Any, now: datetime, count: int = 1) -> dict[str, list[st
     if jf is None:
         return {}
     states = load_states(source.store)
-    out = {}
+    out: dict[str, list[str]] = {}
     for name, job in jf.jobs.items():
         state = states.get(name)
         if job.schedule_obj is None or not job.spec.enabled or (state is not None and state.paused):

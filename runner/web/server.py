@@ -13,6 +13,7 @@ from runner.errors import UsageError
 from runner.web.auth import Bind, Tokens, check_bind, load_tokens
 
 if TYPE_CHECKING:
+    from runner.serve.host import ServeHost, Ticker
     from runner.settings import Settings
 
 GRACEFUL_S = 2
@@ -70,6 +71,8 @@ def serve_forever(settings: Settings, sock: socket.socket, tokens: Tokens) -> in
 class WebThread:
     """The app on a thread of ``runner serve`` (a ticker that only starts and stops it)."""
 
+    name = "web"
+
     def __init__(self, settings: Settings, sock: socket.socket, tokens: Tokens):
         self.server = _server(settings, tokens)
         self.thread = threading.Thread(
@@ -90,6 +93,6 @@ class WebThread:
         self.sock.close()
 
 
-def serve_loop(settings: Settings, sock: socket.socket, tokens: Tokens) -> Callable[[Any], WebThread]:
+def serve_loop(settings: Settings, sock: socket.socket, tokens: Tokens) -> Callable[[ServeHost], Ticker]:
     """A loop factory for ``run_serve(loops=...)``: the web thread starts with serve's loops."""
     return lambda host: WebThread(settings, sock, tokens)

@@ -60,7 +60,7 @@ class Source:
                 except RunnerError as exc:
                     loaded = Loaded(Config(), str(exc))
                 self._config = (stamp, loaded)
-            return self._config[1].value  # type: ignore[no-any-return]
+            return self._config[1].value
 
     def config_error(self) -> str | None:
         self.config()
