@@ -34,6 +34,7 @@ def prepare(settings: Settings, bind: Bind) -> tuple[Tokens, socket.socket]:
     family = socket.AF_INET6 if ":" in bind.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # inherited by accepted connections
     try:
         sock.bind((bind.host, bind.port))
     except OSError as exc:
