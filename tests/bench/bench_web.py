@@ -109,7 +109,7 @@ def start(args: list[str], env: dict[str, str], cwd: Path, port: int | None) -> 
             return proc
         except OSError:
             if proc.poll() is not None:
-                raise SystemExit(f"runner {' '.join(args)} exited: {proc.stderr.read().decode()[-800:]}")
+                raise SystemExit(f"runner {' '.join(args)} exited: {proc.stderr.read().decode()[-800:]}") from None
             time.sleep(0.1)
     if port is not None:
         raise SystemExit("server never listened")
