@@ -49,7 +49,11 @@ class RunFilter:
         return where, params
 
     def query(self) -> dict[str, str]:
-        return {k: v for k, v in (("job", self.job), ("status", self.status), ("since", self.since), ("until", self.until)) if v}
+        return {
+            k: v
+            for k, v in (("job", self.job), ("status", self.status), ("since", self.since), ("until", self.until))
+            if v
+        }
 
 
 @dataclass(frozen=True)

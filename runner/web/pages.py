@@ -224,9 +224,7 @@ def skills(request: Request) -> Response:
     from runner.web import skills as skill_rows
 
     w = _web(request)
-    return w.render(
-        request, "skills.html", skills=skill_rows.rows(w.source), passes=data.curator_runs(w.source.store)
-    )
+    return w.render(request, "skills.html", skills=skill_rows.rows(w.source), passes=data.curator_runs(w.source.store))
 
 
 def curator_report(request: Request) -> Response:

@@ -63,8 +63,20 @@ def build_store(home: Path) -> list[str]:
         ids.append(run_id)
         ended = created + timedelta(seconds=rnd.uniform(1, 120))
         rows.append(
-            (run_id, f"job-{i % JOBS}", "schedule", rnd.choice(STATUSES), created.isoformat(), created.isoformat(),
-             ended.isoformat(), "gpt-test", 3, 1200, 300, 0.0021)
+            (
+                run_id,
+                f"job-{i % JOBS}",
+                "schedule",
+                rnd.choice(STATUSES),
+                created.isoformat(),
+                created.isoformat(),
+                ended.isoformat(),
+                "gpt-test",
+                3,
+                1200,
+                300,
+                0.0021,
+            )
         )
     conn.executemany(
         "INSERT INTO runs (id, job, trigger, status, created_at, started_at, ended_at, model, iterations, "
@@ -73,9 +85,15 @@ def build_store(home: Path) -> list[str]:
     )
     payloads = {
         "request": json.dumps({"iteration": 1, "messages": 4, "tools": 6}),
-        "response": json.dumps({"iteration": 1, "prompt_tokens": 400, "completion_tokens": 100,
-                                "tool_calls": [{"name": "terminal", "arguments": "{\"command\": \"ls -la\"}"}]}),
-        "tool_call": json.dumps({"name": "terminal", "arguments": "{\"command\": \"ls -la\"}"}),
+        "response": json.dumps(
+            {
+                "iteration": 1,
+                "prompt_tokens": 400,
+                "completion_tokens": 100,
+                "tool_calls": [{"name": "terminal", "arguments": '{"command": "ls -la"}'}],
+            }
+        ),
+        "tool_call": json.dumps({"name": "terminal", "arguments": '{"command": "ls -la"}'}),
         "tool_result": json.dumps({"name": "terminal", "result": "total 8\n" + "-rw-r--r-- 1 u u 10 file\n" * 10}),
     }
     kinds = list(payloads)
@@ -100,8 +118,9 @@ def free_port() -> int:
 
 
 def start(args: list[str], env: dict[str, str], cwd: Path, port: int | None) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen([sys.executable, "-m", "runner", *args], env=env, cwd=cwd,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner", *args], env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     deadline = time.time() + 60
     while port is not None and time.time() < deadline:
         try:
@@ -171,8 +190,11 @@ def sse_latency(url: str, db: Path) -> None:
     conn.execute("DELETE FROM run_events WHERE run_id = ?", (run_id,))
     conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
     now = datetime.now(UTC).isoformat()
-    conn.execute("INSERT INTO runs (id, job, trigger, status, created_at, started_at) VALUES (?, 'job-1', 'manual', "
-                 "'running', ?, ?)", (run_id, now, now))
+    conn.execute(
+        "INSERT INTO runs (id, job, trigger, status, created_at, started_at) VALUES (?, 'job-1', 'manual', "
+        "'running', ?, ?)",
+        (run_id, now, now),
+    )
     written: dict[int, float] = {}
     latencies: list[float] = []
     n = 40
@@ -181,10 +203,14 @@ def sse_latency(url: str, db: Path) -> None:
         time.sleep(1.0)
         for seq in range(1, n + 1):
             written[seq] = time.perf_counter()
-            conn.execute("INSERT INTO run_events (run_id, seq, ts, kind, payload) VALUES (?, ?, ?, 'note', ?)",
-                         (run_id, seq, datetime.now(UTC).isoformat(), json.dumps({"n": seq})))
+            conn.execute(
+                "INSERT INTO run_events (run_id, seq, ts, kind, payload) VALUES (?, ?, ?, 'note', ?)",
+                (run_id, seq, datetime.now(UTC).isoformat(), json.dumps({"n": seq})),
+            )
             time.sleep(0.3 + random.random() * 0.1)
-        conn.execute("UPDATE runs SET status='succeeded', ended_at=? WHERE id=?", (datetime.now(UTC).isoformat(), run_id))
+        conn.execute(
+            "UPDATE runs SET status='succeeded', ended_at=? WHERE id=?", (datetime.now(UTC).isoformat(), run_id)
+        )
 
     thread = threading.Thread(target=writer)
     thread.start()
@@ -198,8 +224,11 @@ def sse_latency(url: str, db: Path) -> None:
                 break
     thread.join()
     conn.close()
-    row("event written -> received over SSE: p50 / p99 ms",
-        f"{statistics.median(latencies):.0f} / {pct(latencies, 99):.0f}", "p50 500")
+    row(
+        "event written -> received over SSE: p50 / p99 ms",
+        f"{statistics.median(latencies):.0f} / {pct(latencies, 99):.0f}",
+        "p50 500",
+    )
 
 
 def memory(cwd: Path) -> None:
@@ -231,16 +260,21 @@ def memory(cwd: Path) -> None:
         both.append(rss_mb(serve.pid))
         stop(serve)
     row("runner serve alone RSS (main process), MB", f"{statistics.median(alone):.1f}", "")
-    row("runner serve --web RSS, MB (over serve alone)",
-        f"{statistics.median(both):.1f} (+{statistics.median(both) - statistics.median(alone):.1f})", "+60")
+    row(
+        "runner serve --web RSS, MB (over serve alone)",
+        f"{statistics.median(both):.1f} (+{statistics.median(both) - statistics.median(alone):.1f})",
+        "+60",
+    )
 
 
 def main() -> None:
     home = CACHE / "home"
     t0 = time.perf_counter()
     ids = build_store(home)
-    print(f"store: {len(ids):,} runs, {len(ids) * EVENTS_PER_RUN:,} events ({time.perf_counter() - t0:.1f} s to "
-          f"build or open); machine shared with other work")
+    print(
+        f"store: {len(ids):,} runs, {len(ids) * EVENTS_PER_RUN:,} events ({time.perf_counter() - t0:.1f} s to "
+        f"build or open); machine shared with other work"
+    )
     cwd = CACHE / "proj"
     cwd.mkdir(exist_ok=True)
     (cwd / "jobs.yaml").write_text("jobs:\n" + "".join(f"  job-{i}:\n    prompt: hi\n" for i in range(JOBS)))

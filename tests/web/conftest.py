@@ -64,6 +64,7 @@ def page(browser: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
         pg.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
     context.close()
 
+
 def _playwright() -> Any:
     from playwright import sync_api
 

@@ -81,7 +81,12 @@ def test_answer_a_parked_approval(site: Site, web: WebServer, page: Any, answer:
         run_id = create_run(store, job="hello", trigger=Trigger.MANUAL)
         now = utcnow()
         request = park(
-            store, run_id=run_id, job="hello", command="rm -rf build", reasons=("rm -r",), now=now,
+            store,
+            run_id=run_id,
+            job="hello",
+            command="rm -rf build",
+            reasons=("rm -r",),
+            now=now,
             expires=now + timedelta(hours=1),
         )
         page.goto(f"{web.url}/approvals")
@@ -115,7 +120,7 @@ def test_cancel_a_running_run(site: Site, web: WebServer, page: Any) -> None:
     run_id = _wait_for_run(site, "slow")
     page.goto(f"{web.url}/runs/{run_id}")
     page.get_by_role("button", name="Cancel run").click()
-    page.wait_for_function("document.querySelector('#run-status').dataset.status === 'interrupted'", timeout=30_000)
+    page.wait_for_function("document.querySelector('#run-status')?.dataset.status === 'interrupted'", timeout=30_000)
     proc.wait(timeout=30)
 
 
@@ -126,7 +131,9 @@ def test_a_parked_run_continues_after_the_answer(site: Site, web: WebServer, pag
 
     jobs = site.root / "jobs.yaml"
     if "careful:" not in jobs.read_text():
-        jobs.write_text(jobs.read_text() + "  careful:\n    prompt: Clean up.\n    toolsets: [terminal]\n    approvals: manual\n")
+        jobs.write_text(
+            jobs.read_text() + "  careful:\n    prompt: Clean up.\n    toolsets: [terminal]\n    approvals: manual\n"
+        )
     (site.root / "build").mkdir(exist_ok=True)
     proc = site.start_job(
         "careful", call("terminal", {"command": "rm -rf build && echo removed-it"}), final("cleaned up")
@@ -140,6 +147,6 @@ def test_a_parked_run_continues_after_the_answer(site: Site, web: WebServer, pag
         time.sleep(0.5)
     row.get_by_role("button", name=answer).click()
     page.goto(f"{web.url}/runs/{run_id}")
-    page.wait_for_function("document.querySelector('#run-status').dataset.status === 'succeeded'", timeout=30_000)
+    page.wait_for_function("document.querySelector('#run-status')?.dataset.status === 'succeeded'", timeout=30_000)
     assert seen in page.locator("#timeline").inner_text()
     assert proc.wait(timeout=30) == 0

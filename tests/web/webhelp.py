@@ -121,7 +121,9 @@ def make_site(base: Path, fake: FakeOpenAI) -> Site:
 def seed_runs(site: Site) -> dict[str, str]:
     """Real runs through the CLI: a tool call and an answer, a failure, an XSS output."""
     ids = {
-        "hello": site.run_job("hello", call("terminal", {"command": "echo hello-from-tool"}), final("# Hello\n\n*done*")),
+        "hello": site.run_job(
+            "hello", call("terminal", {"command": "echo hello-from-tool"}), final("# Hello\n\n*done*")
+        ),
         "xss": site.run_job("xss", final(f"Look: {XSS}\n\n[click](javascript:alert(1))")),
     }
     site.fake.add(*[final(f"nightly {i}") for i in range(3)])
