@@ -13,9 +13,8 @@ token's name from the web.
 from __future__ import annotations
 
 import getpass
-import json
 import socket
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
@@ -23,12 +22,14 @@ from runner.clock import iso, utcnow
 from runner.errors import UsageError
 from runner.statuses import ACTIVE, ApprovalState, ControlKind, RunStatus
 from runner.store import Store
-from runner.store.control import new_id
+from runner.store.control import ApprovalRequest, new_id
 
 
 class ControlRefused(UsageError):
     """A control request that cannot be done as asked (exit 2, one line); ``reason`` says why:
     ``not_found``, ``not_running``, ``already_decided``, ``not_retryable``."""
+
+    reason = "controlrefused"  # each instance names its own (as ``ModelError`` does)
 
     def __init__(self, message: str, *, reason: str):
         super().__init__(message)
@@ -48,7 +49,7 @@ class PendingApproval:
     expires_at: str
 
     def as_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "reasons": list(self.reasons)}
+        return {**asdict(self), "reasons": list(self.reasons)}
 
 
 def whoami() -> str:
@@ -134,10 +135,8 @@ def pending_approvals(store: Store) -> list[PendingApproval]:
 
 
 def _pending(row: dict[str, Any]) -> PendingApproval:
-    reasons = tuple(str(x) for x in json.loads(row["reasons"] or "[]"))
-    return PendingApproval(
-        row["id"], row["run_id"], row["job"], row["command"], reasons, row["requested_at"], row["expires_at"]
-    )
+    r = ApprovalRequest.from_row(row)
+    return PendingApproval(r.id, r.run_id, r.job, r.command, r.reasons, r.requested_at, r.expires_at)
 
 
 def answer_approval(

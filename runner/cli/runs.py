@@ -156,7 +156,7 @@ def format_event(ev: dict[str, Any], *, width: int = 400) -> str:
     if kind == "tool_call":
         return f"{ts}  -> {payload.get('name')} {_short(payload.get('arguments', ''), width)}"
     if kind == "tool_result":
-        mark = "BLOCKED " if str(payload.get("result", "")).startswith("blocked:") else ""
+        mark = "BLOCKED " if str(payload.get("result", "")).startswith(("blocked:", "blocked (")) else ""
         flag = " (failed)" if payload.get("failed") else ""
         return f"{ts}  <- {mark}{payload.get('name')}{flag}: {_short(payload.get('result', ''), width)}"
     if kind == "subagent_started":
@@ -203,6 +203,7 @@ def runs_show(run_id: str, as_json: bool) -> None:
     click.echo(f"status   {row['status']}{'  reason: ' + row['reason'] if row['reason'] else ''}")
     if row["error"]:
         click.echo(f"error    {row['error']}")
+    _waiting(row)
     click.echo(f"started  {local_time(row['started_at'])}   took {_duration(row)}")
     if row.get("dispatched_at") and row.get("started_at"):
         click.echo(f"queue    {_queue(row)}")
@@ -227,6 +228,34 @@ def runs_show(run_id: str, as_json: bool) -> None:
     for ev in evs:
         if ev["kind"] != "stream_text":  # the text as it arrived (runs logs): the response has it whole
             click.echo(format_event(ev))
+
+
+def _waiting(row: dict[str, Any]) -> None:
+    """A running run parked on an approval says so, with the commands that answer it."""
+    if row["status"] != RunStatus.RUNNING:
+        return
+    from runner.store.control import waiting_on
+
+    request = waiting_on(settings().store, row["id"])
+    if request is not None:
+        click.echo(
+            f"waiting  for approval {request.id} until {local_time(request.expires_at)}: {request.command[:120]}\n"
+            f"         runner approvals grant {request.id}  |  runner approvals deny {request.id} --reason TEXT"
+        )
+
+
+@runs_group.command("cancel")
+@click.argument("run_id")
+def runs_cancel(run_id: str) -> None:
+    """Ask run RUN_ID to finish its current step and end interrupted (reason cancelled), whether
+    serve or run-job started it; a run waiting on an approval stops waiting. Exit 2 when the run
+    is unknown or not running."""
+    from runner.control import request_cancel, whoami
+
+    store = settings().store
+    row = find_run(store, run_id)
+    request_cancel(store, row["id"], by=whoami())
+    click.echo(f"cancel requested for run {row['id']} ({row['job']}): it ends after its current step")
 
 
 def _cached(row: dict[str, Any]) -> str:

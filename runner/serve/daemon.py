@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from runner.serve.pool import Pool
     from runner.serve.watch import JobsWatcher
 
+CONTROL_CHECK_S = 0.05  # how often the schedule ticker looks (data_version) for trigger and cancel requests
 MAX_SLEEP_S = 1.0  # the loop looks at the wall clock at least this often (clock jumps, sleep)
 LOG_BYTES = 5_000_000
 LOG_BACKUPS = 3
@@ -235,7 +236,7 @@ class Serve:
             alerts=alerts,
             bridges=Bridges(s.home, s.config_path, secrets.getenv, log),
         )
-        schedule = ScheduleTicker(store=store, pool=pool, log=log)
+        schedule = ScheduleTicker(store=store, pool=pool, log=log, check=CONTROL_CHECK_S)
         warmed()
         now = self.clock.now()
         register_serve(store, jobs_path=str(jobs.path), heartbeat_s=config.serve.heartbeat_s, now=now)

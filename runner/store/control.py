@@ -49,6 +49,16 @@ def mark_handled(store: Store, request_id: str, outcome: str, *, now: datetime |
     return cur.rowcount == 1
 
 
+def queued_cancels(store: Store) -> list[tuple[str, str, str]]:
+    """(request id, run id, requested by) of cancel requests whose run is still ``queued``."""
+    rows = store.query(
+        "SELECT c.id, c.run_id, c.requested_by FROM control_requests c JOIN runs r ON r.id = c.run_id "
+        "WHERE c.kind=? AND c.handled_at IS NULL AND r.status='queued'",
+        (ControlKind.CANCEL,),
+    )
+    return [(r["id"], r["run_id"], r["requested_by"]) for r in rows]
+
+
 def cancel_requested(store: Store, run_id: str) -> str | None:
     """Who asked to cancel ``run_id`` (the first request), or None."""
     row = store.one(
