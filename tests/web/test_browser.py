@@ -46,7 +46,7 @@ def test_follow_a_running_run_live(site: Site, web: WebServer, page: Any) -> Non
     assert page.locator("#run-status").get_attribute("data-status") in ("queued", "running")
     timeline = page.locator("#timeline")
     timeline.locator(".step-tool_result", has_text="woke-up-42").wait_for()  # arrived over SSE, no reload
-    page.wait_for_function("document.querySelector('#run-status')?.dataset.status === 'succeeded'")
+    page.locator("#run-status[data-status='succeeded']").wait_for()
     page.locator("#output").get_by_text("slept well").wait_for()
     assert proc.wait(timeout=30) == 0
 

@@ -1,11 +1,13 @@
 """The dashboard's control buttons in a real Chromium: run now, cancel, approve / deny a parked
 approval, kanban retry. Each goes through ``runner.control`` (the store); the tests check the row
-the button wrote, and (where the run side has landed) that the run reacts: it is started by serve,
-ends ``interrupted``, or continues after the answer."""
+the button wrote and that the run reacts: a real serve starts it, it ends ``interrupted``, or it
+continues after the answer. The run-side tests skip, naming the module, on a build without it."""
 
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -28,7 +30,7 @@ pytestmark = [
 ]
 RUN_SIDE = {
     "cancel": "runner.run.cancel",  # a running run's cancel watch
-    "parked": "runner.safety.parked",  # a run parked on an approval
+    "parked": "runner.run.parked",  # a run parked on an approval
 }
 
 
@@ -41,16 +43,51 @@ def _store(site: Site) -> Store:
     return Store.open(site.home / "runner.db")
 
 
-def test_run_now_writes_a_trigger_request(site: Site, web: WebServer, page: Any) -> None:
-    page.goto(f"{web.url}/jobs")
-    page.locator("#job-hello").get_by_role("button", name="Run now").click()
-    assert "asked serve to run hello now" in page.locator(".flash").inner_text()
-    store = _store(site)
+def test_run_now_runs_the_job_through_serve(site: Site, web: WebServer, page: Any) -> None:
+    for task in ("1", "2"):  # serve's kanban dispatcher would give the seeded tasks the model's replies
+        site.cli("kanban", "move", task, "done")
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "runner", "serve"],
+        env=site.env(),
+        cwd=site.root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        row = store.one("SELECT * FROM control_requests WHERE kind = 'trigger' ORDER BY requested_at DESC")
+        page.goto(f"{web.url}/")
+        for _ in range(100):  # serve's first heartbeat
+            if page.locator("#serve .st-succeeded").count():
+                break
+            time.sleep(0.2)
+            page.reload()
+        site.fake.add(final("triggered from the web"))
+        page.goto(f"{web.url}/jobs")
+        page.locator("#job-hello").get_by_role("button", name="Run now").click()
+        assert "asked serve to run hello now" in page.locator(".flash").inner_text()
+        store = _store(site)
+        try:
+            request = store.one("SELECT * FROM control_requests WHERE kind = 'trigger' ORDER BY requested_at DESC")
+            assert request is not None and request["job"] == "hello" and request["requested_by"] == "web:admin"
+            deadline = time.time() + 30
+            run = None
+            while time.time() < deadline:
+                run = store.one(
+                    "SELECT * FROM runs WHERE job = 'hello' AND trigger = 'manual' AND created_at >= ? "
+                    "ORDER BY rowid DESC",
+                    (request["requested_at"],),
+                )
+                if run and run["status"] == "succeeded":
+                    break
+                time.sleep(0.2)
+        finally:
+            store.close()
+        assert run is not None and run["status"] == "succeeded", run
+        page.goto(f"{web.url}/runs/{run['id']}")
+        assert "triggered from the web" in page.locator("#output").inner_text()
     finally:
-        store.close()
-    assert row is not None and row["job"] == "hello" and row["requested_by"] == "web:admin"
+        serve.terminate()
+        serve.communicate(timeout=30)
 
 
 def test_cancel_writes_a_cancel_request(site: Site, web: WebServer, page: Any) -> None:
@@ -116,16 +153,16 @@ def test_retry_a_failed_task(site: Site, web: WebServer, page: Any) -> None:
 def test_cancel_a_running_run(site: Site, web: WebServer, page: Any) -> None:
     from tests.web.test_browser import _wait_for_run
 
-    proc = site.start_job("slow", call("terminal", {"command": "sleep 8"}), final("never"))
+    proc = site.start_job("slow", call("terminal", {"command": "sleep 8"}))  # cancelled: asks no more
     run_id = _wait_for_run(site, "slow")
     page.goto(f"{web.url}/runs/{run_id}")
     page.get_by_role("button", name="Cancel run").click()
-    page.wait_for_function("document.querySelector('#run-status')?.dataset.status === 'interrupted'", timeout=30_000)
+    page.locator("#run-status[data-status='interrupted']").wait_for(timeout=30_000)
     proc.wait(timeout=30)
 
 
 @needs(RUN_SIDE["parked"])
-@pytest.mark.parametrize(("answer", "seen"), [("Approve", "removed-it"), ("Deny", "denied")])
+@pytest.mark.parametrize(("answer", "seen"), [("Approve", "removed-it"), ("Deny", "denied by web:admin: not today")])
 def test_a_parked_run_continues_after_the_answer(site: Site, web: WebServer, page: Any, answer: str, seen: str) -> None:
     from tests.web.test_browser import _wait_for_run
 
@@ -145,8 +182,10 @@ def test_a_parked_run_continues_after_the_answer(site: Site, web: WebServer, pag
         if row.count():
             break
         time.sleep(0.5)
+    if answer == "Deny":
+        row.get_by_label("reason").fill("not today")
     row.get_by_role("button", name=answer).click()
     page.goto(f"{web.url}/runs/{run_id}")
-    page.wait_for_function("document.querySelector('#run-status')?.dataset.status === 'succeeded'", timeout=30_000)
+    page.locator("#run-status[data-status='succeeded']").wait_for(timeout=30_000)
     assert seen in page.locator("#timeline").inner_text()
     assert proc.wait(timeout=30) == 0
