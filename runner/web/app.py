@@ -23,7 +23,7 @@ from starlette.staticfiles import StaticFiles
 from runner import __version__
 from runner.settings import Settings
 from runner.web import actions, live, pages
-from runner.web.auth import CSRF_COOKIE, SESSION_COOKIE, Role, Tokens, new_csrf, session_value
+from runner.web.auth import CSRF_COOKIE, SESSION_COOKIE, Role, Tokens, host_is_loopback, new_csrf, session_value
 from runner.web.source import Source
 
 HERE = Path(__file__).parent
@@ -79,7 +79,10 @@ class AuthMiddleware(BaseHTTPMiddleware):
         request.state.csrf = cookie or new_csrf()
         role = _role(request, w.tokens)
         request.state.role = role
-        if role is None and not request.url.path.startswith(OPEN_PATHS):
+        if not w.tokens.required and not host_is_loopback(request.headers.get("host", "")):
+            # no token: only loopback names, so a rebound DNS name cannot read or drive it
+            response = PlainTextResponse("without a token this dashboard answers loopback host names only", 403)
+        elif role is None and not request.url.path.startswith(OPEN_PATHS):
             response = _refuse(request)
         else:
             response = await call_next(request)

@@ -61,6 +61,16 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def host_is_loopback(header: str) -> bool:
+    """Whether a Host header (``name[:port]``, ``[v6]:port``) names this machine's loopback."""
+    text = header.strip()
+    if text.startswith("["):
+        name = text[1:].partition("]")[0]
+    else:
+        name = text.rpartition(":")[0] if text.count(":") == 1 else text
+    return is_loopback(name.lower())
+
+
 def parse_bind(text: str, *, where: str = "--bind") -> Bind:
     """``HOST:PORT`` (``[::1]:9119`` for IPv6); a bad value is a one-line usage error."""
     host, sep, port = text.strip().rpartition(":")

@@ -75,6 +75,12 @@ def test_csrf_refused(site: Site, web: WebServer) -> None:
         assert client.post("/jobs/nightly/resume", data={"csrf": token}).status_code == 303
 
 
+def test_without_a_token_only_loopback_host_names(web: WebServer) -> None:
+    """DNS rebinding: a page of evil.example resolved to 127.0.0.1 must not read the dashboard."""
+    assert httpx.get(f"{web.url}/runs", headers={"Host": "evil.example"}).status_code == 403
+    assert httpx.get(f"{web.url}/runs", headers={"Host": f"localhost:{web.port}"}).status_code == 200
+
+
 def test_metrics(site: Site, web: WebServer) -> None:
     text = httpx.get(f"{web.url}/metrics").text
     assert 'runner_runs{job="nightly",status="succeeded"} 3.0' in text
