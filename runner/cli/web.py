@@ -23,8 +23,8 @@ def web_group(ctx: click.Context, bind_text: str | None) -> None:
     s = settings()
     where = "--bind" if bind_text else f"{s.config_path}: web.bind"
     bind = parse_bind(bind_text or s.config.web.bind, where=where)
-    s.store  # noqa: B018 - open (and migrate) the store before listening: errors are one line
-    tokens, sock = prepare(s, bind)
+    tokens, sock = prepare(s, bind)  # a refused bind exits before anything is written
+    s.store  # noqa: B018 - open (and migrate) the store before serving: its errors are one line
     click.echo(f"runner web: http://{bind}/ ({'token required' if tokens.required else 'no token: loopback only'})")
     sys.exit(serve_forever(s, sock, tokens))
 

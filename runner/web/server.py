@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import socket
 import threading
 from collections.abc import Callable
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from runner.settings import Settings
 
 GRACEFUL_S = 2
+EXTRA = ("starlette", "uvicorn", "prometheus_client", "markdown_it", "multipart")
 
 
 def tokens_for(settings: Settings) -> Tokens:
@@ -29,6 +31,9 @@ def tokens_for(settings: Settings) -> Tokens:
 def prepare(settings: Settings, bind: Bind) -> tuple[Tokens, socket.socket]:
     """Check the bind against the tokens and bind the socket now, so a refused bind or a port in
     use is one line and exit 2 before anything else starts."""
+    missing = [name for name in EXTRA if importlib.util.find_spec(name) is None]
+    if missing:
+        raise UsageError(f"runner web needs the web extra ({', '.join(missing)} missing): pip install -e '.[web]'")
     tokens = tokens_for(settings)
     check_bind(bind, tokens)
     family = socket.AF_INET6 if ":" in bind.host else socket.AF_INET

@@ -136,3 +136,23 @@ def test_tokens_full_and_read_only(site: Site) -> None:
 def test_bad_bind_is_one_line(site: Site, bind: str) -> None:
     proc = site.cli("web", "--bind", bind, check=False)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "HOST:PORT" in proc.stderr
+
+
+def test_skill_buttons_and_key_reset(site: Site, web: WebServer) -> None:
+    from tests.skillkit import write_skill
+
+    write_skill(site.home / "skills", "tidy-logs")
+    with httpx.Client(base_url=web.url) as client:
+        token = csrf_of(client.get("/skills").text)
+        for kind, shown in (("pin", "pinned"), ("unpin", "unpinned"), ("archive", "archived"), ("restore", "restored")):
+            res = client.post(f"/skills/tidy-logs/{kind}", data={"csrf": token}, follow_redirects=True)
+            assert res.status_code == 200 and shown in res.text.lower(), (kind, res.text[:300])
+        listed = site.cli("skills", "list", "--json").stdout
+        assert '"tidy-logs"' in listed and '"state": "active"' in listed
+        refused = client.post("/skills/no-such/pin", data={"csrf": token}, follow_redirects=True)
+        assert 'class="flash error"' in refused.text and "no skill" in refused.text
+        page = client.get("/credentials").text
+        fingerprint = re.search(r"<code>([0-9a-f]{12})</code>", page)
+        assert fingerprint
+        reset = client.post("/credentials/reset", data={"csrf": token, "fingerprint": fingerprint.group(1)})
+        assert reset.status_code == 303 and "reset+1+key" in reset.headers["location"]
