@@ -79,6 +79,7 @@ class AuthMiddleware(BaseHTTPMiddleware):
         request.state.csrf = cookie or new_csrf()
         role = _role(request, w.tokens)
         request.state.role = role
+        response: Response
         if not w.tokens.required and not host_is_loopback(request.headers.get("host", "")):
             # no token: only loopback names, so a rebound DNS name cannot read or drive it
             response = PlainTextResponse("without a token this dashboard answers loopback host names only", 403)
