@@ -177,6 +177,21 @@ class RetentionConfig(Strict):
     batch: int = Field(200, ge=1, le=10000)  # runs deleted per transaction by serve (the CLI: at least 2,000)
 
 
+class WebConfig(Strict):
+    """``web:``: the dashboard (``runner web``, ``runner serve --web``; docs/web.md)."""
+
+    bind: str = "127.0.0.1:9119"  # HOST:PORT; anything but loopback needs a token
+    token: str | None = None  # env:NAME; else RUNNER_HOME/web-token (``runner web token``)
+    read_only_token: str | None = None  # env:NAME; else RUNNER_HOME/web-token-readonly
+
+    @field_validator("token", "read_only_token")
+    @classmethod
+    def _env_only(cls, value: str | None) -> str | None:
+        if value is not None and (not value.startswith("env:") or len(value) < 5):
+            raise ValueError("must be env:NAME (or leave it out: runner web token writes RUNNER_HOME/web-token)")
+        return value
+
+
 class Caps(Strict):
     """USD spend caps over a UTC day and a UTC month (None: no cap)."""
 
@@ -210,6 +225,7 @@ class Config(Strict):
     budgets: Budgets = Field(default_factory=Budgets)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     log_format: Literal["text", "json"] | None = None  # serve's log lines; None: text (RUNNER_LOG_FORMAT wins)
+    web: WebConfig = Field(default_factory=WebConfig)
     mcp_servers: dict[str, McpServer] = Field(default_factory=dict)
     tools_dirs: list[str] = Field(default_factory=list)  # operator tool folders (relative: to config.yaml's)
     path: str | None = None
