@@ -180,6 +180,11 @@ class PgCursor:
             return None
         return self._cur.fetchone()
 
+    def fetchmany(self, size: int = 1) -> list[Any]:
+        if self._cur is None or self._cur.description is None:
+            return []
+        return list(self._cur.fetchmany(size))
+
     def fetchall(self) -> list[Any]:
         if self._cur is None or self._cur.description is None:
             return []
@@ -390,6 +395,9 @@ class PgStore(Store):
             for other in (conn, *self._others):
                 other.forget_schema()
         return done
+
+    def _settle_auto_vacuum(self) -> None:
+        return None  # PostgreSQL's autovacuum returns space by itself
 
     def migration_db(self) -> Any:
         from runner.store.pg_schema import PgMigrationDB
