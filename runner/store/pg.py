@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import re
 import sqlite3
-import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
@@ -207,7 +206,7 @@ class PgConnection:
         self._raw: psycopg.Connection[Any] | None = None
         self._keys: dict[str, tuple[str, ...]] | None = None  # table -> primary key columns
         self._identity: frozenset[str] | None = None  # tables with an identity ``id``
-        self._lock = threading.Lock()
+        self._began = False  # inside a BEGIN the store sent (a broken connection's status is unknown)
         self._raw = self._open()
 
     # -- connection ---------------------------------------------------------------------
@@ -231,6 +230,7 @@ class PgConnection:
         if raw is None or raw.closed or raw.broken:
             if raw is not None and not raw.closed:
                 raw.close()
+            self._began = False  # what was begun on the dead connection is gone with it
             self._raw = raw = self._open()
         return raw
 
@@ -258,15 +258,36 @@ class PgConnection:
             with self._errors():
                 raw = self.raw
                 raw.execute("BEGIN")
+                self._began = True
                 raw.execute("SELECT pg_advisory_xact_lock(%s)", (STORE_LOCK,))
+            return _EMPTY
+        if head.startswith(("BEGIN", "COMMIT", "ROLLBACK")):
+            self._began = head.startswith("BEGIN")
+            with self._errors():
+                self.raw.execute(sql)  # type: ignore[arg-type]
             return _EMPTY
         text, returning = self._text(sql)
         with self._errors():
-            cur = self.raw.execute(text, params or None)  # type: ignore[arg-type]
+            try:
+                cur = self.raw.execute(text, params or None)  # type: ignore[arg-type]
+            except psycopg.OperationalError:
+                if not self._stale():
+                    raise
+                cur = self.raw.execute(text, params or None)  # type: ignore[arg-type]  # on a new connection
             if returning:
                 row = cur.fetchone()
                 return PgCursor(cur, int(row[0]) if row else None)
             return PgCursor(cur)
+
+    def _stale(self) -> bool:
+        """The statement failed because the connection was dead before it was sent (the server
+        restarted while it sat idle): true outside a transaction, so it is sent once more on a
+        new connection. Inside a transaction the work is lost: the caller gets the StoreFault."""
+        raw = self._raw
+        if raw is None or not raw.broken or self._began:
+            return False
+        raw.close()
+        return True
 
     def executemany(self, sql: str, seq: Iterable[Sequence[Any] | Mapping[str, Any]]) -> PgCursor:
         text, _ = self._text(sql, returning=False)

@@ -77,7 +77,8 @@ def test_db_copy_round_trip_and_a_non_empty_target_is_refused(project, fake, pg_
     events = pg.one("SELECT COUNT(*) AS n FROM run_events")
     assert events is not None and events["n"] > 0
     # identities continue after the copied rows
-    pg.execute("INSERT INTO task_comments (task_id, author, body, created_at) VALUES (1, 'a', 'b', 'c')")
+    cur = pg.execute("INSERT INTO tasks (title, status, created_at, updated_at) VALUES ('t', 'ready', 'c', 'c')")
+    assert cur.lastrowid == 1
     pg.close()
     refused = project.run("db", "copy", f"sqlite:///{source}", pg_empty_url)
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1

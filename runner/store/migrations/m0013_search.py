@@ -80,7 +80,8 @@ def backfill(db: Any) -> None:
 
 
 # -- PostgreSQL (issue 17): the same tables, a tsvector column with a GIN index for FTS5 --------
-# ``search_fts`` is a plain table there (``rowid`` = ``search_docs.id``, ``body``, ``tsv``); the
+# ``search_fts`` is a plain table there (``rowid`` = ``search_docs.id``, ``body``, ``tsv``: its words
+# split at punctuation and spaces, as FTS5's unicode61 splits them, lower-cased); the
 # text of an event is the SQL function ``search_text(kind, payload)`` (the same choice of fields
 # as ``TEXT`` and ``WANTED`` above; NULL when nothing is worth indexing), used by the trigger and
 # by ``runner.store.search.rebuild``.
@@ -114,7 +115,7 @@ PG_STATEMENTS = [
     CREATE TABLE search_fts (
         rowid BIGINT PRIMARY KEY,
         body TEXT NOT NULL,
-        tsv tsvector GENERATED ALWAYS AS (to_tsvector('simple', body)) STORED
+        tsv tsvector GENERATED ALWAYS AS (to_tsvector('simple', regexp_replace(body, '[[:punct:][:space:]]+', ' ', 'g'))) STORED
     )
     """,
     "CREATE INDEX search_fts_tsv ON search_fts USING GIN (tsv)",
