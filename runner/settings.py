@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from runner.config.jobs import JobsFile
-    from runner.store.dialect import Target
     from runner.config.machine import Config
     from runner.config.tooldirs import Loaded
     from runner.store import Store
+    from runner.store.dialect import Target
 
 HOME_SUBDIRS = ("outputs", "logs", "skills", "workspaces", "run")
 

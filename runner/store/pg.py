@@ -264,16 +264,16 @@ class PgConnection:
         if head.startswith(("BEGIN", "COMMIT", "ROLLBACK")):
             self._began = head.startswith("BEGIN")
             with self._errors():
-                self.raw.execute(sql)  # type: ignore[arg-type]
+                self.raw.execute(sql)
             return _EMPTY
         text, returning = self._text(sql)
         with self._errors():
             try:
-                cur = self.raw.execute(text, params or None)  # type: ignore[arg-type]
+                cur = self.raw.execute(text, params or None)
             except psycopg.OperationalError:
                 if not self._stale():
                     raise
-                cur = self.raw.execute(text, params or None)  # type: ignore[arg-type]  # on a new connection
+                cur = self.raw.execute(text, params or None)  # on a new connection
             if returning:
                 row = cur.fetchone()
                 return PgCursor(cur, int(row[0]) if row else None)
@@ -293,12 +293,12 @@ class PgConnection:
         text, _ = self._text(sql, returning=False)
         with self._errors():
             cur = self.raw.cursor()
-            cur.executemany(text, list(seq))  # type: ignore[arg-type]
+            cur.executemany(text, list(seq))
             return PgCursor(cur)
 
     def executescript(self, script: str) -> None:
         with self._errors():
-            self.raw.execute(script)  # type: ignore[arg-type]
+            self.raw.execute(script)
 
     def _text(self, sql: str, *, returning: bool = True) -> tuple[str, bool]:
         text = translate(sql)
@@ -423,7 +423,9 @@ class PgStore(Store):
     def migration_db(self) -> Any:
         from runner.store.pg_schema import PgMigrationDB
 
-        return PgMigrationDB(self.conn)
+        conn = self._conn
+        assert isinstance(conn, PgConnection)
+        return PgMigrationDB(conn)
 
     def quick_check(self) -> list[str]:
         """The server checks its own pages; here: it answers and holds runner's tables."""

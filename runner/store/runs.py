@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import os
 import secrets
-import sqlite3
 import socket
+import sqlite3
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from runner.clock import iso, utcnow
@@ -153,15 +152,17 @@ def list_runs(
 
 
 def last_output(store: Store, job: str) -> str:
+    from runner.store.files import FileKind, read
+
     row = store.one(
-        "SELECT output_path FROM runs WHERE job=? AND status=? AND output_path IS NOT NULL "
+        "SELECT id, output_path FROM runs WHERE job=? AND status=? AND output_path IS NOT NULL "
         "AND parent_run_id IS NULL ORDER BY created_at DESC LIMIT 1",  # a subagent's summary is not the job's output
         (job, RunStatus.SUCCEEDED),
     )
     if not row:
         return ""
     try:
-        return Path(row["output_path"]).read_text(encoding="utf-8")
+        return read(store, row["id"], FileKind.OUTPUT, row["output_path"])
     except OSError:
         return ""
 

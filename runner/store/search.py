@@ -374,6 +374,9 @@ def _outputs(conn: sqlite3.Connection) -> Iterator[tuple[str, str, str, str]]:
         try:
             text = Path(path).read_text(encoding="utf-8", errors="replace")
         except OSError:
+            body = conn.execute("SELECT body FROM run_files WHERE run_id=? AND kind='output'", (run_id,)).fetchone()
+            if body is not None:  # PostgreSQL: the run's machine has the file; the store has its copy
+                yield run_id, job, ts, str(body[0])
             continue  # a pruned or moved output: its events are still indexed
         yield run_id, job, ts, text
 

@@ -23,7 +23,8 @@ from runner.memory.notebooks import NotebookChanged, change, load
 from runner.safety.redact import Redactor
 from runner.statuses import RunStatus, Trigger
 from runner.store import Store
-from runner.store.budget import Cap, Hold, Period, Scope as BudgetScope, reserve, to_micro, totals
+from runner.store.budget import Cap, Hold, Period, reserve, to_micro, totals
+from runner.store.budget import Scope as BudgetScope
 from runner.store.runs import Recorder, create_run, events, finish_run, get_run, list_runs, recover_orphans, update_run
 from runner.store.search import Search, index_output, rebuild, search
 

@@ -7,6 +7,7 @@ PostgreSQL restart in the middle of a transaction (a StoreFault, not a hang)."""
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import time
 
@@ -24,6 +25,7 @@ def test_run_job_on_postgresql_and_runs_show_from_another_home(project, fake, pg
     res = project.run("run-job", "one", env=env)
     assert res.returncode == 0, res.stderr
     assert not (project.home / "runner.db").exists()  # nothing went to a local file
+    shutil.rmtree(project.home)  # "another machine": this one's outputs and transcripts are gone
     other = project.env(RUNNER_DATABASE_URL=pg_url, RUNNER_HOME=str(tmp_path / "elsewhere"))
     listed = json.loads(project.run("runs", "list", "--json", env=other).stdout)
     [row] = listed if isinstance(listed, list) else listed["runs"]
@@ -31,6 +33,12 @@ def test_run_job_on_postgresql_and_runs_show_from_another_home(project, fake, pg
     shown = project.run("runs", "show", row["id"], env=other)
     assert shown.returncode == 0, shown.stderr
     assert "the answer is 42" in shown.stdout
+    store = Store.open(PgURL(pg_url))
+    kept = {r["kind"]: r["body"] for r in store.query("SELECT kind, body FROM run_files WHERE run_id=?", (row["id"],))}
+    store.close()
+    assert kept["output"] == "the answer is 42" and "say it" in kept["transcript"]
+    reindexed = project.run("db", "reindex", env=other)  # outputs come from the store's copies
+    assert reindexed.returncode == 0 and "1 outputs" in reindexed.stdout, reindexed.stdout + reindexed.stderr
 
 
 def test_database_in_config_yaml(project, fake, pg_url):
