@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from runner.config.machine import Config
     from runner.config.tooldirs import Loaded
     from runner.store import Store
-    from runner.store.dialect import Target
+    from runner.config.database import Target
 
 HOME_SUBDIRS = ("outputs", "logs", "skills", "workspaces", "run")
 
@@ -104,7 +104,7 @@ class Settings:
     def database(self) -> Target:
         """Where the store is: ``RUNNER_DATABASE_URL``, config.yaml's ``database:``, else
         RUNNER_HOME/runner.db (read without loading config.yaml when the environment names it)."""
-        from runner.store.dialect import ENV, configured
+        from runner.config.database import ENV, configured
 
         if os.environ.get(ENV, "").strip():
             return configured(self.home, None)

@@ -261,7 +261,7 @@ class Config(Strict):
     @classmethod
     def _database(cls, value: str | None) -> str | None:
         from runner.errors import UsageError
-        from runner.store.dialect import parse
+        from runner.config.database import parse
 
         if value is not None:
             try:
