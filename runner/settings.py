@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from runner.config.database import Target
     from runner.config.jobs import JobsFile
     from runner.config.machine import Config
     from runner.config.tooldirs import Loaded
     from runner.store import Store
-    from runner.config.database import Target
 
 HOME_SUBDIRS = ("outputs", "logs", "skills", "workspaces", "run")
 

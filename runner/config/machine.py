@@ -260,8 +260,8 @@ class Config(Strict):
     @field_validator("database")
     @classmethod
     def _database(cls, value: str | None) -> str | None:
-        from runner.errors import UsageError
         from runner.config.database import parse
+        from runner.errors import UsageError
 
         if value is not None:
             try:
