@@ -53,8 +53,11 @@ from pathlib import Path
 from runner.clock import utcnow
 from runner.kanban.board import Board
 from runner.store import Store
-from runner.store.dialect import parse
-store = Store.open(parse(sys.argv[2]))
+if sys.argv[2].startswith("postgresql"):  # main before has only SQLite
+    from runner.store.dialect import parse
+    store = Store.open(parse(sys.argv[2]))
+else:
+    store = Store.open(Path(sys.argv[2]))
 board = Board(store)
 now = utcnow()
 with store.transaction():
