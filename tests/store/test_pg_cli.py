@@ -137,3 +137,39 @@ def test_the_password_never_shows(url):
     from runner.store.dialect import redact_url
 
     assert "s3cret" not in redact_url(url) and "***" in redact_url(url)
+
+
+def test_runs_prune_on_postgresql(project, pg_url):
+    from datetime import timedelta
+
+    from runner.clock import utcnow
+    from runner.store.files import FileKind, keep
+    from runner.store.runs import create_run
+
+    store = Store.open(PgURL(pg_url))
+    store.execute("INSERT INTO tasks (id, title, status, created_at, updated_at) VALUES (7, 't', 'ready', 'n', 'n')")
+    ids = []
+    for days, task in ((90, None), (80, "7"), (70, None), (1, None)):
+        rid = create_run(
+            store, job="a", trigger="manual", status="queued", now=utcnow() - timedelta(days=days), task_id=task
+        )
+        store.execute("UPDATE runs SET status='failed' WHERE id=?", (rid,))
+        store.execute("INSERT INTO run_events VALUES (?, 1, 'now', 'start', '{}')", (rid,))
+        keep(store, rid, FileKind.OUTPUT, "old output")
+        ids.append(rid)
+    res = project.run(
+        "runs",
+        "prune",
+        "--older-than",
+        "30d",
+        "--keep-last",
+        "1",
+        "--json",
+        env=project.env(RUNNER_DATABASE_URL=pg_url),
+    )
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["runs"] == 2
+    left = {r["id"] for r in store.query("SELECT id FROM runs")}
+    assert left == {ids[1], ids[3]}  # the attempt of an unfinished task stays, and the newest
+    assert {r["run_id"] for r in store.query("SELECT run_id FROM run_files")} == left  # cascade
+    store.close()
