@@ -54,8 +54,8 @@ def pool(store, clock, creds=CREDS, **kw):
 
 
 @pytest.fixture
-def store(tmp_path):
-    s = Store.open(tmp_path / "runner.db")
+def store(where):
+    s = Store.open(where)  # SQLite and PostgreSQL
     yield s
     s.close()
 
