@@ -173,3 +173,32 @@ def test_runs_prune_on_postgresql(project, pg_url):
     assert left == {ids[1], ids[3]}  # the attempt of an unfinished task stays, and the newest
     assert {r["run_id"] for r in store.query("SELECT run_id FROM run_files")} == left  # cascade
     store.close()
+
+
+def test_serve_on_postgresql_fires_runs_and_jobs_list_reads_them(project, pg_url):
+    import signal
+
+    from tests.servehelp import SERVE_CONFIG, ServeProc, wait_for
+
+    project.home.mkdir(parents=True, exist_ok=True)
+    (project.home / "config.yaml").write_text(
+        SERVE_CONFIG.format(max_parallel=4, shutdown_grace=3.0) + f"\ndatabase: {pg_url}\n"
+    )
+    project.write_jobs("jobs:\n  tick:\n    schedule: every 1s\n    agent: false\n    pre_run: echo tick\n")
+    serve = ServeProc(project).started()
+    store = Store.open(PgURL(pg_url))
+    try:
+        wait_for(
+            lambda: len(store.query("SELECT id FROM runs WHERE job='tick' AND status='succeeded'")) >= 2,
+            30,
+            what="two succeeded runs in PostgreSQL",
+        )
+        listed = project.run("jobs", "list")
+        assert listed.returncode == 0 and "tick" in listed.stdout and "serve: running" in listed.stdout, listed.stdout
+    finally:
+        assert serve.stop(signal.SIGTERM) == 0, serve.log()
+    assert not (project.home / "runner.db").exists()
+    slots = [r["slot"] for r in store.query("SELECT slot FROM runs WHERE job='tick'")]
+    assert len(slots) == len(set(slots))
+    assert store.query("SELECT id FROM runs WHERE status IN ('running', 'queued')") == []
+    store.close()
