@@ -126,6 +126,8 @@ class Settings:
 
     def has_store(self) -> bool:
         """Whether a store exists already (a SQLite file; a PostgreSQL database always does)."""
+        if not os.environ.get("RUNNER_DATABASE_URL", "").strip() and not self._mentions_database():
+            return (self.home / "runner.db").exists()  # the default, without importing the parser
         target = self.database
         return target.path is None or target.path.exists()
 
