@@ -99,13 +99,22 @@ class Settings:
         """Folders whose files show runs happened in this RUNNER_HOME (an empty ledger beside them is refused)."""
         return (self.home / "outputs", self.home / "logs" / "runs")
 
+    @property
+    def store_path(self) -> Path:
+        """The SQLite store: ``RUNNER_DATABASE_URL=sqlite:///PATH`` (a store shared by processes
+        with different RUNNER_HOMEs on one machine), else ``RUNNER_HOME/runner.db``."""
+        url = os.environ.get("RUNNER_DATABASE_URL", "")
+        if url.startswith("sqlite:///"):
+            return Path(url.removeprefix("sqlite://"))
+        return self.home / "runner.db"
+
     @cached_property
     def store(self) -> Store:
         from runner.store import Store
         from runner.store.runs import recover_orphans
 
         self.ensure_home()
-        store = Store.open(self.home / "runner.db", state=self.state_dirs)
+        store = Store.open(self.store_path, state=self.state_dirs)
         lost = recover_orphans(store)
         if lost:
             self.alert_lost(store, lost)

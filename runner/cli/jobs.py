@@ -26,7 +26,7 @@ def _backend_label(spec: Any) -> str:
 
 def _states(s: Any) -> dict[str, Any]:
     """Scheduler state from the store (none yet when runner.db does not exist)."""
-    if not (s.home / "runner.db").exists():
+    if not s.store_path.exists():
         return {}
     from runner.serve.state import load_states
 
@@ -63,7 +63,7 @@ def jobs_list(as_json: bool) -> None:
     last: dict[str, dict[str, Any]] = {}
     states = _states(s)
     serve_line, serve_alive = "serve: never started on this RUNNER_HOME", False
-    if (s.home / "runner.db").exists():
+    if s.store_path.exists():
         from runner.serve.state import serve_status
 
         for row in s.store.query(

@@ -39,6 +39,7 @@ from runner.store import Store
 if TYPE_CHECKING:
     from runner.serve.pool import Pool
     from runner.serve.watch import JobsWatcher
+    from runner.store.lease import Lease
 
 MAX_SLEEP_S = 1.0  # the loop looks at the wall clock at least this often (clock jumps, sleep)
 LOG_BYTES = 5_000_000
@@ -177,6 +178,7 @@ class Serve:
         self.log_level = log_level
         self._stops = 0  # SIGTERM/SIGINT received; a second one hurries the shutdown
         self._hup = False
+        self._lease_lost = False
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
     def wake(self) -> None:
@@ -184,6 +186,34 @@ class Serve:
             os.write(self._wake_w, b"!")
         except BlockingIOError:
             return  # the pipe is full: the loop is already being woken
+
+    def _lost_lease(self) -> None:
+        self._lease_lost = True
+
+    def _lead(self, store: Store, ttl: float, log: logging.Logger) -> Lease | None:
+        """Take the scheduler lease, standing by while another serve holds it; None when a
+        signal stopped serve first."""
+        from runner.store.lease import SCHEDULER, lease_holder, open_lease
+
+        lease = open_lease(store, SCHEDULER, ttl)
+        announced = False
+        while not self._stops:
+            if lease.acquire():
+                if announced:
+                    log.info("took the scheduler lease: this serve leads now")
+                return lease
+            if not announced:
+                holder = lease_holder(store)
+                who = f"{holder.host} (pid {holder.pid})" if holder else "another serve"
+                log.info("standing by: %s leads; taking over within %.0fs of it stopping", who, ttl)
+                announced = True
+            wait([self._wake_r], min(1.0, ttl / 10))
+            try:
+                while os.read(self._wake_r, 4096):
+                    pass
+            except BlockingIOError:
+                pass  # drained
+        return None
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         if signum == signal.SIGHUP:
@@ -200,6 +230,7 @@ class Serve:
         from runner.serve.pool import Paths, Pool
         from runner.serve.schedule import ScheduleTicker
         from runner.serve.state import heartbeat, register_serve
+        from runner.serve.leader import LeaseTicker, executor_spawner, follow_remote
         from runner.serve.watch import JobsWatcher, ReloadTicker
 
         s = self.settings
@@ -219,13 +250,24 @@ class Serve:
             raise
         _release_hold_at_start(s.home, log)
         store = s.store  # opening it marks rows of dead workers `unknown`
+        lease = self._lead(store, config.serve.lease_s, log)
+        if lease is None:  # stopped while standing by
+            launcher.close()
+            signal.set_wakeup_fd(old_wakeup)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            os.close(lock)
+            log.info("serve stopped (it was standing by)")
+            return 0
         store.execute("PRAGMA wal_autocheckpoint=0")
         checkpointer = Checkpointer(store.path).start()
         schedule: ScheduleTicker | None = None
         alerts = BackgroundAlerts(store.path, config, home=s.home, base_dir=jobs.base_dir, log=log)
+        remote = executor_spawner(s, store, log)
         pool = Pool(
             store=store,
-            spawner=launcher,
+            spawner=remote or launcher,
+            remote=remote is not None,
             clock=self.clock,
             log=log,
             paths=Paths(str(s.home), str(s.jobs_path), str(s.config_path)),
@@ -240,17 +282,25 @@ class Serve:
         now = self.clock.now()
         register_serve(store, jobs_path=str(jobs.path), heartbeat_s=config.serve.heartbeat_s, now=now)
         adopted = pool.adopt(jobs.jobs)
+        if remote is not None:
+            adopted += follow_remote(pool, remote, store, jobs.jobs)
         schedule.set_jobs(jobs.jobs, now)
         watcher = JobsWatcher(
             jobs.path, default_timezone=config.timezone, current=jobs, wake=self.wake, settings=s
         ).start()
         host = ServeHost(s, store, self.clock, log, self.wake, forks=launcher.forks)
         tickers: list[Ticker] = [
+            LeaseTicker(lease, config.serve.lease_s, log, self._lost_lease),
             ReloadTicker(watcher, schedule, log, s.home),
             pool,
             schedule,
             HeartbeatTicker(store, pool, config.serve.heartbeat_s),
         ]
+        if remote is not None:
+            from runner.dist.recovery import LostRunsTicker
+
+            ex = config.executor
+            tickers.append(LostRunsTicker(store, log, every=ex.heartbeat_s, lost_after_s=ex.lost_after_s))
         tickers.extend(factory(host) for factory in self.loops)
         log.info(
             "serve started: pid %d, %d jobs from %s, max_parallel %d%s",
@@ -272,6 +322,10 @@ class Serve:
             if pool.bridges is not None:
                 pool.bridges.close()  # the keep-alive MCP servers stop with serve
             launcher.close()  # the forkserver exits; workers it forked are reaped above
+            if remote is not None:
+                remote.close()
+            if not self._lease_lost:
+                lease.release()  # a standby takes over at once
             alerts.close(config.serve.shutdown_grace)
             checkpointer.stop()
             heartbeat(store, now=self.clock.now(), running=0, waiting=0, stopped=True)
@@ -279,6 +333,9 @@ class Serve:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             os.close(lock)
+        if self._lease_lost:
+            log.error("serve stopped: it lost the scheduler lease to another serve")
+            return 1
         log.info("serve stopped")
         return 0
 
@@ -290,6 +347,8 @@ class Serve:
             now = self.clock.now()
             for ticker in tickers:
                 ticker.tick(now)
+                if self._lease_lost:
+                    return  # another serve leads now: fire nothing more
             wakes = [w for t in tickers if (w := t.next_wake(now)) is not None]
             timeout = MAX_SLEEP_S
             if wakes:
