@@ -56,7 +56,9 @@ def executor_spawner(settings: Settings, store: Store, log: logging.Logger) -> C
 
     app = celery_app(executor.broker_url())
     log.info("executor: celery (broker %s); runs go to runner worker processes", _safe(executor.broker_url()))
-    return CelerySpawner(app=app, store=store, resend_s=executor.resend_s, log=log)
+    spawner = CelerySpawner(app=app, store=store, resend_s=executor.resend_s, log=log)
+    spawner.connect()
+    return spawner
 
 
 def follow_remote(pool: Pool, spawner: CelerySpawner, store: Store, jobs: dict[str, Job]) -> int:
