@@ -55,3 +55,21 @@ class TaskStatus(StrEnum):
     DONE = "done"
     FAILED = "failed"
     ARCHIVED = "archived"
+
+
+class ApprovalState(StrEnum):
+    """A parked approval request's state (``approval_requests.status``)."""
+
+    PENDING = "pending"  # the run waits for a person
+    GRANTED = "granted"
+    DENIED = "denied"
+    EXPIRED = "expired"  # nobody answered within approval_timeout (or the run's own deadline came first)
+    CANCELLED = "cancelled"  # the run was cancelled or stopped while it waited
+    ABANDONED = "abandoned"  # the run ended without the waiting process seeing an answer (killed, lost)
+
+
+class ControlKind(StrEnum):
+    """What a ``control_requests`` row asks for."""
+
+    TRIGGER = "trigger"  # serve: run this job now (``runner jobs trigger``)
+    CANCEL = "cancel"  # the run's own process: stop after the current step (``runner runs cancel``)

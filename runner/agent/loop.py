@@ -9,6 +9,7 @@ errors (BackendError, ModelError) propagate and end the run.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import threading
 import time
@@ -18,12 +19,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from runner.agent.schema import check_args
-from runner.agent.types import LLM, Message, ToolCall, Usage
+from runner.agent.types import LLM, Message, ToolCall, Usage, arguments_value
 from runner.errors import ModelError, RunnerError
 from runner.safety.result import ApprovalResult, ApproveFn
 from runner.statuses import RunStatus
 from runner.tools import ToolEntry, ToolError
 from runner.tools.context import ToolContext
+from runner.tracing import NOOP, Span, Tracer
 
 Emit = Callable[[str, dict[str, Any]], None]
 
@@ -168,13 +170,15 @@ def run_loop(
     prune: Prune | None = None,
     redact: Callable[[str], str] | None = None,
     totals: Totals | None = None,
+    tracer: Tracer = NOOP,
 ) -> LoopResult:
     """Run the conversation in ``messages`` (mutated in place) to a final answer or a limit.
 
     ``redact`` masks secrets in every tool result before the model (and the record) sees it.
     ``prune`` returns the model replies it asked for (summaries): they count in the run's
     tokens, cost and budgets. ``totals``: the account to charge (a fresh one by default; the
-    caller passes its own when subagents charge it too)."""
+    caller passes its own when subagents charge it too). ``tracer``: a span per model call and
+    per tool call (children of the caller's current span)."""
     stop = stop or threading.Event()
     by_name = {t.name: t for t in tools}
     schemas = [t.schema() for t in tools]
@@ -188,18 +192,20 @@ def run_loop(
             if prune is not None:
                 _charge_summaries(prune(messages), totals, emit)
                 _check(limits, totals, stop)
-            reply = _ask(llm, messages, schemas, limits, totals, emit, pricing)
+            with tracer.span("model call", {"runner.iteration": totals.iterations + 1}) as span:
+                reply = _ask(llm, messages, schemas, limits, totals, emit, pricing)
+                _describe(span, llm, reply)
             messages.append(reply.to_dict())
             if not reply.tool_calls:
                 return _done(RunStatus.SUCCEEDED, reply.answer, totals)
-            batch = _run_parallel(reply.tool_calls, by_name, ctx, emit, redact, stop)
+            batch = _run_parallel(reply.tool_calls, by_name, ctx, emit, redact, stop, tracer)
             for i, call in enumerate(reply.tool_calls):
                 if batch is not None:
                     result, failed = batch[i]
                 elif stop.is_set():
                     result, failed = NOT_RUN, True
                 else:
-                    result, failed = _run_tool(call, by_name, ctx, emit, redact)
+                    result, failed = _run_tool(call, by_name, ctx, emit, redact, tracer)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
                 totals.last_progress = time.monotonic()
                 recent_failures = _track_loop(recent_failures, call, failed)
@@ -283,7 +289,7 @@ def _call(
         {
             "iteration": totals.iterations,
             "content": reply.content,
-            "tool_calls": [{"name": c.name, "arguments": c.arguments} for c in reply.tool_calls],
+            "tool_calls": [{"name": c.name, "arguments": arguments_value(c.arguments)} for c in reply.tool_calls],
             "finish_reason": reply.finish_reason,
             "prompt_tokens": reply.usage.prompt_tokens,
             "completion_tokens": reply.usage.completion_tokens,
@@ -330,18 +336,48 @@ def _charge_summaries(replies: Sequence[Spent], totals: Totals, emit: Emit) -> N
         )
 
 
+def _describe(span: Span, llm: LLM, reply: Message) -> None:
+    """A model call's span attributes: model, tokens, finish reason (never the text)."""
+    span.set("gen_ai.request.model", str(getattr(llm, "model", "") or ""))
+    span.set("gen_ai.usage.input_tokens", reply.usage.prompt_tokens)
+    span.set("gen_ai.usage.output_tokens", reply.usage.completion_tokens)
+    span.set("runner.tool_calls", len(reply.tool_calls))
+    if reply.finish_reason:
+        span.set("gen_ai.response.finish_reason", reply.finish_reason)
+
+
+def _traced_invoke(
+    call: ToolCall,
+    by_name: dict[str, ToolEntry],
+    ctx: ToolContext,
+    redact: Callable[[str], str] | None,
+    tracer: Tracer,
+) -> tuple[str, bool]:
+    """``_invoke`` inside a tool-call span (name and outcome only: arguments may hold secrets)."""
+    with tracer.span("tool call", {"runner.tool": call.name, "runner.tool_call_id": call.id}) as span:
+        result, failed = _invoke(call, by_name, ctx, redact)
+        span.set("runner.failed", failed)
+        span.set("runner.result_chars", len(result))
+    return result, failed
+
+
 def _run_tool(
-    call: ToolCall, by_name: dict[str, ToolEntry], ctx: ToolContext, emit: Emit, redact: Callable[[str], str] | None
+    call: ToolCall,
+    by_name: dict[str, ToolEntry],
+    ctx: ToolContext,
+    emit: Emit,
+    redact: Callable[[str], str] | None,
+    tracer: Tracer = NOOP,
 ) -> tuple[str, bool]:
     _announce(call, emit)
     started = time.monotonic()
-    result, failed = _invoke(call, by_name, ctx, redact)
+    result, failed = _traced_invoke(call, by_name, ctx, redact, tracer)
     _report(call, result, failed, time.monotonic() - started, emit)
     return result, failed
 
 
 def _announce(call: ToolCall, emit: Emit) -> None:
-    emit("tool_call", {"id": call.id, "name": call.name, "arguments": call.arguments})
+    emit("tool_call", {"id": call.id, "name": call.name, "arguments": arguments_value(call.arguments)})
 
 
 def _invoke(
@@ -393,6 +429,7 @@ def _run_parallel(
     emit: Emit,
     redact: Callable[[str], str] | None,
     stop: threading.Event,
+    tracer: Tracer = NOOP,
 ) -> list[tuple[str, bool]] | None:
     """Run a turn's calls concurrently when there are several and all are read-only tools; None
     otherwise (the caller runs them one by one). The ``tool_call`` events come first and the
@@ -409,11 +446,12 @@ def _run_parallel(
         if stop.is_set():
             return NOT_RUN, True, 0.0
         started = time.monotonic()
-        result, failed = _invoke(call, by_name, shared, redact)
+        result, failed = _traced_invoke(call, by_name, shared, redact, tracer)
         return result, failed, time.monotonic() - started
 
     with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(calls)), thread_name_prefix="tool") as pool:
-        futures = [pool.submit(work, call) for call in calls]
+        # each call in a copy of this thread's context, so its span is a child of the caller's
+        futures = [pool.submit(contextvars.copy_context().run, work, call) for call in calls]
         done = [f.result() for f in futures]
     for call, (result, failed, seconds) in zip(calls, done, strict=True):
         _report(call, result, failed, seconds, emit)

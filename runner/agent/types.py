@@ -137,3 +137,14 @@ class LLM(Protocol):
         timeout: float | None = None,
         max_tokens: int | None = None,
     ) -> Message: ...
+
+
+def arguments_value(arguments: str) -> Any:
+    """A tool call's arguments as run events store them: the JSON value the text holds (so the
+    store has JSON, not JSON inside a string), or the text itself when the model sent non-JSON."""
+    import json
+
+    try:
+        return json.loads(arguments)
+    except ValueError:
+        return arguments

@@ -1,4 +1,5 @@
-"""``runner approvals list | check``: the approval audit and a dry check of `allow:` patterns."""
+"""``runner approvals list | check | pending | grant | deny``: the approval audit, a dry check of
+`allow:` patterns, and the answers to approvals a run is parked on."""
 
 from __future__ import annotations
 
@@ -79,7 +80,7 @@ def approvals_check(job_name: str | None, as_json: bool, command: tuple[str, ...
         "decided_by": decision.decided_by,
     }
     if policy == "manual" and verdict.level == "dangerous" and decision.decided_by == "policy":
-        result["note"] = "manual asks on a TTY; unattended runs deny"
+        result["note"] = "manual asks on a TTY; unattended runs park until `runner approvals grant | deny`"
     if as_json:
         echo_json(result)
         return
@@ -90,6 +91,60 @@ def approvals_check(job_name: str | None, as_json: bool, command: tuple[str, ...
     click.echo(f"decision  {result['decision']} (by {decision.decided_by})")
     if "note" in result:
         click.echo(f"note      {result['note']}")
+
+
+@approvals_group.command("pending")
+@click.option("--json", "as_json", is_flag=True)
+def approvals_pending(as_json: bool) -> None:
+    """Approvals runs are parked on now (approvals: manual with nobody at a terminal), oldest first."""
+    from runner.control import pending_approvals
+
+    items = pending_approvals(settings().store)
+    if as_json:
+        echo_json([p.as_dict() for p in items])
+        return
+    if not items:
+        click.echo("no run is waiting for an approval")
+        return
+    table(
+        [
+            [
+                p.id,
+                p.run_id,
+                p.job,
+                local_time(p.requested_at),
+                local_time(p.expires_at),
+                "; ".join(p.reasons),
+                p.command[:80],
+            ]
+            for p in items
+        ],
+        ["ID", "RUN", "JOB", "ASKED", "EXPIRES", "REASONS", "COMMAND"],
+    )
+    click.echo("answer with: runner approvals grant ID  |  runner approvals deny ID [--reason TEXT]")
+
+
+@approvals_group.command("grant")
+@click.argument("approval_id")
+def approvals_grant(approval_id: str) -> None:
+    """Let the parked run run its command; it continues at once. Exit 2 when unknown or already decided."""
+    from runner.control import answer_approval, whoami
+
+    by = whoami()
+    answer_approval(settings().store, approval_id, granted=True, by=by)
+    click.echo(f"approval {approval_id}: granted by {by}")
+
+
+@approvals_group.command("deny")
+@click.argument("approval_id")
+@click.option("--reason", help="told to the model with the denial")
+def approvals_deny(approval_id: str, reason: str | None) -> None:
+    """Refuse the parked run's command; the model is told (with --reason) and the run continues."""
+    from runner.control import answer_approval, whoami
+
+    by = whoami()
+    answer_approval(settings().store, approval_id, granted=False, by=by, reason=reason)
+    click.echo(f"approval {approval_id}: denied by {by}")
 
 
 COMMANDS = [approvals_group]

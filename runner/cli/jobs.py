@@ -213,4 +213,24 @@ def jobs_resume(name: str) -> None:
     click.echo(f"resumed {name}{note}")
 
 
+@jobs_group.command("trigger")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+def jobs_trigger(name: str, as_json: bool) -> None:
+    """Ask the running serve to run job NAME now (trigger manual), through its pool and the job's
+    overlap, max_parallel and retries. Written to the store: a serve that is down runs it when it starts."""
+    from runner.control import request_trigger, whoami
+    from runner.serve.daemon import serve_pid
+
+    s = settings()
+    s.jobs.get(name)  # an unknown job exits 2 here
+    request_id = request_trigger(s.store, name, by=whoami())
+    pid = serve_pid(s.home)
+    if as_json:
+        echo_json({"request": request_id, "job": name, "serve_pid": pid})
+        return
+    where = f"serve (pid {pid}) runs it now" if pid else "serve is not running: it runs when serve starts"
+    click.echo(f"trigger {request_id} for {name}: {where}; see: runner runs list --job {name}")
+
+
 COMMANDS = [jobs_group]

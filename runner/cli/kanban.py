@@ -1,4 +1,4 @@
-"""``runner kanban add | list | show | move | comment | block | unblock | archive | dispatch | work``."""
+"""``runner kanban add | list | show | move | comment | block | unblock | retry | archive | dispatch | work``."""
 
 from __future__ import annotations
 
@@ -226,6 +226,18 @@ def kanban_unblock(task_id: str) -> None:
     """Unblock a task: ready again (todo while a parent is unfinished), with fresh attempts."""
     t = _board().unblock(_id(task_id), now=_now())
     click.echo(f"task {t.id}: {t.status}")
+
+
+@kanban_group.command("retry")
+@click.argument("task_id")
+def kanban_retry(task_id: str) -> None:
+    """Give a failed or blocked task one more attempt: ready again (todo while a parent is
+    unfinished); its attempts so far stay counted. Any other state exits 2."""
+    from runner.control import retry_task, whoami
+
+    retry_task(settings().store, _id(task_id), by=whoami())
+    t = _board().get(_id(task_id))
+    click.echo(f"task {t.id}: {t.status} (attempt {t.attempts + 1} of {t.max_attempts})")
 
 
 @kanban_group.command("archive")

@@ -131,7 +131,7 @@ def format_event(ev: dict[str, Any], *, width: int = 400) -> str:
     kind = ev["kind"]
     ts = local_time(ev["ts"])[11:]
     if kind == "response":
-        calls = ", ".join(f"{c['name']}({_short(c['arguments'], 120)})" for c in payload.get("tool_calls", []))
+        calls = ", ".join(f"{c['name']}({_short(_text(c['arguments']), 120)})" for c in payload.get("tool_calls", []))
         text = f"model turn {payload.get('iteration')}: {payload.get('prompt_tokens')}+{payload.get('completion_tokens')} tokens"
         if payload.get("cached_tokens"):
             text += f" ({payload['cached_tokens']} cached)"
@@ -154,9 +154,9 @@ def format_event(ev: dict[str, Any], *, width: int = 400) -> str:
         partial = f": {_short(payload.get('partial_text', ''), width)}" if payload.get("partial_text") else ""
         return f"{ts}  stream cut after {payload.get('chars', 0)} characters ({payload.get('error')}){partial}"
     if kind == "tool_call":
-        return f"{ts}  -> {payload.get('name')} {_short(payload.get('arguments', ''), width)}"
+        return f"{ts}  -> {payload.get('name')} {_short(_text(payload.get('arguments', '')), width)}"
     if kind == "tool_result":
-        mark = "BLOCKED " if str(payload.get("result", "")).startswith("blocked:") else ""
+        mark = "BLOCKED " if str(payload.get("result", "")).startswith(("blocked:", "blocked (")) else ""
         flag = " (failed)" if payload.get("failed") else ""
         return f"{ts}  <- {mark}{payload.get('name')}{flag}: {_short(payload.get('result', ''), width)}"
     if kind == "subagent_started":
@@ -176,6 +176,11 @@ def format_event(ev: dict[str, Any], *, width: int = 400) -> str:
     if kind == "request":
         return f"{ts}  request {payload.get('iteration')}: {payload.get('messages')} messages, {payload.get('tools')} tools"
     return f"{ts}  {kind}: {_short(json.dumps(payload, ensure_ascii=False), width)}"
+
+
+def _text(value: Any) -> str:
+    """Tool-call arguments as shown: stored as JSON (older rows: as the model's text)."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 def _short(text: str, width: int) -> str:
@@ -209,6 +214,7 @@ def runs_show(run_id: str, as_json: bool) -> None:
     click.echo(f"status   {row['status']}{'  reason: ' + row['reason'] if row['reason'] else ''}")
     if row["error"]:
         click.echo(f"error    {row['error']}")
+    _waiting(row)
     click.echo(f"started  {local_time(row['started_at'])}   took {_duration(row)}")
     if row.get("dispatched_at") and row.get("started_at"):
         click.echo(f"queue    {_queue(row)}")
@@ -233,6 +239,34 @@ def runs_show(run_id: str, as_json: bool) -> None:
     for ev in evs:
         if ev["kind"] != "stream_text":  # the text as it arrived (runs logs): the response has it whole
             click.echo(format_event(ev))
+
+
+def _waiting(row: dict[str, Any]) -> None:
+    """A running run parked on an approval says so, with the commands that answer it."""
+    if row["status"] != RunStatus.RUNNING:
+        return
+    from runner.store.control import waiting_on
+
+    request = waiting_on(settings().store, row["id"])
+    if request is not None:
+        click.echo(
+            f"waiting  for approval {request.id} until {local_time(request.expires_at)}: {request.command[:120]}\n"
+            f"         runner approvals grant {request.id}  |  runner approvals deny {request.id} --reason TEXT"
+        )
+
+
+@runs_group.command("cancel")
+@click.argument("run_id")
+def runs_cancel(run_id: str) -> None:
+    """Ask run RUN_ID to finish its current step and end interrupted (reason cancelled), whether
+    serve or run-job started it; a run waiting on an approval stops waiting. Exit 2 when the run
+    is unknown or not running."""
+    from runner.control import request_cancel, whoami
+
+    store = settings().store
+    row = find_run(store, run_id)
+    request_cancel(store, row["id"], by=whoami())
+    click.echo(f"cancel requested for run {row['id']} ({row['job']}): it ends after its current step")
 
 
 def _cached(row: dict[str, Any]) -> str:
@@ -335,5 +369,8 @@ def runs_search(query: str, job: str | None, since: str | None, limit: int, raw:
         click.echo(f"{h.run_id}  {h.job}  {local_time(h.ts)}  {what}")
         click.echo(f"    {h.snippet}")
 
+from runner.cli._prune import runs_prune  # noqa: E402 - `runs prune` lives in its own module
+
+runs_group.add_command(runs_prune)
 
 COMMANDS = [runs_group]

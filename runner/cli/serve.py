@@ -17,15 +17,26 @@ from runner.cli._util import settings
     default="info",
     show_default=True,
 )
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"], case_sensitive=False),
+    help="log lines as text or one JSON object per line (default: $RUNNER_LOG_FORMAT, config log_format, text)",
+)
 @click.pass_context
-def serve(ctx: click.Context, log_level: str) -> None:
-    """Fire scheduled jobs until SIGTERM/SIGINT (one instance per RUNNER_HOME)."""
+def serve(ctx: click.Context, log_level: str, log_format: str | None) -> None:
+    """Fire scheduled jobs until SIGTERM/SIGINT (one instance per RUNNER_HOME). Under systemd:
+    Type=notify readiness and watchdog, journald-friendly log lines (docs/operations.md)."""
     if ctx.invoked_subcommand is not None:
         return
+    import os
+
     from runner.serve.daemon import run_serve
+    from runner.serve.logs import choose_format
     from runner.serve.loops import LOOPS
 
-    sys.exit(run_serve(settings(), loops=LOOPS, log_level=log_level))
+    s = settings()
+    fmt = choose_format(log_format, os.environ, s.config.log_format)
+    sys.exit(run_serve(s, loops=LOOPS, log_level=log_level, log_format=fmt))
 
 
 @serve.command("reload")

@@ -112,6 +112,7 @@ class JobSpec(Strict):
     max_iterations: int = Field(30, ge=1, le=10_000)
     timeout: Duration = 1200.0
     idle_timeout: Duration = 300.0
+    approval_timeout: Duration = 3600.0  # how long a parked approval waits (approvals: manual, nobody at a terminal)
     retries: Retries = Field(default_factory=Retries)
     catchup: Literal["skip", "once", "all"] = "once"
     catchup_window: Duration | None = None
@@ -162,7 +163,7 @@ class JobSpec(Strict):
                 raise ValueError(f"{name!r} is not an environment variable name")
         return value
 
-    @field_validator("timeout", "idle_timeout")
+    @field_validator("timeout", "idle_timeout", "approval_timeout")
     @classmethod
     def _positive(cls, value: float) -> float:
         if value <= 0:

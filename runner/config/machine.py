@@ -191,6 +191,22 @@ class SearchConfig(Strict):
         if self.provider == "searxng":
             return f"{(self.url or '').rstrip('/')}/search"
         return self.url or SEARCH_URLS[self.provider]
+class RetentionConfig(Strict):
+    """``retention:``: what `runner runs prune` and serve's daily pass remove. A run (with its events,
+    approval audit, output file and transcript) goes when it is older than ``runs_older_than`` and
+    is not among the newest ``keep_last`` runs of its job; runs that are queued or running, hold an
+    open budget reservation or a pending approval, belong to an unfinished kanban task or are a
+    job's newest success (``last_output``) are always kept."""
+
+    runs_older_than: Duration | None = None  # e.g. 90d; None: serve prunes no runs
+    keep_last: int = Field(20, ge=0)  # per job, whatever their age
+    outputs: bool = True  # remove a pruned run's output file (RUNNER_HOME/outputs/JOB/RUN.md)
+    transcripts: bool = True  # and its transcript (RUNNER_HOME/logs/runs/RUN.json)
+    logs_older_than: Duration | None = None  # kanban attempt logs of finished tasks (RUNNER_HOME/logs/kanban)
+    every: Duration = Field(86400.0, gt=0)  # how often serve applies it
+    batch: int = Field(200, ge=1, le=10000)  # runs deleted per transaction by serve (the CLI: at least 2,000)
+
+
 class Caps(Strict):
     """USD spend caps over a UTC day and a UTC month (None: no cap)."""
 
@@ -223,6 +239,8 @@ class Config(Strict):
     auxiliary: str | None = None  # PROVIDER[/MODEL] for side calls (context summaries)
     skills_review: SkillsReviewConfig = Field(default_factory=SkillsReviewConfig)
     budgets: Budgets = Field(default_factory=Budgets)
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    log_format: Literal["text", "json"] | None = None  # serve's log lines; None: text (RUNNER_LOG_FORMAT wins)
     mcp_servers: dict[str, McpServer] = Field(default_factory=dict)
     tools_dirs: list[str] = Field(default_factory=list)  # operator tool folders (relative: to config.yaml's)
     path: str | None = None

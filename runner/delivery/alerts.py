@@ -10,7 +10,7 @@ of rows left ``running`` (``unknown``).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -27,6 +27,7 @@ from runner.store.runs import Recorder
 if TYPE_CHECKING:
     from runner.config.jobs import Job
     from runner.config.machine import Config
+    from runner.store.control import ApprovalRequest
 
 FAILING = frozenset({RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.UNKNOWN})
 ALERTED_INTERRUPTIONS = frozenset({"shutdown"})  # a person's Ctrl-C or an overlap replace is no alert
@@ -41,6 +42,7 @@ class Event:
     PAUSED = "paused"
     DELIVERY_FAILED = "delivery_failed"
     SKIPPED = "skipped"  # a budget cap kept the run from starting
+    APPROVAL = "approval_needed"  # a run parked on a dangerous command waits for a person
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,27 @@ class Alerter:
         note = "delivery failed: " + "; ".join(f"{d.sink}: {d.detail}" for d in failed)
         return self._throttled(sinks, throttle.DELIVERY, Event.DELIVERY_FAILED, end, note=note)
 
+    def approval_needed(self, job: Job | None, request: ApprovalRequest) -> list[Delivered]:
+        """A run parked on a dangerous command (never throttled: each one waits for an answer)."""
+        sinks = self.sinks(job)
+        if not sinks:
+            return []
+        end = RunEnd(request.job, request.run_id, RunStatus.RUNNING, "approval")
+        note = (
+            f"waiting for approval {request.id} until {request.expires_at}: {request.command}\n"
+            f"reasons: {'; '.join(request.reasons)}\n"
+            f"grant: runner approvals grant {request.id}\n"
+            f"deny:  runner approvals deny {request.id} --reason '...'"
+        )
+        base = self.message(Event.APPROVAL, end, note)
+        extra = {"approval_id": request.id, "command": request.command, "grant": f"runner approvals grant {request.id}"}
+        message = replace(base, key=f"{request.run_id}:approval:{request.id}", payload={**base.payload, **extra})
+        results = [send(sink, message, self.ctx) for sink in sinks]
+        self._recorder(end.run_id)(
+            "alert", {"event": Event.APPROVAL, "sent": True, "sinks": [r.as_dict() for r in results]}
+        )
+        return results
+
     # -- sending ------------------------------------------------------------------------------------
     def _throttled(self, sinks: list[Sink], topic: str, event: str, end: RunEnd, note: str = "") -> list[Delivered]:
         limits = self.config.alerts_throttle
@@ -192,6 +215,7 @@ class Alerter:
             Event.RECOVERED: "recovered",
             Event.PAUSED: "paused",
             Event.DELIVERY_FAILED: "delivery failed",
+            Event.APPROVAL: "approval needed",
         }[event]
         subject = f"[runner] {end.job}: {title}"
         lines = [f"run {end.run_id}: {end.status}" + (f" ({end.reason})" if end.reason else "")]

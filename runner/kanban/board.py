@@ -241,6 +241,26 @@ class Board:
             raise UsageError(f"task {task_id} is not blocked")
         return self.move(task_id, TaskStatus.READY, now=now)
 
+    def retry(self, task_id: int, *, now: datetime, actor: str = "user") -> Task:
+        """A ``failed`` or ``blocked`` task goes back to ``ready`` (``todo`` while a parent is
+        unfinished) with one more attempt; its attempts so far stay counted. Any other state is a
+        ``UsageError`` naming it."""
+        with self._tx() as conn:
+            row = self._row(conn, task_id)
+            if row["status"] not in (TaskStatus.FAILED, TaskStatus.BLOCKED):
+                raise UsageError(
+                    f"task {task_id} is {row['status']}; only a failed or blocked task can be retried"
+                )
+            status = TaskStatus.TODO if self._waiting(conn, task_id) else TaskStatus.READY
+            conn.execute(
+                "UPDATE tasks SET status=?, lease_owner=NULL, lease_expires=NULL, not_before=NULL, reason=NULL, "
+                "max_attempts=MAX(max_attempts, attempts + 1), updated_at=? WHERE id=?",
+                (status, iso(now), task_id),
+            )
+            payload = {"from": row["status"], "to": status, "attempt": row["attempts"] + 1, "by": actor}
+            self._event(conn, task_id, "retried", row["fence"], now, payload)
+        return self.get(task_id)
+
     # -- the dispatcher -----------------------------------------------------------------
     def promote(self, *, now: datetime) -> list[int]:
         """todo -> ready for every task whose parents are all done."""

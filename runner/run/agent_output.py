@@ -247,6 +247,7 @@ def _converse(
             prune=pruner,
             redact=run.redactor,
             totals=totals,
+            tracer=run.tracer,
         )
 
     result = loop(limits)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import replace
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
@@ -22,6 +23,7 @@ from runner.clock import utcnow
 from runner.delivery.alerts import Alerter, RunEnd, tail, tail_of_run
 from runner.delivery.send import SendContext
 from runner.errors import RunnerError, StoreError, Tampered, failure_reason
+from runner.run.cancel import CancelWatch
 from runner.run.delivery import Output, deliver
 from runner.run.prepare import Prepared, prepare
 from runner.run.prerun import PreRunResult
@@ -34,9 +36,12 @@ from runner.statuses import RunStatus
 from runner.store import dumps
 from runner.store.runs import Recorder, create_run, finish_run, last_output, mark_started, update_run
 from runner.store.search import index_output
+from runner.tracing import Tracer, tracer_from_env
 
 if TYPE_CHECKING:
+    from runner.run.parked import Parking
     from runner.safety.approval import Gate
+    from runner.store.control import ApprovalRequest
 
 __all__ = ["Run", "RunOutcome", "RunRequest", "execute"]
 
@@ -64,6 +69,8 @@ class Run:
         self._backend: Backend | None = None
         self.control: ControlPlane | None = None
         self._before: Fingerprint | None = None
+        self.cancel = CancelWatch(settings.store.path, run_id, req.stop)  # `runner runs cancel` sets req.stop
+        self.tracer: Tracer = tracer_from_env()
 
     @classmethod
     def start(cls, settings: Settings, req: RunRequest, prepared: Prepared) -> Run:
@@ -86,8 +93,22 @@ class Run:
         return cls(settings, req, prepared, run_id, now)
 
     def go(self) -> RunOutcome:
+        """The steps inside the run's span (``runner.tracing``; a no-op unless OTel is configured)."""
+        try:
+            with self.tracer.span("run", {"runner.run_id": self.run_id, "runner.job": self.job.name}) as span:
+                span.set("runner.trigger", str(self.req.trigger))
+                outcome = self._go()
+                span.set("runner.status", str(outcome.status))
+                if outcome.reason:
+                    span.set("runner.reason", outcome.reason)
+            return outcome
+        finally:
+            self.tracer.close()
+
+    def _go(self) -> RunOutcome:
         try:
             self.emit("run_started", {"job": self.job.name, "trigger": self.req.trigger, "pid": os.getpid()})
+            self.cancel.start()
             refused = self.reserve()
             if refused is not None:
                 self.result = refused
@@ -210,7 +231,32 @@ class Run:
             redact=self.redactor,
             interactive=self.req.interactive,
             control=self.control,
+            parking=self.parking(),
         )
+
+    def parking(self) -> Parking | None:
+        """``approvals: manual`` with nobody at a terminal: a dangerous command parks the run
+        until a person answers (``runner.run.parked``); None otherwise."""
+        if self.job.spec.approvals != "manual" or self.req.interactive:
+            return None
+        from runner.run.parked import Parking
+
+        return Parking(
+            store=self.settings.store,
+            run_id=self.run_id,
+            job=self.job.name,
+            timeout=self.job.spec.approval_timeout,
+            deadline=lambda: self.loop_deadline,
+            stop=self.req.stop,
+            redact=self.redactor,
+            emit=self.emit,
+            notify=self.alert_approval,
+            cancelled_by=lambda: self.cancel.by,
+        )
+
+    def alert_approval(self, request: ApprovalRequest) -> None:
+        """The alert of a parked approval, naming the command that answers it."""
+        self.alerter.approval_needed(self.job, request)
 
     @cached_property
     def variables(self) -> dict[str, Any]:
@@ -306,6 +352,14 @@ class Run:
             self.emit("error", {"reason": reason, "error": error})
         return RunOutcome(self.run_id, RunStatus.FAILED, reason=reason, error=error)
 
+    def cancelled(self, result: RunOutcome) -> RunOutcome:
+        """An interruption that a cancel request caused says so (reason ``cancelled``, who asked)."""
+        by = self.cancel.by
+        if by is None or result.status != RunStatus.INTERRUPTED:
+            return result
+        self.emit("cancelled", {"by": by})
+        return replace(result, reason="cancelled", error=f"cancelled by {by} (runner runs cancel)")
+
     def save_transcript(self, messages: list[dict[str, Any]]) -> Path:
         """The conversation as sent to the model (after pruning), redacted, for post-mortems."""
         path = self.settings.home / "logs" / "runs" / f"{self.run_id}.json"
@@ -314,8 +368,10 @@ class Run:
 
     def finish(self) -> None:
         """Close the backend and give the row its final status (always, from ``go``'s ``finally``)."""
+        self.cancel.close()
         if self._backend is not None:
             self._backend.close()
+        self.result = self.cancelled(self.result)
         try:
             self.check_tamper()  # a run that failed or was interrupted is checked too
         except Tampered as exc:

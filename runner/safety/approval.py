@@ -1,8 +1,10 @@
 """Approval of dangerous commands: a policy and a callback chosen once at run start, then frozen.
 
-``deny`` (the default, and what every unattended run gets) blocks dangerous commands and tells
-the model to find another way; ``approve`` auto-approves them; ``manual`` asks on the TTY (y/N,
-default no, with a timeout) and acts as ``deny`` without one. ``allow:`` glob patterns approve a
+``deny`` (the default) blocks dangerous commands and tells the model to find another way;
+``approve`` auto-approves them; ``manual`` asks on the TTY (y/N, default no, with a timeout) and,
+with nobody at a terminal (serve, kanban workers, ``run-job`` without a TTY), parks the run until a
+person answers with ``runner approvals grant | deny`` or ``approval_timeout`` passes
+(``runner.safety.parked``). ``allow:`` glob patterns approve a
 command whose every dangerous segment matches a pattern, under every policy. Hardline commands
 are blocked under every policy and by every pattern. Each decision is written to the
 ``approvals`` table (command redacted) and logged as a run event.
@@ -37,13 +39,35 @@ TOOL_BLOCKED = "blocked: {tool} {reasons}; it is not allowed in this run. Find a
 TOOL_HARDLINE = "blocked: an argument of {tool} holds a command that never runs under runner ({reasons}). Do not retry it."
 
 
+@dataclass(frozen=True)
+class Answer:
+    """A callback's decision with who made it (``by``: ``policy``, ``human``, ``user@host``,
+    ``timeout``...) and, for a denial, why (told to the model)."""
+
+    approved: bool
+    by: str
+    why: str = ""
+
+
 class Callback(Protocol):
-    """Decides a dangerous (not hardline) command. True approves."""
+    """Decides a dangerous (not hardline) command: True approves; an ``Answer`` also names who decided."""
 
     @property
     def name(self) -> str: ...
 
-    def __call__(self, command: str, verdict: Verdict) -> bool: ...
+    def __call__(self, command: str, verdict: Verdict) -> bool | Answer: ...
+
+
+def _ask(callback: Callback, command: str, verdict: Verdict) -> Answer:
+    result = callback(command, verdict)
+    if isinstance(result, Answer):
+        return result
+    return Answer(result, "human" if callback.name == "tty" else "policy")
+
+
+def _blocked(template: str, answer: Answer, **fields: str) -> str:
+    text = template.format(**fields)
+    return f"blocked ({answer.why}): {text.removeprefix('blocked: ')}" if answer.why else text
 
 
 @dataclass(frozen=True)
@@ -251,11 +275,11 @@ def decide(
         return Decision(True, "dangerous", reasons, "allow")
     if callback is None:  # fail closed
         return Decision(False, "dangerous", reasons, "policy", BLOCKED_TEMPLATE.format(reasons="; ".join(reasons)))
-    approved = callback(command, verdict)
-    by = "human" if callback.name == "tty" else "policy"
-    if approved:
-        return Decision(True, "dangerous", reasons, by)
-    return Decision(False, "dangerous", reasons, by, BLOCKED_TEMPLATE.format(reasons="; ".join(reasons)))
+    answer = _ask(callback, command, verdict)
+    if answer.approved:
+        return Decision(True, "dangerous", reasons, answer.by)
+    message = _blocked(BLOCKED_TEMPLATE, answer, reasons="; ".join(reasons))
+    return Decision(False, "dangerous", reasons, answer.by, message)
 
 
 def decide_tool(check: ToolCheck, *, callback: Callback | None) -> Decision:
@@ -272,12 +296,14 @@ def decide_tool(check: ToolCheck, *, callback: Callback | None) -> Decision:
     if check.level == "safe":
         return Decision(True, "safe", (), "safe")
     reasons = (check.reason,)
-    blocked = TOOL_BLOCKED.format(tool=check.tool, reasons=check.reason)
     if callback is None:
-        return Decision(False, "dangerous", reasons, "policy", blocked)
-    approved = callback(check.summary or check.tool, Verdict("dangerous", reasons, (), ()))
-    by = "human" if callback.name == "tty" else "policy"
-    return Decision(True, "dangerous", reasons, by) if approved else Decision(False, "dangerous", reasons, by, blocked)
+        message = TOOL_BLOCKED.format(tool=check.tool, reasons=check.reason)
+        return Decision(False, "dangerous", reasons, "policy", message)
+    answer = _ask(callback, check.summary or check.tool, Verdict("dangerous", reasons, (), ()))
+    if answer.approved:
+        return Decision(True, "dangerous", reasons, answer.by)
+    message = _blocked(TOOL_BLOCKED, answer, tool=check.tool, reasons=check.reason)
+    return Decision(False, "dangerous", reasons, answer.by, message)
 
 
 @dataclass(frozen=True)
@@ -355,8 +381,13 @@ def build_gate(
     redact: Callable[[str], str],
     interactive: bool,
     control: ControlPlane | None = None,
+    parking: Callback | None = None,
 ) -> Gate:
+    """The run's gate. ``parking``: the callback of ``approvals: manual`` with nobody at a
+    terminal (``runner.safety.parked.Parking``); without one such a run denies."""
     policy = job.spec.approvals
     callback = callback_for(policy, interactive=interactive)
+    if policy == "manual" and not interactive and parking is not None:
+        callback = parking
     record = audit_recorder(store, run_id, policy, emit, redact)
     return Gate(policy, tuple(job.spec.allow), callback, record, control)

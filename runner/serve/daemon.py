@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 from runner.errors import AlreadyRunning
 from runner.serve.host import Clock, ServeHost, SystemClock, Ticker, TickerFactory
+from runner.serve.logs import JsonFormatter, LogFormat, stream_formatter, text_formatter
+from runner.serve.notify import WatchdogTicker, sd_notify, watchdog_interval
 from runner.settings import Settings
 from runner.store import Store
 
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
     from runner.serve.watch import JobsWatcher
     from runner.store.lease import Lease
 
+CONTROL_CHECK_S = 0.05  # how often the schedule ticker looks (data_version) for trigger and cancel requests
 MAX_SLEEP_S = 1.0  # the loop looks at the wall clock at least this often (clock jumps, sleep)
 LOG_BYTES = 5_000_000
 LOG_BACKUPS = 3
@@ -94,22 +97,23 @@ def _release_hold_at_start(home: Path, log: logging.Logger) -> None:
         hold.unlink(missing_ok=True)
 
 
-def setup_logging(home: Path, level: str = "INFO") -> logging.Logger:
-    """serve logs to stderr and to a rotating ``RUNNER_HOME/logs/serve.log``."""
+def setup_logging(home: Path, level: str = "INFO", fmt: LogFormat = LogFormat.TEXT) -> logging.Logger:
+    """serve logs to stderr and to a rotating ``RUNNER_HOME/logs/serve.log``: text with
+    timestamps, or JSON lines (``fmt``); on stderr under journald, without timestamps
+    (``runner.serve.logs``)."""
     log = logging.getLogger("runner.serve")
     log.setLevel(level.upper())
     log.propagate = False
     for handler in list(log.handlers):
         log.removeHandler(handler)
         handler.close()
-    fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s")
-    fmt.default_msec_format = "%s.%03d"
     stream = logging.StreamHandler(sys.stderr)
+    stream.setFormatter(stream_formatter(fmt, sys.stderr, os.environ))
     logs = home / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     rotating = logging.handlers.RotatingFileHandler(logs / "serve.log", maxBytes=LOG_BYTES, backupCount=LOG_BACKUPS)
+    rotating.setFormatter(JsonFormatter() if fmt == LogFormat.JSON else text_formatter())
     for handler in (stream, rotating):
-        handler.setFormatter(fmt)
         log.addHandler(handler)
     return log
 
@@ -171,8 +175,10 @@ class Serve:
         clock: Clock | None = None,
         loops: Sequence[TickerFactory] = (),
         log_level: str = "INFO",
+        log_format: LogFormat = LogFormat.TEXT,
     ):
         self.settings = settings
+        self.log_format = log_format
         self.clock = clock or SystemClock()
         self.loops = list(loops)
         self.log_level = log_level
@@ -239,7 +245,7 @@ class Serve:
         # from here a signal only sets a flag: SIGTERM during start-up stops cleanly, SIGHUP reloads
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
         old_wakeup = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
-        log = setup_logging(s.home, self.log_level)
+        log = setup_logging(s.home, self.log_level, self.log_format)
         config = s.config
         launcher = Launcher(config_path=s.config_path)
         warmed = launcher.warm()  # the forkserver imports the worker while we load jobs
@@ -277,7 +283,7 @@ class Serve:
             alerts=alerts,
             bridges=Bridges(s.home, s.config_path, secrets.getenv, log),
         )
-        schedule = ScheduleTicker(store=store, pool=pool, log=log)
+        schedule = ScheduleTicker(store=store, pool=pool, log=log, check=CONTROL_CHECK_S)
         warmed()
         now = self.clock.now()
         register_serve(store, jobs_path=str(jobs.path), heartbeat_s=config.serve.heartbeat_s, now=now)
@@ -302,6 +308,9 @@ class Serve:
             ex = config.executor
             tickers.append(LostRunsTicker(store, log, every=ex.heartbeat_s, lost_after_s=ex.lost_after_s))
         tickers.extend(factory(host) for factory in self.loops)
+        watchdog = watchdog_interval()
+        if watchdog is not None:
+            tickers.append(WatchdogTicker(watchdog))
         log.info(
             "serve started: pid %d, %d jobs from %s, max_parallel %d%s",
             os.getpid(),
@@ -310,8 +319,10 @@ class Serve:
             config.serve.max_parallel,
             f", {adopted} queued runs adopted" if adopted else "",
         )
+        sd_notify(f"READY=1\nSTATUS=firing {len(jobs.jobs)} jobs\nMAINPID={os.getpid()}")
         try:
             self._loop(tickers, pool, watcher)
+            sd_notify("STOPPING=1\nSTATUS=stopping: waiting for running workers")
             log.info("stopping: no new fires; stopping %d running worker(s)", len(pool.active()))
             pool.shutdown(config.serve.shutdown_grace, hurry=lambda: self._stops > 1)
         finally:
@@ -361,6 +372,12 @@ class Serve:
                 pass  # drained
 
 
-def run_serve(settings: Settings, *, loops: Sequence[TickerFactory] = (), log_level: str = "INFO") -> int:
+def run_serve(
+    settings: Settings,
+    *,
+    loops: Sequence[TickerFactory] = (),
+    log_level: str = "INFO",
+    log_format: LogFormat = LogFormat.TEXT,
+) -> int:
     """Run serve until SIGTERM/SIGINT with ``loops`` beside the built-in tickers."""
-    return Serve(settings, loops=loops, log_level=log_level).run()
+    return Serve(settings, loops=loops, log_level=log_level, log_format=log_format).run()

@@ -66,11 +66,11 @@ def follow_remote(pool: Pool, spawner: CelerySpawner, store: Store, jobs: dict[s
     them); return how many."""
     from runner.clock import parse_iso, utcnow
     from runner.serve.fire import Fire
-    from runner.serve.pool import SCHEDULED
+    from runner.serve.pool import RETRIED
     from runner.statuses import RunStatus, Trigger
 
     rows = store.query(
-        "SELECT * FROM runs WHERE status=? AND worker IS NOT NULL AND trigger IN (?, ?)", (RunStatus.RUNNING, *SCHEDULED)
+        "SELECT * FROM runs WHERE status=? AND worker IS NOT NULL AND trigger IN (?, ?, ?)", (RunStatus.RUNNING, *RETRIED)
     )
     count = 0
     for row in rows:

@@ -1,5 +1,5 @@
 """The loops `runner serve` runs beside the scheduler: the kanban dispatcher, the one-time
-cleanup of stale runner containers, and the idle Curator.
+cleanup of stale runner containers, the idle Curator and retention.
 
 Each factory takes the ``ServeHost`` and returns a ticker (``tick(now)``, ``next_wake(now)``,
 ``close()``); ``LOOPS`` lists them and ``runner.cli.serve`` passes them to the daemon.
@@ -7,6 +7,7 @@ Each factory takes the ``ServeHost`` and returns a ticker (``tick(now)``, ``next
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from datetime import datetime, timedelta
 
@@ -138,6 +139,82 @@ class CuratorLoop:
         return None
 
 
+class RetentionLoop:
+    """config.yaml's ``retention:`` applied every ``retention.every`` (daily), first at start: a
+    thread with its own connection prunes in batches of ``retention.batch`` runs, one short
+    transaction each with a pause between them, so serve's own writes (a fire's ledger row) wait at
+    most one batch and fires stay on time. Does nothing when no ``runs_older_than`` /
+    ``logs_older_than`` is configured."""
+
+    name = "retention"
+    PAUSE_S = 0.02  # between batches: serve's writes get the lock
+    VACUUM_PAGES = 500  # pages given back per step (a step holds the write lock ~25 ms)
+
+    def __init__(self, host: ServeHost):
+        self.host = host
+        self.conf = host.settings.config.retention
+        self._next: datetime | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    @property
+    def enabled(self) -> bool:
+        return self.conf.runs_older_than is not None or self.conf.logs_older_than is not None
+
+    def tick(self, now: datetime) -> None:
+        if not self.enabled or (self._next is not None and now < self._next):
+            return
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._next = now + timedelta(seconds=self.conf.every)
+        self._thread = threading.Thread(target=self._run, args=(now,), name="runner-retention", daemon=True)
+        self._thread.start()
+
+    def _run(self, now: datetime) -> None:
+        from runner.store import Store
+        from runner.store.retention import Policy, Pruner, old_logs
+
+        store = Store.open(self.host.store.path, migrate=False)
+        try:
+            home, conf = self.host.settings.home, self.conf
+            logs = old_logs(home, store, conf.logs_older_than, now) if conf.logs_older_than is not None else []
+            for path in logs:
+                path.unlink(missing_ok=True)
+            if conf.runs_older_than is None:
+                return
+            policy = Policy(conf.runs_older_than, conf.keep_last, conf.outputs, conf.transcripts)
+            pruner = Pruner(store, home, policy, now, batch=conf.batch)
+            while not self._stop.is_set() and pruner.step():
+                self._stop.wait(self.PAUSE_S)
+            while not self._stop.is_set() and pruner.vacuum_step(self.VACUUM_PAGES):
+                self._stop.wait(self.PAUSE_S)
+            result = pruner.result()
+            if result.runs or logs:
+                self.host.log.info(
+                    "retention: removed %d runs (%d events), %d files, %d kanban logs",
+                    result.runs,
+                    result.events,
+                    result.files,
+                    len(logs),
+                )
+        except sqlite3.Error as exc:
+            self.host.log.warning("retention pass failed (tried again next time): %s", exc)
+        finally:
+            store.close()
+
+    def next_wake(self, now: datetime) -> datetime | None:
+        return self._next if self.enabled else None
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+
+def retention_loop(host: ServeHost) -> Ticker:
+    return RetentionLoop(host)
+
+
 def curator_loop(host: ServeHost) -> Ticker:
     return CuratorLoop(host)
 
@@ -150,4 +227,4 @@ def container_cleanup(host: ServeHost) -> Ticker:
     return ContainerCleanup(host)
 
 
-LOOPS: tuple[TickerFactory, ...] = (kanban_loop, container_cleanup, curator_loop)
+LOOPS: tuple[TickerFactory, ...] = (kanban_loop, container_cleanup, curator_loop, retention_loop)

@@ -37,7 +37,8 @@ from runner.store.runs import create_run, finish_run, update_run
 
 FAILED = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.UNKNOWN)
 SCHEDULED = (Trigger.SCHEDULE, Trigger.RETRY)
-RETRIED = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.UNKNOWN)  # unknown: only a lost remote worker's run gets here
+RETRIED = (*SCHEDULED, Trigger.MANUAL)  # `runner jobs trigger` runs get the job's retries too
+RETRY_STATUSES = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.UNKNOWN)  # unknown: only a lost remote worker's run gets here
 
 
 class Alerts(Protocol):
@@ -161,6 +162,18 @@ class Pool:
         self._queued[name] = self._queued.get(name, 0) + 1
         self.pump()
         return RunStatus.QUEUED
+
+    def drop(self, run_id: str, *, by: str) -> bool:
+        """A waiting (not yet started) fire that was cancelled ends ``interrupted`` (reason
+        ``cancelled``) without starting; False when ``run_id`` is not waiting here."""
+        for entry in self._waiting:
+            if entry.fire.run_id == run_id:
+                self._unqueue(entry)
+                error = f"cancelled by {by} (runner runs cancel) before it started"
+                finish_run(self.store, run_id, RunStatus.INTERRUPTED, reason="cancelled", error=error)
+                self.log.info("cancelled %s run %s before it started (by %s)", entry.fire.job.name, run_id, by)
+                return True
+        return False
 
     def _unqueue(self, entry: _Waiting) -> None:
         self._waiting.remove(entry)
@@ -292,12 +305,12 @@ class Pool:
             run.handle.pid,
             code,
         )
-        if fire.trigger not in SCHEDULED:
+        if fire.trigger not in RETRIED:
             return
         retries = fire.job.spec.retries
-        if status in RETRIED and fire.attempt <= retries.attempts and not self._closing:
+        if status in RETRY_STATUSES and fire.attempt <= retries.attempts and not self._closing:
             self._retry(fire, retries.backoff * 2 ** (fire.attempt - 1))
-        elif status in FAILED or completed:
+        elif fire.trigger in SCHEDULED and (status in FAILED or completed):
             self._streak(fire, RunEnd(fire.job.name, fire.run_id, status, reason))
 
     def _alert(self, fire: Fire, end: RunEnd) -> None:
@@ -351,11 +364,11 @@ class Pool:
         self._per_job[fire.job.name] = self._per_job.get(fire.job.name, 0) + 1
 
     def adopt(self, jobs: dict[str, Job]) -> int:
-        """Queue the scheduled rows a previous serve left ``queued`` (pending retries, or fires
-        it had not started when it died)."""
+        """Queue the rows a previous serve left ``queued`` (pending retries, or fires and
+        triggers it had not started when it died)."""
         rows = self.store.query(
-            "SELECT * FROM runs WHERE status=? AND trigger IN (?, ?) ORDER BY COALESCE(not_before, slot, created_at)",
-            (RunStatus.QUEUED, *SCHEDULED),
+            "SELECT * FROM runs WHERE status=? AND trigger IN (?, ?, ?) ORDER BY COALESCE(not_before, slot, created_at)",
+            (RunStatus.QUEUED, *RETRIED),
         )
         for row in rows:
             job = jobs.get(row["job"])

@@ -7,6 +7,13 @@ this module writes the decisions of every job due at that moment (``missed`` row
 rows, the new last slots) in one transaction and then submits the queued runs; a row's
 ``created_at`` is the time of its insert, so the ledger shows how late a fire was written. The unique ``(job, slot, attempt)`` index is the last
 word: a slot that already has a row (another process got there first) is not run again.
+
+It also takes the control requests meant for serve (``runner.control``): ``runner jobs trigger``
+rows become ``queued`` runs (trigger ``manual``) submitted to the pool under the job's overlap
+policy, and a cancel of a run still waiting in the pool ends it there. It looks whenever another
+process committed to runner.db (``PRAGMA data_version``, read every tick: no query while nothing
+changes) and asks to be woken every ``check`` seconds for it; a request written while serve was
+down is taken at its first tick.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from runner.serve.pool import Fire, Pool
 from runner.serve.state import load_states, paused_jobs, save_sight, set_last_slot
 from runner.statuses import RunStatus, Trigger
 from runner.store import Store
+from runner.store.control import TriggerRequest, mark_handled, open_triggers, queued_cancels
 from runner.store.runs import create_run, update_run
 
 POLL_S = 1.0  # how often pause flags set by `runner jobs pause|resume` are read
@@ -69,8 +77,13 @@ class JobsChange:
 class ScheduleTicker:
     name = "schedule"
 
-    def __init__(self, *, store: Store, pool: Pool, log: logging.Logger):
+    def __init__(self, *, store: Store, pool: Pool, log: logging.Logger, check: float | None = None):
+        """``check``: seconds between looks for control requests (serve: 0.05); None looks at every
+        tick without asking to be woken for it (in-process tests on an injected clock)."""
         self.store, self.pool, self.log = store, pool, log
+        self.check = timedelta(seconds=check) if check is not None else None
+        self._all: dict[str, Job] = {}  # every job, scheduled or not (a trigger may name any)
+        self._seen_version = -1
         self._entries: dict[str, _Entry] = {}
         self._heap: list[tuple[datetime, int, str]] = []
         self._versions = itertools.count()
@@ -85,6 +98,7 @@ class ScheduleTicker:
         """Install a (re)loaded set of jobs: new ones are seen for the first time, removed ones
         stop firing, changed ones are rescheduled (a changed schedule starts afresh)."""
         self.pool.control_inputs = tuple(str(p) for p in inputs_of(jobs))  # what each run protects
+        self._all = dict(jobs)
         states = load_states(self.store)
         scheduled = {n: j for n, j in jobs.items() if j.schedule_obj is not None}
         removed = tuple(sorted(set(self._entries) - set(scheduled)))
@@ -121,10 +135,12 @@ class ScheduleTicker:
 
     # -- the ticker ----------------------------------------------------------------------------
     def next_wake(self, now: datetime) -> datetime | None:
-        times = [t for t in (self._heap[0][0] if self._heap else None, self._next_poll) if t is not None]
+        check = now + self.check if self.check is not None else None
+        times = [t for t in (self._heap[0][0] if self._heap else None, self._next_poll, check) if t is not None]
         return min(times, default=None)
 
     def tick(self, now: datetime) -> None:
+        self._requests()
         if self._next_poll is None or now >= self._next_poll:
             self._poll_pauses()
             self._next_poll = now + timedelta(seconds=POLL_S)
@@ -139,6 +155,36 @@ class ScheduleTicker:
 
     def close(self) -> None:
         self._heap.clear()
+
+    # -- control requests ----------------------------------------------------------------------
+    def _requests(self) -> None:
+        """Triggers and cancels of queued runs, when another process committed since the last look."""
+        version = self.store.conn.execute("PRAGMA data_version").fetchone()[0]
+        if version == self._seen_version:
+            return
+        self._seen_version = version
+        for request in open_triggers(self.store):
+            self._trigger(request)
+        for request_id, run_id, by in queued_cancels(self.store):
+            if self.pool.drop(run_id, by=by):
+                with self.store.transaction():
+                    mark_handled(self.store, request_id, "dropped before it started")
+
+    def _trigger(self, request: TriggerRequest) -> None:
+        """A ``runner jobs trigger``: a ``queued`` row (trigger ``manual``) and a fire for the pool,
+        the row and the request's ``handled`` mark in one transaction."""
+        job = self._all.get(request.job)
+        with self.store.transaction():
+            if job is None:
+                mark_handled(self.store, request.id, f"no job {request.job} in jobs.yaml")
+                self.log.warning("trigger %s: no job %s in jobs.yaml; ignored", request.id, request.job)
+                return
+            run_id = create_run(
+                self.store, job=job.name, trigger=Trigger.MANUAL, status=RunStatus.QUEUED, now=self.pool.clock.now()
+            )
+            mark_handled(self.store, request.id, run_id)
+        self.log.info("triggered %s by %s (request %s, run %s)", job.name, request.requested_by, request.id, run_id)
+        self.pool.submit(Fire(run_id, job, None, Trigger.MANUAL), job.spec.overlap)
 
     def _poll_pauses(self) -> None:
         flags = paused_jobs(self.store)

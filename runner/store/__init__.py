@@ -138,15 +138,31 @@ class Store:
 
         db = sqlite_utils.Database(self.conn)
         done: list[str] = []
-        for name in pending:
-            module = importlib.import_module(f"runner.store.migrations.{name}")
-            with self.transaction():
-                if self.conn.execute("SELECT 1 FROM _migrations WHERE name=?", (name,)).fetchone():
-                    continue  # another process applied it meanwhile
-                module.apply(db)
-                self.conn.execute("INSERT INTO _migrations VALUES (?, ?)", (name, iso(utcnow())))
-            done.append(name)
+        # the documented way to rebuild a table: foreign keys off (a pragma outside a transaction),
+        # checked with foreign_key_check before each migration commits
+        self.conn.execute("PRAGMA foreign_keys=OFF")
+        try:
+            for name in pending:
+                module = importlib.import_module(f"runner.store.migrations.{name}")
+                with self.transaction():
+                    if self.conn.execute("SELECT 1 FROM _migrations WHERE name=?", (name,)).fetchone():
+                        continue  # another process applied it meanwhile
+                    module.apply(db)
+                    _check_foreign_keys(self.conn, name)
+                    self.conn.execute("INSERT INTO _migrations VALUES (?, ?)", (name, iso(utcnow())))
+                done.append(name)
+        finally:
+            self.conn.execute("PRAGMA foreign_keys=ON")
+        self._settle_auto_vacuum()
         return done
+
+    def _settle_auto_vacuum(self) -> None:
+        """``auto_vacuum`` set on an existing file takes effect at the next VACUUM (m0015 sets it to
+        INCREMENTAL so pruning can give space back): run that VACUUM once, outside any transaction."""
+        mode = self.conn.execute("PRAGMA auto_vacuum").fetchone()[0]
+        if mode != 2 and "m0015_foreign_keys" in self.applied_migrations():
+            self.conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            self.conn.execute("VACUUM")
 
     # -- access -------------------------------------------------------------------------
     @contextmanager
@@ -205,6 +221,14 @@ class Store:
         return [] if rows == ["ok"] else rows
 
 
+def _check_foreign_keys(conn: sqlite3.Connection, migration: str) -> None:
+    """A migration must leave every foreign key satisfied (they were off while it ran)."""
+    bad = conn.execute("PRAGMA foreign_key_check").fetchmany(3)
+    if bad:
+        shown = ", ".join(f"{r[0]} rowid {r[1]} -> {r[2]}" for r in bad)
+        raise StoreError(f"migration {migration} left rows pointing at missing parents: {shown}")
+
+
 def _empty_file(path: Path) -> bool:
     """``path`` is missing or has no bytes (a new store, or one truncated to nothing)."""
     try:
@@ -243,6 +267,8 @@ def _connect(path: Path) -> sqlite3.Connection:
         conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
         conn.row_factory = sqlite3.Row
         conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        if path.stat().st_size == 0:  # a new file: pruning gives space back (PRAGMA incremental_vacuum)
+            conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA foreign_keys=ON")

@@ -21,6 +21,7 @@ from runner.safety.redact import Redactor
 from runner.statuses import FINAL, RunStatus, Trigger
 from runner.store import Store, dumps
 from runner.store.budget import settle
+from runner.store.control import abandon
 
 HOST = socket.gethostname()
 
@@ -112,6 +113,7 @@ def finish_run(store: Store, run_id: str, status: RunStatus, *, now: datetime | 
     with store.transaction():
         update_run(store, run_id, status=status, ended_at=iso(now or utcnow()), **fields)
         settle(store, run_id, now=now)
+        abandon(store, run_id, now=now)  # an approval it was parked on is answered by nobody now
 
 
 def get_run(store: Store, run_id: str) -> dict[str, Any] | None:
@@ -174,6 +176,7 @@ def recover_orphans(store: Store) -> list[str]:
                 (RunStatus.UNKNOWN, iso(utcnow()), run_id, RunStatus.RUNNING),
             )
             if cur.rowcount:
+                abandon(store, run_id)
                 settle(store, run_id)  # what it spent (its events) is counted; its reservation is released
                 changed.append(run_id)
     for run_id in changed:

@@ -17,7 +17,7 @@ from runner.testing import FakeOpenAI, final
 from tests.conftest import Project
 
 # never needed to list jobs, check a command or run a job that runs no command
-HEAVY = {"apscheduler", "docker", "jinja2", "paramiko", "requests", "urllib3"}
+HEAVY = {"apscheduler", "docker", "jinja2", "paramiko", "requests", "urllib3", "opentelemetry", "google"}
 # the model client's libraries: only a command that calls the model may load them
 MODEL_CLIENT = {"httpx", "httpcore", "openai", "h11", "anyio"}
 
@@ -81,7 +81,7 @@ def test_one_turn_run_job_imports_nothing_it_does_not_use(project: Project, fake
     names = imported(project, "run-job", "one")
     assert len(fake.requests) == 1
     assert loaded(names, HEAVY) == []
-    assert under(names, ("runner.safety.shell", "runner.serve", "runner.kanban.")) == []
+    assert under(names, ("runner.safety.shell", "runner.serve", "runner.kanban.", "runner.otel")) == []
     assert {"backends.docker", "backends.ssh"}.isdisjoint(names)  # the implementations, not the specs
 
 

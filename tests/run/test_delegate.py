@@ -247,7 +247,7 @@ def test_in_process_with_the_scripted_model_a_stop_event_ends_every_child(projec
     assert parent["status"] == "interrupted" and [k["status"] for k in kids] == ["interrupted"] * 2
     assert len(llm.requests) == 3  # the parent's turn and one per child; nobody asked again
     for k in kids:
-        ran = [json.loads(p["arguments"])["command"] for e, p in events(project, k["id"]) if e == "tool_call"]
+        ran = [p["arguments"]["command"] for e, p in events(project, k["id"]) if e == "tool_call"]
         assert ran == ["sleep 1"]
 
 

@@ -129,13 +129,16 @@ def test_manual_policy_asks_on_the_tty(project, fake, answer, approved):
     assert row["decided_by"] == "human" and row["decision"] == ("approved" if approved else "denied")
 
 
-def test_manual_policy_without_a_tty_denies(project, fake):
+def test_manual_policy_without_a_tty_parks_then_denies_at_approval_timeout(project, fake):
+    """Without a TTY, `manual` parks the run for a person (tests/control/test_parked.py); with
+    nobody answering, approval_timeout denies."""
     (project.root / "build").mkdir()
     fake.add(call("terminal", {"command": "rm -rf build"}), final("ok"))
-    project.write_jobs("jobs:\n  m:\n    prompt: go\n    approvals: manual\n")
+    project.write_jobs("jobs:\n  m:\n    prompt: go\n    approvals: manual\n    approval_timeout: 1s\n")
     res = project.run("run-job", "m", stdin=__import__("subprocess").DEVNULL)
     assert res.returncode == 0 and (project.root / "build").exists()
-    assert approvals(project)[0]["decided_by"] == "policy"
+    [row] = approvals(project)
+    assert (row["decision"], row["decided_by"]) == ("denied", "timeout")
 
 
 def test_the_policy_does_not_import_the_tools():

@@ -1,0 +1,90 @@
+"""serve's log lines: plain text with timestamps; under journald without them (journald stamps
+each line) and with a ``<N>`` syslog priority prefix journald turns into the entry's priority; or
+one JSON object per line (``--log-format json``, ``RUNNER_LOG_FORMAT=json``, config ``log_format``).
+
+journald is detected the way systemd documents it: ``$JOURNAL_STREAM`` is ``DEVICE:INODE`` of the
+stream systemd connected, and it must be the very stream we write to (a child whose stderr was
+redirected to a file inherits the variable but not the stream).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import IO, Any
+
+
+class LogFormat(StrEnum):
+    TEXT = "text"
+    JSON = "json"
+
+
+FORMAT_ENV = "RUNNER_LOG_FORMAT"
+#: logging level -> syslog priority (sd-daemon(3) prefixes)
+PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3, logging.CRITICAL: 2}
+
+
+def choose_format(option: str | None, environ: Mapping[str, str], configured: str | None) -> LogFormat:
+    """``--log-format`` wins, then ``RUNNER_LOG_FORMAT``, then config.yaml's ``log_format``, else text."""
+    from runner.errors import UsageError
+
+    value = option or environ.get(FORMAT_ENV) or configured or LogFormat.TEXT
+    try:
+        return LogFormat(value.lower())
+    except ValueError:
+        raise UsageError(f"{FORMAT_ENV}={value!r}: expected one of text, json") from None
+
+
+def under_journald(stream: IO[Any], environ: Mapping[str, str]) -> bool:
+    """Whether ``stream`` is the journal stream systemd connected (``$JOURNAL_STREAM``)."""
+    value = environ.get("JOURNAL_STREAM", "")
+    device, _, inode = value.partition(":")
+    if not (device.isdigit() and inode.isdigit()):
+        return False
+    try:
+        st = os.fstat(stream.fileno())
+    except (OSError, ValueError):
+        return False
+    return st.st_dev == int(device) and st.st_ino == int(inode)
+
+
+class JournalFormatter(logging.Formatter):
+    """``<6>message``: no timestamp (journald adds its own), the level as a syslog priority."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"<{PRIORITY.get(record.levelno, 6)}>{super().format(record)}"
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts (UTC, ms), level, logger, msg, and exc when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+            "pid": record.process,
+        }
+        if record.exc_info:
+            doc["exc"] = self.formatException(record.exc_info)
+        return json.dumps(doc, ensure_ascii=False)
+
+
+def text_formatter() -> logging.Formatter:
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s")
+    fmt.default_msec_format = "%s.%03d"
+    return fmt
+
+
+def stream_formatter(kind: LogFormat, stream: IO[Any], environ: Mapping[str, str]) -> logging.Formatter:
+    """The formatter for serve's stderr: JSON if asked, journald's form under journald, else text."""
+    if kind == LogFormat.JSON:
+        return JsonFormatter()
+    if under_journald(stream, environ):
+        return JournalFormatter("%(levelname)s %(message)s")
+    return text_formatter()

@@ -1,0 +1,261 @@
+"""Retention: old runs leave the ledger (with their events and approval audit, by ``ON DELETE
+CASCADE``), their output files and transcripts leave RUNNER_HOME, and the space goes back to the
+file system (``PRAGMA incremental_vacuum``).
+
+``Pruner`` is the one implementation: `runner runs prune` drives it to the end at once, serve's
+``RetentionTicker`` (runner/serve/loops.py) one small batch at a time, so fires stay on time.
+The candidates are chosen once (a run older than the cut-off and not among the newest
+``keep_last`` of its job); every batch's ``DELETE`` checks again that a run is safe to remove
+(``SAFE``), so a run that became referenced meanwhile is kept.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from runner.statuses import TaskStatus
+from runner.store import Store
+
+FINISHED_TASKS = (TaskStatus.DONE, TaskStatus.FAILED, TaskStatus.ARCHIVED)
+VACUUM_PAGES = 2000  # pages given back per incremental_vacuum step (8 MB at 4 KiB pages)
+FULL_VACUUM_BYTES = 64 * 1024 * 1024  # live data up to this: one VACUUM instead of incremental steps
+
+#: a run may go only if nothing live still needs it: not queued/running, no open budget
+#: reservation, no pending approval, no unfinished kanban task, no active child run
+SAFE = f"""
+    runs.status NOT IN ('queued', 'running')
+    AND NOT EXISTS (SELECT 1 FROM budget_runs b WHERE b.run_id = runs.id AND b.state = 'open')
+    AND NOT EXISTS (SELECT 1 FROM approval_requests a WHERE a.run_id = runs.id AND a.status = 'pending')
+    AND (runs.task_id IS NULL OR EXISTS (
+        SELECT 1 FROM tasks t WHERE t.id = runs.task_id AND t.status IN ({", ".join(f"'{s}'" for s in FINISHED_TASKS)})))
+    AND NOT EXISTS (SELECT 1 FROM runs c WHERE c.parent_run_id = runs.id AND c.status IN ('queued', 'running'))
+"""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What to prune: runs created before ``now - older_than``, keeping the newest ``keep_last`` per job."""
+
+    older_than: float  # seconds
+    keep_last: int
+    outputs: bool = True
+    transcripts: bool = True
+
+    def cutoff(self, now: datetime) -> str:
+        return (now - timedelta(seconds=self.older_than)).astimezone(UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    runs: int
+    events: int
+    approvals: int
+    files: int
+    bytes_freed: int  # of the database file (after incremental vacuum) plus the files removed
+    dry_run: bool
+    oldest: str | None = None
+    newest: str | None = None
+
+
+@dataclass
+class Pruner:
+    """Prunes ``store`` by ``policy``, ``batch`` runs per transaction. ``step()`` does one batch
+    and says whether more is left; ``vacuum_step()`` gives back up to ``VACUUM_PAGES`` pages."""
+
+    store: Store
+    home: Path
+    policy: Policy
+    now: datetime
+    batch: int = 500
+    _ids: list[str] = field(default_factory=list, init=False, repr=False)
+    _pos: int = field(default=0, init=False)
+    _counts: dict[str, int] = field(default_factory=lambda: dict(runs=0, events=0, approvals=0, files=0, fbytes=0))
+
+    def __post_init__(self) -> None:
+        self._ids = candidates(self.store, self.policy, self.now)
+        self._size_before = _db_bytes(self.store)
+
+    @property
+    def pending(self) -> int:
+        return len(self._ids) - self._pos
+
+    def step(self) -> bool:
+        """Delete the next batch of candidates (re-checked against ``SAFE``); True while more are left."""
+        ids = self._ids[self._pos : self._pos + self.batch]
+        self._pos += len(ids)
+        if ids:
+            self._delete(ids)
+        return self._pos < len(self._ids)
+
+    def _delete(self, ids: list[str]) -> None:
+        marks = ", ".join("?" for _ in ids)
+        with self.store.transaction() as conn:
+            rows = conn.execute(f"SELECT id, output_path FROM runs WHERE id IN ({marks}) AND {SAFE}", ids).fetchall()
+            gone = [r["id"] for r in rows]
+            if not gone:
+                return
+            gmarks = ", ".join("?" for _ in gone)
+            # the children first, explicitly (counted as they go; the cascade then finds nothing)
+            self._counts["events"] += conn.execute(f"DELETE FROM run_events WHERE run_id IN ({gmarks})", gone).rowcount
+            self._counts["approvals"] += conn.execute(
+                f"DELETE FROM approvals WHERE run_id IN ({gmarks})", gone
+            ).rowcount
+            conn.execute(f"DELETE FROM budget_runs WHERE run_id IN ({gmarks}) AND state = 'settled'", gone)
+            conn.execute(f"DELETE FROM runs WHERE id IN ({gmarks})", gone)
+        self._counts["runs"] += len(gone)
+        for path in run_files(self.home, self.policy, [(r["id"], r["output_path"]) for r in rows]):
+            self._remove(path)
+
+    def _remove(self, path: Path) -> None:
+        try:
+            size = path.stat().st_size
+            path.unlink()
+        except FileNotFoundError:
+            return
+        self._counts["files"] += 1
+        self._counts["fbytes"] += size
+
+    def vacuum_step(self, pages: int = VACUUM_PAGES) -> bool:
+        """Give back up to ``pages`` free pages to the file system; True while free pages are left."""
+        with self.store.guard():
+            # executescript steps the pragma to its end (execute() steps once: one page per call)
+            self.store.conn.executescript(f"PRAGMA incremental_vacuum({int(pages)});")
+            left = self.store.conn.execute("PRAGMA freelist_count").fetchone()[0]
+        return bool(left) and _auto_vacuum(self.store) == 2
+
+    def vacuum(self) -> None:
+        """Give back every free page: a whole ``VACUUM`` when most of the file is free and what is
+        left is small (it copies only the live pages, far cheaper than moving them one by one),
+        else incremental steps."""
+        with self.store.guard():
+            free = self.store.conn.execute("PRAGMA freelist_count").fetchone()[0]
+            total = self.store.conn.execute("PRAGMA page_count").fetchone()[0]
+            size = self.store.conn.execute("PRAGMA page_size").fetchone()[0]
+        live = total - free
+        if free > live and live * size <= FULL_VACUUM_BYTES:
+            with self.store.guard():
+                self.store.conn.execute("VACUUM")
+            return
+        while self.vacuum_step():
+            pass
+
+    def run(self) -> PruneResult:
+        """Everything at once (the CLI): every batch, then the vacuum."""
+        while self.step():
+            pass
+        self.vacuum()
+        with self.store.guard():  # in WAL mode the file shrinks at a checkpoint
+            self.store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        return self.result()
+
+    def result(self) -> PruneResult:
+        c = self._counts
+        freed = max(0, self._size_before - _db_bytes(self.store)) + c["fbytes"]
+        return PruneResult(c["runs"], c["events"], c["approvals"], c["files"], freed, dry_run=False)
+
+
+def candidates(store: Store, policy: Policy, now: datetime) -> list[str]:
+    """Ids of runs older than the cut-off that are not among the newest ``keep_last`` of their job
+    nor a job's newest succeeded run (its output is the next run's ``last_output``), oldest first."""
+    with store.guard():  # plain tuples: 100,000 dicts would hold the GIL serve's loop needs
+        cursor = store.conn.execute(
+            """
+        SELECT id FROM (
+            SELECT id, created_at, status, job,
+                   ROW_NUMBER() OVER (PARTITION BY job ORDER BY created_at DESC, id DESC) AS n,
+                   ROW_NUMBER() OVER (PARTITION BY job, status = 'succeeded' ORDER BY created_at DESC, id DESC) AS s
+            FROM runs
+        )
+        WHERE created_at < ? AND n > ? AND NOT (status = 'succeeded' AND s = 1)
+        ORDER BY created_at, id
+        """,
+            (policy.cutoff(now), policy.keep_last),
+        )
+        return [str(r[0]) for r in cursor]
+
+
+def plan(store: Store, home: Path, policy: Policy, now: datetime, batch: int = 500) -> PruneResult:
+    """What pruning would remove, changing nothing (``--dry-run``)."""
+    ids = candidates(store, policy, now)
+    runs = events = approvals = files = size = 0
+    oldest = newest = None
+    for start in range(0, len(ids), batch):
+        chunk = ids[start : start + batch]
+        marks = ", ".join("?" for _ in chunk)
+        rows = store.query(f"SELECT id, created_at, output_path FROM runs WHERE id IN ({marks}) AND {SAFE}", chunk)
+        gone = [r["id"] for r in rows]
+        if not gone:
+            continue
+        oldest = oldest or min(r["created_at"] for r in rows)
+        newest = max(r["created_at"] for r in rows)
+        runs += len(gone)
+        gmarks = ", ".join("?" for _ in gone)
+        events += store.one(f"SELECT COUNT(*) AS n FROM run_events WHERE run_id IN ({gmarks})", gone)["n"]  # type: ignore[index]
+        approvals += store.one(f"SELECT COUNT(*) AS n FROM approvals WHERE run_id IN ({gmarks})", gone)["n"]  # type: ignore[index]
+        for path in run_files(home, policy, [(r["id"], r["output_path"]) for r in rows]):
+            try:
+                size += path.stat().st_size
+                files += 1
+            except FileNotFoundError:
+                continue
+    return PruneResult(runs, events, approvals, files, size, dry_run=True, oldest=oldest, newest=newest)
+
+
+def run_files(home: Path, policy: Policy, rows: list[tuple[str, str | None]]) -> Iterator[Path]:
+    """The files of pruned runs ``(id, output_path)`` the policy removes: outputs (only under
+    RUNNER_HOME/outputs; a file delivery elsewhere is the user's) and transcripts."""
+    outputs, transcripts = home / "outputs", home / "logs" / "runs"
+    for run_id, output in rows:
+        if policy.outputs and output and _inside(Path(output), outputs):
+            yield Path(output)
+        if policy.transcripts:
+            yield transcripts / f"{run_id}.json"
+
+
+def old_logs(home: Path, store: Store, older_than: float, now: datetime) -> list[Path]:
+    """Kanban attempt logs (``logs/kanban/TASK.log``) untouched for ``older_than`` seconds whose task is finished or gone."""
+    folder = home / "logs" / "kanban"
+    if not folder.is_dir():
+        return []
+    limit = now.timestamp() - older_than
+    finished = {
+        str(r["id"]) for r in store.query("SELECT id FROM tasks WHERE status IN ('done', 'failed', 'archived')")
+    }
+    live = {
+        str(r["id"]) for r in store.query("SELECT id FROM tasks WHERE status NOT IN ('done', 'failed', 'archived')")
+    }
+    out = []
+    for path in folder.glob("*.log"):
+        try:
+            old = path.stat().st_mtime < limit
+        except FileNotFoundError:
+            continue
+        if old and (path.stem in finished or path.stem not in live):
+            out.append(path)
+    return sorted(out)
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        return path.resolve().is_relative_to(folder.resolve())
+    except OSError:
+        return False
+
+
+def _db_bytes(store: Store) -> int:
+    try:
+        return os.stat(store.path).st_size
+    except OSError:
+        return 0
+
+
+def _auto_vacuum(store: Store) -> int:
+    try:
+        return int(store.conn.execute("PRAGMA auto_vacuum").fetchone()[0])
+    except sqlite3.Error:
+        return 0

@@ -1,0 +1,180 @@
+"""Parked approvals through real processes: ``runner run-job`` without a TTY (stdin and stdout are
+pipes) under ``approvals: manual`` parks on a dangerous command; another process answers with
+``runner approvals grant | deny``; timeouts, hardline, cancel and the alert."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from runner.testing import call, final
+from tests.conftest import Project
+from tests.servehelp import rows, wait_for
+
+SECRET = "sk-test-key-0123456789abcdef"  # the project's OPENAI_API_KEY: the redactor knows it
+
+
+def manual_job(project: Project, extra: str = "") -> None:
+    project.write_jobs(f"jobs:\n  m:\n    prompt: go\n    approvals: manual\n{extra}")
+
+
+def pending(project: Project) -> list[dict[str, Any]]:
+    res = project.run("approvals", "pending", "--json")
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def wait_parked(project: Project, proc: subprocess.Popen[str]) -> dict[str, Any]:
+    def parked() -> dict[str, Any] | None:
+        assert proc.poll() is None, proc.communicate()
+        found = rows(project.home, "SELECT * FROM approval_requests WHERE status='pending'")
+        return found[0] if found else None
+
+    return wait_for(parked, 30, what="the run to park on its approval")
+
+
+def tool_results(fake: Any, n: int) -> list[str]:
+    return [m["content"] for m in fake.requests[n]["body"]["messages"] if m["role"] == "tool"]
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 30) -> tuple[int, str]:
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out + err
+
+
+def test_granted_from_another_process_runs_the_command(project: Project, fake: Any) -> None:
+    (project.root / "build").mkdir()
+    command = f"rm -rf build && echo {SECRET} > /dev/null"
+    fake.add(call("terminal", {"command": command}), final("cleaned"))
+    manual_job(project)
+    proc = project.start_job("m", fake)
+    request = wait_parked(project, proc)
+    [shown] = pending(project)
+    assert shown["id"] == request["id"] and shown["job"] == "m" and shown["run_id"] == request["run_id"]
+    assert SECRET not in json.dumps(shown) and shown["command"].startswith("rm -rf build")
+    assert shown["reasons"]
+    listed = project.run("approvals", "pending").stdout
+    assert request["id"] in listed and SECRET not in listed
+    waiting = project.run("runs", "show", request["run_id"]).stdout
+    assert f"waiting  for approval {request['id']}" in waiting and "status   running" in waiting
+
+    res = project.run("approvals", "grant", request["id"])
+    assert res.returncode == 0 and "granted by " in res.stdout
+    code, out = finish(proc)
+    assert code == 0, out
+    assert not (project.root / "build").exists()
+    [run] = rows(project.home)
+    assert run["status"] == "succeeded"
+    [audit] = rows(project.home, "SELECT * FROM approvals")
+    assert audit["decision"] == "approved" and "@" in audit["decided_by"] and SECRET not in audit["command"]
+    [answered] = rows(project.home, "SELECT * FROM approval_requests")
+    assert answered["status"] == "granted" and answered["decided_by"] == audit["decided_by"] and answered["decided_at"]
+    again = project.run("approvals", "grant", request["id"])
+    assert again.returncode == 2 and again.stderr.strip().count("\n") == 0 and "already granted" in again.stderr
+
+
+def test_denied_the_model_is_told_and_the_run_goes_on(project: Project, fake: Any) -> None:
+    (project.root / "build").mkdir()
+    fake.add(call("terminal", {"command": "rm -rf build"}), final("left it"))
+    manual_job(project)
+    proc = project.start_job("m", fake)
+    request = wait_parked(project, proc)
+    res = project.run("approvals", "deny", request["id"], "--reason", "not today")
+    assert res.returncode == 0, res.stderr
+    code, out = finish(proc)
+    assert code == 0, out
+    assert (project.root / "build").exists()
+    [result] = tool_results(fake, 1)
+    assert result.startswith("blocked (denied by ") and "not today" in result
+    assert rows(project.home)[0]["status"] == "succeeded"
+    [audit] = rows(project.home, "SELECT * FROM approvals")
+    assert audit["decision"] == "denied" and "@" in audit["decided_by"]
+
+
+def test_no_answer_within_approval_timeout_denies_with_the_reason(project: Project, fake: Any) -> None:
+    (project.root / "build").mkdir()
+    fake.add(call("terminal", {"command": "rm -rf build"}), final("gave up"))
+    manual_job(project, "    approval_timeout: 1s\n")
+    res = project.run("run-job", "m", stdin=subprocess.DEVNULL)
+    assert res.returncode == 0, res.stderr
+    assert (project.root / "build").exists()
+    [result] = tool_results(fake, 1)
+    assert "no answer within approval_timeout 1s" in result
+    [req] = rows(project.home, "SELECT * FROM approval_requests")
+    assert (req["status"], req["decided_by"]) == ("expired", "timeout")
+    assert rows(project.home, "SELECT decided_by FROM approvals")[0]["decided_by"] == "timeout"
+
+
+def test_the_run_timeout_bounds_the_wait(project: Project, fake: Any) -> None:
+    """The parked wait counts against the run's timeout: it ends before the run's own deadline."""
+    (project.root / "build").mkdir()
+    fake.add(call("terminal", {"command": "rm -rf build"}), final("partial"))
+    manual_job(project, "    timeout: 3s\n")
+    res = project.run("run-job", "m", stdin=subprocess.DEVNULL)
+    assert (project.root / "build").exists()
+    [req] = rows(project.home, "SELECT * FROM approval_requests")
+    assert req["status"] == "expired" and "the run's timeout came first" in req["reason"]
+    [run] = rows(project.home)
+    assert run["status"] == "timed_out", (run, res.stderr)
+
+
+def test_hardline_is_refused_without_parking(project: Project, fake: Any) -> None:
+    fake.add(call("terminal", {"command": "rm -rf /"}), final("refused"))
+    manual_job(project)
+    res = project.run("run-job", "m", stdin=subprocess.DEVNULL)
+    assert res.returncode == 0, res.stderr
+    assert rows(project.home, "SELECT * FROM approval_requests") == []
+    [audit] = rows(project.home, "SELECT * FROM approvals")
+    assert (audit["level"], audit["decided_by"]) == ("hardline", "hardline")
+
+
+def test_the_alert_names_the_grant_command(project: Project, fake: Any, tmp_path: Path) -> None:
+    alerts = tmp_path / "alerts.log"
+    project.home.mkdir(parents=True, exist_ok=True)
+    (project.home / "config.yaml").write_text(f"alerts: ['file:{alerts}']\n")
+    fake.add(call("terminal", {"command": f"rm -rf build; echo {SECRET}"}), final("ok"))
+    manual_job(project)
+    proc = project.start_job("m", fake)
+    request = wait_parked(project, proc)
+    text = wait_for(lambda: alerts.exists() and alerts.read_text(), 10, what="the alert file")
+    assert f"runner approvals grant {request['id']}" in text and SECRET not in text
+    project.run("approvals", "deny", request["id"])
+    assert finish(proc)[0] == 0
+
+
+def test_cancel_of_a_parked_run(project: Project, fake: Any) -> None:
+    (project.root / "build").mkdir()
+    fake.add(call("terminal", {"command": "rm -rf build"}), final("never"))
+    manual_job(project)
+    proc = project.start_job("m", fake)
+    request = wait_parked(project, proc)
+    res = project.run("runs", "cancel", request["run_id"])
+    assert res.returncode == 0, res.stderr
+    code, out = finish(proc)
+    assert code == 130, out
+    assert (project.root / "build").exists() and len(fake.requests) == 1
+    [run] = rows(project.home)
+    assert (run["status"], run["reason"]) == ("interrupted", "cancelled") and "@" in run["error"]
+    [req] = rows(project.home, "SELECT * FROM approval_requests")
+    assert req["status"] == "cancelled" and "@" in req["decided_by"] and "cancelled by" in req["reason"]
+    [audit] = rows(project.home, "SELECT * FROM approvals")
+    assert (audit["decision"], audit["decided_by"]) == ("denied", "cancelled")
+    assert pending(project) == []
+
+
+def test_a_run_killed_while_parked_leaves_nothing_pending(project: Project, fake: Any) -> None:
+    fake.add(call("terminal", {"command": "rm -rf build"}), final("never"))
+    manual_job(project)
+    proc = project.start_job("m", fake)
+    request = wait_parked(project, proc)
+    proc.kill()
+    proc.communicate(timeout=10)
+    assert pending(project) == []  # opening the store recovered the lost run
+    [run] = rows(project.home)
+    assert (run["status"], run["reason"]) == ("unknown", "worker_lost")
+    [req] = rows(project.home, "SELECT * FROM approval_requests")
+    assert req["status"] == "abandoned"
+    res = project.run("approvals", "grant", request["id"])
+    assert res.returncode == 2 and "already abandoned" in res.stderr

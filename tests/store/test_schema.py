@@ -1,0 +1,168 @@
+"""The store people query: foreign keys added by m0015 on a ledger main made before, cascades,
+JSON columns that hold valid JSON (not JSON inside strings), auto_vacuum, the schema doc."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from runner.store import Store, migration_names
+from runner.store.runs import create_run
+from runner.testing import call, final
+
+BEFORE = [n for n in migration_names() if n <= "m0011"]
+
+
+def _old_ledger(path: Path) -> None:
+    """A runner.db as main wrote it before this change: migrations m0001..m0011 only, with rows
+    (a kanban attempt, events whose tool-call arguments are JSON text, an approval, and orphans:
+    events and an approval of a run whose row is gone)."""
+    import importlib
+
+    import sqlite_utils
+
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("CREATE TABLE _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
+    db = sqlite_utils.Database(conn)
+    for name in BEFORE:
+        importlib.import_module(f"runner.store.migrations.{name}").apply(db)
+        conn.execute("INSERT INTO _migrations VALUES (?, '2026-01-01T00:00:00+00:00')", (name,))
+    conn.execute(
+        "INSERT INTO tasks (title, status, created_at, updated_at) VALUES ('t', 'done', '2026-01-01', '2026-01-01')"
+    )
+    runs = [("r1", "a", "manual", None), ("r2", "b", "kanban", "1"), ("r3", "b", "kanban", "99")]
+    for rid, job, trig, task in runs:
+        conn.execute(
+            "INSERT INTO runs (id, job, trigger, status, created_at, task_id) VALUES (?, ?, ?, 'succeeded', "
+            "'2026-01-01T00:00:00+00:00', ?)",
+            (rid, job, trig, task),
+        )
+    events = [
+        ("r1", 1, "tool_call", {"id": "c1", "name": "terminal", "arguments": '{"command": "ls"}'}),
+        ("r1", 2, "response", {"tool_calls": [{"name": "terminal", "arguments": '{"command": "ls"}'}]}),
+        ("r1", 3, "tool_call", {"id": "c2", "name": "terminal", "arguments": "{not json"}),
+        ("gone", 1, "start", {"job": "x"}),
+    ]
+    for rid, seq, kind, payload in events:
+        conn.execute(
+            "INSERT INTO run_events VALUES (?, ?, '2026-01-01T00:00:01+00:00', ?, ?)",
+            (rid, seq, kind, json.dumps(payload)),
+        )
+    for rid in ("r1", "gone-too"):
+        conn.execute(
+            "INSERT INTO approvals (run_id, ts, command, level, reasons, decision, decided_by) "
+            "VALUES (?, '2026-01-01T00:00:02+00:00', 'rm -rf x', 'dangerous', '[\"recursive delete\"]', 'denied', 'policy')",
+            (rid,),
+        )
+    conn.execute("CREATE TRIGGER other_branch AFTER INSERT ON run_events BEGIN SELECT 1; END")
+    conn.execute("CREATE INDEX other_branch_idx ON approvals(decision)")
+    conn.close()
+
+
+def _counts(path: Path) -> dict[str, int]:
+    conn = sqlite3.connect(path)
+    try:
+        return {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("runs", "run_events", "approvals")}
+    finally:
+        conn.close()
+
+
+def test_m0015_on_a_ledger_main_made_keeps_everything_and_adds_the_keys(tmp_path):
+    path = tmp_path / "runner.db"
+    _old_ledger(path)
+    before = _counts(path)
+    store = Store.open(path)
+    after = _counts(path)
+    # every row kept; the orphans got one placeholder run each ("gone", "gone-too")
+    assert after["run_events"] == before["run_events"] and after["approvals"] == before["approvals"]
+    assert after["runs"] == before["runs"] + 2
+    placeholder = store.one("SELECT job, status, reason FROM runs WHERE id='gone'")
+    assert placeholder == {"job": "(unknown)", "status": "unknown", "reason": "orphaned"}
+    fks = {
+        t: [(r["from"], r["table"], r["on_delete"]) for r in store.query(f"PRAGMA foreign_key_list({t})")]
+        for t in ("run_events", "approvals", "runs")
+    }
+    assert fks == {
+        "run_events": [("run_id", "runs", "CASCADE")],
+        "approvals": [("run_id", "runs", "CASCADE")],
+        "runs": [("task_id", "tasks", "SET NULL")],
+    }
+    assert store.query("PRAGMA foreign_key_check") == []
+    assert store.one("PRAGMA foreign_keys")["foreign_keys"] == 1
+    assert store.one("PRAGMA auto_vacuum")["auto_vacuum"] == 2  # incremental (the VACUUM ran)
+    # the kanban attempt of a task that is gone got an archived placeholder task
+    assert store.one("SELECT status FROM tasks WHERE id=99")["status"] == "archived"
+    # what other migrations put on the rebuilt tables survived, and so did the original indexes
+    names = {r["name"] for r in store.query("SELECT name FROM sqlite_master WHERE type IN ('index','trigger')")}
+    assert {"other_branch", "other_branch_idx", "approvals_run", "runs_job_slot", "runs_task", "runs_ended"} <= names
+    # JSON inside strings became JSON; text that never was JSON stays text
+    args = [
+        json.loads(r["p"]) for r in store.query("SELECT payload AS p FROM run_events WHERE run_id='r1' ORDER BY seq")
+    ]
+    assert args[0]["arguments"] == {"command": "ls"}
+    assert args[1]["tool_calls"][0]["arguments"] == {"command": "ls"}
+    assert args[2]["arguments"] == "{not json"
+    store.close()
+
+
+def test_events_and_approvals_follow_their_run_and_need_one(tmp_path):
+    store = Store.open(tmp_path / "r.db")
+    rid = create_run(store, job="a", trigger="manual")
+    store.execute("INSERT INTO run_events VALUES (?, 1, 'now', 'start', '{}')", (rid,))
+    store.execute(
+        "INSERT INTO approvals (run_id, ts, command, level, decision, decided_by) VALUES (?, 'now', 'x', 'd', 'denied', 'p')",
+        (rid,),
+    )
+    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+        store.execute("INSERT INTO run_events VALUES ('no-such-run', 1, 'now', 'start', '{}')")
+    store.execute("DELETE FROM runs WHERE id=?", (rid,))
+    assert store.one("SELECT COUNT(*) AS n FROM run_events")["n"] == 0
+    assert store.one("SELECT COUNT(*) AS n FROM approvals")["n"] == 0
+
+
+#: every column that holds JSON
+JSON_COLUMNS = [
+    ("run_events", "payload"),
+    ("runs", "delivery"),
+    ("approvals", "reasons"),
+    ("budget_runs", "providers"),
+    ("curator_runs", "changes"),
+    ("task_events", "payload"),
+]
+
+
+def test_a_real_run_stores_json_columns_as_json(project, fake):
+    fake.add(call("terminal", {"command": "echo hi"}), call("read_file", '{"path": "nope.txt"}'), final("done"))
+    project.write_jobs("jobs:\n  j:\n    prompt: go\n    deliver: [stdout]\n    approvals: deny\n")
+    res = project.run("run-job", "j")
+    assert res.returncode == 0, res.stderr
+    added = project.run("kanban", "add", "a task", "--job", "j")
+    assert added.returncode == 0, added.stderr
+    db = sqlite3.connect(project.home / "runner.db")
+    for table, column in JSON_COLUMNS:
+        bad = db.execute(f"SELECT COUNT(*) FROM {table} WHERE {column} IS NOT NULL AND NOT json_valid({column})")
+        assert bad.fetchone()[0] == 0, (table, column)
+    # no JSON text wrapped in a JSON string anywhere in the payloads
+    wrapped = db.execute(
+        "SELECT COUNT(*) FROM run_events, json_tree(run_events.payload) AS t WHERE t.type = 'text' "
+        "AND json_valid(t.value) AND substr(trim(t.value), 1, 1) IN ('{', '[')"
+    ).fetchone()[0]
+    assert wrapped == 0
+    calls = [
+        json.loads(p)["arguments"]
+        for (p,) in db.execute("SELECT payload FROM run_events WHERE kind='tool_call' ORDER BY seq")
+    ]
+    assert calls == [{"command": "echo hi"}, {"path": "nope.txt"}]
+    assert db.execute("SELECT json_type(delivery) FROM runs").fetchone()[0] == "array"
+    assert db.execute("SELECT COUNT(*) FROM task_events").fetchone()[0] >= 1
+
+
+def test_store_doc_matches_the_live_schema(tmp_path):
+    from runner.store.schema_doc import render
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "store.md").read_text()
+    live = render(Store.open(tmp_path / "r.db"))
+    assert live in doc, "docs/store.md is stale: run `COLUMNS=200 cog -r docs/store.md`"
