@@ -36,7 +36,12 @@ def serve(ctx: click.Context, log_level: str, log_format: str | None) -> None:
 
     s = settings()
     fmt = choose_format(log_format, os.environ, s.config.log_format)
-    sys.exit(run_serve(s, loops=LOOPS, log_level=log_level, log_format=fmt))
+    executor = None
+    if s.config.executor.type == "celery":  # runs go to `runner worker`s (docs/distributed.md)
+        from runner.dist.executor import celery_executor
+
+        executor = celery_executor
+    sys.exit(run_serve(s, loops=LOOPS, log_level=log_level, log_format=fmt, executor=executor))
 
 
 @serve.command("reload")

@@ -62,7 +62,7 @@ class ServeConfig(Strict):
     shutdown_grace: float = Field(30.0, ge=0)
     heartbeat_s: float = Field(5.0, gt=0)
     kill_grace: float = Field(5.0, ge=0)  # SIGTERM -> SIGKILL for a timed-out or replaced run
-    lease_s: float = Field(10.0, gt=0)  # the scheduler lease: a standby serve takes over this long after the leader died
+    lease_s: float = Field(10.0, gt=0)  # the scheduler lease: a standby takes over this long after the leader died
 
 
 class ExecutorConfig(Strict):

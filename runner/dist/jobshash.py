@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,7 +80,7 @@ class JobsCache:
     """A worker's jobs.yaml, loaded again (and hashed again) only when it or a file it references
     changed on disk."""
 
-    def __init__(self, path: Path, default_timezone: str, own_tools: set[str]):
+    def __init__(self, path: Path, default_timezone: str, own_tools: Callable[[], Iterable[str]] | None):
         self.path, self.default_timezone, self.own_tools = path, default_timezone, own_tools
         self._entry: tuple[tuple[tuple[int, int, int], ...], LoadedJobs] | None = None
 

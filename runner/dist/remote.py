@@ -151,8 +151,8 @@ class CelerySpawner:
         for i in range(0, len(flights), 500):
             chunk = [f.run_id for f in flights[i : i + 500]]
             marks = ", ".join("?" * len(chunk))
-            for row in self.store.query(f"SELECT id, status, worker FROM runs WHERE id IN ({marks})", chunk):
-                rows[row["id"]] = row
+            for found in self.store.query(f"SELECT id, status, worker FROM runs WHERE id IN ({marks})", chunk):
+                rows[found["id"]] = found
         ended = False
         now = time.monotonic()
         for flight in flights:

@@ -104,7 +104,9 @@ class WorkerRuntime:
             )
             if cur.rowcount != 1:
                 return None
-            row = conn.execute("SELECT job, trigger, slot, task_id, created_at FROM runs WHERE id=?", (run_id,)).fetchone()
+            row = conn.execute(
+                "SELECT job, trigger, slot, task_id, created_at FROM runs WHERE id=?", (run_id,)
+            ).fetchone()
         return Claimed(run_id, row[0], Trigger(row[1]), parse_iso(row[2]), row[3], parse_iso(row[4]))
 
     def _run(self, claimed: Claimed, jobs_hash: str, job_name: str) -> str:
@@ -214,7 +216,9 @@ def default_hostname() -> str:
     return f"runner@{socket.gethostname()}"
 
 
-def run_worker(settings: Settings, *, hostname: str, concurrency: int, queues: list[str], loglevel: str = "INFO") -> int:
+def run_worker(
+    settings: Settings, *, hostname: str, concurrency: int, queues: list[str], loglevel: str = "INFO"
+) -> int:
     """Start a Celery worker (threads pool) consuming ``queues`` until SIGTERM/SIGINT."""
     from runner.dist.app import celery_app
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner.errors import AlreadyRunning
-from runner.serve.host import Clock, ServeHost, SystemClock, Ticker, TickerFactory
+from runner.serve.host import Clock, ExecutorFactory, ServeHost, SystemClock, Ticker, TickerFactory
 from runner.serve.logs import JsonFormatter, LogFormat, stream_formatter, text_formatter
 from runner.serve.notify import WatchdogTicker, sd_notify, watchdog_interval
 from runner.settings import Settings
@@ -176,11 +176,13 @@ class Serve:
         loops: Sequence[TickerFactory] = (),
         log_level: str = "INFO",
         log_format: LogFormat = LogFormat.TEXT,
+        executor: ExecutorFactory | None = None,
     ):
         self.settings = settings
         self.log_format = log_format
         self.clock = clock or SystemClock()
         self.loops = list(loops)
+        self.executor = executor  # None: runs execute as serve's own worker processes
         self.log_level = log_level
         self._stops = 0  # SIGTERM/SIGINT received; a second one hurries the shutdown
         self._hup = False
@@ -233,10 +235,10 @@ class Serve:
         from runner.delivery.background import BackgroundAlerts
         from runner.mcp.keep import Bridges
         from runner.serve.launcher import Launcher
+        from runner.serve.leader import LeaseTicker
         from runner.serve.pool import Paths, Pool
         from runner.serve.schedule import ScheduleTicker
         from runner.serve.state import heartbeat, register_serve
-        from runner.serve.leader import LeaseTicker, executor_spawner, follow_remote
         from runner.serve.watch import JobsWatcher, ReloadTicker
 
         s = self.settings
@@ -269,10 +271,10 @@ class Serve:
         checkpointer = Checkpointer(store.path).start()
         schedule: ScheduleTicker | None = None
         alerts = BackgroundAlerts(store.path, config, home=s.home, base_dir=jobs.base_dir, log=log)
-        remote = executor_spawner(s, store, log)
+        remote = self.executor(s, store, log) if self.executor is not None else None
         pool = Pool(
             store=store,
-            spawner=remote or launcher,
+            spawner=remote.spawner if remote is not None else launcher,
             remote=remote is not None,
             clock=self.clock,
             log=log,
@@ -289,7 +291,7 @@ class Serve:
         register_serve(store, jobs_path=str(jobs.path), heartbeat_s=config.serve.heartbeat_s, now=now)
         adopted = pool.adopt(jobs.jobs)
         if remote is not None:
-            adopted += follow_remote(pool, remote, store, jobs.jobs)
+            adopted += remote.follow(pool, jobs.jobs)
         schedule.set_jobs(jobs.jobs, now)
         watcher = JobsWatcher(
             jobs.path, default_timezone=config.timezone, current=jobs, wake=self.wake, settings=s
@@ -303,10 +305,7 @@ class Serve:
             HeartbeatTicker(store, pool, config.serve.heartbeat_s),
         ]
         if remote is not None:
-            from runner.dist.recovery import LostRunsTicker
-
-            ex = config.executor
-            tickers.append(LostRunsTicker(store, log, every=ex.heartbeat_s, lost_after_s=ex.lost_after_s))
+            tickers.extend(remote.tickers())
         tickers.extend(factory(host) for factory in self.loops)
         watchdog = watchdog_interval()
         if watchdog is not None:
@@ -378,6 +377,8 @@ def run_serve(
     loops: Sequence[TickerFactory] = (),
     log_level: str = "INFO",
     log_format: LogFormat = LogFormat.TEXT,
+    executor: ExecutorFactory | None = None,
 ) -> int:
-    """Run serve until SIGTERM/SIGINT with ``loops`` beside the built-in tickers."""
-    return Serve(settings, loops=loops, log_level=log_level, log_format=log_format).run()
+    """Run serve until SIGTERM/SIGINT with ``loops`` beside the built-in tickers; ``executor``:
+    where runs execute when not as serve's own worker processes (``runner.dist``)."""
+    return Serve(settings, loops=loops, log_level=log_level, log_format=log_format, executor=executor).run()

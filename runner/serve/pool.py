@@ -38,7 +38,8 @@ from runner.store.runs import create_run, finish_run, update_run
 FAILED = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.UNKNOWN)
 SCHEDULED = (Trigger.SCHEDULE, Trigger.RETRY)
 RETRIED = (*SCHEDULED, Trigger.MANUAL)  # `runner jobs trigger` runs get the job's retries too
-RETRY_STATUSES = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.UNKNOWN)  # unknown: only a lost remote worker's run gets here
+# unknown: only a run of a lost remote worker ends so here (a local one is made `failed` first)
+RETRY_STATUSES = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.UNKNOWN)
 
 
 class Alerts(Protocol):
@@ -360,7 +361,8 @@ class Pool:
         leader): its timeout counts from ``started_at``."""
         now = self.clock.now()
         elapsed = max(0.0, (now - started_at).total_seconds())
-        self._running[fire.run_id] = _Running(fire, handle, started_at, self.monotonic() + fire.job.spec.timeout - elapsed)
+        deadline = self.monotonic() + fire.job.spec.timeout - elapsed
+        self._running[fire.run_id] = _Running(fire, handle, started_at, deadline)
         self._per_job[fire.job.name] = self._per_job.get(fire.job.name, 0) + 1
 
     def adopt(self, jobs: dict[str, Job]) -> int:

@@ -101,9 +101,7 @@ def lease_holder(store: Store, name: str = SCHEDULER) -> LeaseHolder | None:
     row = store.one("SELECT * FROM leases WHERE name=?", (name,))
     if row is None:
         return None
-    return LeaseHolder(
-        row["name"], row["holder"], row["host"], int(row["pid"]), row["acquired_at"], row["expires_at"]
-    )
+    return LeaseHolder(row["name"], row["holder"], row["host"], int(row["pid"]), row["acquired_at"], row["expires_at"])
 
 
 def open_lease(store: Store, name: str, ttl: float) -> Lease:

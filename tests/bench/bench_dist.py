@@ -40,7 +40,7 @@ EVERY = 2
 
 def jobs_yaml() -> str:
     return "jobs:\n" + "".join(
-        f"  j{i:02d}:\n    schedule: every {EVERY}s\n    jitter: {EVERY}s\n    prompt: \"hi {{{{ run.id }}}}\"\n    toolsets: []\n"
+        f'  j{i:02d}:\n    schedule: every {EVERY}s\n    jitter: {EVERY}s\n    prompt: "hi {{{{ run.id }}}}"\n    toolsets: []\n'
         "    memory: off\n    overlap: allow\n    catchup: skip\n"
         for i in range(JOBS)
     )
@@ -81,7 +81,7 @@ def wait(check, timeout: float, what: str) -> None:  # type: ignore[no-untyped-d
 
 
 def summarize(label: str, db: Path, fake: FakeOpenAI, runs: int) -> None:
-    rows = read(db, "SELECT id, slot, status, created_at, ended_at FROM runs ORDER BY slot LIMIT %d" % runs)
+    rows = read(db, f"SELECT id, slot, status, created_at, ended_at FROM runs ORDER BY slot LIMIT {runs}")
     asked = first_requests(fake)
     lat = [asked[r[0]] - datetime.fromisoformat(r[3]).timestamp() for r in rows if r[0] in asked]
     done = [r for r in rows if r[2] == "succeeded"]
@@ -120,7 +120,11 @@ def bench_celery(runs: int, redis: Redis) -> None:
         db = tmp / "shared" / "runner.db"
         wait(lambda: len(read(db, "SELECT id FROM runs")) >= runs, 120, f"{runs} fires")
         serve.stop()
-        wait(lambda: not read(db, "SELECT id FROM runs WHERE status IN ('queued','running') AND worker IS NOT NULL"), 60, "the runs")
+        wait(
+            lambda: not read(db, "SELECT id FROM runs WHERE status IN ('queued','running') AND worker IS NOT NULL"),
+            60,
+            "the runs",
+        )
         summarize("celery, 3 workers x 8", db, fake, runs)
     finally:
         cluster.stop()
@@ -164,7 +168,9 @@ def bench_failover(times: int, redis: Redis, lease_s: float) -> None:
         fake = FakeOpenAI().start()
         (tmp / "shared").mkdir()
         cluster = Cluster(tmp, fake, redis.url, f"sqlite://{tmp / 'shared' / 'runner.db'}")
-        cluster.write_jobs("jobs:\n  tick:\n    schedule: every 1s\n    agent: false\n    pre_run: 'true'\n    overlap: allow\n")
+        cluster.write_jobs(
+            "jobs:\n  tick:\n    schedule: every 1s\n    agent: false\n    pre_run: 'true'\n    overlap: allow\n"
+        )
         try:
             w = cluster.worker("w0", concurrency=4)
             cluster.wait_ready(w, "ready", timeout=60)
@@ -178,13 +184,17 @@ def bench_failover(times: int, redis: Redis, lease_s: float) -> None:
             leader.proc.wait()  # type: ignore[union-attr]
             db = tmp / "shared" / "runner.db"
             sql = f"SELECT MIN(created_at) FROM runs WHERE created_at > '{iso(datetime.fromtimestamp(killed, UTC))}'"
-            wait(lambda: read(db, sql)[0][0] is not None, lease_s + 30, "the standby's first fire")
+            wait(lambda db=db, sql=sql: read(db, sql)[0][0] is not None, lease_s + 30, "the standby's first fire")
             first = datetime.fromisoformat(read(db, sql)[0][0]).timestamp()
             took.append(first - killed)
         finally:
             cluster.stop()
             fake.stop()
-    row(f"failover: SIGKILL -> first fire by the standby (lease {lease_s:.0f} s), median", f"{statistics.median(took):.2f} s", f"<= {lease_s + 2:.0f} s")
+    row(
+        f"failover: SIGKILL -> first fire by the standby (lease {lease_s:.0f} s), median",
+        f"{statistics.median(took):.2f} s",
+        f"<= {lease_s + 2:.0f} s",
+    )
     row("failover: worst", f"{max(took):.2f} s", f"<= {lease_s + 2:.0f} s")
 
 

@@ -49,7 +49,19 @@ class Redis:
 
     def start(self) -> Redis:
         self.proc = subprocess.Popen(
-            [REDIS, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(self.dir)],
+            [
+                REDIS,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.dir),
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -214,7 +226,9 @@ class Cluster:
             "worker", "--hostname", f"{name}@test", "--concurrency", str(concurrency), "--queues", queues
         )
 
-    def rows(self, sql: str = "SELECT * FROM runs ORDER BY job, slot, attempt", params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+    def rows(
+        self, sql: str = "SELECT * FROM runs ORDER BY job, slot, attempt", params: tuple[Any, ...] = ()
+    ) -> list[dict[str, Any]]:
         path = self.store_url.removeprefix("sqlite://")
         if not os.path.exists(path):
             return []
@@ -228,7 +242,11 @@ class Cluster:
             db.close()
 
     def wait_ready(self, m: Machine, text: str, timeout: float = 30) -> None:
-        wait_for(lambda: text in m.log() or (m.proc is not None and m.proc.poll() is not None), timeout=timeout, what=f"{m.name}: {text!r}")
+        wait_for(
+            lambda: text in m.log() or (m.proc is not None and m.proc.poll() is not None),
+            timeout=timeout,
+            what=f"{m.name}: {text!r}",
+        )
         assert m.proc is not None and m.proc.poll() is None, f"{m.name} exited:\n{m.log()[-3000:]}"
 
     def stop(self) -> None:

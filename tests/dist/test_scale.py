@@ -19,7 +19,7 @@ JOBS = 20
 def test_many_fires_across_three_workers_once_each(cluster: Cluster) -> None:
     cluster.fake.default = Reply(content="done")
     body = "".join(
-        f"  j{i:02d}:\n    schedule: every 1s\n    prompt: \"hi {{{{ run.id }}}}\"\n    toolsets: []\n"
+        f'  j{i:02d}:\n    schedule: every 1s\n    prompt: "hi {{{{ run.id }}}}"\n    toolsets: []\n'
         "    memory: off\n    overlap: allow\n    catchup: all\n"
         for i in range(JOBS)
     )
@@ -29,7 +29,10 @@ def test_many_fires_across_three_workers_once_each(cluster: Cluster) -> None:
     serve = cluster.serve(max_parallel=12)
     wait_for(lambda: len(cluster.rows()) >= JOBS * 10, timeout=60, what=f"{JOBS * 10} fires")
     serve.stop()
-    wait_for(lambda: not cluster.rows("SELECT id FROM runs WHERE status IN ('queued', 'running') AND worker IS NOT NULL"), timeout=60)
+    wait_for(
+        lambda: not cluster.rows("SELECT id FROM runs WHERE status IN ('queued', 'running') AND worker IS NOT NULL"),
+        timeout=60,
+    )
     rows = cluster.rows()
     assert max(Counter((r["job"], r["slot"], r["attempt"]) for r in rows).values()) == 1
     for i in range(JOBS):

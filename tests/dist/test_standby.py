@@ -125,6 +125,13 @@ def leader_line(cluster: Cluster) -> str:
     import sys
 
     m = cluster.machines[0]
-    out = subprocess.run([sys.executable, "-m", "runner", "jobs", "list"], env=m.env, cwd=m.root, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "runner", "jobs", "list"],
+        env=m.env,
+        cwd=m.root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout
