@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from runner.config.machine import Config
     from runner.config.tooldirs import Loaded
     from runner.store import Store
+    from runner.store.dialect import Target
 
 HOME_SUBDIRS = ("outputs", "logs", "skills", "workspaces", "run")
 
@@ -100,21 +101,40 @@ class Settings:
         return (self.home / "outputs", self.home / "logs" / "runs")
 
     @property
-    def store_path(self) -> Path:
-        """The SQLite store: ``RUNNER_DATABASE_URL=sqlite:///PATH`` (a store shared by processes
-        with different RUNNER_HOMEs on one machine), else ``RUNNER_HOME/runner.db``."""
-        url = os.environ.get("RUNNER_DATABASE_URL", "")
-        if url.startswith("sqlite:///"):
-            return Path(url.removeprefix("sqlite://"))
-        return self.home / "runner.db"
+    def database(self) -> Target:
+        """Where the store is: ``RUNNER_DATABASE_URL``, config.yaml's ``database:``, else
+        RUNNER_HOME/runner.db (read without loading config.yaml when the environment names it)."""
+        from runner.store.dialect import ENV, configured
+
+        if os.environ.get(ENV, "").strip():
+            return configured(self.home, None)
+        return configured(self.home, self.config.database if self._mentions_database() else None)
+
+    def _mentions_database(self) -> bool:
+        """config.yaml may set ``database:`` (a command that does not otherwise need config.yaml
+        does not parse it, and so does not pay for its validation, when the word is absent)."""
+        try:
+            return "database" in self.config_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return False
+
+    def open_store(self, *, migrate: bool = True) -> Store:
+        """Open this RUNNER_HOME's store (SQLite file or PostgreSQL, see ``database``)."""
+        from runner.store import Store
+
+        return Store.open(self.database, migrate=migrate, state=self.state_dirs)
+
+    def has_store(self) -> bool:
+        """Whether a store exists already (a SQLite file; a PostgreSQL database always does)."""
+        target = self.database
+        return target.path is None or target.path.exists()
 
     @cached_property
     def store(self) -> Store:
-        from runner.store import Store
         from runner.store.runs import recover_orphans
 
         self.ensure_home()
-        store = Store.open(self.store_path, state=self.state_dirs)
+        store = self.open_store()
         lost = recover_orphans(store)
         if lost:
             self.alert_lost(store, lost)

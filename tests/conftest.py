@@ -157,3 +157,59 @@ def project(tmp_path: Path, home: Path, fake: FakeOpenAI) -> Project:
     root = tmp_path / "proj"
     root.mkdir()
     return Project(root=root, home=home, base_url=fake.base_url)
+
+
+# -- PostgreSQL (issue 17): a real server of the session's own; a fresh database per test ----------
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Any]:
+    from tests import pgserver
+
+    why = pgserver.available()
+    if why:
+        pytest.skip(why)
+    server = pgserver.PgServer.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server: Any) -> Iterator[str]:
+    """A new PostgreSQL database with runner's migrations applied: its URL (``postgresql://...``)."""
+    url = pg_server.fresh()
+    yield url
+    pg_server.drop(url)
+
+
+@pytest.fixture
+def pg_empty_url(pg_server: Any) -> Iterator[str]:
+    """A new, empty PostgreSQL database (no tables): its URL."""
+    url = pg_server.fresh(migrated=False)
+    yield url
+    pg_server.drop(url)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """What ``Store.open`` takes for a new, migrated store of each dialect (the store contract
+    suite runs once per dialect): a runner.db in tmp_path, or a fresh PostgreSQL database's
+    ``PgURL`` (skipped, with the reason, where PostgreSQL or psycopg is missing)."""
+    from runner.store import Store
+    from runner.store.dialect import PgURL
+
+    if request.param == "sqlite":
+        path = tmp_path / "runner.db"
+        Store.open(path).close()
+        return path
+    return PgURL(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def any_store(where: Any) -> Iterator[Any]:
+    """An open store of each dialect (see ``where``)."""
+    from runner.store import Store
+
+    store = Store.open(where)
+    yield store
+    store.close()

@@ -23,6 +23,7 @@ from runner.clock import utcnow  # noqa: E402
 from runner.kanban.board import Board  # noqa: E402
 from runner.kanban.model import FenceError  # noqa: E402
 from runner.store import Store  # noqa: E402
+from runner.store.dialect import parse  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reclaim-every", type=int, default=0, help="also sweep expired leases every N claims")
     args = p.parse_args(argv)
     rng = random.Random(args.seed)
-    board = Board(Store.open(Path(args.db), migrate=False))
+    board = Board(Store.open(parse(args.db), migrate=False))  # a runner.db path or a postgresql:// URL
     lines: list[str] = []
     idle = 0
     while True:

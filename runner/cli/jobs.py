@@ -26,7 +26,7 @@ def _backend_label(spec: Any) -> str:
 
 def _states(s: Any) -> dict[str, Any]:
     """Scheduler state from the store (none yet when runner.db does not exist)."""
-    if not s.store_path.exists():
+    if not s.has_store():
         return {}
     from runner.serve.state import load_states
 
@@ -64,7 +64,7 @@ def jobs_list(as_json: bool) -> None:
     states = _states(s)
     serve_line, serve_alive = "serve: never started on this RUNNER_HOME", False
     leader: str | None = None  # the host and pid of the serve holding the scheduler lease
-    if s.store_path.exists():
+    if s.has_store():
         from runner.serve.state import serve_status
 
         for row in s.store.query(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import textwrap
 import time
-from pathlib import Path
 from typing import Any
 
 import click
@@ -300,8 +299,10 @@ def _partial_answer(row: dict[str, Any]) -> None:
     """A run stopped by a limit: print the report its grace call gave (its output file)."""
     if row["status"] in (RunStatus.SUCCEEDED, *ACTIVE) or not row["output_path"]:
         return
+    from runner.store.files import FileKind, read
+
     try:
-        text = Path(row["output_path"]).read_text(encoding="utf-8", errors="replace")
+        text = read(settings().store, row["id"], FileKind.OUTPUT, row["output_path"])
     except OSError as exc:
         click.echo(f"partial answer: cannot read {row['output_path']}: {exc.strerror}")
         return

@@ -22,8 +22,9 @@ from runner.cli._util import settings
     type=click.Choice(["text", "json"], case_sensitive=False),
     help="log lines as text or one JSON object per line (default: $RUNNER_LOG_FORMAT, config log_format, text)",
 )
+@click.option("--web", "web_bind", metavar="HOST:PORT", help="also serve the dashboard (runner web) from this daemon")
 @click.pass_context
-def serve(ctx: click.Context, log_level: str, log_format: str | None) -> None:
+def serve(ctx: click.Context, log_level: str, log_format: str | None, web_bind: str | None) -> None:
     """Fire scheduled jobs until SIGTERM/SIGINT (one instance per RUNNER_HOME). Under systemd:
     Type=notify readiness and watchdog, journald-friendly log lines (docs/operations.md)."""
     if ctx.invoked_subcommand is not None:
@@ -36,12 +37,19 @@ def serve(ctx: click.Context, log_level: str, log_format: str | None) -> None:
 
     s = settings()
     fmt = choose_format(log_format, os.environ, s.config.log_format)
+    loops = list(LOOPS)
+    if web_bind is not None:
+        from runner.web.auth import parse_bind
+        from runner.web.server import prepare, serve_loop
+
+        tokens, sock = prepare(s, parse_bind(web_bind, where="--web"))
+        loops.append(serve_loop(s, sock, tokens))
     executor = None
     if s.config.executor.type == "celery":  # runs go to `runner worker`s (docs/distributed.md)
         from runner.dist.executor import celery_executor
 
         executor = celery_executor
-    sys.exit(run_serve(s, loops=LOOPS, log_level=log_level, log_format=fmt, executor=executor))
+    sys.exit(run_serve(s, loops=loops, log_level=log_level, log_format=fmt, executor=executor))
 
 
 @serve.command("reload")

@@ -73,10 +73,12 @@ def tail(text: str) -> str:
 
 def tail_of_run(store: Store, run_id: str) -> str:
     """The output file's last lines, else the last thing the model said, for a run another process ended."""
+    from runner.store.files import FileKind, read
+
     row = store.one("SELECT output_path FROM runs WHERE id=?", (run_id,))
     if row and row["output_path"]:
         try:
-            return tail(Path(row["output_path"]).read_text(encoding="utf-8"))
+            return tail(read(store, run_id, FileKind.OUTPUT, row["output_path"]))
         except OSError:
             pass  # the file is gone: fall back to the events
     ev = store.one(

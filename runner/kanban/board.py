@@ -7,6 +7,11 @@ task is still ``running`` under that fence, so a worker whose lease was reclaime
 (``FenceError``) instead of overwriting the new owner's work. Every write that first reads
 runs inside ``BEGIN IMMEDIATE``; the event log row is written in the same transaction as the
 change it records, so ``task_events`` is the board's history in commit order.
+
+On PostgreSQL (a board shared by many machines) the hot writes lock only their rows: a claim
+takes ready rows ``FOR UPDATE SKIP LOCKED`` (claimers never wait on each other's rows), a
+fenced write or a renewal locks its task ``FOR UPDATE``; board-wide changes (promote, reclaim,
+moves by hand, promoting a finished task's children) still take the store-wide lock.
 """
 
 from __future__ import annotations
@@ -24,7 +29,13 @@ from runner.errors import UsageError
 from runner.kanban.model import Claim, FenceError, Reclaimed, Task, TaskNotFound, backoff_seconds
 from runner.statuses import TaskStatus
 from runner.store import Store, dumps
+from runner.store.dialect import STORE_LOCK, Dialect
 from runner.store.runs import HOST
+
+_CLAIM = (
+    "SELECT id, fence, attempts FROM tasks INDEXED BY tasks_claim WHERE status='ready' "
+    "AND (not_before IS NULL OR not_before <= ?) ORDER BY priority DESC, created_at, id LIMIT ?"
+)
 
 
 class Board:
@@ -32,6 +43,8 @@ class Board:
         self.store = store
         self.host = host
         self._gate: int | None = None  # the writers' lock file, opened on the first write
+        self._pg = store.dialect is Dialect.POSTGRESQL
+        self._for_update = " FOR UPDATE" if self._pg else ""
 
     def close(self) -> None:
         if self._gate is not None:
@@ -39,10 +52,15 @@ class Board:
             self._gate = None
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
+    def _tx(self, *, rows: bool = False) -> Iterator[sqlite3.Connection]:
         """``BEGIN IMMEDIATE`` behind a ``flock`` every board writer shares: under contention writers
         queue in the kernel (woken at the holder's commit) instead of in SQLite's busy handler,
-        whose growing sleeps starve some for seconds. Inside an open transaction: no gate."""
+        whose growing sleeps starve some for seconds. Inside an open transaction: no gate.
+        PostgreSQL: no gate; ``rows``: the writer locks its own rows (no store-wide lock)."""
+        if self._pg:
+            with self.store.transaction(lock=not rows) as conn:
+                yield conn
+            return
         if self.store.conn.in_transaction:
             with self.store.transaction() as conn:
                 yield conn
@@ -124,7 +142,7 @@ class Board:
 
     def tasks(self, *, status: str | None = None, include_archived: bool = False) -> list[Task]:
         where, params = (
-            ("status = ?", [status]) if status else ("1" if include_archived else "status != 'archived'", [])
+            ("status = ?", [status]) if status else ("1 = 1" if include_archived else "status != 'archived'", [])
         )
         rows = self.store.query(f"SELECT * FROM tasks WHERE {where} ORDER BY priority DESC, created_at, id", params)
         return [Task(**r) for r in rows]
@@ -275,12 +293,9 @@ class Board:
         """Claim up to ``limit`` ready tasks, highest priority first, then oldest."""
         stamp, expires = iso(now), iso(now + timedelta(seconds=lease_seconds)) or ""
         claims: list[Claim] = []
-        with self._tx() as conn:
-            rows = conn.execute(
-                "SELECT id, fence, attempts FROM tasks INDEXED BY tasks_claim WHERE status='ready' "
-                "AND (not_before IS NULL OR not_before <= ?) ORDER BY priority DESC, created_at, id LIMIT ?",
-                (stamp, limit),
-            ).fetchall()
+        with self._tx(rows=True) as conn:
+            sql = _CLAIM + " FOR UPDATE SKIP LOCKED" if self._pg else _CLAIM
+            rows = conn.execute(sql, (stamp, limit)).fetchall()
             for row in rows:
                 fence = row["fence"] + 1
                 cur = conn.execute(
@@ -289,7 +304,7 @@ class Board:
                     "WHERE id=? AND status='ready' AND fence=?",
                     (fence, owner, expires, self.host, stamp, row["id"], row["fence"]),
                 )
-                if cur.rowcount != 1:  # lost the compare-and-swap; cannot happen under BEGIN IMMEDIATE
+                if cur.rowcount != 1:  # lost the compare-and-swap; cannot happen under BEGIN IMMEDIATE (or a row lock)
                     continue
                 attempt = row["attempts"] + 1
                 self._event(conn, row["id"], "claimed", fence, now, {"owner": owner, "attempt": attempt})
@@ -305,7 +320,9 @@ class Board:
             return []
         out: list[Reclaimed] = []
         with self._tx() as conn:
-            rows = conn.execute("SELECT * FROM tasks WHERE status='running' AND lease_expires < ?", (stamp,)).fetchall()
+            rows = conn.execute(
+                "SELECT * FROM tasks WHERE status='running' AND lease_expires < ?" + self._for_update, (stamp,)
+            ).fetchall()
             for row in rows:
                 where = f" (pid {row['worker_pid']} on {row['host']})" if row["worker_pid"] else ""
                 error = f"lease expired: worker {row['lease_owner']}{where} stopped renewing"
@@ -332,7 +349,7 @@ class Board:
     def renew(self, task_id: int, fence: int, *, now: datetime, lease_seconds: float) -> str:
         """Extend the lease: ``renewed``; ``ended`` when this worker already ended the task; else ``lost``."""
         expires = iso(now + timedelta(seconds=lease_seconds))
-        with self._tx() as conn:
+        with self._tx(rows=True) as conn:
             cur = conn.execute(
                 "UPDATE tasks SET lease_expires=? WHERE id=? AND fence=? AND status='running'",
                 (expires, task_id, fence),
@@ -366,9 +383,9 @@ class Board:
 
     def worker_exited(self, task_id: int, fence: int, code: int, *, now: datetime, backoff: float) -> str | None:
         """The dispatcher saw its worker exit; if the task is still running under that claim, fail the attempt."""
-        with self._tx() as conn:
+        with self._tx(rows=True) as conn:
             row = conn.execute(
-                "SELECT * FROM tasks WHERE id=? AND fence=? AND status='running'", (task_id, fence)
+                "SELECT * FROM tasks WHERE id=? AND fence=? AND status='running'" + self._for_update, (task_id, fence)
             ).fetchone()
             if row is None:
                 return None
@@ -394,7 +411,7 @@ class Board:
         return status
 
     def _row(self, conn: sqlite3.Connection, task_id: int) -> Any:
-        row = conn.execute("SELECT * FROM tasks WHERE id=?", (task_id,)).fetchone()
+        row = conn.execute("SELECT * FROM tasks WHERE id=?" + self._for_update, (task_id,)).fetchone()
         if row is None:
             raise TaskNotFound(f"no task {task_id}; see: runner kanban list")
         return row
@@ -405,7 +422,7 @@ class Board:
         """Run ``write`` in one transaction only while the task is running under ``fence``.
 
         A stale fence records a ``refused`` event (committed) and raises FenceError."""
-        with self._tx() as conn:
+        with self._tx(rows=True) as conn:
             row = self._row(conn, task_id)
             if row["fence"] == fence and row["status"] == TaskStatus.RUNNING:
                 return write(conn, row)
@@ -418,6 +435,10 @@ class Board:
         )
 
     def _promote_children(self, conn: sqlite3.Connection, task_id: int, now: datetime) -> None:
+        if self._pg:  # two parents finishing at once must not both miss that the other is done
+            if conn.execute("SELECT 1 FROM task_links WHERE parent=? LIMIT 1", (task_id,)).fetchone() is None:
+                return
+            conn.execute("SELECT pg_advisory_xact_lock(?)", (STORE_LOCK,))
         ids = [
             r[0]
             for r in conn.execute(
@@ -443,6 +464,8 @@ class Board:
             "INSERT INTO task_events (task_id, ts, kind, fence, payload) VALUES (?, ?, ?, ?, ?)",
             (task_id, iso(now), kind, fence, dumps(payload)),
         )
+
+
 
 
 # A task (aliased ``t``) none of whose parents is unfinished.

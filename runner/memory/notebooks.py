@@ -65,7 +65,7 @@ def change(
             conn.execute(
                 "INSERT INTO memory_notebooks (scope, entries, chars, version, updated_at, updated_by) "
                 "VALUES (?, ?, ?, 1, ?, ?) ON CONFLICT(scope) DO UPDATE SET entries=excluded.entries, "
-                "chars=excluded.chars, version=version + 1, updated_at=excluded.updated_at, "
+                "chars=excluded.chars, version=memory_notebooks.version + 1, updated_at=excluded.updated_at, "
                 "updated_by=excluded.updated_by",
                 (scope.key, json.dumps(list(after.entries), ensure_ascii=False), after.chars, iso(utcnow()), by),
             )

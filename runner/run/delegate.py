@@ -244,14 +244,18 @@ class _Child:
         home = p.settings.home
         output = p.redactor(result.output)
         path = None
+        from runner.store.files import FileKind, keep
+
         if output:
             path = home / "outputs" / p.job.name / f"{self.run_id}.md"
             write_run_file(path, output)
+            keep(p.settings.store, self.run_id, FileKind.OUTPUT, output)
         if messages:
             import json
 
             transcript = json.dumps(p.redactor.redact_obj(messages), ensure_ascii=False, indent=1)
             write_run_file(home / "logs" / "runs" / f"{self.run_id}.json", transcript)
+            keep(p.settings.store, self.run_id, FileKind.TRANSCRIPT, transcript)
         update_run(
             p.settings.store,
             self.run_id,

@@ -305,8 +305,11 @@ class Run:
         )
 
     def write_output(self, output: str) -> Path:
+        from runner.store.files import FileKind, keep
+
         path = self.settings.home / "outputs" / self.job.name / f"{self.run_id}.md"
         write_run_file(path, output)
+        keep(self.settings.store, self.run_id, FileKind.OUTPUT, output)  # PostgreSQL: other machines show it
         return path
 
     @cached_property
@@ -362,8 +365,12 @@ class Run:
 
     def save_transcript(self, messages: list[dict[str, Any]]) -> Path:
         """The conversation as sent to the model (after pruning), redacted, for post-mortems."""
+        from runner.store.files import FileKind, keep
+
         path = self.settings.home / "logs" / "runs" / f"{self.run_id}.json"
-        write_run_file(path, json.dumps(self.redactor.redact_obj(messages), ensure_ascii=False, indent=1))
+        text = json.dumps(self.redactor.redact_obj(messages), ensure_ascii=False, indent=1)
+        write_run_file(path, text)
+        keep(self.settings.store, self.run_id, FileKind.TRANSCRIPT, text)
         return path
 
     def finish(self) -> None:

@@ -37,6 +37,7 @@ from runner.serve.logs import JsonFormatter, LogFormat, stream_formatter, text_f
 from runner.serve.notify import WatchdogTicker, sd_notify, watchdog_interval
 from runner.settings import Settings
 from runner.store import Store
+from runner.store.dialect import Dialect
 
 if TYPE_CHECKING:
     from runner.serve.pool import Pool
@@ -267,8 +268,10 @@ class Serve:
             os.close(lock)
             log.info("serve stopped (it was standing by)")
             return 0
-        store.execute("PRAGMA wal_autocheckpoint=0")
-        checkpointer = Checkpointer(store.path).start()
+        checkpointer: Checkpointer | None = None
+        if store.dialect is Dialect.SQLITE:  # PostgreSQL checkpoints by itself
+            store.execute("PRAGMA wal_autocheckpoint=0")
+            checkpointer = Checkpointer(store.path).start()
         schedule: ScheduleTicker | None = None
         alerts = BackgroundAlerts(store.path, config, home=s.home, base_dir=jobs.base_dir, log=log)
         remote = self.executor(s, store, log) if self.executor is not None else None
@@ -337,7 +340,8 @@ class Serve:
             if not self._lease_lost:
                 lease.release()  # a standby takes over at once
             alerts.close(config.serve.shutdown_grace)
-            checkpointer.stop()
+            if checkpointer is not None:
+                checkpointer.stop()
             heartbeat(store, now=self.clock.now(), running=0, waiting=0, stopped=True)
             signal.set_wakeup_fd(old_wakeup)
             for sig, handler in previous.items():

@@ -224,12 +224,11 @@ def worker_main(spec: WorkerSpec, held: dict[str, str] | None = None) -> None:
     from runner.run.request import Handoff, RunRequest
     from runner.settings import Settings
     from runner.statuses import Trigger
-    from runner.store import Store
 
     settings = Settings(home=Path(spec.home), jobs_path=Path(spec.jobs_path), config_path=Path(spec.config_path))
     CONFIG.apply(settings)
     # serve has created and migrated the store, and it watches its own workers: open it plainly
-    settings.store = Store.open(settings.store_path, migrate=False)
+    settings.store = settings.open_store(migrate=False)
     # the queued row exists (serve wrote it, with the task id if any): the run starts that row
     req = RunRequest(
         job=spec.job,

@@ -21,6 +21,7 @@ from typing import Any
 
 from runner.clock import iso, utcnow
 from runner.errors import StoreError, StoreStateError
+from runner.store.dialect import Dialect, PgURL, Target
 
 BUSY_TIMEOUT_MS = 30_000
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
@@ -63,7 +64,14 @@ def fault(path: Path, exc: sqlite3.Error) -> StoreFault | None:
 class Store:
     """The store; ``conn`` is the connection of the calling thread: the thread that opened the
     store uses the one it opened, any other thread (a subagent, a parallel tool call) gets its
-    own on first use, so transactions of two threads never share a connection."""
+    own on first use, so transactions of two threads never share a connection.
+
+    ``dialect``: SQLite here; ``runner.store.pg.PgStore`` is the PostgreSQL form (``path`` is then
+    its URL, a ``PgURL``), opened by the same ``Store.open``."""
+
+    dialect = Dialect.SQLITE
+    #: what ``transaction(lock=False)`` begins with: on SQLite every writer takes the one lock
+    ROW_BEGIN = "BEGIN IMMEDIATE"
 
     def __init__(self, path: Path, conn: sqlite3.Connection):
         self.path = path
@@ -79,15 +87,30 @@ class Store:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             with self.guard():
-                conn = self._local.conn = _connect(self.path)
+                conn = self._local.conn = self._new_connection()
             self._others.append(conn)
         return conn
 
+    def _new_connection(self) -> sqlite3.Connection:
+        return _connect(self.path)
+
+    @property
+    def shown(self) -> str:
+        """Where the store is, for messages (a PostgreSQL URL without its password)."""
+        return str(self.path)
+
     @classmethod
-    def open(cls, path: Path, *, migrate: bool = True, state: Sequence[Path] = ()) -> Store:
-        """Open (or create) the store at ``path``. ``state``: folders whose files show that runs
-        happened here (RUNNER_HOME's outputs and transcripts): next to them an empty ledger is
-        refused (StoreStateError, exit 2) instead of silently starting over."""
+    def open(cls, path: Path | PgURL | Target, *, migrate: bool = True, state: Sequence[Path] = ()) -> Store:
+        """Open (or create) the store at ``path`` (a SQLite file, a ``PgURL``, or a ``Target``).
+        ``state``: folders whose files show that runs happened here (RUNNER_HOME's outputs and
+        transcripts): next to them an empty SQLite ledger is refused (StoreStateError, exit 2)
+        instead of silently starting over."""
+        if isinstance(path, Target):
+            path = path.url if path.url is not None else Path(path.path or "")
+        if isinstance(path, PgURL):
+            from runner.store.pg import PgStore
+
+            return PgStore.open_url(path, migrate=migrate)
         path = Path(path)
         empty = _empty_file(path)  # a missing file is a new ledger (also after moving the old one aside)
         if empty and path.exists():
@@ -134,12 +157,10 @@ class Store:
         pending = [n for n in migration_names() if n not in self.applied_migrations()]
         if not pending:
             return []
-        import sqlite_utils
-
-        db = sqlite_utils.Database(self.conn)
+        db = self.migration_db()
         done: list[str] = []
         # the documented way to rebuild a table: foreign keys off (a pragma outside a transaction),
-        # checked with foreign_key_check before each migration commits
+        # checked with foreign_key_check before each migration commits (PostgreSQL: no-ops there)
         self.conn.execute("PRAGMA foreign_keys=OFF")
         try:
             for name in pending:
@@ -147,7 +168,7 @@ class Store:
                 with self.transaction():
                     if self.conn.execute("SELECT 1 FROM _migrations WHERE name=?", (name,)).fetchone():
                         continue  # another process applied it meanwhile
-                    module.apply(db)
+                    getattr(module, f"apply_{self.dialect.value}", module.apply)(db)
                     _check_foreign_keys(self.conn, name)
                     self.conn.execute("INSERT INTO _migrations VALUES (?, ?)", (name, iso(utcnow())))
                 done.append(name)
@@ -155,6 +176,13 @@ class Store:
             self.conn.execute("PRAGMA foreign_keys=ON")
         self._settle_auto_vacuum()
         return done
+
+    def migration_db(self) -> Any:
+        """What a migration's ``apply(db)`` gets: a sqlite-utils ``Database`` (PostgreSQL: a
+        ``runner.store.pg_schema.PgMigrationDB`` with the same few methods)."""
+        import sqlite_utils
+
+        return sqlite_utils.Database(self.conn)
 
     def _settle_auto_vacuum(self) -> None:
         """``auto_vacuum`` set on an existing file takes effect at the next VACUUM (m0015 sets it to
@@ -166,8 +194,10 @@ class Store:
 
     # -- access -------------------------------------------------------------------------
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """``BEGIN IMMEDIATE`` ... ``COMMIT`` (re-entrant: nested use joins the outer one)."""
+    def transaction(self, *, lock: bool = True) -> Iterator[sqlite3.Connection]:
+        """``BEGIN IMMEDIATE`` ... ``COMMIT`` (re-entrant: nested use joins the outer one). On
+        PostgreSQL the same takes the store-wide advisory lock; ``lock=False`` begins without it,
+        for a writer that locks the rows it changes itself (``SELECT ... FOR UPDATE``)."""
         depth = getattr(self._local, "depth", 0)
         if depth:
             self._local.depth = depth + 1
@@ -177,7 +207,7 @@ class Store:
                 self._local.depth = depth
             return
         with self.guard():
-            self.conn.execute("BEGIN IMMEDIATE")
+            self.conn.execute("BEGIN IMMEDIATE" if lock else self.ROW_BEGIN)
             self._local.depth = 1
             try:
                 yield self.conn

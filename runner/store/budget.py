@@ -155,8 +155,8 @@ def _add(
     rows = [(scope, name, period, settled_micro, open_micro) for scope, name in scopes for period in keys]
     conn.executemany(
         "INSERT INTO budget_totals (scope, name, period, settled_micro, open_micro) VALUES (?, ?, ?, ?, ?) "
-        "ON CONFLICT(scope, name, period) DO UPDATE SET settled_micro = settled_micro + excluded.settled_micro, "
-        "open_micro = open_micro + excluded.open_micro",
+        "ON CONFLICT(scope, name, period) DO UPDATE SET settled_micro = budget_totals.settled_micro + excluded.settled_micro, "
+        "open_micro = budget_totals.open_micro + excluded.open_micro",
         rows,
     )
 
@@ -207,12 +207,12 @@ def _real_cost(conn: sqlite3.Connection, run_id: str, main: str) -> dict[str, in
     (the auxiliary model) answered are counted under it, the rest under ``main``."""
     row = conn.execute("SELECT cost_usd FROM runs WHERE id=?", (run_id,)).fetchone()
     ev = conn.execute(
-        "SELECT SUM(json_extract(payload, '$.cost_usd')) FROM run_events WHERE run_id=? AND kind IN ('response', 'summary', 'skill_review')",
+        "SELECT SUM(CAST(json_extract(payload, '$.cost_usd') AS DOUBLE PRECISION)) FROM run_events WHERE run_id=? AND kind IN ('response', 'summary', 'skill_review')",
         (run_id,),
     ).fetchone()
     total = max(float(row[0] or 0.0) if row is not None else 0.0, float(ev[0] or 0.0))
     others = conn.execute(
-        "SELECT json_extract(payload, '$.provider') AS p, SUM(json_extract(payload, '$.cost_usd')) AS c "
+        "SELECT json_extract(payload, '$.provider') AS p, SUM(CAST(json_extract(payload, '$.cost_usd') AS DOUBLE PRECISION)) AS c "
         "FROM run_events WHERE run_id=? AND kind IN ('summary', 'skill_review') GROUP BY p",
         (run_id,),
     ).fetchall()

@@ -8,11 +8,11 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import sqlite3
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from runner.clock import iso, utcnow
@@ -22,6 +22,7 @@ from runner.statuses import FINAL, RunStatus, Trigger
 from runner.store import Store, dumps
 from runner.store.budget import settle
 from runner.store.control import abandon
+from runner.store.dialect import Dialect
 
 HOST = socket.gethostname()
 
@@ -72,7 +73,12 @@ def create_run(
     cols = ", ".join(row)
     marks = ", ".join(f":{k}" for k in row)
     with store.transaction() as conn:
-        conn.execute(f"INSERT INTO runs ({cols}) VALUES ({marks})", row)
+        if store.dialect is Dialect.SQLITE:
+            conn.execute(f"INSERT INTO runs ({cols}) VALUES ({marks})", row)
+        # PostgreSQL: a failed statement would abort the caller's whole transaction (serve writes
+        # a burst of fires in one), so the (job, slot, attempt) identity is checked without failing
+        elif conn.execute(f"INSERT INTO runs ({cols}) VALUES ({marks}) ON CONFLICT DO NOTHING", row).rowcount != 1:
+            raise sqlite3.IntegrityError(f"UNIQUE constraint failed: runs (job {job!r}, slot {slot_text}, attempt {attempt})")
     return run_id
 
 
@@ -146,15 +152,17 @@ def list_runs(
 
 
 def last_output(store: Store, job: str) -> str:
+    from runner.store.files import FileKind, read
+
     row = store.one(
-        "SELECT output_path FROM runs WHERE job=? AND status=? AND output_path IS NOT NULL "
+        "SELECT id, output_path FROM runs WHERE job=? AND status=? AND output_path IS NOT NULL "
         "AND parent_run_id IS NULL ORDER BY created_at DESC LIMIT 1",  # a subagent's summary is not the job's output
         (job, RunStatus.SUCCEEDED),
     )
     if not row:
         return ""
     try:
-        return Path(row["output_path"]).read_text(encoding="utf-8")
+        return read(store, row["id"], FileKind.OUTPUT, row["output_path"])
     except OSError:
         return ""
 

@@ -1,5 +1,5 @@
-"""Full-text search over past runs: every SQL statement of the index is here (SQLite FTS5 now;
-a PostgreSQL form would be a sibling module with the same functions).
+"""Full-text search over past runs: every SQL statement of the index is here, for both dialects
+(SQLite: FTS5; PostgreSQL: a ``tsvector`` column with a GIN index, see below).
 
 What is indexed (migration m0013): the rendered prompt, the model's text (so its final answer),
 tool calls (name and arguments), tool results and pre_run stdout, each as its ``run_events`` row
@@ -14,6 +14,14 @@ older counts half), one hit per run (its best), ties broken newest first.
 Queries: by default each word is searched as itself (quoted, so ``AND``, ``-`` or ``"`` are plain
 text; a trailing ``*`` is a prefix), all words must occur. ``raw=True`` hands the text to FTS5's
 own syntax (``OR``, ``NOT``, ``NEAR``, ``"phrases"``); what FTS5 rejects is a ``QueryError``.
+
+PostgreSQL (migration m0013's ``apply_postgresql``): ``search_fts`` is a table (``rowid``,
+``body``, ``tsv`` = ``to_tsvector('simple', body)``, GIN-indexed), kept by the same triggers
+(PL/pgSQL there). A query's words become a ``tsquery`` (each word as ``phraseto_tsquery``
+splits it, a trailing ``*`` a prefix ``:*``, all of them ``&&``); ``raw=True`` is
+``websearch_to_tsquery`` syntax (``or``, ``-word``, ``"phrases"``), which never fails. Relevance
+is ``ts_rank`` (for bm25), with the same recency discount and one hit per run. Simpler than
+FTS5 in one way: accents are not folded (``café`` does not find ``cafe``).
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from runner.clock import iso, parse_iso, utcnow
 from runner.errors import UsageError
 from runner.lazyre import LazyPattern
 from runner.store import Store
+from runner.store.dialect import Dialect
 
 INDEX_CHARS = 8000  # of each indexed text
 WINDOW = 500  # newest matches ranked per query: bounds the cost of a word that is everywhere
@@ -150,6 +159,8 @@ def _score(rank: float, ts: str, now: datetime) -> float:
 
 
 def _candidates(store: Store, q: Search, expr: str) -> list[dict[str, Any]]:
+    if store.dialect is Dialect.POSTGRESQL:
+        return _candidates_pg(store, q)
     where, params = ["search_fts MATCH ?"], [expr]
     if q.job:
         where.append("d.job = ?")
@@ -169,6 +180,51 @@ def _candidates(store: Store, q: Search, expr: str) -> list[dict[str, Any]]:
         return store.query(sql, params)
 
 
+def _filters(q: Search) -> tuple[list[str], list[Any]]:
+    where: list[str] = []
+    params: list[Any] = []
+    if q.job:
+        where.append("d.job = ?")
+        params.append(q.job)
+    if q.since is not None:
+        where.append("d.ts >= ?")
+        params.append(iso(q.since) or "")
+    if q.exclude_run:
+        where.append("d.run_id != ?")
+        params.append(q.exclude_run)
+    return where, params
+
+
+def tsquery(text: str, *, raw: bool = False) -> tuple[str, list[str]]:
+    """PostgreSQL: the ``tsquery`` SQL expression for ``text`` and its parameters (see the module doc).
+    A word is split at punctuation as the index splits texts (``foo:bar`` is the phrase foo bar)."""
+    if raw:
+        match_expression(text, raw=True)  # nothing to search for: the same QueryError
+        return "websearch_to_tsquery('simple', ?)", [text]
+    match_expression(text)
+    parts, params = [], []
+    for word in text.replace("\x00", " ").split():
+        prefix = word.endswith("*")
+        pieces = [p for p in _PUNCT.split(word.rstrip("*").lower()) if p]
+        if not pieces or not any(ch.isalnum() for ch in "".join(pieces)):
+            continue
+        parts.append("to_tsquery('simple', ?)")
+        phrase = " <-> ".join("'" + p.replace("\\", "\\\\").replace("'", "''") + "'" for p in pieces)
+        params.append(phrase + (":*" if prefix else ""))
+    return " && ".join(parts), params
+
+
+def _candidates_pg(store: Store, q: Search) -> list[dict[str, Any]]:
+    expr, params = tsquery(q.text, raw=q.raw)
+    where, more = _filters(q)
+    sql = (
+        "SELECT d.id, d.run_id, d.seq, d.job, d.ts, d.kind, d.label, -ts_rank(f.tsv, m.q) AS rank "
+        f"FROM (SELECT {expr} AS q) m, search_fts f JOIN search_docs d ON d.id = f.rowid "
+        f"WHERE {' AND '.join(['f.tsv @@ m.q', *where])} ORDER BY f.rowid DESC LIMIT {WINDOW}"
+    )
+    return store.query(sql, [*params, *more])
+
+
 def _snippets(store: Store, q: Search, ids: list[int]) -> dict[int, str]:
     """The passage around the first matching word of each text, made here rather than by FTS5's
     ``snippet()``, which evaluates the whole query again per row (slow for prefix queries)."""
@@ -181,6 +237,7 @@ def _snippets(store: Store, q: Search, ids: list[int]) -> dict[int, str]:
 
 
 _TOKEN = LazyPattern(r"[^\W_]+")
+_PUNCT = LazyPattern(r"[\s!-/:-@\[-`{-~]+")  # what the PostgreSQL index splits words at (ASCII punctuation)
 _QUERY_WORD = LazyPattern(r"([^\W_]+)(\*?)")
 _OPERATORS = frozenset({"AND", "OR", "NOT", "NEAR"})
 
@@ -265,25 +322,47 @@ def rebuild(store: Store) -> Rebuilt:
 
     redact = Redactor()
     text, wanted = TEXT.format(r="e"), WANTED.format(r="e")
+    pg = store.dialect is Dialect.POSTGRESQL
     with store.transaction() as conn:
         conn.execute("DELETE FROM search_fts")
         conn.execute("DELETE FROM search_docs")
-        conn.execute(
-            "INSERT INTO search_docs (run_id, seq, job, ts, kind, label) "
-            "SELECT e.run_id, e.seq, coalesce(r.job, ''), e.ts, e.kind, json_extract(e.payload, '$.name') "
-            f"FROM run_events e LEFT JOIN runs r ON r.id = e.run_id WHERE {wanted} AND length({text}) > 0 "
-            "ORDER BY e.ts, e.run_id, e.seq"
-        )
-        conn.execute(
-            f"INSERT INTO search_fts (rowid, body) SELECT d.id, {text} FROM search_docs d "
-            "JOIN run_events e ON e.run_id = d.run_id AND e.seq = d.seq ORDER BY d.id"
-        )
+        if pg:  # the text of an event: the SQL function of migration m0013 (the triggers use it too)
+            _reindex_events_pg(conn)
+        else:
+            _reindex_events(conn, text, wanted)
         events = int(conn.execute("SELECT count(*) FROM search_docs").fetchone()[0])
         outputs = 0
         for run_id, job, ts, output in _outputs(conn):
             outputs += _add_output(conn, run_id, job, ts, redact(output))
-        conn.execute("INSERT INTO search_fts (search_fts) VALUES ('optimize')")
+        if not pg:
+            conn.execute("INSERT INTO search_fts (search_fts) VALUES ('optimize')")
     return Rebuilt(events, outputs)
+
+
+def _reindex_events(conn: sqlite3.Connection, text: str, wanted: str) -> None:
+    conn.execute(
+        "INSERT INTO search_docs (run_id, seq, job, ts, kind, label) "
+        "SELECT e.run_id, e.seq, coalesce(r.job, ''), e.ts, e.kind, json_extract(e.payload, '$.name') "
+        f"FROM run_events e LEFT JOIN runs r ON r.id = e.run_id WHERE {wanted} AND length({text}) > 0 "
+        "ORDER BY e.ts, e.run_id, e.seq"
+    )
+    conn.execute(
+        f"INSERT INTO search_fts (rowid, body) SELECT d.id, {text} FROM search_docs d "
+        "JOIN run_events e ON e.run_id = d.run_id AND e.seq = d.seq ORDER BY d.id"
+    )
+
+
+def _reindex_events_pg(conn: sqlite3.Connection) -> None:
+    conn.execute(
+        "INSERT INTO search_docs (run_id, seq, job, ts, kind, label) "
+        "SELECT e.run_id, e.seq, coalesce(r.job, ''), e.ts, e.kind, e.payload::jsonb->>'name' "
+        "FROM run_events e LEFT JOIN runs r ON r.id = e.run_id WHERE search_text(e.kind, e.payload) IS NOT NULL "
+        "ORDER BY e.ts, e.run_id, e.seq"
+    )
+    conn.execute(
+        "INSERT INTO search_fts (rowid, body) SELECT d.id, search_text(e.kind, e.payload) FROM search_docs d "
+        "JOIN run_events e ON e.run_id = d.run_id AND e.seq = d.seq ORDER BY d.id"
+    )
 
 
 def _outputs(conn: sqlite3.Connection) -> Iterator[tuple[str, str, str, str]]:
@@ -295,6 +374,9 @@ def _outputs(conn: sqlite3.Connection) -> Iterator[tuple[str, str, str, str]]:
         try:
             text = Path(path).read_text(encoding="utf-8", errors="replace")
         except OSError:
+            body = conn.execute("SELECT body FROM run_files WHERE run_id=? AND kind='output'", (run_id,)).fetchone()
+            if body is not None:  # PostgreSQL: the run's machine has the file; the store has its copy
+                yield run_id, job, ts, str(body[0])
             continue  # a pruned or moved output: its events are still indexed
         yield run_id, job, ts, text
 

@@ -18,6 +18,9 @@ from tests.conftest import Project
 
 # never needed to list jobs, check a command or run a job that runs no command
 HEAVY = {"apscheduler", "docker", "jinja2", "paramiko", "requests", "urllib3", "opentelemetry", "google"}
+# the dashboard's stack (the web extra): only `runner web` and `runner serve --web` load it
+WEB = {"starlette", "uvicorn", "prometheus_client", "markdown_it", "multipart", "python_multipart"}
+HEAVY |= WEB
 # the model client's libraries: only a command that calls the model may load them
 MODEL_CLIENT = {"httpx", "httpcore", "openai", "h11", "anyio"}
 

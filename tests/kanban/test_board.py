@@ -1,4 +1,4 @@
-"""The board API on a real SQLite file, time injected: transitions, claims, leases, fencing."""
+"""The board API on a real SQLite file and a real PostgreSQL database, time injected: transitions, claims, leases, fencing."""
 
 from datetime import UTC, datetime, timedelta
 
@@ -17,8 +17,8 @@ def at(seconds: float) -> datetime:
 
 
 @pytest.fixture
-def board(tmp_path):
-    store = Store.open(tmp_path / "runner.db")
+def board(where):
+    store = Store.open(where)  # each test runs on SQLite and on PostgreSQL
     b = Board(store, host="here")
     yield b
     b.close()

@@ -1,7 +1,8 @@
 """Claim stress: 16 real processes claim and complete 10,000 tasks of a script-only job on one
-runner.db through the board API, with short leases, some claimers stalling past their lease,
+store through the board API (a runner.db, and a PostgreSQL database), with short leases, some claimers stalling past their lease,
 and every claimer sweeping expired leases: exactly 10,000 accepted completions, never two
-owners of one task at once (from the fence logs and the board's event log), no SQLITE_BUSY."""
+owners of one task at once (from the fence logs and the board's event log), no SQLITE_BUSY
+(PostgreSQL: 0 double claims, every late completion refused by the fence)."""
 
 import subprocess
 import sys
@@ -20,8 +21,8 @@ CLAIMER = Path(__file__).parent.parent / "kanban_claimer.py"
 
 
 @pytest.mark.slow
-def test_sixteen_processes_ten_thousand_tasks(tmp_path):
-    db = tmp_path / "runner.db"
+def test_sixteen_processes_ten_thousand_tasks(tmp_path, where):
+    db = where  # a runner.db, or a PostgreSQL database (claims there: FOR UPDATE SKIP LOCKED)
     store = Store.open(db)
     board = Board(store)
     now = utcnow()
@@ -80,6 +81,6 @@ def test_sixteen_processes_ten_thousand_tasks(tmp_path):
             if kind == "completed":
                 completed[task_id] = completed.get(task_id, 0) + 1
     assert len(completed) == TASKS and set(completed.values()) == {1}
-    print(f"\n{TASKS} tasks, {PROCESSES} processes: {elapsed:.1f}s, {TASKS / elapsed:.0f} tasks/s, {refused} refused")
+    print(f"\n{type(store).__name__} {TASKS} tasks, {PROCESSES} processes: {elapsed:.1f}s, {TASKS / elapsed:.0f} tasks/s, {refused} refused")
     board.close()
     store.close()

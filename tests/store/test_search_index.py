@@ -37,8 +37,8 @@ def add_run(store: Store, job: str, text: str, *, days_ago: float, kind: str = "
 
 
 @pytest.fixture
-def store(tmp_path):
-    s = Store.open(tmp_path / "runner.db")
+def store(where):
+    s = Store.open(where)  # SQLite (FTS5) and PostgreSQL (tsvector): the same behaviour
     yield s
     s.close()
 
@@ -105,6 +105,8 @@ def test_plain_words_never_need_syntax_and_raw_syntax_errors_are_one_line(store)
         search(store, Search(text), now=NOW)  # never raises
     assert len(search(store, Search("AND OR gate"), now=NOW)) == 1
     assert len(search(store, Search("gate OR nothing", raw=True), now=NOW)) == 1
+    if store.dialect != "sqlite":  # PostgreSQL's websearch syntax takes any text (never an error)
+        return
     for bad in ("AND OR", '"unbalanced', "NEAR(", "foo:bar", "gate NOT", "*"):
         with pytest.raises(QueryError) as err:
             search(store, Search(bad, raw=True), now=NOW)

@@ -77,3 +77,102 @@ def backfill(db: Any) -> None:
         f"INSERT INTO search_fts (rowid, body) SELECT d.id, {text} FROM search_docs d "
         "JOIN run_events e ON e.run_id = d.run_id AND e.seq = d.seq ORDER BY d.id"
     )
+
+
+# -- PostgreSQL (issue 17): the same tables, a tsvector column with a GIN index for FTS5 --------
+# ``search_fts`` is a plain table there (``rowid`` = ``search_docs.id``, ``body``, ``tsv``: its words
+# split at punctuation and spaces, as FTS5's unicode61 splits them, lower-cased); the
+# text of an event is the SQL function ``search_text(kind, payload)`` (the same choice of fields
+# as ``TEXT`` and ``WANTED`` above; NULL when nothing is worth indexing), used by the trigger and
+# by ``runner.store.search.rebuild``.
+PG_STATEMENTS = [
+    """
+    CREATE FUNCTION search_text(kind text, payload text) RETURNS text LANGUAGE plpgsql IMMUTABLE AS $$
+    DECLARE
+        doc jsonb;
+    BEGIN
+        IF kind NOT IN ('prompt', 'response', 'tool_call', 'tool_result', 'pre_run') THEN
+            RETURN NULL;
+        END IF;
+        BEGIN
+            doc := payload::jsonb;
+        EXCEPTION WHEN others THEN
+            RETURN NULL;
+        END;
+        IF jsonb_typeof(doc) <> 'object' OR coalesce(doc->>'name', '') = 'session_search' THEN
+            RETURN NULL;
+        END IF;
+        RETURN nullif(substr(CASE kind
+            WHEN 'prompt' THEN doc->>'user'
+            WHEN 'response' THEN doc->>'content'
+            WHEN 'tool_result' THEN doc->>'result'
+            WHEN 'tool_call' THEN (doc->>'name') || ' ' || (doc->>'arguments')
+            WHEN 'pre_run' THEN doc->>'stdout'
+        END, 1, 8000), '');
+    END $$
+    """,
+    """
+    CREATE TABLE search_fts (
+        rowid BIGINT PRIMARY KEY,
+        body TEXT NOT NULL,
+        tsv tsvector GENERATED ALWAYS AS (to_tsvector('simple', regexp_replace(body, '[[:punct:][:space:]]+', ' ', 'g'))) STORED
+    )
+    """,
+    "CREATE INDEX search_fts_tsv ON search_fts USING GIN (tsv)",
+    """
+    CREATE FUNCTION search_event_added() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+        body text := search_text(NEW.kind, NEW.payload);
+        doc_id bigint;
+    BEGIN
+        IF body IS NULL THEN
+            RETURN NULL;
+        END IF;
+        INSERT INTO search_docs (run_id, seq, job, ts, kind, label)
+        VALUES (NEW.run_id, NEW.seq, coalesce((SELECT job FROM runs WHERE id = NEW.run_id), ''), NEW.ts, NEW.kind,
+                NEW.payload::jsonb->>'name')
+        RETURNING id INTO doc_id;
+        INSERT INTO search_fts (rowid, body) VALUES (doc_id, body);
+        RETURN NULL;
+    END $$
+    """,
+    "CREATE TRIGGER search_event_added AFTER INSERT ON run_events FOR EACH ROW EXECUTE FUNCTION search_event_added()",
+    """
+    CREATE FUNCTION search_event_removed() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        DELETE FROM search_fts WHERE rowid IN (SELECT id FROM search_docs WHERE run_id = OLD.run_id AND seq = OLD.seq);
+        DELETE FROM search_docs WHERE run_id = OLD.run_id AND seq = OLD.seq;
+        RETURN NULL;
+    END $$
+    """,
+    "CREATE TRIGGER search_event_removed AFTER DELETE ON run_events FOR EACH ROW EXECUTE FUNCTION search_event_removed()",
+    """
+    CREATE FUNCTION search_run_removed() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        DELETE FROM search_fts WHERE rowid IN (SELECT id FROM search_docs WHERE run_id = OLD.id);
+        DELETE FROM search_docs WHERE run_id = OLD.id;
+        RETURN NULL;
+    END $$
+    """,
+    "CREATE TRIGGER search_run_removed AFTER DELETE ON runs FOR EACH ROW EXECUTE FUNCTION search_run_removed()",
+    """
+    INSERT INTO search_docs (run_id, seq, job, ts, kind, label)
+    SELECT e.run_id, e.seq, coalesce(r.job, ''), e.ts, e.kind, e.payload::jsonb->>'name'
+    FROM run_events e LEFT JOIN runs r ON r.id = e.run_id WHERE search_text(e.kind, e.payload) IS NOT NULL
+    ORDER BY e.ts, e.run_id, e.seq
+    """,
+    """
+    INSERT INTO search_fts (rowid, body) SELECT d.id, search_text(e.kind, e.payload) FROM search_docs d
+    JOIN run_events e ON e.run_id = d.run_id AND e.seq = d.seq ORDER BY d.id
+    """,
+]
+
+
+def apply_postgresql(db: Any) -> None:
+    db.execute(
+        "CREATE TABLE search_docs (id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, seq INTEGER NOT NULL, "
+        "job TEXT NOT NULL, ts TEXT NOT NULL, kind TEXT NOT NULL, label TEXT)"
+    )
+    db.execute("CREATE UNIQUE INDEX search_docs_event ON search_docs(run_id, seq)")
+    for statement in PG_STATEMENTS:
+        db.conn.executescript(statement)

@@ -131,3 +131,42 @@ def arguments_value(arguments: Any) -> Any:
         return json.loads(arguments)
     except ValueError:
         return arguments
+
+
+# -- PostgreSQL (issue 17): constraints are added in place (no rebuild, no pragmas) ---------------
+def apply_postgresql(db: Any) -> None:
+    """The same keys on PostgreSQL, except ``runs.task_id`` -> ``tasks.id``: the columns' types
+    differ there (TEXT and BIGINT, as SQLite declared them) and PostgreSQL refuses a key between
+    them, so a task's runs are found by value as before. Orphans get placeholders first."""
+    conn = db.conn
+    _keep_orphans_pg(conn)
+    for table, constraint in FOREIGN_KEYS.items():
+        if table != "runs":
+            conn.execute(f'ALTER TABLE "{table}" ADD CONSTRAINT "{table}_run_id_fkey" {constraint}')
+    rows = conn.execute(
+        "SELECT run_id, seq, payload FROM run_events WHERE kind IN ('tool_call', 'response') AND json_valid(payload)"
+    ).fetchall()
+    for run_id, seq, payload in rows:
+        doc = json.loads(payload)
+        if not isinstance(doc, dict):
+            continue
+        if "arguments" in doc:
+            doc["arguments"] = arguments_value(doc["arguments"])
+        if isinstance(doc.get("tool_calls"), list):
+            doc["tool_calls"] = [{**c, "arguments": arguments_value(c.get("arguments"))} for c in doc["tool_calls"]]
+        conn.execute(
+            "UPDATE run_events SET payload = ? WHERE run_id = ? AND seq = ?",
+            (json.dumps(doc, ensure_ascii=False, separators=(",", ":")), run_id, seq),
+        )
+
+
+def _keep_orphans_pg(conn: Any) -> None:
+    conn.execute(
+        "INSERT INTO runs (id, job, trigger, status, reason, error, created_at, ended_at) "
+        "SELECT run_id, '(unknown)', 'manual', 'unknown', 'orphaned', ?, MIN(ts), MAX(ts) FROM "
+        "(SELECT run_id, ts FROM run_events UNION ALL SELECT run_id, ts FROM approvals WHERE run_id IS NOT NULL "
+        "UNION ALL SELECT run_id, requested_at FROM approval_requests "
+        "UNION ALL SELECT run_id, requested_at FROM control_requests WHERE run_id IS NOT NULL) AS named "
+        "WHERE run_id NOT IN (SELECT id FROM runs) GROUP BY run_id",
+        (f"placeholder written by migration {MARK}: events or approvals named this run but its row was missing",),
+    )

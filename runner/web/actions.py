@@ -1,0 +1,270 @@
+"""The dashboard's buttons: each POST checks the role (a read-only token cannot act) and the CSRF
+token, calls the same function the CLI command calls, and redirects back with a one-line message
+(303, so the browser's reload does not post twice).
+
+Run now, cancel, kanban retry and approve / deny go through ``runner.control`` (the store-backed
+control API that ``runner jobs trigger``, ``runner runs cancel``, ``runner kanban retry`` and
+``runner approvals grant|deny`` use)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import urlencode
+
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from runner.clock import utcnow
+from runner.errors import RunnerError, UsageError
+from runner.web.auth import CSRF_COOKIE, CSRF_FIELD, CSRF_HEADER, Role, csrf_ok
+
+
+class Refused(Exception):
+    def __init__(self, status: int, text: str):
+        super().__init__(text)
+        self.status, self.text = status, text
+
+
+async def guard(request: Request, *, role_needed: bool = True) -> FormData:
+    """The form of an allowed POST; raises ``Refused`` (403) for a viewer, a bad CSRF token or a
+    cross-site Origin."""
+    origin = request.headers.get("origin")
+    if origin and origin != "null" and origin.split("://", 1)[-1] != request.headers.get("host"):
+        raise Refused(403, "cross-site request refused")
+    form = await request.form()
+    submitted = request.headers.get(CSRF_HEADER) or str(form.get(CSRF_FIELD) or "")
+    if not csrf_ok(request.cookies.get(CSRF_COOKIE), submitted):
+        raise Refused(403, "CSRF token missing or wrong: reload the page and try again")
+    if role_needed and request.state.role != Role.ADMIN:
+        raise Refused(403, "this token is read-only: it can view, not act")
+    return form
+
+
+def back(request: Request, form: FormData, default: str, message: str, *, error: bool = False) -> Response:
+    target = str(form.get("back") or default)
+    if not target.startswith("/") or target.startswith("//"):
+        target = default
+    target = target.split("?", 1)[0]
+    query = {"msg": message, **({"err": "1"} if error else {})}
+    return RedirectResponse(f"{target}?{urlencode(query)}", status_code=303)
+
+
+Handler = Callable[[Request, FormData], str]
+
+
+def action(default_back: Callable[[Request], str], fn: Handler) -> Callable[[Request], Awaitable[Response]]:
+    """Wrap ``fn(request, form) -> message`` (sync, run in the thread pool) as a POST endpoint."""
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            form = await guard(request)
+        except Refused as exc:
+            return PlainTextResponse(exc.text, status_code=exc.status)
+        where = default_back(request)
+        try:
+            message = await run_in_threadpool(fn, request, form)
+        except RunnerError as exc:
+            return back(request, form, where, str(exc).splitlines()[0] if str(exc) else type(exc).__name__, error=True)
+        return back(request, form, where, message)
+
+    return endpoint
+
+
+def _source(request: Request) -> Any:
+    return request.app.state.web.source
+
+
+def _who(request: Request) -> str:
+    return f"web:{request.state.role}"
+
+
+def _control() -> Any:
+    """``runner.control`` (branch i-control); a clear error when this build does not have it."""
+    try:
+        from runner import control
+    except ImportError:
+        raise UsageError("this runner has no runner.control (live control): the button needs it") from None
+    return control
+
+
+# -- jobs -------------------------------------------------------------------------------------
+def _job(request: Request) -> str:
+    name = request.path_params["name"]
+    loaded = _source(request).jobs()
+    if loaded.value is None:
+        raise UsageError(f"jobs.yaml does not load: {loaded.error}")
+    loaded.value.get(name)  # UsageError naming the job when it does not exist
+    return str(name)
+
+
+def pause(request: Request, form: FormData) -> str:
+    from runner.serve.state import set_paused
+
+    name = _job(request)
+    set_paused(_source(request).store, name, True, f"paused from the web ({_who(request)})")
+    return f"paused {name}"
+
+
+def resume(request: Request, form: FormData) -> str:
+    from runner.serve.state import set_paused
+
+    name = _job(request)
+    set_paused(_source(request).store, name, False)
+    return f"resumed {name}"
+
+
+def trigger(request: Request, form: FormData) -> str:
+    name = _job(request)
+    request_id = _control().request_trigger(_source(request).store, name, by=_who(request))
+    return f"asked serve to run {name} now (request {request_id})"
+
+
+# -- runs -------------------------------------------------------------------------------------
+def cancel(request: Request, form: FormData) -> str:
+    run_id = request.path_params["run_id"]
+    _control().request_cancel(_source(request).store, run_id, by=_who(request))
+    return f"asked run {run_id} to stop after its current step"
+
+
+# -- the board --------------------------------------------------------------------------------
+@contextmanager
+def _board(request: Request) -> Iterator[Any]:
+    from runner.kanban.board import Board
+
+    board = Board(_source(request).store)
+    try:
+        yield board
+    finally:
+        board.close()  # its writers' lock file
+
+
+def _task_id(request: Request) -> int:
+    return int(request.path_params["task_id"])
+
+
+def _ids(text: str) -> list[int]:
+    out = []
+    for part in text.replace(",", " ").split():
+        part = part.lstrip("#")
+        if not part.isdigit():
+            raise UsageError(f"parents: {part!r} is not a task id")
+        out.append(int(part))
+    return out
+
+
+def add_task(request: Request, form: FormData) -> str:
+    source = _source(request)
+    config = source.config()
+    job = str(form.get("job") or "").strip() or None
+    if (job or config.kanban.default_job) is None:
+        raise UsageError("no job for this task: choose one or set kanban.default_job in config.yaml")
+    loaded = source.jobs()
+    if loaded.value is not None:
+        loaded.value.get(job or config.kanban.default_job)
+    priority_text = str(form.get("priority") or "0").strip()
+    if not priority_text.lstrip("-").isdigit():
+        raise UsageError(f"priority {priority_text!r} is not a whole number")
+    with _board(request) as board:
+        task_id = board.add(
+            str(form.get("title") or ""),
+            now=utcnow(),
+            body=str(form.get("body") or ""),
+            parents=_ids(str(form.get("parents") or "")),
+            priority=int(priority_text),
+            job=job,
+            max_attempts=config.kanban.max_attempts,
+            created_by=_who(request),
+        )
+    return f"added task {task_id}"
+
+
+def move(request: Request, form: FormData) -> str:
+    with _board(request) as board:
+        task = board.move(_task_id(request), str(form.get("to") or ""), now=utcnow(), actor=_who(request))
+    return f"task {task.id}: {task.status}"
+
+
+def comment(request: Request, form: FormData) -> str:
+    with _board(request) as board:
+        board.comment(_task_id(request), str(form.get("text") or ""), now=utcnow(), author=_who(request))
+    return f"task {_task_id(request)}: comment added"
+
+
+def block(request: Request, form: FormData) -> str:
+    with _board(request) as board:
+        board.block(_task_id(request), str(form.get("reason") or ""), now=utcnow(), actor=_who(request))
+    return f"task {_task_id(request)}: blocked"
+
+
+def unblock(request: Request, form: FormData) -> str:
+    with _board(request) as board:
+        task = board.unblock(_task_id(request), now=utcnow())
+    return f"task {task.id}: {task.status}"
+
+
+def retry(request: Request, form: FormData) -> str:
+    _control().retry_task(_source(request).store, str(_task_id(request)), by=_who(request))
+    return f"task {_task_id(request)}: queued again"
+
+
+# -- approvals --------------------------------------------------------------------------------
+def _answer(granted: bool) -> Handler:
+    def answer(request: Request, form: FormData) -> str:
+        approval_id = request.path_params["approval_id"]
+        reason = str(form.get("reason") or "").strip() or None
+        _control().answer_approval(
+            _source(request).store, approval_id, granted=granted, by=_who(request), reason=reason
+        )
+        return f"approval {approval_id}: {'granted' if granted else 'denied'}"
+
+    return answer
+
+
+# -- credentials and skills -------------------------------------------------------------------
+def reset_key(request: Request, form: FormData) -> str:
+    from runner.agent.credentials import reset, sync_config
+
+    source = _source(request)
+    sync_config(source.store, source.config())
+    fingerprint = str(form.get("fingerprint") or "").strip()
+    if not fingerprint:
+        raise UsageError("reset: no key fingerprint given")
+    n = reset(source.store, fingerprint=fingerprint, provider=None, everything=False)
+    return f"reset {n} key{'s' if n != 1 else ''}"
+
+
+def _skill(kind: str) -> Handler:
+    def act(request: Request, form: FormData) -> str:
+        from runner.web import skills
+
+        return skills.act(_source(request), request.path_params["name"], kind)
+
+    return act
+
+
+def routes() -> list[Route]:
+    def to(path: str) -> Callable[[Request], str]:
+        return lambda request: path.format(**request.path_params)
+
+    table: list[tuple[str, Callable[[Request], str], Handler]] = [
+        ("/jobs/{name}/pause", to("/jobs"), pause),
+        ("/jobs/{name}/resume", to("/jobs"), resume),
+        ("/jobs/{name}/trigger", to("/jobs"), trigger),
+        ("/runs/{run_id}/cancel", to("/runs/{run_id}"), cancel),
+        ("/board/tasks", to("/board"), add_task),
+        ("/board/tasks/{task_id:int}/move", to("/board"), move),
+        ("/board/tasks/{task_id:int}/comment", to("/board/tasks/{task_id}"), comment),
+        ("/board/tasks/{task_id:int}/block", to("/board"), block),
+        ("/board/tasks/{task_id:int}/unblock", to("/board"), unblock),
+        ("/board/tasks/{task_id:int}/retry", to("/board"), retry),
+        ("/approvals/{approval_id}/grant", to("/approvals"), _answer(True)),
+        ("/approvals/{approval_id}/deny", to("/approvals"), _answer(False)),
+        ("/credentials/reset", to("/credentials"), reset_key),
+        *((f"/skills/{{name}}/{kind}", to("/skills"), _skill(kind)) for kind in ("pin", "unpin", "archive", "restore")),
+    ]
+    return [Route(path, action(default, fn), methods=["POST"]) for path, default, fn in table]

@@ -1,0 +1,179 @@
+"""Who may use the dashboard: tokens (full and read-only), the bind rule, CSRF.
+
+Standard library only, so ``runner web`` and ``runner serve --web`` can refuse a bad bind before
+starlette or uvicorn is imported.
+
+- Tokens live in RUNNER_HOME (``web-token``, ``web-token-readonly``, mode 0600; ``runner web token``
+  writes them) or come from config.yaml ``web: {token: env:NAME, read_only_token: env:NAME}``.
+- Loopback binds without any token configured: everyone who can reach the port may act.
+  Once a token exists, every request must carry one (``Authorization: Bearer``, or the session
+  cookie the login form sets). Any other bind refuses to start without a full token.
+- POSTs carry a CSRF token: a random value in a cookie and the same value in the form
+  (``csrf`` field) or the ``X-CSRF-Token`` header (double submit), compared in constant time.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import os
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from runner.errors import UsageError
+
+TOKEN_FILE = "web-token"
+READ_ONLY_TOKEN_FILE = "web-token-readonly"
+SESSION_COOKIE = "runner_session"
+CSRF_COOKIE = "runner_csrf"
+CSRF_FIELD = "csrf"
+CSRF_HEADER = "x-csrf-token"
+DEFAULT_BIND = "127.0.0.1:9119"
+
+
+class Role(StrEnum):
+    ADMIN = "admin"  # may view and act
+    VIEWER = "viewer"  # may view only (the read-only token)
+
+
+@dataclass(frozen=True)
+class Bind:
+    host: str
+    port: int
+
+    @property
+    def loopback(self) -> bool:
+        return is_loopback(self.host)
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def host_is_loopback(header: str) -> bool:
+    """Whether a Host header (``name[:port]``, ``[v6]:port``) names this machine's loopback."""
+    text = header.strip()
+    if text.startswith("["):
+        name = text[1:].partition("]")[0]
+    else:
+        name = text.rpartition(":")[0] if text.count(":") == 1 else text
+    return is_loopback(name.lower())
+
+
+def parse_bind(text: str, *, where: str = "--bind") -> Bind:
+    """``HOST:PORT`` (``[::1]:9119`` for IPv6); a bad value is a one-line usage error."""
+    host, sep, port = text.strip().rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise UsageError(f"{where} {text!r}: expected HOST:PORT, e.g. 127.0.0.1:9119")
+    return Bind(host, int(port))
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """The configured tokens (None: not set). Never printed, never put in a page."""
+
+    admin: str | None
+    viewer: str | None
+
+    @property
+    def required(self) -> bool:
+        return self.admin is not None or self.viewer is not None
+
+    def role_for(self, presented: str | None) -> Role | None:
+        if not presented:
+            return None
+        if self.admin is not None and hmac.compare_digest(presented.encode(), self.admin.encode()):
+            return Role.ADMIN
+        if self.viewer is not None and hmac.compare_digest(presented.encode(), self.viewer.encode()):
+            return Role.VIEWER
+        return None
+
+    def role_for_session(self, value: str | None) -> Role | None:
+        """The role of a session cookie (an HMAC of the token, so the cookie never holds the token)."""
+        if not value:
+            return None
+        for token, role in ((self.admin, Role.ADMIN), (self.viewer, Role.VIEWER)):
+            if token is not None and hmac.compare_digest(value.encode(), session_value(token).encode()):
+                return role
+        return None
+
+
+def session_value(token: str) -> str:
+    return hmac.new(token.encode(), b"runner-web-session", "sha256").hexdigest()
+
+
+def _read(path: Path) -> str | None:
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read the web token: {exc.strerror or exc}") from None
+    return text or None
+
+
+def _from_env(ref: str | None, getenv: Callable[[str], str | None], what: str) -> str | None:
+    if ref is None:
+        return None
+    value = getenv(ref[4:])
+    if not value:
+        raise UsageError(f"config.yaml web.{what}: {ref} is not set in the environment")
+    return value
+
+
+def load_tokens(
+    home: Path, *, token_ref: str | None, read_only_ref: str | None, getenv: Callable[[str], str | None]
+) -> Tokens:
+    """config.yaml's ``env:`` references first, else the files in RUNNER_HOME."""
+    admin = _from_env(token_ref, getenv, "token") or _read(home / TOKEN_FILE)
+    viewer = _from_env(read_only_ref, getenv, "read_only_token") or _read(home / READ_ONLY_TOKEN_FILE)
+    return Tokens(admin=admin, viewer=viewer)
+
+
+def check_bind(bind: Bind, tokens: Tokens) -> None:
+    """Anything but loopback needs a full token: refuse with one line otherwise."""
+    if not bind.loopback and tokens.admin is None:
+        raise UsageError(
+            f"runner web: binding {bind} (not loopback) needs a token; run `runner web token` "
+            f"(writes RUNNER_HOME/{TOKEN_FILE}, mode 0600) or set web.token: env:NAME in config.yaml"
+        )
+
+
+def write_token(home: Path, *, read_only: bool, rotate: bool) -> tuple[Path, str, bool]:
+    """(path, token, created): the existing token unless ``rotate``; a new one is written 0600."""
+    path = home / (READ_ONLY_TOKEN_FILE if read_only else TOKEN_FILE)
+    existing = _read(path)
+    if existing is not None and not rotate:
+        return path, existing, False
+    token = secrets.token_urlsafe(32)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, (token + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    return path, token, True
+
+
+def new_csrf() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def csrf_ok(cookie: str | None, submitted: str | None) -> bool:
+    if not cookie or not submitted:
+        return False
+    return hmac.compare_digest(cookie.encode(), submitted.encode())

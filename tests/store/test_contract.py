@@ -1,0 +1,205 @@
+"""The store contract, one suite run on both dialects (``where``/``any_store``: SQLite and a real
+PostgreSQL): the run ledger (create, finish, recover, the unique (job, slot, attempt) identity,
+also inside a larger transaction), events, credential pool state, the budget reservation race
+between processes, approvals, kanban claim/complete/fence, memory notebooks, curator state,
+search, and what ``runs show`` reads."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+import threading
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from runner.agent.credentials import CredentialPool, list_credentials
+from runner.agent.keys import Credential
+from runner.kanban.board import Board
+from runner.kanban.model import FenceError
+from runner.memory.notebook import Notebook, Scope, ScopeKind
+from runner.memory.notebooks import NotebookChanged, change, load
+from runner.safety.redact import Redactor
+from runner.statuses import RunStatus, Trigger
+from runner.store import Store
+from runner.store.budget import Cap, Hold, Period, reserve, to_micro, totals
+from runner.store.budget import Scope as BudgetScope
+from runner.store.runs import Recorder, create_run, events, finish_run, get_run, list_runs, recover_orphans, update_run
+from runner.store.search import Search, index_output, rebuild, search
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+SLOT = "2026-03-01T12:00:00+00:00"
+
+
+def test_ledger_create_finish_and_the_slot_identity(any_store: Store):
+    run_id = create_run(any_store, job="a", trigger=Trigger.SCHEDULE, slot=SLOT, status=RunStatus.QUEUED)
+    with pytest.raises(sqlite3.IntegrityError):
+        create_run(any_store, job="a", trigger=Trigger.SCHEDULE, slot=SLOT, status=RunStatus.QUEUED)
+    retry = create_run(any_store, job="a", trigger=Trigger.RETRY, slot=SLOT, status=RunStatus.QUEUED, attempt=2)
+    # a duplicate inside a larger transaction (serve writes a burst of fires in one) leaves it usable
+    with any_store.transaction():
+        with pytest.raises(sqlite3.IntegrityError):
+            create_run(any_store, job="a", trigger=Trigger.SCHEDULE, slot=SLOT, status=RunStatus.QUEUED)
+        other = create_run(any_store, job="b", trigger=Trigger.SCHEDULE, slot=SLOT, status=RunStatus.QUEUED)
+    update_run(any_store, run_id, model="m", iterations=2, prompt_tokens=10, cost_usd=0.25)
+    finish_run(any_store, run_id, RunStatus.SUCCEEDED)
+    row = get_run(any_store, run_id)
+    assert row is not None and row["status"] == "succeeded" and row["ended_at"] and row["cost_usd"] == 0.25
+    assert row["iterations"] == 2 and isinstance(row["iterations"], int)
+    assert get_run(any_store, run_id[-6:])["id"] == run_id  # type: ignore[index]  # a unique part of the id
+    assert {r["id"] for r in list_runs(any_store, job="a")} == {run_id, retry}
+    assert get_run(any_store, other) is not None
+
+
+def test_recovery_marks_a_dead_workers_run_unknown_once(any_store: Store):
+    gone = create_run(any_store, job="a", trigger=Trigger.MANUAL)
+    any_store.execute("UPDATE runs SET pid=999999999, pid_start=NULL WHERE id=?", (gone,))
+    live = create_run(any_store, job="a", trigger=Trigger.MANUAL)
+    assert recover_orphans(any_store) == [gone]
+    assert recover_orphans(any_store) == []
+    assert get_run(any_store, gone)["status"] == "unknown"  # type: ignore[index]
+    assert get_run(any_store, live)["status"] == "running"  # type: ignore[index]
+
+
+def test_events_in_order_redacted_from_threads(any_store: Store):
+    run_id = create_run(any_store, job="a", trigger=Trigger.MANUAL)
+    emit = Recorder(any_store, run_id, Redactor(["sk-secret-value-1234"], include_env=False))
+    threads = [threading.Thread(target=lambda i=i: emit("tool_call", {"name": "t", "n": i})) for i in range(8)]
+    emit("prompt", {"user": "the key is sk-secret-value-1234"})
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    rows = events(any_store, run_id)
+    assert [r["seq"] for r in rows] == list(range(1, 10))
+    assert "sk-secret" not in rows[0]["payload"]
+    assert [r["seq"] for r in events(any_store, run_id, after=7)] == [8, 9]
+    again = Recorder(any_store, run_id, Redactor())  # a second recorder continues the numbering
+    again("response", {"content": "ok"})
+    assert events(any_store, run_id)[-1]["seq"] == 10
+
+
+def test_credential_state_is_shared_between_connections(where):
+    creds = [Credential("K[0]", "sk-aaaa-1111"), Credential("K[1]", "sk-bbbb-2222")]
+    one, two = Store.open(where), Store.open(where)
+    pool = CredentialPool(one, "p", creds, strategy="round_robin", clock=lambda: 1000.0)
+    first = pool.current()
+    pool.failed(first, 401, {}, "bad key")
+    seen = {c.label: c for c in list_credentials(two, now=1000.0)}
+    assert seen[first.label].last_error_code == 401 and seen[first.label].last_error_message  # type: ignore[union-attr]
+    other = CredentialPool(two, "p", creds, strategy="round_robin", clock=lambda: 1000.0)
+    assert other.current() != first
+    one.close()
+    two.close()
+
+
+def _reserver(where, n: int, out) -> None:
+    store = Store.open(where, migrate=False)
+    ran = 0
+    cap = (Cap(BudgetScope.FLEET, "", Period.DAY, to_micro(1.0)),)
+    for _ in range(n):
+        run_id = create_run(store, job="j", trigger=Trigger.MANUAL)
+        if reserve(store, Hold(run_id, "j", ("p",), to_micro(0.1), cap), now=T0) is None:
+            ran += 1
+            update_run(store, run_id, cost_usd=0.1)
+            finish_run(store, run_id, RunStatus.SUCCEEDED, now=T0)
+        else:
+            finish_run(store, run_id, RunStatus.SKIPPED, now=T0)
+    out.put(ran)
+    store.close()
+
+
+def test_budget_reservations_of_racing_processes_never_pass_the_cap(where):
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_reserver, args=(where, 6, out)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    ran = sum(out.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert ran == 10  # $1.00 / $0.10, exactly, whatever the interleaving
+    store = Store.open(where)
+    fleet = [t for t in totals(store, now=T0) if t["scope"] == "fleet" and t["period"] == "day"]
+    assert fleet[0]["spent_usd"] == pytest.approx(1.0) and fleet[0]["reserved_usd"] == 0
+    store.close()
+
+
+def test_approvals_rows(any_store: Store):
+    run_id = create_run(any_store, job="a", trigger=Trigger.MANUAL)
+    cur = any_store.execute(
+        "INSERT INTO approvals (run_id, ts, command, level, reasons, policy, decision, decided_by) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (run_id, SLOT, "rm -rf x", "dangerous", "[]", "ask", "denied", "policy"),
+    )
+    assert cur.lastrowid
+    rows = any_store.query("SELECT * FROM approvals WHERE run_id=?", (run_id,))
+    assert rows[0]["id"] == cur.lastrowid and rows[0]["decision"] == "denied"
+
+
+def test_kanban_claim_complete_and_fence(any_store: Store):
+    board = Board(any_store, host="here")
+    parent = board.add("parent", now=T0, job="j")
+    child = board.add("child", now=T0, job="j", parents=[parent])
+    [claim] = board.claim("w1", now=T0, lease_seconds=10)
+    assert claim.task_id == parent and claim.fence == 1
+    assert board.claim("w2", now=T0, lease_seconds=10) == []  # the child waits for its parent
+    board.reclaim_expired(now=T0 + timedelta(seconds=11), backoff=0)
+    [again] = board.claim("w2", now=T0 + timedelta(seconds=12), lease_seconds=10)
+    assert again.fence == 2
+    with pytest.raises(FenceError):  # the first owner's late completion is refused
+        board.complete(parent, 1, "late", now=T0 + timedelta(seconds=13))
+    board.complete(parent, 2, "done", now=T0 + timedelta(seconds=13))
+    assert board.get(parent).result == "done" and board.get(child).status == "ready"
+    assert [e["kind"] for e in board.events(parent)].count("refused") == 1
+
+
+def test_memory_notebook_writes_and_the_version_check(any_store: Store):
+    scope = Scope(ScopeKind.JOB, "a")
+    change(any_store, scope, lambda nb: Notebook((*nb.entries, "first")), by="r1")
+    change(any_store, scope, lambda nb: Notebook((*nb.entries, "second")), by="r2")
+    stored = load(any_store, scope)
+    assert stored.notebook.entries == ("first", "second") and stored.version == 2
+    with pytest.raises(NotebookChanged):
+        change(any_store, scope, lambda nb: Notebook(()), by="cli", expect_version=1)
+
+
+def test_curator_state_row(any_store: Store):
+    any_store.execute("UPDATE curator_state SET paused=?, paused_at=? WHERE id=1", (1, SLOT))
+    row = any_store.one("SELECT * FROM curator_state")
+    assert row is not None and row["paused"] == 1 and row["seeded"] == 0
+
+
+def test_search_finds_events_and_outputs_and_rebuild_agrees(any_store: Store):
+    run_id = create_run(any_store, job="backup", trigger=Trigger.MANUAL)
+    emit = Recorder(any_store, run_id, Redactor())
+    emit("tool_result", {"name": "shell", "result": "the nightly rsync of /srv finished"})
+    emit("tool_call", {"name": "session_search", "arguments": "{}"})  # never indexed
+    index_output(any_store, run_id, "backup", "Report: rsync copied 12 files", ended=T0)
+    other = create_run(any_store, job="other", trigger=Trigger.MANUAL)
+    Recorder(any_store, other, Redactor())("response", {"content": "nothing about that"})
+    hits = search(any_store, Search("rsync"))
+    assert [h.run_id for h in hits] == [run_id] and "«rsync»" in hits[0].snippet
+    assert search(any_store, Search("rsy*"))[0].run_id == run_id
+    assert search(any_store, Search("rsync", job="other")) == []
+    assert search(any_store, Search("session_search")) == []
+    before = {(h.run_id, h.kind) for h in search(any_store, Search("rsync"))}
+    done = rebuild(any_store)
+    assert done.events >= 2
+    assert {(h.run_id, h.kind) for h in search(any_store, Search("rsync"))} == before
+    any_store.execute("DELETE FROM run_events WHERE run_id=?", (run_id,))
+    any_store.execute("DELETE FROM runs WHERE id=?", (run_id,))
+    assert search(any_store, Search("rsync")) == []
+
+
+def test_what_runs_show_reads(any_store: Store, tmp_path: Path):
+    from runner.store.runs import children
+
+    parent = create_run(any_store, job="a", trigger=Trigger.MANUAL)
+    child = create_run(any_store, job="a", trigger=Trigger.MANUAL, parent_run_id=parent)
+    finish_run(any_store, child, RunStatus.SUCCEEDED)
+    assert [c["id"] for c in children(any_store, parent)] == [child]
+    row = any_store.one("SELECT COUNT(*) AS n, SUM(iterations) AS total FROM runs")
+    assert row == {"n": 2, "total": 0} and isinstance(row["total"], int)

@@ -1,0 +1,191 @@
+"""The dashboard's control buttons in a real Chromium: run now, cancel, approve / deny a parked
+approval, kanban retry. Each goes through ``runner.control`` (the store); the tests check the row
+the button wrote and that the run reacts: a real serve starts it, it ends ``interrupted``, or it
+continues after the answer. The run-side tests skip, naming the module, on a build without it."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("starlette", reason="runner web needs the web extra: pip install -e '.[web]'")
+pytest.importorskip("playwright.sync_api", reason="browser tests need playwright (the test extra)")
+
+from runner.clock import utcnow  # noqa: E402
+from runner.statuses import ApprovalState, Trigger  # noqa: E402
+from runner.store import Store  # noqa: E402
+from runner.testing import call, final  # noqa: E402
+from tests.web.webhelp import CHROMIUM, Site, WebServer  # noqa: E402
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no {CHROMIUM} (apt-get install chromium)"),
+]
+RUN_SIDE = {
+    "cancel": "runner.run.cancel",  # a running run's cancel watch
+    "parked": "runner.run.parked",  # a run parked on an approval
+}
+
+
+def needs(module: str) -> Any:
+    missing = importlib.util.find_spec(module) is None
+    return pytest.mark.skipif(missing, reason=f"{module} is not in this build (the run side of branch i-control)")
+
+
+def _store(site: Site) -> Store:
+    return Store.open(site.home / "runner.db")
+
+
+def test_run_now_runs_the_job_through_serve(site: Site, web: WebServer, page: Any) -> None:
+    for task in ("1", "2"):  # serve's kanban dispatcher would give the seeded tasks the model's replies
+        site.cli("kanban", "move", task, "done")
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "runner", "serve"],
+        env=site.env(),
+        cwd=site.root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        page.goto(f"{web.url}/")
+        for _ in range(100):  # serve's first heartbeat
+            if page.locator("#serve .st-succeeded").count():
+                break
+            time.sleep(0.2)
+            page.reload()
+        site.fake.add(final("triggered from the web"))
+        page.goto(f"{web.url}/jobs")
+        page.locator("#job-hello").get_by_role("button", name="Run now").click()
+        assert "asked serve to run hello now" in page.locator(".flash").inner_text()
+        store = _store(site)
+        try:
+            request = store.one("SELECT * FROM control_requests WHERE kind = 'trigger' ORDER BY requested_at DESC")
+            assert request is not None and request["job"] == "hello" and request["requested_by"] == "web:admin"
+            deadline = time.time() + 30
+            run = None
+            while time.time() < deadline:
+                run = store.one(
+                    "SELECT * FROM runs WHERE job = 'hello' AND trigger = 'manual' AND created_at >= ? "
+                    "ORDER BY rowid DESC",
+                    (request["requested_at"],),
+                )
+                if run and run["status"] == "succeeded":
+                    break
+                time.sleep(0.2)
+        finally:
+            store.close()
+        assert run is not None and run["status"] == "succeeded", run
+        page.goto(f"{web.url}/runs/{run['id']}")
+        assert "triggered from the web" in page.locator("#output").inner_text()
+    finally:
+        serve.terminate()
+        serve.communicate(timeout=30)
+
+
+def test_cancel_writes_a_cancel_request(site: Site, web: WebServer, page: Any) -> None:
+    from runner.store.control import cancel_requested
+    from runner.store.runs import create_run, finish_run
+
+    store = _store(site)
+    try:
+        run_id = create_run(store, job="hello", trigger=Trigger.MANUAL)
+        page.goto(f"{web.url}/runs/{run_id}")
+        page.get_by_role("button", name="Cancel run").click()
+        assert "asked run" in page.locator(".flash").inner_text()
+        assert cancel_requested(store, run_id) == "web:admin"
+        finish_run(store, run_id, "interrupted", reason="cancelled")
+        page.goto(f"{web.url}/runs/{run_id}")
+        assert page.get_by_role("button", name="Cancel run").count() == 0
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("answer", ["Approve", "Deny"])
+def test_answer_a_parked_approval(site: Site, web: WebServer, page: Any, answer: str) -> None:
+    from runner.store.control import get_request, park
+    from runner.store.runs import create_run, finish_run
+
+    store = _store(site)
+    try:
+        run_id = create_run(store, job="hello", trigger=Trigger.MANUAL)
+        now = utcnow()
+        request = park(
+            store,
+            run_id=run_id,
+            job="hello",
+            command="rm -rf build",
+            reasons=("rm -r",),
+            now=now,
+            expires=now + timedelta(hours=1),
+        )
+        page.goto(f"{web.url}/approvals")
+        row = page.locator(f"#approval-{request.id}")
+        assert "rm -rf build" in row.inner_text()
+        if answer == "Deny":
+            row.get_by_label("reason").fill("not today")
+        row.get_by_role("button", name=answer).click()
+        assert page.locator(f"#approval-{request.id}").count() == 0
+        decided = get_request(store, request.id)
+        assert decided.status == (ApprovalState.GRANTED if answer == "Approve" else ApprovalState.DENIED)
+        assert decided.decided_by == "web:admin"
+        finish_run(store, run_id, "succeeded")
+    finally:
+        store.close()
+
+
+def test_retry_a_failed_task(site: Site, web: WebServer, page: Any) -> None:
+    task_id = site.cli("kanban", "add", "will fail", "--job", "hello").stdout.strip()
+    site.cli("kanban", "move", task_id, "failed")
+    page.goto(f"{web.url}/board")
+    page.locator(f"#task-{task_id}").get_by_role("button", name="Retry").click()
+    page.locator(f"#col-ready #task-{task_id}").wait_for()
+
+
+@needs(RUN_SIDE["cancel"])
+def test_cancel_a_running_run(site: Site, web: WebServer, page: Any) -> None:
+    from tests.web.test_browser import _wait_for_run
+
+    proc = site.start_job("slow", call("terminal", {"command": "sleep 8"}))  # cancelled: asks no more
+    run_id = _wait_for_run(site, "slow")
+    page.goto(f"{web.url}/runs/{run_id}")
+    page.get_by_role("button", name="Cancel run").click()
+    page.locator("#run-status[data-status='interrupted']").wait_for(timeout=30_000)
+    proc.wait(timeout=30)
+
+
+@needs(RUN_SIDE["parked"])
+@pytest.mark.parametrize(("answer", "seen"), [("Approve", "removed-it"), ("Deny", "denied by web:admin: not today")])
+def test_a_parked_run_continues_after_the_answer(site: Site, web: WebServer, page: Any, answer: str, seen: str) -> None:
+    from tests.web.test_browser import _wait_for_run
+
+    jobs = site.root / "jobs.yaml"
+    if "careful:" not in jobs.read_text():
+        jobs.write_text(
+            jobs.read_text() + "  careful:\n    prompt: Clean up.\n    toolsets: [terminal]\n    approvals: manual\n"
+        )
+    (site.root / "build").mkdir(exist_ok=True)
+    proc = site.start_job(
+        "careful", call("terminal", {"command": "rm -rf build && echo removed-it"}), final("cleaned up")
+    )
+    run_id = _wait_for_run(site, "careful")
+    row = page.locator("#pending tr", has_text=run_id)
+    for _ in range(60):  # the run parks once it reaches the command
+        page.goto(f"{web.url}/approvals")
+        if row.count():
+            break
+        time.sleep(0.5)
+    if answer == "Deny":
+        row.get_by_label("reason").fill("not today")
+    row.get_by_role("button", name=answer).click()
+    page.goto(f"{web.url}/runs/{run_id}")
+    page.locator("#run-status[data-status='succeeded']").wait_for(timeout=30_000)
+    assert seen in page.locator("#timeline").inner_text()
+    assert proc.wait(timeout=30) == 0

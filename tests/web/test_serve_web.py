@@ -1,0 +1,43 @@
+"""`runner serve --web HOST:PORT`: the same app on a thread of the daemon; it stops with serve."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+pytest.importorskip("starlette", reason="runner web needs the web extra: pip install -e '.[web]'")
+
+from tests.web.webhelp import Site, free_port, wait_listening  # noqa: E402
+
+
+def test_serve_with_web(site: Site) -> None:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner", "serve", "--web", f"127.0.0.1:{port}"],
+        env=site.env(),
+        cwd=site.root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_listening(proc, port)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 20
+        while time.time() < deadline and "runner_serve_up 1.0" not in httpx.get(f"{url}/metrics").text:
+            time.sleep(0.2)
+        assert "runner_serve_up 1.0" in httpx.get(f"{url}/metrics").text
+        overview = httpx.get(url).text
+        assert "running</span> pid" in overview and str(proc.pid) in overview
+        assert httpx.get(f"{url}/jobs").status_code == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        started = time.time()
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err[-2000:]
+    assert time.time() - started < 15
