@@ -236,8 +236,22 @@ def run_worker(
         "--without-mingle",
         "--without-heartbeat",
     ]
+    from celery.signals import worker_shutting_down
+
+    asked: list[str] = []
+    worker_shutting_down.connect(lambda sig=None, how=None, exitcode=None, **kw: asked.append(str(how)), weak=False)
     try:
-        app.worker_main(argv=argv)
+        while True:
+            app.worker_main(argv=argv)
+            if asked:
+                break
+            # the consumer gave up on a broker fault it could not recover from (a kombu/redis
+            # reconnect bug after a broker restart): start it again rather than leave this
+            # machine idle; runs already going continue under this process meanwhile
+            log.error(
+                "runner worker %s: the Celery worker stopped without being asked; starting it again", runtime.name
+            )
+            time.sleep(1.0)
     finally:
         runtime.close()
     return 0

@@ -187,6 +187,7 @@ class Cluster:
     store_url: str
     machines: list[Machine] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)
+    _pg: Any = None  # the test's own connection to a PostgreSQL store
 
     @property
     def source(self) -> Path:
@@ -229,6 +230,8 @@ class Cluster:
     def rows(
         self, sql: str = "SELECT * FROM runs ORDER BY job, slot, attempt", params: tuple[Any, ...] = ()
     ) -> list[dict[str, Any]]:
+        if self.store_url.startswith("postgresql"):
+            return self._pg_rows(sql, params)
         path = self.store_url.removeprefix("sqlite://")
         if not os.path.exists(path):
             return []
@@ -240,6 +243,14 @@ class Cluster:
             return []
         finally:
             db.close()
+
+    def _pg_rows(self, sql: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
+        from runner.store import Store
+        from runner.store.dialect import PgURL
+
+        if self._pg is None:
+            self._pg = Store.open(PgURL(self.store_url), migrate=False)
+        return self._pg.query(sql, params)
 
     def wait_ready(self, m: Machine, text: str, timeout: float = 30) -> None:
         wait_for(
@@ -258,15 +269,23 @@ class Cluster:
                     m.kill_tree()
 
 
-@pytest.fixture
-def cluster(tmp_path: Path, redis_url: str) -> Iterator[Cluster]:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def cluster(request: pytest.FixtureRequest, tmp_path: Path, redis_url: str) -> Iterator[Cluster]:
+    """The machines share a store: a SQLite file (processes of one machine) or a PostgreSQL
+    database (the real multi-machine set-up; skipped where PostgreSQL is missing)."""
+    if request.param == "postgresql":
+        store_url = request.getfixturevalue("pg_url")
+    else:
+        (tmp_path / "shared").mkdir()
+        store_url = f"sqlite://{tmp_path / 'shared' / 'runner.db'}"
     server = FakeOpenAI().start()
-    c = Cluster(tmp_path, server, redis_url, f"sqlite://{tmp_path / 'shared' / 'runner.db'}")
-    (tmp_path / "shared").mkdir()
+    c = Cluster(tmp_path, server, redis_url, store_url)
     try:
         yield c
     finally:
         c.stop()
+        if c._pg is not None:
+            c._pg.close()
         server.stop()
 
 

@@ -2,7 +2,8 @@
 heartbeat (``runs.heartbeat_at``; serve marks a run whose heartbeat went stale ``unknown``), a stop
 serve asks of a remote run (``runs.stop_request``: ``timeout``, ``replaced``, ``shutdown``,
 ``kill``), and named leases (``leases``: the scheduler lease that lets one ``runner serve`` lead
-while a standby waits)."""
+while a standby waits; ``backend``: on PostgreSQL, the server process of the connection holding
+the lease's advisory lock)."""
 
 from __future__ import annotations
 
@@ -17,5 +18,5 @@ def apply(db: Any) -> None:
     db.execute(
         "CREATE TABLE IF NOT EXISTS leases ("
         "name TEXT PRIMARY KEY, holder TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL, "
-        "acquired_at TEXT NOT NULL, renewed_at TEXT NOT NULL, expires_at TEXT NOT NULL)"
+        "acquired_at TEXT NOT NULL, renewed_at TEXT NOT NULL, expires_at TEXT NOT NULL, backend INTEGER)"
     )
