@@ -201,10 +201,10 @@ class PgLease:
         self._held = False
 
 
-def open_lease(store: Store, name: str, ttl: float) -> Lease:
-    """The lease for this store's dialect."""
+def open_lease(store: Store, name: str, ttl: float, holder: str | None = None) -> Lease:
+    """The lease for this store's dialect (``holder``: default ``host:pid``)."""
     from runner.store.dialect import Dialect
 
     if store.dialect is Dialect.POSTGRESQL:
-        return PgLease(store, name, ttl)
-    return SqliteLease(store, name, ttl)
+        return PgLease(store, name, ttl, holder)
+    return SqliteLease(store, name, ttl, holder)

@@ -7,10 +7,11 @@ import signal
 import time
 from collections import Counter
 from datetime import datetime, timedelta
+from typing import Any
 
 from runner.clock import utcnow
 from runner.store import Store
-from runner.store.lease import SCHEDULER, SqliteLease, lease_holder
+from runner.store.lease import SCHEDULER, SqliteLease, lease_holder, open_lease
 from tests.dist.conftest import Cluster, wait_ready_all
 from tests.servehelp import wait_for
 
@@ -39,6 +40,27 @@ def test_lease_has_one_holder_until_it_expires(tmp_path) -> None:
     assert holder is not None and holder.holder == "b:2"
     b.release()
     assert lease_holder(a_store) is None and a.acquire()
+
+
+def test_lease_on_either_store_one_holder_and_takeover(where: Any) -> None:
+    """``open_lease`` on SQLite and PostgreSQL: one holder; a released lease is free at once; a
+    holder that stopped renewing past its expiry loses it to the next taker."""
+    a_store, b_store = Store.open(where), Store.open(where)
+    try:
+        a = open_lease(a_store, SCHEDULER, 0.5, holder="a:1")
+        b = open_lease(b_store, SCHEDULER, 0.5, holder="b:2")
+        assert a.acquire() and not b.acquire()
+        assert a.renew() and not b.acquire()
+        holder = lease_holder(b_store)
+        assert holder is not None and holder.holder == a.holder and holder.live()
+        a.release()
+        assert b.acquire() and not a.acquire()
+        time.sleep(1.2)  # b stops renewing (a pause): past its expiry the next taker gets it
+        assert wait_for(lambda: a.acquire(), timeout=10)
+        assert not b.renew()  # b learns it lost the lease at its next renewal
+    finally:
+        a_store.close()
+        b_store.close()
 
 
 def _slots(cluster: Cluster) -> Counter[tuple[str, str, int]]:
