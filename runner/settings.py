@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from runner.config.database import Target
     from runner.config.jobs import JobsFile
     from runner.config.machine import Config
     from runner.config.tooldirs import Loaded
     from runner.store import Store
-    from runner.store.dialect import Target
 
 HOME_SUBDIRS = ("outputs", "logs", "skills", "workspaces", "run")
 
@@ -104,7 +104,7 @@ class Settings:
     def database(self) -> Target:
         """Where the store is: ``RUNNER_DATABASE_URL``, config.yaml's ``database:``, else
         RUNNER_HOME/runner.db (read without loading config.yaml when the environment names it)."""
-        from runner.store.dialect import ENV, configured
+        from runner.config.database import ENV, configured
 
         if os.environ.get(ENV, "").strip():
             return configured(self.home, None)
@@ -126,6 +126,8 @@ class Settings:
 
     def has_store(self) -> bool:
         """Whether a store exists already (a SQLite file; a PostgreSQL database always does)."""
+        if not os.environ.get("RUNNER_DATABASE_URL", "").strip() and not self._mentions_database():
+            return (self.home / "runner.db").exists()  # the default, without importing the parser
         target = self.database
         return target.path is None or target.path.exists()
 

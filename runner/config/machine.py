@@ -291,8 +291,8 @@ class Config(Strict):
     @field_validator("database")
     @classmethod
     def _database(cls, value: str | None) -> str | None:
+        from runner.config.database import parse
         from runner.errors import UsageError
-        from runner.store.dialect import parse
 
         if value is not None:
             try:

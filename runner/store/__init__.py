@@ -4,6 +4,10 @@ Hot paths use the plain ``sqlite3`` connection; sqlite-utils is used for schema 
 migrations (it pulls in numpy when present, which costs a quarter second, so it is only
 imported when a migration is actually pending). Every write that first reads goes through
 ``store.transaction()``, which is ``BEGIN IMMEDIATE``.
+
+The same ``Store`` API runs on PostgreSQL (``database:`` / ``RUNNER_DATABASE_URL``): ``Store.open``
+of a ``PgURL`` gives a ``runner.store.pg.PgStore`` (psycopg 3, imported only then); ``store.dialect``
+says which one a caller has (docs/postgresql.md).
 """
 
 from __future__ import annotations

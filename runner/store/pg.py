@@ -207,6 +207,7 @@ class PgConnection:
         self._keys: dict[str, tuple[str, ...]] | None = None  # table -> primary key columns
         self._identity: frozenset[str] | None = None  # tables with an identity ``id``
         self._began = False  # inside a BEGIN the store sent (a broken connection's status is unknown)
+        self._texts: dict[tuple[str, bool], tuple[str, bool]] = {}  # statement -> its PostgreSQL text
         self._raw = self._open()
 
     # -- connection ---------------------------------------------------------------------
@@ -248,6 +249,7 @@ class PgConnection:
     def forget_schema(self) -> None:
         """Read the primary keys and identity columns again (after a migration)."""
         self._keys = self._identity = None
+        self._texts.clear()
 
     # -- statements ---------------------------------------------------------------------
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> PgCursor:
@@ -301,6 +303,13 @@ class PgConnection:
             self.raw.execute(script)
 
     def _text(self, sql: str, *, returning: bool = True) -> tuple[str, bool]:
+        key = (sql, returning)
+        known = self._texts.get(key)
+        if known is None:
+            known = self._texts[key] = self._make_text(sql, returning=returning)
+        return known
+
+    def _make_text(self, sql: str, *, returning: bool) -> tuple[str, bool]:
         text = translate(sql)
         if _OR_REPLACE.match(sql):
             text = self._replace(sql)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from runner.statuses import TaskStatus
 from runner.store import Store
+from runner.store.dialect import Dialect
 
 FINISHED_TASKS = (TaskStatus.DONE, TaskStatus.FAILED, TaskStatus.ARCHIVED)
 VACUUM_PAGES = 2000  # pages given back per incremental_vacuum step (8 MB at 4 KiB pages)
@@ -27,14 +28,21 @@ FULL_VACUUM_BYTES = 64 * 1024 * 1024  # live data up to this: one VACUUM instead
 
 #: a run may go only if nothing live still needs it: not queued/running, no open budget
 #: reservation, no pending approval, no unfinished kanban task, no active child run
-SAFE = f"""
+_SAFE = f"""
     runs.status NOT IN ('queued', 'running')
     AND NOT EXISTS (SELECT 1 FROM budget_runs b WHERE b.run_id = runs.id AND b.state = 'open')
     AND NOT EXISTS (SELECT 1 FROM approval_requests a WHERE a.run_id = runs.id AND a.status = 'pending')
     AND (runs.task_id IS NULL OR EXISTS (
-        SELECT 1 FROM tasks t WHERE t.id = runs.task_id AND t.status IN ({", ".join(f"'{s}'" for s in FINISHED_TASKS)})))
+        SELECT 1 FROM tasks t WHERE t.id = {{TASK_ID}} AND t.status IN ({", ".join(f"'{s}'" for s in FINISHED_TASKS)})))
     AND NOT EXISTS (SELECT 1 FROM runs c WHERE c.parent_run_id = runs.id AND c.status IN ('queued', 'running'))
 """
+SAFE = _SAFE.replace("{TASK_ID}", "runs.task_id")
+#: PostgreSQL: ``runs.task_id`` is TEXT and ``tasks.id`` BIGINT there (no implicit comparison)
+SAFE_PG = _SAFE.replace("{TASK_ID}", "CAST(runs.task_id AS BIGINT)")
+
+
+def _safe(store: Store) -> str:
+    return SAFE_PG if store.dialect is Dialect.POSTGRESQL else SAFE
 
 
 @dataclass(frozen=True)
@@ -95,7 +103,7 @@ class Pruner:
     def _delete(self, ids: list[str]) -> None:
         marks = ", ".join("?" for _ in ids)
         with self.store.transaction() as conn:
-            rows = conn.execute(f"SELECT id, output_path FROM runs WHERE id IN ({marks}) AND {SAFE}", ids).fetchall()
+            rows = conn.execute(f"SELECT id, output_path FROM runs WHERE id IN ({marks}) AND {_safe(self.store)}", ids).fetchall()
             gone = [r["id"] for r in rows]
             if not gone:
                 return
@@ -122,6 +130,8 @@ class Pruner:
 
     def vacuum_step(self, pages: int = VACUUM_PAGES) -> bool:
         """Give back up to ``pages`` free pages to the file system; True while free pages are left."""
+        if self.store.dialect is Dialect.POSTGRESQL:
+            return False  # the server's autovacuum returns space
         with self.store.guard():
             # executescript steps the pragma to its end (execute() steps once: one page per call)
             self.store.conn.executescript(f"PRAGMA incremental_vacuum({int(pages)});")
@@ -132,6 +142,8 @@ class Pruner:
         """Give back every free page: a whole ``VACUUM`` when most of the file is free and what is
         left is small (it copies only the live pages, far cheaper than moving them one by one),
         else incremental steps."""
+        if self.store.dialect is Dialect.POSTGRESQL:
+            return
         with self.store.guard():
             free = self.store.conn.execute("PRAGMA freelist_count").fetchone()[0]
             total = self.store.conn.execute("PRAGMA page_count").fetchone()[0]
@@ -170,7 +182,7 @@ def candidates(store: Store, policy: Policy, now: datetime) -> list[str]:
                    ROW_NUMBER() OVER (PARTITION BY job ORDER BY created_at DESC, id DESC) AS n,
                    ROW_NUMBER() OVER (PARTITION BY job, status = 'succeeded' ORDER BY created_at DESC, id DESC) AS s
             FROM runs
-        )
+        ) AS ranked
         WHERE created_at < ? AND n > ? AND NOT (status = 'succeeded' AND s = 1)
         ORDER BY created_at, id
         """,
@@ -187,7 +199,7 @@ def plan(store: Store, home: Path, policy: Policy, now: datetime, batch: int = 5
     for start in range(0, len(ids), batch):
         chunk = ids[start : start + batch]
         marks = ", ".join("?" for _ in chunk)
-        rows = store.query(f"SELECT id, created_at, output_path FROM runs WHERE id IN ({marks}) AND {SAFE}", chunk)
+        rows = store.query(f"SELECT id, created_at, output_path FROM runs WHERE id IN ({marks}) AND {_safe(store)}", chunk)
         gone = [r["id"] for r in rows]
         if not gone:
             continue

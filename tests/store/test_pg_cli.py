@@ -137,3 +137,68 @@ def test_the_password_never_shows(url):
     from runner.store.dialect import redact_url
 
     assert "s3cret" not in redact_url(url) and "***" in redact_url(url)
+
+
+def test_runs_prune_on_postgresql(project, pg_url):
+    from datetime import timedelta
+
+    from runner.clock import utcnow
+    from runner.store.files import FileKind, keep
+    from runner.store.runs import create_run
+
+    store = Store.open(PgURL(pg_url))
+    store.execute("INSERT INTO tasks (id, title, status, created_at, updated_at) VALUES (7, 't', 'ready', 'n', 'n')")
+    ids = []
+    for days, task in ((90, None), (80, "7"), (70, None), (1, None)):
+        rid = create_run(
+            store, job="a", trigger="manual", status="queued", now=utcnow() - timedelta(days=days), task_id=task
+        )
+        store.execute("UPDATE runs SET status='failed' WHERE id=?", (rid,))
+        store.execute("INSERT INTO run_events VALUES (?, 1, 'now', 'start', '{}')", (rid,))
+        keep(store, rid, FileKind.OUTPUT, "old output")
+        ids.append(rid)
+    res = project.run(
+        "runs",
+        "prune",
+        "--older-than",
+        "30d",
+        "--keep-last",
+        "1",
+        "--json",
+        env=project.env(RUNNER_DATABASE_URL=pg_url),
+    )
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["runs"] == 2
+    left = {r["id"] for r in store.query("SELECT id FROM runs")}
+    assert left == {ids[1], ids[3]}  # the attempt of an unfinished task stays, and the newest
+    assert {r["run_id"] for r in store.query("SELECT run_id FROM run_files")} == left  # cascade
+    store.close()
+
+
+def test_serve_on_postgresql_fires_runs_and_jobs_list_reads_them(project, pg_url):
+    import signal
+
+    from tests.servehelp import SERVE_CONFIG, ServeProc, wait_for
+
+    project.home.mkdir(parents=True, exist_ok=True)
+    (project.home / "config.yaml").write_text(
+        SERVE_CONFIG.format(max_parallel=4, shutdown_grace=3.0) + f"\ndatabase: {pg_url}\n"
+    )
+    project.write_jobs("jobs:\n  tick:\n    schedule: every 1s\n    agent: false\n    pre_run: echo tick\n")
+    serve = ServeProc(project).started()
+    store = Store.open(PgURL(pg_url))
+    try:
+        wait_for(
+            lambda: len(store.query("SELECT id FROM runs WHERE job='tick' AND status='succeeded'")) >= 2,
+            30,
+            what="two succeeded runs in PostgreSQL",
+        )
+        listed = project.run("jobs", "list")
+        assert listed.returncode == 0 and "tick" in listed.stdout and "serve: running" in listed.stdout, listed.stdout
+    finally:
+        assert serve.stop(signal.SIGTERM) == 0, serve.log()
+    assert not (project.home / "runner.db").exists()
+    slots = [r["slot"] for r in store.query("SELECT slot FROM runs WHERE job='tick'")]
+    assert len(slots) == len(set(slots))
+    assert store.query("SELECT id FROM runs WHERE status IN ('running', 'queued')") == []
+    store.close()

@@ -1,0 +1,150 @@
+"""PostgreSQL store benchmarks (issue 17), and the SQLite figures beside main before.
+
+Run: ``python tests/bench/bench_pg.py [--tasks 4000] [--processes 8] [--rounds 3]``.
+
+1. Kanban claims+completes on PostgreSQL with N processes (``tests/kanban_claimer.py``, the board
+   API in real processes; claims are ``FOR UPDATE SKIP LOCKED``): target >= 500 tasks/s. A server
+   of its own is started in a temporary folder (``tests/pgserver.py``; needs
+   /usr/lib/postgresql/15/bin and psycopg).
+2. The SQLite store's hot paths, this tree and main before, alternating, medians of ``--rounds``:
+   the same kanban throughput on a runner.db, and in one process ``create_run`` + 20 events +
+   ``finish_run`` per run (the ledger and the event ``Recorder``): unchanged within noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _before import trees  # noqa: E402
+
+LEDGER = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from runner.safety.redact import Redactor
+from runner.store import Store
+from runner.store.runs import Recorder, create_run, finish_run
+store = Store.open(Path(sys.argv[2]))
+n = int(sys.argv[3])
+start = time.perf_counter()
+for i in range(n):
+    run_id = create_run(store, job="bench", trigger="manual")
+    emit = Recorder(store, run_id, Redactor(include_env=False))
+    for j in range(20):
+        emit("tool_result", {"name": "shell", "result": f"line {j} of run {i}"})
+    finish_run(store, run_id, "succeeded")
+print(n / (time.perf_counter() - start))
+"""
+
+SEED = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from runner.clock import utcnow
+from runner.kanban.board import Board
+from runner.store import Store
+if sys.argv[2].startswith("postgresql"):  # main before has only SQLite
+    from runner.store.dialect import parse
+    store = Store.open(parse(sys.argv[2]))
+else:
+    store = Store.open(Path(sys.argv[2]))
+board = Board(store)
+now = utcnow()
+with store.transaction():
+    for i in range(int(sys.argv[3])):
+        board.add(f"task {i}", now=now, job="echo")
+"""
+
+
+def claims(repo: Path, python: str, db: str, tasks: int, processes: int, tmp: Path) -> float:
+    """Tasks claimed and completed per second by ``processes`` claimers of tree ``repo``."""
+    subprocess.run([python, "-c", SEED, str(repo), db, str(tasks)], check=True)
+    claimer = repo / "tests" / "kanban_claimer.py"
+    logs = [tmp / f"claims-{i}.log" for i in range(processes)]
+    started = time.monotonic()
+    procs = [
+        subprocess.Popen([python, str(claimer), db, f"bench-{i}", str(logs[i]), "--lease", "600"])
+        for i in range(processes)
+    ]
+    codes = [p.wait() for p in procs]
+    elapsed = time.monotonic() - started
+    if set(codes) != {0}:
+        raise SystemExit(f"a claimer failed: exit codes {codes}")
+    done = sum(1 for log in logs for line in log.read_text().splitlines() if line.split()[4] == "1")
+    if done != tasks:
+        raise SystemExit(f"{done} of {tasks} tasks completed")
+    return done / elapsed
+
+
+def ledger(repo: Path, python: str, db: Path, runs: int) -> float:
+    out = subprocess.run([python, "-c", LEDGER, str(repo), str(db), str(runs)], check=True, capture_output=True)
+    return float(out.stdout.decode().strip())
+
+
+def postgresql(tasks: int, processes: int, rounds: int) -> None:
+    from tests import pgserver
+
+    why = pgserver.available()
+    if why:
+        print(f"PostgreSQL: skipped ({why})")
+        return
+    server = pgserver.PgServer.start()
+    try:
+        rates = []
+        for _ in range(rounds):
+            url = server.fresh()
+            with tempfile.TemporaryDirectory() as tmp:
+                rates.append(claims(REPO, sys.executable, url, tasks, processes, Path(tmp)))
+            server.drop(url)
+        rate = statistics.median(rates)
+        ok = "ok" if rate >= 500 else "MISSED"
+        print(f"kanban claim+complete on PostgreSQL, {processes} processes, {tasks} tasks, median of {rounds}:")
+        print(f"  {rate:8.0f} tasks/s   (runs: {', '.join(f'{r:.0f}' for r in rates)})   target >= 500  {ok}")
+    finally:
+        server.stop()
+
+
+def sqlite(tasks: int, processes: int, rounds: int) -> None:
+    found = trees()
+    kanban: dict[str, list[float]] = {t.name: [] for t in found}
+    runs: dict[str, list[float]] = {t.name: [] for t in found}
+    for _ in range(rounds):
+        for tree in found:  # alternating, so load on the machine hits both alike
+            with tempfile.TemporaryDirectory() as tmp:
+                kanban[tree.name].append(
+                    claims(tree.repo, tree.python, str(Path(tmp) / "runner.db"), tasks, processes, Path(tmp))
+                )
+            with tempfile.TemporaryDirectory() as tmp:
+                runs[tree.name].append(ledger(tree.repo, tree.python, Path(tmp) / "runner.db", 300))
+    print(f"SQLite, median of {rounds} (alternating trees):")
+    for tree in found:
+        k, r = statistics.median(kanban[tree.name]), statistics.median(runs[tree.name])
+        print(f"  {tree.name:<12} kanban {processes} processes {k:8.0f} tasks/s    ledger {r:7.0f} runs/s (20 events each)")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--tasks", type=int, default=4000)
+    p.add_argument("--processes", type=int, default=8)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--only", choices=["postgresql", "sqlite"])
+    args = p.parse_args()
+    print("(the machine is shared: figures are noisy)")
+    if args.only != "sqlite":
+        postgresql(args.tasks, args.processes, args.rounds)
+    if args.only != "postgresql":
+        sqlite(args.tasks, args.processes, args.rounds)
+
+
+if __name__ == "__main__":
+    main()
