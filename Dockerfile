@@ -19,7 +19,9 @@ WORKDIR /opt/runner
 COPY pyproject.toml README.md ./
 COPY runner ./runner
 COPY backends ./backends
-RUN pip install '.[otel]' && python -m compileall -q /usr/local/lib/python3.11/site-packages/runner
+# extras: docker build --build-arg EXTRAS=otel,distributed (contrib/compose: PostgreSQL + Celery)
+ARG EXTRAS=otel
+RUN pip install ".[${EXTRAS}]" && python -m compileall -q /usr/local/lib/python3.11/site-packages/runner
 
 USER runner
 WORKDIR /srv/project

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Bring up the real services the backend tests use (DESIGN §4). Idempotent; run as root.
 #
-#   - packages: docker.io busybox-static openssh-server chromium (and git), installed only when missing
+#   - packages: docker.io busybox-static openssh-server chromium redis-server postgresql (and git), installed
+#     only when missing (the distributed tests start their own redis-server and PostgreSQL on free ports)
 #     (chromium is the browser the dashboard's Playwright tests drive: /usr/bin/chromium)
 #   - dockerd on the default socket (vfs driver, no bridge, no iptables), log in $RUNNER_CI_DIR
 #   - test image runner-test:busybox built from a busybox rootfs (no registry needed)

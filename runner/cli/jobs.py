@@ -63,6 +63,7 @@ def jobs_list(as_json: bool) -> None:
     last: dict[str, dict[str, Any]] = {}
     states = _states(s)
     serve_line, serve_alive = "serve: never started on this RUNNER_HOME", False
+    leader: str | None = None  # the host and pid of the serve holding the scheduler lease
     if s.has_store():
         from runner.serve.state import serve_status
 
@@ -71,8 +72,14 @@ def jobs_list(as_json: bool) -> None:
             "(SELECT MAX(created_at) FROM runs WHERE job = r.job)"
         ):
             last[row["job"]] = row
+        from runner.store.lease import lease_holder
+
         status = serve_status(s.store, now)
         serve_line, serve_alive = status.describe(now), status.alive
+        lead = lease_holder(s.store)
+        if lead is not None and lead.live(now):
+            leader = f"{lead.host} (pid {lead.pid})"
+            serve_line += f"; leader: {leader}"
     rows = []
     for job in sorted(listed, key=lambda j: j.name):
         name = job.name
@@ -92,6 +99,7 @@ def jobs_list(as_json: bool) -> None:
                 "last_delivery_failed": bool((last.get(name) or {}).get("delivery_failed")),
                 "description": job.spec.description,
                 "serve_alive": serve_alive,
+                "leader": leader,
             }
         )
     if as_json:

@@ -44,7 +44,12 @@ def serve(ctx: click.Context, log_level: str, log_format: str | None, web_bind: 
 
         tokens, sock = prepare(s, parse_bind(web_bind, where="--web"))
         loops.append(serve_loop(s, sock, tokens))
-    sys.exit(run_serve(s, loops=loops, log_level=log_level, log_format=fmt))
+    executor = None
+    if s.config.executor.type == "celery":  # runs go to `runner worker`s (docs/distributed.md)
+        from runner.dist.executor import celery_executor
+
+        executor = celery_executor
+    sys.exit(run_serve(s, loops=loops, log_level=log_level, log_format=fmt, executor=executor))
 
 
 @serve.command("reload")

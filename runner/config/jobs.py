@@ -117,6 +117,7 @@ class JobSpec(Strict):
     catchup: Literal["skip", "once", "all"] = "once"
     catchup_window: Duration | None = None
     overlap: Literal["skip", "queue", "allow", "replace"] = "skip"
+    queue: str = Field("runner", pattern=r"^[A-Za-z0-9_.-]{1,64}$")  # the Celery queue (executor: celery)
     deliver: list[SinkItem] = Field(default_factory=lambda: list[str | dict[str, Any]](["file"]))
     on_failure: list[SinkItem] | None = None  # alert sinks; None: config.yaml's ``alerts:``
     budget: Budget = Field(default_factory=Budget)

@@ -62,6 +62,36 @@ class ServeConfig(Strict):
     shutdown_grace: float = Field(30.0, ge=0)
     heartbeat_s: float = Field(5.0, gt=0)
     kill_grace: float = Field(5.0, ge=0)  # SIGTERM -> SIGKILL for a timed-out or replaced run
+    lease_s: float = Field(10.0, gt=0)  # the scheduler lease: a standby takes over this long after the leader died
+
+
+class ExecutorConfig(Strict):
+    """``executor:``: where serve's runs execute: ``local`` (its own worker processes) or ``celery``
+    (``runner worker`` processes on any machine, through the broker; docs/distributed.md)."""
+
+    type: Literal["local", "celery"] = "local"
+    broker: str | None = None  # redis://HOST:PORT/DB (or env:NAME)
+    heartbeat_s: float = Field(2.0, gt=0)  # a worker writes its runs' heartbeat this often
+    lost_after_s: float = Field(20.0, gt=0)  # a run whose heartbeat is older is ``unknown`` (worker_lost)
+    resend_s: float = Field(30.0, gt=0)  # a run no worker took this long after it was sent is sent again
+
+    @model_validator(mode="after")
+    def _broker(self) -> ExecutorConfig:
+        if self.type == "celery" and not self.broker:
+            raise ValueError("type celery needs broker (e.g. redis://127.0.0.1:6379/0)")
+        if self.lost_after_s <= self.heartbeat_s:
+            raise ValueError("lost_after_s must be longer than heartbeat_s")
+        return self
+
+    def broker_url(self) -> str:
+        """The broker URL, ``env:NAME`` resolved."""
+        value = self.broker or ""
+        if value.startswith("env:"):
+            resolved = secrets.getenv(value[4:])
+            if not resolved:
+                raise ConfigError(f"executor.broker: environment variable {value[4:]} is not set")
+            return resolved
+        return value
 
 
 class CuratorConfig(Strict):
@@ -211,6 +241,7 @@ class Config(Strict):
     timezone: str = "UTC"
     providers: dict[str, Provider] = Field(default_factory=dict)
     serve: ServeConfig = Field(default_factory=ServeConfig)
+    executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
     curator: CuratorConfig = Field(default_factory=CuratorConfig)
     kanban: KanbanConfig = Field(default_factory=KanbanConfig)
     skills: SkillsConfig = Field(default_factory=SkillsConfig)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from pathlib import Path
+from typing import Any
 
 from runner.statuses import ControlKind
 
@@ -38,7 +39,10 @@ class CancelWatch:
             self._thread.join(timeout=5)
 
     def _run(self) -> None:
-        conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+        try:
+            conn = _connect(self.path)
+        except sqlite3.Error:
+            return  # the store is unreachable: the run's own writes report that, not this thread
         try:
             seen = -1
             while not self._closed.is_set():
@@ -53,7 +57,7 @@ class CancelWatch:
         finally:
             conn.close()
 
-    def _look(self, conn: sqlite3.Connection) -> bool:
+    def _look(self, conn: Any) -> bool:
         row = conn.execute(
             "SELECT requested_by FROM control_requests WHERE run_id=? AND kind=? ORDER BY requested_at LIMIT 1",
             (self.run_id, ControlKind.CANCEL),
@@ -63,3 +67,15 @@ class CancelWatch:
         self.by = str(row[0])
         self.stop.set()
         return True
+
+
+def _connect(path: Path) -> Any:
+    """The watch's own connection: a SQLite file, or a PostgreSQL store (``PgURL``; its adapter
+    answers ``PRAGMA data_version`` with the server's WAL position, and raises sqlite3's errors)."""
+    from runner.store.dialect import PgURL
+
+    if isinstance(path, PgURL):
+        from runner.store.pg import PgConnection
+
+        return PgConnection(str(path))
+    return sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)

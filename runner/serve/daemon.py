@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner.errors import AlreadyRunning
-from runner.serve.host import Clock, ServeHost, SystemClock, Ticker, TickerFactory
+from runner.serve.host import Clock, ExecutorFactory, ServeHost, SystemClock, Ticker, TickerFactory
 from runner.serve.logs import JsonFormatter, LogFormat, stream_formatter, text_formatter
 from runner.serve.notify import WatchdogTicker, sd_notify, watchdog_interval
 from runner.settings import Settings
@@ -42,6 +42,7 @@ from runner.store.dialect import Dialect
 if TYPE_CHECKING:
     from runner.serve.pool import Pool
     from runner.serve.watch import JobsWatcher
+    from runner.store.lease import Lease
 
 CONTROL_CHECK_S = 0.05  # how often the schedule ticker looks (data_version) for trigger and cancel requests
 MAX_SLEEP_S = 1.0  # the loop looks at the wall clock at least this often (clock jumps, sleep)
@@ -176,14 +177,17 @@ class Serve:
         loops: Sequence[TickerFactory] = (),
         log_level: str = "INFO",
         log_format: LogFormat = LogFormat.TEXT,
+        executor: ExecutorFactory | None = None,
     ):
         self.settings = settings
         self.log_format = log_format
         self.clock = clock or SystemClock()
         self.loops = list(loops)
+        self.executor = executor  # None: runs execute as serve's own worker processes
         self.log_level = log_level
         self._stops = 0  # SIGTERM/SIGINT received; a second one hurries the shutdown
         self._hup = False
+        self._lease_lost = False
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
     def wake(self) -> None:
@@ -191,6 +195,34 @@ class Serve:
             os.write(self._wake_w, b"!")
         except BlockingIOError:
             return  # the pipe is full: the loop is already being woken
+
+    def _lost_lease(self) -> None:
+        self._lease_lost = True
+
+    def _lead(self, store: Store, ttl: float, log: logging.Logger) -> Lease | None:
+        """Take the scheduler lease, standing by while another serve holds it; None when a
+        signal stopped serve first."""
+        from runner.store.lease import SCHEDULER, lease_holder, open_lease
+
+        lease = open_lease(store, SCHEDULER, ttl)
+        announced = False
+        while not self._stops:
+            if lease.acquire():
+                if announced:
+                    log.info("took the scheduler lease: this serve leads now")
+                return lease
+            if not announced:
+                holder = lease_holder(store)
+                who = f"{holder.host} (pid {holder.pid})" if holder else "another serve"
+                log.info("standing by: %s leads; taking over within %.0fs of it stopping", who, ttl)
+                announced = True
+            wait([self._wake_r], min(1.0, ttl / 10))
+            try:
+                while os.read(self._wake_r, 4096):
+                    pass
+            except BlockingIOError:
+                pass  # drained
+        return None
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         if signum == signal.SIGHUP:
@@ -204,6 +236,7 @@ class Serve:
         from runner.delivery.background import BackgroundAlerts
         from runner.mcp.keep import Bridges
         from runner.serve.launcher import Launcher
+        from runner.serve.leader import LeaseTicker
         from runner.serve.pool import Paths, Pool
         from runner.serve.schedule import ScheduleTicker
         from runner.serve.state import heartbeat, register_serve
@@ -226,15 +259,26 @@ class Serve:
             raise
         _release_hold_at_start(s.home, log)
         store = s.store  # opening it marks rows of dead workers `unknown`
+        lease = self._lead(store, config.serve.lease_s, log)
+        if lease is None:  # stopped while standing by
+            launcher.close()
+            signal.set_wakeup_fd(old_wakeup)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            os.close(lock)
+            log.info("serve stopped (it was standing by)")
+            return 0
         checkpointer: Checkpointer | None = None
         if store.dialect is Dialect.SQLITE:  # PostgreSQL checkpoints by itself
             store.execute("PRAGMA wal_autocheckpoint=0")
             checkpointer = Checkpointer(store.path).start()
         schedule: ScheduleTicker | None = None
         alerts = BackgroundAlerts(store.path, config, home=s.home, base_dir=jobs.base_dir, log=log)
+        remote = self.executor(s, store, log) if self.executor is not None else None
         pool = Pool(
             store=store,
-            spawner=launcher,
+            spawner=remote.spawner if remote is not None else launcher,
+            remote=remote is not None,
             clock=self.clock,
             log=log,
             paths=Paths(str(s.home), str(s.jobs_path), str(s.config_path)),
@@ -249,17 +293,22 @@ class Serve:
         now = self.clock.now()
         register_serve(store, jobs_path=str(jobs.path), heartbeat_s=config.serve.heartbeat_s, now=now)
         adopted = pool.adopt(jobs.jobs)
+        if remote is not None:
+            adopted += remote.follow(pool, jobs.jobs)
         schedule.set_jobs(jobs.jobs, now)
         watcher = JobsWatcher(
             jobs.path, default_timezone=config.timezone, current=jobs, wake=self.wake, settings=s
         ).start()
         host = ServeHost(s, store, self.clock, log, self.wake, forks=launcher.forks)
         tickers: list[Ticker] = [
+            LeaseTicker(lease, config.serve.lease_s, log, self._lost_lease),
             ReloadTicker(watcher, schedule, log, s.home),
             pool,
             schedule,
             HeartbeatTicker(store, pool, config.serve.heartbeat_s),
         ]
+        if remote is not None:
+            tickers.extend(remote.tickers())
         tickers.extend(factory(host) for factory in self.loops)
         watchdog = watchdog_interval()
         if watchdog is not None:
@@ -286,6 +335,10 @@ class Serve:
             if pool.bridges is not None:
                 pool.bridges.close()  # the keep-alive MCP servers stop with serve
             launcher.close()  # the forkserver exits; workers it forked are reaped above
+            if remote is not None:
+                remote.close()
+            if not self._lease_lost:
+                lease.release()  # a standby takes over at once
             alerts.close(config.serve.shutdown_grace)
             if checkpointer is not None:
                 checkpointer.stop()
@@ -294,6 +347,9 @@ class Serve:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             os.close(lock)
+        if self._lease_lost:
+            log.error("serve stopped: it lost the scheduler lease to another serve")
+            return 1
         log.info("serve stopped")
         return 0
 
@@ -305,6 +361,8 @@ class Serve:
             now = self.clock.now()
             for ticker in tickers:
                 ticker.tick(now)
+                if self._lease_lost:
+                    return  # another serve leads now: fire nothing more
             wakes = [w for t in tickers if (w := t.next_wake(now)) is not None]
             timeout = MAX_SLEEP_S
             if wakes:
@@ -323,6 +381,8 @@ def run_serve(
     loops: Sequence[TickerFactory] = (),
     log_level: str = "INFO",
     log_format: LogFormat = LogFormat.TEXT,
+    executor: ExecutorFactory | None = None,
 ) -> int:
-    """Run serve until SIGTERM/SIGINT with ``loops`` beside the built-in tickers."""
-    return Serve(settings, loops=loops, log_level=log_level, log_format=log_format).run()
+    """Run serve until SIGTERM/SIGINT with ``loops`` beside the built-in tickers; ``executor``:
+    where runs execute when not as serve's own worker processes (``runner.dist``)."""
+    return Serve(settings, loops=loops, log_level=log_level, log_format=log_format, executor=executor).run()

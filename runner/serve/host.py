@@ -1,4 +1,5 @@
-"""What serve's loops plug into: the clock, the ``Ticker`` protocol and the ``ServeHost`` a loop is built from.
+"""What serve's loops plug into: the clock, the ``Ticker`` protocol and the ``ServeHost`` a loop is built
+from; and the ``RemoteExecutor`` seam (runs executed past this machine, ``runner.dist``).
 
 The daemon (daemon.py) drives tickers; the composition root (cli/serve.py) decides which loops exist.
 """
@@ -6,15 +7,20 @@ The daemon (daemon.py) drives tickers; the composition root (cli/serve.py) decid
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from runner.clock import utcnow
 from runner.forks import WarmForks
 from runner.settings import Settings
 from runner.store import Store
+
+if TYPE_CHECKING:
+    from runner.config.jobs import Job
+    from runner.serve.launcher import Spawner
+    from runner.serve.pool import Pool
 
 
 class Clock(Protocol):
@@ -49,3 +55,22 @@ class ServeHost:
 
 
 TickerFactory = Callable[[ServeHost], Ticker]
+
+
+class RemoteExecutor(Protocol):
+    """Where serve's runs execute when not in its own worker processes (``executor: celery``,
+    ``runner.dist.executor``): the pool's spawner, the runs to follow after a takeover, its tickers."""
+
+    @property
+    def spawner(self) -> Spawner: ...
+
+    def follow(self, pool: Pool, jobs: Mapping[str, Job]) -> int:
+        """Have ``pool`` follow the runs remote workers hold now; return how many."""
+        ...
+
+    def tickers(self) -> list[Ticker]: ...
+
+    def close(self) -> None: ...
+
+
+ExecutorFactory = Callable[[Settings, Store, logging.Logger], RemoteExecutor]

@@ -38,6 +38,8 @@ from runner.store.runs import create_run, finish_run, update_run
 FAILED = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.UNKNOWN)
 SCHEDULED = (Trigger.SCHEDULE, Trigger.RETRY)
 RETRIED = (*SCHEDULED, Trigger.MANUAL)  # `runner jobs trigger` runs get the job's retries too
+# unknown: only a run of a lost remote worker ends so here (a local one is made `failed` first)
+RETRY_STATUSES = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.UNKNOWN)
 
 
 class Alerts(Protocol):
@@ -84,6 +86,7 @@ class Pool:
         monotonic: Callable[[], float] = time.monotonic,
         alerts: Alerts | None = None,
         bridges: Bridges | None = None,
+        remote: bool = False,
     ):
         """``spawner`` starts workers (``Launcher`` in serve); ``clock`` gives slot and retry times;
         ``monotonic`` measures run timeouts and the kill grace. Tests inject all three."""
@@ -94,6 +97,7 @@ class Pool:
         self.on_pause = on_pause
         self.alerts = alerts
         self.bridges = bridges  # keep-alive MCP servers (runner.mcp.keep), started before a run that needs one
+        self.remote = remote  # runs execute on `runner worker`s (executor: celery): they outlive serve
         self.control_inputs: tuple[str, ...] = ()  # set with each (re)load of jobs.yaml
         self._running: dict[str, _Running] = {}
         self._per_job: dict[str, int] = {}
@@ -207,7 +211,7 @@ class Pool:
             control_inputs=self.control_inputs,
             waited_s=round(waited, 3),  # the worker writes it with its start: nothing written here
         )
-        if self.bridges is not None:
+        if self.bridges is not None and not self.remote:
             job = fire.job
             self.bridges.prepare(job.name, job.spec.toolsets, job.spec.backend.type == "local", job.workdir)
         try:
@@ -285,8 +289,10 @@ class Pool:
         elif run.stop_reason in ("shutdown", "replaced") and not completed:
             why = "serve stopped" if run.stop_reason == "shutdown" else "a newer slot replaced it"
             override = (RunStatus.INTERRUPTED, run.stop_reason, f"{why} while it was running")
-        elif status in (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.UNKNOWN):
+        elif status in (RunStatus.QUEUED, RunStatus.RUNNING) or (status == RunStatus.UNKNOWN and not self.remote):
             override = (RunStatus.FAILED, "worker_died", describe_exit(code))
+        elif status == RunStatus.UNKNOWN:  # a remote worker stopped sending heartbeats (worker_lost)
+            self._alert(fire, RunEnd(fire.job.name, fire.run_id, status, reason, "its worker was lost"))
         if override is not None:
             status, reason, error = override
             finish_run(self.store, fire.run_id, status, reason=reason, error=error)
@@ -303,7 +309,7 @@ class Pool:
         if fire.trigger not in RETRIED:
             return
         retries = fire.job.spec.retries
-        if status in (RunStatus.FAILED, RunStatus.TIMED_OUT) and fire.attempt <= retries.attempts and not self._closing:
+        if status in RETRY_STATUSES and fire.attempt <= retries.attempts and not self._closing:
             self._retry(fire, retries.backoff * 2 ** (fire.attempt - 1))
         elif fire.trigger in SCHEDULED and (status in FAILED or completed):
             self._streak(fire, RunEnd(fire.job.name, fire.run_id, status, reason))
@@ -350,6 +356,15 @@ class Pool:
                 self.alerts.paused(fire.job, end, why)
 
     # -- start-up and shutdown -------------------------------------------------------------------
+    def follow(self, fire: Fire, handle: Handle, started_at: datetime) -> None:
+        """Track a run that already executes elsewhere (a remote worker took it from a previous
+        leader): its timeout counts from ``started_at``."""
+        now = self.clock.now()
+        elapsed = max(0.0, (now - started_at).total_seconds())
+        deadline = self.monotonic() + fire.job.spec.timeout - elapsed
+        self._running[fire.run_id] = _Running(fire, handle, started_at, deadline)
+        self._per_job[fire.job.name] = self._per_job.get(fire.job.name, 0) + 1
+
     def adopt(self, jobs: dict[str, Job]) -> int:
         """Queue the rows a previous serve left ``queued`` (pending retries, or fires and
         triggers it had not started when it died)."""
@@ -401,6 +416,11 @@ class Pool:
             )
         self._waiting.clear()
         self._queued.clear()
+        if self.remote:  # runs on workers go on; the next leader follows them (adopt)
+            for run in list(self._running.values()):
+                run.handle.close()
+            self._running.clear()
+            return
         for run in self._running.values():
             self._stop(run, "shutdown")
         deadline = time.monotonic() + grace

@@ -75,9 +75,11 @@ def _next_fires(source: Any, now: datetime, count: int = 1) -> dict[str, list[st
 def overview(request: Request) -> Response:
     from runner.run.budget import report
     from runner.serve.state import serve_status
+    from runner.store.lease import lease_holder
 
     w = _web(request)
     store, now = w.source.store, utcnow()
+    lead = lease_holder(store)
     fires = sorted(((f[0], job) for job, f in _next_fires(w.source, now).items() if f))[:10]
     budget = report(store, w.source.config())
     return w.render(
@@ -89,6 +91,7 @@ def overview(request: Request) -> Response:
         budget=[b for b in budget["scopes"] if b["today"]["cap_usd"] is not None or b["today"]["spent_usd"]],
         budget_day=budget["day"],
         serve=serve_status(store, now),
+        leader=lead if lead is not None and lead.live(now) else None,  # the serve holding the scheduler lease
         jobs_error=w.source.jobs().error,
     )
 

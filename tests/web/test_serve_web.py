@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -34,6 +35,7 @@ def test_serve_with_web(site: Site) -> None:
         assert "runner_serve_up 1.0" in httpx.get(f"{url}/metrics").text
         overview = httpx.get(url).text
         assert "running</span> pid" in overview and str(proc.pid) in overview
+        assert f"Leader: {socket.gethostname()} (pid {proc.pid})" in overview  # the scheduler lease's holder
         assert httpx.get(f"{url}/jobs").status_code == 200
     finally:
         proc.send_signal(signal.SIGTERM)

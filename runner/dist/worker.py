@@ -1,0 +1,257 @@
+"""``runner worker``'s side of the Celery executor: the body of the ``runner.execute`` task.
+
+A task names a ``queued`` ledger row. The worker claims it (``UPDATE runs SET worker=... WHERE
+id=? AND status='queued' AND worker IS NULL``: a message delivered twice, or a row serve already
+ended, is a no-op), checks the jobs hash against its own checkout (a mismatch ends the run
+``failed``, reason ``jobs_mismatch``), then runs it exactly as serve's local pool does: a process
+forked from a warm forkserver running ``runner.serve.launcher.worker_main``. While it runs, one
+thread per worker writes the heartbeat of every run it holds and reads stop requests
+(``runs.stop_request``: serve's timeout or ``overlap: replace``), which it passes on as signals.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from runner.clock import iso, parse_iso, utcnow
+from runner.dist.jobshash import JobsCache
+from runner.serve.fire import describe_exit
+from runner.serve.launcher import Handle, Launcher, WorkerSpec
+from runner.settings import Settings
+from runner.statuses import RunStatus, Trigger
+from runner.store import Store
+from runner.store.runs import finish_run
+
+log = logging.getLogger("runner.worker")
+WAIT_S = 0.05  # how often a task looks at its run's process
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """The queued row a worker took."""
+
+    run_id: str
+    job: str
+    trigger: Trigger
+    slot: datetime | None
+    task_id: str | None
+    created_at: datetime | None
+
+
+def worker_name(hostname: str) -> str:
+    """What ``runs.worker`` holds: the Celery hostname and this process's pid (unique per process)."""
+    return f"{hostname}/{os.getpid()}"
+
+
+class WorkerRuntime:
+    """One per ``runner worker`` process: its settings, store, jobs.yaml, forkserver and heartbeat."""
+
+    def __init__(self, settings: Settings, hostname: str):
+        self.settings = settings
+        self.name = worker_name(hostname)
+        config = settings.config
+        self.heartbeat_s = config.executor.heartbeat_s
+        self.kill_grace = config.serve.kill_grace
+        self.store = settings.store
+        self.jobs = JobsCache(settings.jobs_path, config.timezone, settings.own_tool_names)
+        self.launcher = Launcher(config_path=settings.config_path)
+        self._lock = threading.Lock()
+        self._stops: dict[str, str] = {}  # run id -> "term" / "kill", as serve asked
+        self._held: set[str] = set()
+        self._stopped = threading.Event()
+        self._beat = threading.Thread(target=self._heartbeat, name="runner-worker-heartbeat", daemon=True)
+
+    def start(self) -> WorkerRuntime:
+        self.launcher.warm()()
+        self._beat.start()
+        log.info("runner worker %s ready: jobs from %s, store %s", self.name, self.settings.jobs_path, self.store.path)
+        return self
+
+    def close(self) -> None:
+        self._stopped.set()
+        self.launcher.close()
+
+    # -- the task --------------------------------------------------------------------------------
+    def execute(self, run_id: str, jobs_hash: str, job_name: str) -> str:
+        """Run the queued row ``run_id``; return its final status (or ``duplicate``)."""
+        claimed = self._claim(run_id)
+        if claimed is None:
+            log.info("run %s: already taken or ended; this delivery is a no-op", run_id)
+            return "duplicate"
+        with self._lock:
+            self._held.add(run_id)
+        try:
+            return self._run(claimed, jobs_hash, job_name)
+        finally:
+            with self._lock:
+                self._held.discard(run_id)
+                self._stops.pop(run_id, None)
+
+    def _claim(self, run_id: str) -> Claimed | None:
+        now = iso(utcnow())
+        with self.store.transaction() as conn:
+            cur = conn.execute(
+                "UPDATE runs SET worker=?, heartbeat_at=? WHERE id=? AND status=? AND worker IS NULL",
+                (self.name, now, run_id, RunStatus.QUEUED),
+            )
+            if cur.rowcount != 1:
+                return None
+            row = conn.execute(
+                "SELECT job, trigger, slot, task_id, created_at FROM runs WHERE id=?", (run_id,)
+            ).fetchone()
+        return Claimed(run_id, row[0], Trigger(row[1]), parse_iso(row[2]), row[3], parse_iso(row[4]))
+
+    def _run(self, claimed: Claimed, jobs_hash: str, job_name: str) -> str:
+        loaded = self.jobs.current()
+        job = loaded.jobs.jobs.get(job_name)
+        if loaded.hash != jobs_hash or job is None:
+            error = (
+                f"this worker's jobs.yaml ({self.settings.jobs_path}, hash {loaded.hash}) differs from the "
+                f"scheduler's (hash {jobs_hash}); deploy the same project folder to every worker"
+            )
+            log.error("run %s of %s: %s", claimed.run_id, job_name, error)
+            finish_run(self.store, claimed.run_id, RunStatus.FAILED, reason="jobs_mismatch", error=error)
+            return RunStatus.FAILED
+        from runner.config.jobs import inputs_of
+
+        waited = (utcnow() - claimed.created_at).total_seconds() if claimed.created_at else None
+        spec = WorkerSpec(
+            home=str(self.settings.home),
+            jobs_path=str(self.settings.jobs_path),
+            config_path=str(self.settings.config_path),
+            job=job,
+            run_id=claimed.run_id,
+            trigger=claimed.trigger,
+            slot=claimed.slot,
+            task_id=claimed.task_id,
+            control_inputs=tuple(str(p) for p in inputs_of(loaded.jobs.jobs)),
+            waited_s=round(max(0.0, waited), 3) if waited is not None else None,
+        )
+        handle = self.launcher.spawn(spec)
+        code = self._supervise(claimed.run_id, handle)
+        return self._settle(claimed.run_id, code)
+
+    def _supervise(self, run_id: str, handle: Handle) -> int:
+        """Wait for the run's process, passing serve's stop requests on as signals."""
+        termed_at: float | None = None
+        killed = False
+        while (code := handle.poll()) is None:
+            with self._lock:
+                ask = self._stops.get(run_id)
+            now = time.monotonic()
+            if ask == "term" and termed_at is None:
+                handle.signal_tree(signal.SIGTERM)
+                termed_at = now
+            elif not killed and (ask == "kill" or (termed_at is not None and now - termed_at >= self.kill_grace)):
+                handle.signal_tree(signal.SIGKILL)
+                killed = True
+            time.sleep(WAIT_S)
+        if termed_at is not None or killed:
+            handle.signal_tree(signal.SIGKILL)  # what outlived the run's process
+        handle.close()
+        return code
+
+    def _settle(self, run_id: str, code: int) -> str:
+        """The row's final status; a process that died before writing one ends ``failed`` (worker_died)."""
+        row = self.store.one("SELECT status FROM runs WHERE id=?", (run_id,))
+        status = RunStatus(row["status"]) if row else RunStatus.UNKNOWN
+        if status in (RunStatus.QUEUED, RunStatus.RUNNING):
+            finish_run(self.store, run_id, RunStatus.FAILED, reason="worker_died", error=describe_exit(code))
+            status = RunStatus.FAILED
+        log.info("run %s ended %s (exit %s)", run_id, status, code)
+        return status
+
+    # -- heartbeat and stop requests ---------------------------------------------------------------
+    def _heartbeat(self) -> None:
+        poll = min(0.5, self.heartbeat_s)
+        last_beat = 0.0
+        while not self._stopped.wait(poll):
+            try:
+                now = time.monotonic()
+                if now - last_beat >= self.heartbeat_s:
+                    self._beat_once()
+                    last_beat = now
+                self._read_stops()
+            except Exception as exc:  # noqa: BLE001 - a store fault: logged; serve sees a stale heartbeat if it lasts
+                log.error("worker %s: cannot write the heartbeat: %s", self.name, exc)
+
+    def _beat_once(self) -> None:
+        with self.store.transaction() as conn:
+            conn.execute(
+                "UPDATE runs SET heartbeat_at=? WHERE worker=? AND status IN (?, ?)",
+                (iso(utcnow()), self.name, RunStatus.QUEUED, RunStatus.RUNNING),
+            )
+
+    def _read_stops(self) -> None:
+        with self._lock:
+            if not self._held:
+                return
+        rows = self.store.query(
+            "SELECT id, stop_request FROM runs WHERE worker=? AND stop_request IS NOT NULL AND status IN (?, ?)",
+            (self.name, RunStatus.QUEUED, RunStatus.RUNNING),
+        )
+        with self._lock:
+            for row in rows:
+                self._stops[row["id"]] = row["stop_request"]
+
+
+def register(app: Any, runtime: WorkerRuntime) -> None:
+    """The ``runner.execute`` task of ``app``, run by ``runtime``."""
+    from runner.dist.app import TASK
+
+    @app.task(name=TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+    def execute(run_id: str, jobs_hash: str, job: str) -> str:
+        return runtime.execute(run_id, jobs_hash, job)
+
+
+def default_hostname() -> str:
+    return f"runner@{socket.gethostname()}"
+
+
+def run_worker(
+    settings: Settings, *, hostname: str, concurrency: int, queues: list[str], loglevel: str = "INFO"
+) -> int:
+    """Start a Celery worker (threads pool) consuming ``queues`` until SIGTERM/SIGINT."""
+    from runner.dist.app import celery_app
+
+    app = celery_app(settings.config.executor.broker_url())
+    runtime = WorkerRuntime(settings, hostname).start()
+    register(app, runtime)
+    argv = [
+        "worker",
+        "--pool=threads",
+        f"--concurrency={concurrency}",
+        f"--hostname={hostname}",
+        f"--queues={','.join(queues)}",
+        f"--loglevel={loglevel}",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+    ]
+    from celery.signals import worker_shutting_down
+
+    asked: list[str] = []
+    worker_shutting_down.connect(lambda sig=None, how=None, exitcode=None, **kw: asked.append(str(how)), weak=False)
+    try:
+        while True:
+            app.worker_main(argv=argv)
+            if asked:
+                break
+            # the consumer gave up on a broker fault it could not recover from (a kombu/redis
+            # reconnect bug after a broker restart): start it again rather than leave this
+            # machine idle; runs already going continue under this process meanwhile
+            log.error(
+                "runner worker %s: the Celery worker stopped without being asked; starting it again", runtime.name
+            )
+            time.sleep(1.0)
+    finally:
+        runtime.close()
+    return 0

@@ -1,0 +1,145 @@
+"""The Celery executor with real processes: serve on one "machine", ``runner worker``s on others
+(each its own RUNNER_HOME and project folder), a real redis-server, the fake model server."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+from runner.testing.fakeopenai import Reply
+from tests.dist.conftest import Cluster, Redis, wait_ready_all
+from tests.servehelp import wait_for
+
+EVERY = """
+jobs:
+  tick:
+    schedule: every 1s
+    prompt: say hi
+    toolsets: []
+    memory: off
+    overlap: allow
+"""
+
+
+def test_runs_fire_on_workers_once_each(cluster: Cluster) -> None:
+    cluster.fake.default = Reply(content="hi")
+    cluster.write_jobs(EVERY)
+    workers = [cluster.worker(f"w{i}", concurrency=2) for i in range(3)]
+    wait_ready_all(cluster, workers)
+    serve = cluster.serve()
+    wait_for(lambda: len([r for r in cluster.rows() if r["status"] == "succeeded"]) >= 6, timeout=40, what="6 runs")
+    serve.stop()
+    rows = cluster.rows()
+    slots = Counter((r["job"], r["slot"], r["attempt"]) for r in rows)
+    assert max(slots.values()) == 1
+    done = [r for r in rows if r["status"] == "succeeded"]
+    assert all(r["worker"] and r["worker"].split("@")[0] in {"w0", "w1", "w2"} for r in done)
+    assert all(r["host"] for r in done)
+
+
+def test_jobs_mismatch_fails_the_run(cluster: Cluster) -> None:
+    cluster.write_jobs("jobs:\n  once:\n    schedule: in 1s\n    agent: false\n    pre_run: echo hi\n")
+    worker = cluster.machine("w0")
+    worker.jobs_path.write_text(worker.jobs_path.read_text().replace("echo hi", "echo other"))
+    worker.start("worker", "--hostname", "w0@test", "--concurrency", "1")
+    wait_ready_all(cluster, [worker])
+    cluster.serve()
+    row = wait_for(lambda: [r for r in cluster.rows() if r["status"] not in ("queued", "running")], timeout=30)[0]
+    assert (row["status"], row["reason"]) == ("failed", "jobs_mismatch")
+    assert "differs from the scheduler's" in row["error"]
+
+
+def test_queue_routes_runs_to_worker_groups(cluster: Cluster) -> None:
+    cluster.write_jobs(
+        """
+        jobs:
+          plain:
+            schedule: every 1s
+            agent: false
+            pre_run: echo plain
+          gpu:
+            schedule: every 1s
+            agent: false
+            pre_run: echo gpu
+            queue: gpu
+        """
+    )
+    main = cluster.worker("main", concurrency=2)
+    gpu = cluster.worker("gpu", concurrency=2, queues="gpu")
+    wait_ready_all(cluster, [main, gpu])
+    serve = cluster.serve()
+    wait_for(lambda: len({r["job"] for r in cluster.rows() if r["status"] == "succeeded"}) == 2, timeout=40)
+    serve.stop()
+    done = [r for r in cluster.rows() if r["status"] == "succeeded"]
+    assert {r["worker"].split("@")[0] for r in done if r["job"] == "gpu"} == {"gpu"}
+    assert {r["worker"].split("@")[0] for r in done if r["job"] == "plain"} == {"main"}
+
+
+def test_timeout_stops_a_remote_run(cluster: Cluster) -> None:
+    cluster.write_jobs(
+        "jobs:\n  slow:\n    schedule: in 1s\n    agent: false\n    timeout: 2s\n    pre_run: sleep 60\n"
+    )
+    worker = cluster.worker("w0", concurrency=1)
+    wait_ready_all(cluster, [worker])
+    cluster.serve()
+    # the worker's run ends `interrupted` by the signal; serve's pool then records why: its timeout
+    row = wait_for(lambda: [r for r in cluster.rows() if r["status"] == "timed_out"], timeout=30)[0]
+    assert row["reason"] == "timeout" and row["stop_request"] == "term"
+    assert row["worker"].startswith("w0@test")
+
+
+def test_worker_lost_mid_run_is_unknown_then_retried(cluster: Cluster) -> None:
+    cluster.write_jobs(
+        """
+        jobs:
+          long:
+            schedule: in 1s
+            agent: false
+            pre_run: sleep 4
+            retries: {attempts: 1, backoff: 0s}
+        """
+    )
+    doomed = cluster.worker("doomed", concurrency=1)
+    wait_ready_all(cluster, [doomed])
+    cluster.serve()
+    wait_for(lambda: [r for r in cluster.rows() if r["status"] == "running"], timeout=30, what="the run to start")
+    doomed.kill_tree()  # the machine is gone: no heartbeat from now on
+    spare = cluster.worker("spare", concurrency=1)
+    first = wait_for(lambda: [r for r in cluster.rows() if r["attempt"] == 1 and r["status"] == "unknown"], timeout=30)[
+        0
+    ]
+    assert first["reason"] == "worker_lost" and "doomed@test" in first["error"]
+    retry = wait_for(
+        lambda: [r for r in cluster.rows() if r["attempt"] == 2 and r["status"] == "succeeded"], timeout=40
+    )[0]
+    assert retry["worker"].startswith("spare@test") and retry["slot"] == first["slot"]
+    assert spare.proc is not None and spare.proc.poll() is None
+
+
+def test_broker_restart(cluster: Cluster, redis_server: Redis) -> None:
+    cluster.fake.default = Reply(content="hi")
+    cluster.write_jobs(EVERY)
+    workers = [cluster.worker(f"w{i}", concurrency=2) for i in range(2)]
+    wait_ready_all(cluster, workers)
+    serve = cluster.serve()
+    wait_for(lambda: len([r for r in cluster.rows() if r["status"] == "succeeded"]) >= 2, timeout=40)
+    redis_server.stop()  # no persistence: what it held is gone
+    time.sleep(2)
+    redis_server.start()
+    restarted = time.time()
+    wait_for(
+        lambda: [r for r in cluster.rows() if r["status"] == "succeeded" and _epoch(r["created_at"]) > restarted + 1],
+        timeout=60,
+        what="runs after the broker restart",
+    )
+    serve.stop()
+    rows = cluster.rows()
+    assert max(Counter((r["job"], r["slot"], r["attempt"]) for r in rows).values()) == 1
+    for m in workers:
+        assert m.proc is not None and m.proc.poll() is None, m.log()[-2000:]
+
+
+def _epoch(text: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(text).timestamp()

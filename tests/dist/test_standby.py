@@ -1,0 +1,159 @@
+"""A standby scheduler: two ``runner serve`` against one store; one leads (the scheduler lease),
+the other takes over when the leader dies, and no slot is fired twice or lost."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+from datetime import datetime, timedelta
+from typing import Any
+
+from runner.clock import utcnow
+from runner.store import Store
+from runner.store.lease import SCHEDULER, SqliteLease, lease_holder, open_lease
+from tests.dist.conftest import Cluster, wait_ready_all
+from tests.servehelp import wait_for
+
+EVERY = """
+jobs:
+  tick:
+    schedule: every 1s
+    agent: false
+    pre_run: echo tick
+    overlap: allow
+    catchup: all
+"""
+
+
+def test_lease_has_one_holder_until_it_expires(tmp_path) -> None:
+    a_store = Store.open(tmp_path / "runner.db")
+    b_store = Store.open(tmp_path / "runner.db")
+    a = SqliteLease(a_store, SCHEDULER, 10, holder="a:1")
+    b = SqliteLease(b_store, SCHEDULER, 10, holder="b:2")
+    now = utcnow()
+    assert a.acquire(now) and not b.acquire(now)
+    assert a.renew(now + timedelta(seconds=5)) and not b.acquire(now + timedelta(seconds=14))
+    assert b.acquire(now + timedelta(seconds=16))  # a's renewal ran out at +15 s
+    assert not a.renew(now + timedelta(seconds=16))  # a lost it, and learns so
+    holder = lease_holder(a_store)
+    assert holder is not None and holder.holder == "b:2"
+    b.release()
+    assert lease_holder(a_store) is None and a.acquire()
+
+
+def test_lease_on_either_store_one_holder_and_takeover(where: Any) -> None:
+    """``open_lease`` on SQLite and PostgreSQL: one holder; a released lease is free at once; a
+    holder that stopped renewing past its expiry loses it to the next taker."""
+    a_store, b_store = Store.open(where), Store.open(where)
+    try:
+        a = open_lease(a_store, SCHEDULER, 0.5, holder="a:1")
+        b = open_lease(b_store, SCHEDULER, 0.5, holder="b:2")
+        assert a.acquire() and not b.acquire()
+        assert a.renew() and not b.acquire()
+        holder = lease_holder(b_store)
+        assert holder is not None and holder.holder == a.holder and holder.live()
+        a.release()
+        assert b.acquire() and not a.acquire()
+        time.sleep(1.2)  # b stops renewing (a pause): past its expiry the next taker gets it
+        assert wait_for(lambda: a.acquire(), timeout=10)
+        assert not b.renew()  # b learns it lost the lease at its next renewal
+    finally:
+        a_store.close()
+        b_store.close()
+
+
+def _slots(cluster: Cluster) -> Counter[tuple[str, str, int]]:
+    return Counter((r["job"], r["slot"], r["attempt"]) for r in cluster.rows())
+
+
+def _contiguous(cluster: Cluster) -> None:
+    """Every second from the first slot to the last has exactly one row (run or missed)."""
+    slots = sorted(datetime.fromisoformat(r["slot"]) for r in cluster.rows() if r["attempt"] == 1)
+    seconds = [round((s - slots[0]).total_seconds()) for s in slots]
+    assert seconds == list(range(len(seconds))), seconds
+
+
+def test_standby_takes_over_when_the_leader_dies(cluster: Cluster) -> None:
+    cluster.write_jobs(EVERY)
+    workers = [cluster.worker(f"w{i}", concurrency=2) for i in range(2)]
+    wait_ready_all(cluster, workers)
+    leader = cluster.serve("serve-a")
+    cluster.wait_ready(leader, "serve started")
+    standby = cluster.serve("serve-b")
+    cluster.wait_ready(standby, "standing by")
+    wait_for(lambda: len(cluster.rows()) >= 3, timeout=30, what="fires by the leader")
+    assert "serve started" not in standby.log()
+    listed = leader_line(cluster)
+    assert "leader:" in listed
+    killed = time.monotonic()
+    leader.kill_tree()
+    cluster.wait_ready(standby, "this serve leads now", timeout=20)
+    took = time.monotonic() - killed
+    assert took <= 3 + 2 + 1, took  # lease_s 3 (+ the standby's poll and start)
+    before = len(cluster.rows())
+    wait_for(lambda: len(cluster.rows()) >= before + 3, timeout=30, what="fires by the new leader")
+    standby.stop()
+    assert max(_slots(cluster).values()) == 1
+    _contiguous(cluster)
+    stuck = [r for r in cluster.rows() if r["status"] in ("queued", "running")]
+    assert not stuck
+
+
+def test_a_paused_leader_that_lost_the_lease_stops_without_firing(cluster: Cluster) -> None:
+    cluster.write_jobs(EVERY)
+    workers = [cluster.worker("w0", concurrency=4)]
+    wait_ready_all(cluster, workers)
+    first = cluster.serve("serve-a")
+    cluster.wait_ready(first, "serve started")
+    second = cluster.serve("serve-b")
+    cluster.wait_ready(second, "standing by")
+    assert first.proc is not None
+    first.proc.send_signal(signal.SIGSTOP)  # a long GC pause, a frozen VM: its lease runs out
+    cluster.wait_ready(second, "this serve leads now", timeout=20)
+    time.sleep(1.5)
+    first.proc.send_signal(signal.SIGCONT)  # it wakes up thinking it leads, with slots due
+    assert first.proc.wait(20) == 1
+    assert "lost the scheduler lease" in first.log()
+    time.sleep(2)
+    second.stop()
+    assert max(_slots(cluster).values()) == 1
+    _contiguous(cluster)
+
+
+def test_two_schedulers_writing_the_same_slot_make_one_row(tmp_path) -> None:
+    """Even with two leaders at once (no lease), the ledger's (job, slot, attempt) identity lets
+    only one fire through."""
+    import sqlite3
+
+    from runner.statuses import RunStatus, Trigger
+    from runner.store.runs import create_run
+
+    a = Store.open(tmp_path / "runner.db")
+    b = Store.open(tmp_path / "runner.db")
+    slot = utcnow().replace(microsecond=0)
+    create_run(a, job="tick", trigger=Trigger.SCHEDULE, status=RunStatus.QUEUED, slot=slot)
+    try:
+        create_run(b, job="tick", trigger=Trigger.SCHEDULE, status=RunStatus.QUEUED, slot=slot)
+    except sqlite3.IntegrityError:
+        pass
+    else:
+        raise AssertionError("the second scheduler fired the same slot")
+    assert len(a.query("SELECT id FROM runs")) == 1
+
+
+def leader_line(cluster: Cluster) -> str:
+    import subprocess
+    import sys
+
+    m = cluster.machines[0]
+    out = subprocess.run(
+        [sys.executable, "-m", "runner", "jobs", "list"],
+        env=m.env,
+        cwd=m.root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
