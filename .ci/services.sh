@@ -26,8 +26,9 @@ install_packages() {
     command -v ssh >/dev/null 2>&1 || missing+=(openssh-client)
     command -v git >/dev/null 2>&1 || missing+=(git)
     [ -x /usr/bin/chromium ] || missing+=(chromium)
-    # PostgreSQL 15 and Redis: the tests start their own servers in temp folders (tests/pgserver.py)
-    [ -x /usr/lib/postgresql/15/bin/initdb ] || missing+=(postgresql)
+    # PostgreSQL and Redis: the tests start their own servers in temp folders (tests/pgserver.py
+    # uses the newest /usr/lib/postgresql/N/bin)
+    compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
     command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
     if [ ${#missing[@]} -eq 0 ]; then
         log "packages present"

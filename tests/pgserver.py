@@ -20,7 +20,21 @@ from dataclasses import dataclass, field
 from itertools import count
 from pathlib import Path
 
-BIN = Path(os.environ.get("RUNNER_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))
+
+def _bin() -> Path:
+    """The PostgreSQL binaries: $RUNNER_TEST_PG_BIN, else the newest /usr/lib/postgresql/N/bin
+    (Debian's layout; the version is whatever apt installed)."""
+    if os.environ.get("RUNNER_TEST_PG_BIN"):
+        return Path(os.environ["RUNNER_TEST_PG_BIN"])
+    def version(initdb: Path) -> int:
+        name = initdb.parent.parent.name
+        return int(name) if name.isdigit() else 0
+
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=version)
+    return found[-1].parent if found else Path("/usr/lib/postgresql/15/bin")
+
+
+BIN = _bin()
 TEMPLATE = "runner_template"
 _serial = count(1)
 
