@@ -161,16 +161,8 @@ def _score(rank: float, ts: str, now: datetime) -> float:
 def _candidates(store: Store, q: Search, expr: str) -> list[dict[str, Any]]:
     if store.dialect is Dialect.POSTGRESQL:
         return _candidates_pg(store, q)
-    where, params = ["search_fts MATCH ?"], [expr]
-    if q.job:
-        where.append("d.job = ?")
-        params.append(q.job)
-    if q.since is not None:
-        where.append("d.ts >= ?")
-        params.append(iso(q.since) or "")
-    if q.exclude_run:
-        where.append("d.run_id != ?")
-        params.append(q.exclude_run)
+    filters, values = _filters(q)
+    where, params = ["search_fts MATCH ?", *filters], [expr, *values]
     sql = (
         "SELECT d.id, d.run_id, d.seq, d.job, d.ts, d.kind, d.label, bm25(search_fts) AS rank "
         "FROM search_fts JOIN search_docs d ON d.id = search_fts.rowid "
