@@ -146,8 +146,7 @@ class PgLease:
         if self._held:
             return self.renew(now)
         raw = self._raw()
-        if not raw.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()[0]:
-            self._evict_stale(now)
+        if not self._try_lock(raw) and not (self._evict_stale(now) and self._try_lock(raw)):
             return False
         self._backend = int(raw.execute("SELECT pg_backend_pid()").fetchone()[0])
         self._held = True
@@ -170,14 +169,18 @@ class PgLease:
             )
         return True
 
-    def _evict_stale(self, now: datetime) -> None:
+    def _try_lock(self, raw: Any) -> bool:
+        return bool(raw.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()[0])
+
+    def _evict_stale(self, now: datetime) -> bool:
         """The holder stopped renewing past its expiry (paused, cut off): end its connection, which
-        frees the lock for the next try."""
+        frees the lock. True when a holder was ended (waiting up to 2 s for it to be gone)."""
         row = self.store.one("SELECT backend, expires_at FROM leases WHERE name=?", (self.name,))
         expires = parse_iso(row["expires_at"]) if row else None
         if row is None or row["backend"] is None or expires is None or expires > now:
-            return
-        self._raw().execute("SELECT pg_terminate_backend(%s)", (int(row["backend"]),))
+            return False
+        ended = self._raw().execute("SELECT pg_terminate_backend(%s, 2000)", (int(row["backend"]),))
+        return bool(ended.fetchone()[0])
 
     def renew(self, now: datetime | None = None) -> bool:
         now = now or utcnow()
@@ -196,7 +199,11 @@ class PgLease:
             with self.store.transaction() as conn:
                 conn.execute("DELETE FROM leases WHERE name=? AND holder=?", (self.name, self.holder))
         if self._conn is not None:
-            self._conn.close()  # the server frees the advisory lock with the session
+            if self._held and self._still_held():
+                # unlock before closing: closing alone frees the lock only once the server has
+                # processed the disconnect, which a taker right after us could beat
+                self._conn.raw.execute("SELECT pg_advisory_unlock(%s)", (self.key,))
+            self._conn.close()
             self._conn = None
         self._held = False
 
