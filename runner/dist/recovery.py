@@ -14,6 +14,7 @@ from runner.dist.remote import NOT_STARTED
 from runner.statuses import RunStatus
 from runner.store import Store
 from runner.store.budget import settle
+from runner.store.runs import WORKER_LOST
 
 
 def recover_lost(store: Store, *, now: datetime, lost_after_s: float) -> list[str]:
@@ -29,9 +30,18 @@ def recover_lost(store: Store, *, now: datetime, lost_after_s: float) -> list[st
         error = f"worker {row['worker']} stopped sending heartbeats (last at {row['heartbeat_at']})"
         with store.transaction() as conn:
             cur = conn.execute(
-                "UPDATE runs SET status=?, ended_at=?, reason='worker_lost', error=? "
+                "UPDATE runs SET status=?, ended_at=?, reason=?, error=? "
                 "WHERE id=? AND status IN (?, ?) AND heartbeat_at < ?",
-                (RunStatus.UNKNOWN, iso(now), error, row["id"], RunStatus.QUEUED, RunStatus.RUNNING, cutoff),
+                (
+                    RunStatus.UNKNOWN,
+                    iso(now),
+                    WORKER_LOST,
+                    error,
+                    row["id"],
+                    RunStatus.QUEUED,
+                    RunStatus.RUNNING,
+                    cutoff,
+                ),
             )
             if cur.rowcount:
                 settle(store, row["id"], now=now)

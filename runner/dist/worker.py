@@ -28,7 +28,7 @@ from runner.serve.launcher import Handle, Launcher, WorkerSpec
 from runner.settings import Settings
 from runner.statuses import RunStatus, Trigger
 from runner.store import Store
-from runner.store.runs import finish_run
+from runner.store.runs import WORKER_LOST, finish_run
 
 log = logging.getLogger("runner.worker")
 WAIT_S = 0.05  # how often a task looks at its run's process
@@ -189,6 +189,26 @@ class WorkerRuntime:
                 "UPDATE runs SET heartbeat_at=? WHERE worker=? AND status IN (?, ?)",
                 (iso(utcnow()), self.name, RunStatus.QUEUED, RunStatus.RUNNING),
             )
+        self._fence_lost()
+
+    def _fence_lost(self) -> None:
+        """Runs this worker holds that serve declared lost meanwhile (this machine was paused or cut
+        off past ``executor.lost_after_s``; the retry policy took over): kill them at once, so a
+        healed partition never leaves two attempts of one slot running side by side."""
+        with self._lock:
+            held = sorted(self._held)
+        if not held:
+            return
+        marks = ", ".join("?" * len(held))
+        rows = self.store.query(
+            f"SELECT id FROM runs WHERE id IN ({marks}) AND status=? AND reason=?",
+            (*held, RunStatus.UNKNOWN, WORKER_LOST),
+        )
+        with self._lock:
+            for row in rows:
+                if self._stops.get(row["id"]) != "kill":
+                    log.error("run %s: serve declared it lost (worker_lost) and retried it; killing it here", row["id"])
+                    self._stops[row["id"]] = "kill"
 
     def _read_stops(self) -> None:
         with self._lock:

@@ -103,7 +103,9 @@ class Pruner:
     def _delete(self, ids: list[str]) -> None:
         marks = ", ".join("?" for _ in ids)
         with self.store.transaction() as conn:
-            rows = conn.execute(f"SELECT id, output_path FROM runs WHERE id IN ({marks}) AND {_safe(self.store)}", ids).fetchall()
+            rows = conn.execute(
+                f"SELECT id, output_path FROM runs WHERE id IN ({marks}) AND {_safe(self.store)}", ids
+            ).fetchall()
             gone = [r["id"] for r in rows]
             if not gone:
                 return
@@ -199,7 +201,9 @@ def plan(store: Store, home: Path, policy: Policy, now: datetime, batch: int = 5
     for start in range(0, len(ids), batch):
         chunk = ids[start : start + batch]
         marks = ", ".join("?" for _ in chunk)
-        rows = store.query(f"SELECT id, created_at, output_path FROM runs WHERE id IN ({marks}) AND {_safe(store)}", chunk)
+        rows = store.query(
+            f"SELECT id, created_at, output_path FROM runs WHERE id IN ({marks}) AND {_safe(store)}", chunk
+        )
         gone = [r["id"] for r in rows]
         if not gone:
             continue

@@ -78,7 +78,9 @@ def create_run(
         # PostgreSQL: a failed statement would abort the caller's whole transaction (serve writes
         # a burst of fires in one), so the (job, slot, attempt) identity is checked without failing
         elif conn.execute(f"INSERT INTO runs ({cols}) VALUES ({marks}) ON CONFLICT DO NOTHING", row).rowcount != 1:
-            raise sqlite3.IntegrityError(f"UNIQUE constraint failed: runs (job {job!r}, slot {slot_text}, attempt {attempt})")
+            raise sqlite3.IntegrityError(
+                f"UNIQUE constraint failed: runs (job {job!r}, slot {slot_text}, attempt {attempt})"
+            )
     return run_id
 
 
@@ -113,13 +115,24 @@ def update_run(store: Store, run_id: str, **fields: Any) -> None:
         conn.execute(f"UPDATE runs SET {sets} WHERE id=:_id", {**fields, "_id": run_id})
 
 
-def finish_run(store: Store, run_id: str, status: RunStatus, *, now: datetime | None = None, **fields: Any) -> None:
-    """The final status, and the run's budget reservation settled at its real cost, in one transaction."""
+WORKER_LOST = "worker_lost"  # runs.reason of a run whose worker is gone (or was cut off) mid-run
+
+
+def finish_run(store: Store, run_id: str, status: RunStatus, *, now: datetime | None = None, **fields: Any) -> bool:
+    """The final status, and the run's budget reservation settled at its real cost, in one transaction.
+
+    Refused (False) when the run was already declared lost (``unknown``, ``worker_lost``): its
+    worker was cut off and the retry policy has taken over, so a late result of that worker (a
+    partition that healed) never overwrites the verdict the retry was based on."""
     assert status in FINAL, status
-    with store.transaction():
+    with store.transaction() as conn:
+        row = conn.execute("SELECT status, reason FROM runs WHERE id=?", (run_id,)).fetchone()
+        if row is not None and row[0] == RunStatus.UNKNOWN and row[1] == WORKER_LOST:
+            return False
         update_run(store, run_id, status=status, ended_at=iso(now or utcnow()), **fields)
         settle(store, run_id, now=now)
         abandon(store, run_id, now=now)  # an approval it was parked on is answered by nobody now
+    return True
 
 
 def get_run(store: Store, run_id: str) -> dict[str, Any] | None:
@@ -178,10 +191,10 @@ def recover_orphans(store: Store) -> list[str]:
     for run_id in dead:
         with store.transaction() as conn:
             cur = conn.execute(
-                "UPDATE runs SET status=?, ended_at=?, reason=COALESCE(reason, 'worker_lost'), "
+                "UPDATE runs SET status=?, ended_at=?, reason=COALESCE(reason, ?), "
                 "error=COALESCE(error, 'the worker process disappeared before recording a final status') "
                 "WHERE id=? AND status=?",
-                (RunStatus.UNKNOWN, iso(utcnow()), run_id, RunStatus.RUNNING),
+                (RunStatus.UNKNOWN, iso(utcnow()), WORKER_LOST, run_id, RunStatus.RUNNING),
             )
             if cur.rowcount:
                 abandon(store, run_id)

@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections import Counter
 
+from runner.procs import pid_alive
 from runner.testing.fakeopenai import Reply
 from tests.dist.conftest import Cluster, Redis, wait_ready_all
 from tests.servehelp import wait_for
@@ -113,6 +116,48 @@ def test_worker_lost_mid_run_is_unknown_then_retried(cluster: Cluster) -> None:
         lambda: [r for r in cluster.rows() if r["attempt"] == 2 and r["status"] == "succeeded"], timeout=40
     )[0]
     assert retry["worker"].startswith("spare@test") and retry["slot"] == first["slot"]
+    assert spare.proc is not None and spare.proc.poll() is None
+
+
+def test_cut_off_worker_is_fenced_when_it_comes_back(cluster: Cluster) -> None:
+    """A worker paused (cut off) past ``lost_after_s``: serve declares its run lost and retries it
+    elsewhere; when the worker comes back it kills its stale run at its next heartbeat, and the
+    late result never overwrites the ``unknown`` verdict the retry was based on."""
+    cluster.write_jobs(
+        """
+        jobs:
+          long:
+            schedule: in 1s
+            agent: false
+            pre_run: sleep 60
+            retries: {attempts: 1, backoff: 0s}
+        """
+    )
+    paused = cluster.worker("paused", concurrency=1)
+    wait_ready_all(cluster, [paused])
+    cluster.serve()
+    first = wait_for(
+        lambda: [r for r in cluster.rows() if r["status"] == "running" and r["pid"]], timeout=30, what="the run"
+    )[0]
+    assert paused.proc is not None
+    os.kill(paused.proc.pid, signal.SIGSTOP)  # the worker process stops; its run's process goes on
+    try:
+        lost = wait_for(
+            lambda: [r for r in cluster.rows() if r["attempt"] == 1 and r["status"] == "unknown"], timeout=30
+        )[0]
+        assert lost["reason"] == "worker_lost"
+        spare = cluster.worker("spare", concurrency=1)
+        wait_for(lambda: [r for r in cluster.rows() if r["attempt"] == 2 and r["worker"]], timeout=40)
+        assert pid_alive(int(first["pid"]), first["pid_start"])  # still running on the cut-off machine
+    finally:
+        os.kill(paused.proc.pid, signal.SIGCONT)
+    wait_for(lambda: not pid_alive(int(first["pid"]), first["pid_start"]), timeout=20, what="the stale run killed")
+    assert "declared it lost" in paused.log()
+    time.sleep(1.0)  # what the killed run's worker writes after it, if anything, is written by now
+    again = [r for r in cluster.rows() if r["attempt"] == 1][0]
+    assert (again["status"], again["reason"]) == ("unknown", "worker_lost")
+    second = [r for r in cluster.rows() if r["attempt"] == 2][0]
+    assert second["worker"].startswith("spare@test") and second["status"] in ("queued", "running")
     assert spare.proc is not None and spare.proc.poll() is None
 
 

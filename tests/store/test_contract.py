@@ -62,6 +62,19 @@ def test_recovery_marks_a_dead_workers_run_unknown_once(any_store: Store):
     assert get_run(any_store, live)["status"] == "running"  # type: ignore[index]
 
 
+def test_a_run_declared_lost_keeps_that_verdict(any_store: Store):
+    """A late final status from a worker that was cut off (serve declared the run lost and retried
+    it) is refused; an ordinary final status is written."""
+    lost = create_run(any_store, job="a", trigger=Trigger.MANUAL)
+    update_run(any_store, lost, status=RunStatus.UNKNOWN, reason="worker_lost")
+    assert finish_run(any_store, lost, RunStatus.SUCCEEDED) is False
+    assert (get_run(any_store, lost) or {})["status"] == "unknown"
+    other = create_run(any_store, job="a", trigger=Trigger.MANUAL)
+    update_run(any_store, other, status=RunStatus.UNKNOWN, reason="timeout")
+    assert finish_run(any_store, other, RunStatus.TIMED_OUT, reason="timeout") is True
+    assert (get_run(any_store, other) or {})["status"] == "timed_out"
+
+
 def test_events_in_order_redacted_from_threads(any_store: Store):
     run_id = create_run(any_store, job="a", trigger=Trigger.MANUAL)
     emit = Recorder(any_store, run_id, Redactor(["sk-secret-value-1234"], include_env=False))
