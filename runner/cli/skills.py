@@ -17,13 +17,13 @@ def skills_group() -> None:
 
 def _rows() -> list[dict[str, Any]]:
     """One row per skill found anywhere (valid, invalid, other platform, archived)."""
-    from runner.skills import SkillPaths
     from runner.skills.loader import load_catalog, sources_for
     from runner.skills.scan import scan_skill_text
+    from runner.skills.shared import skill_paths
     from runner.skills.usage import UsageFile, UsageRecord
 
     s = settings()
-    paths = SkillPaths.under(s.home)
+    paths = skill_paths(s)
     catalog = load_catalog(sources_for(s), scanner=scan_skill_text)  # the full check: a listing can take the time
     usage = UsageFile(paths).read()
     suspect_after = s.config.curator.suspect_after_failures
@@ -173,21 +173,22 @@ def skills_show(name: str, as_json: bool) -> None:
 
 
 def _manager() -> Any:
-    from runner.skills import SkillPaths
     from runner.skills.loader import sources_for
     from runner.skills.manage import SkillManager
+    from runner.skills.shared import skill_paths
 
     s = settings()
-    return SkillManager(SkillPaths.under(s.home), readonly=sources_for(s), actor="person")
+    return SkillManager(skill_paths(s), readonly=sources_for(s), actor="person")
 
 
 def _home_skill(name: str) -> None:
-    from runner.skills import SkillError, SkillPaths
+    from runner.skills import SkillError
+    from runner.skills.shared import skill_paths
 
     r = _find(name)
     if r["source"] != "home":
         raise SkillError(f"skill {name!r} is a {r['source']} skill: read-only and never curated")
-    if r["state"] == "archived" or not (SkillPaths.under(settings().home).live(name)).is_dir():
+    if r["state"] == "archived" or not (skill_paths(settings()).live(name)).is_dir():
         raise SkillError(f"skill {name!r} is archived; restore it first: runner skills restore {name}")
 
 
@@ -195,11 +196,11 @@ def _home_skill(name: str) -> None:
 @click.argument("name")
 def skills_pin(name: str) -> None:
     """Pin a skill in RUNNER_HOME/skills: the Curator never makes it stale or archives it."""
-    from runner.skills import SkillPaths
+    from runner.skills.shared import skill_paths
     from runner.skills.usage import UsageFile
 
     _home_skill(name)
-    UsageFile(SkillPaths.under(settings().home)).set_pinned(name, True)
+    UsageFile(skill_paths(settings())).set_pinned(name, True)
     click.echo(f"pinned {name}")
 
 
@@ -207,11 +208,11 @@ def skills_pin(name: str) -> None:
 @click.argument("name")
 def skills_unpin(name: str) -> None:
     """Unpin a skill: the Curator may age it again (agent-created skills only)."""
-    from runner.skills import SkillPaths
+    from runner.skills.shared import skill_paths
     from runner.skills.usage import UsageFile
 
     _home_skill(name)
-    UsageFile(SkillPaths.under(settings().home)).set_pinned(name, False)
+    UsageFile(skill_paths(settings())).set_pinned(name, False)
     click.echo(f"unpinned {name}")
 
 
@@ -243,12 +244,12 @@ def skills_import(path: Path, dry_run: bool, as_json: bool) -> None:
     the folder has Hermes's .usage.json."""
     import sys
 
-    from runner.skills import SkillPaths
     from runner.skills.hermes import import_skills
     from runner.skills.loader import sources_for
+    from runner.skills.shared import skill_paths
 
     s = settings()
-    result = import_skills(path.expanduser(), SkillPaths.under(s.home), sources_for(s), dry_run=dry_run)
+    result = import_skills(path.expanduser(), skill_paths(s), sources_for(s), dry_run=dry_run)
     verb = "would import" if dry_run else "imported"
     if as_json:
         echo_json(

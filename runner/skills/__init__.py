@@ -15,9 +15,10 @@ from __future__ import annotations
 import fcntl
 import os
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from runner.errors import RunnerError, UsageError
 
@@ -49,15 +50,40 @@ class SkillRefused(SkillError):
         super().__init__(f"{subject}: refused: " + "; ".join(self.reasons))
 
 
+class TreeMirror(Protocol):
+    """A copy of the home skills elsewhere that every change keeps in step (``runner.skills.shared``:
+    the tree in a PostgreSQL store shared by several machines)."""
+
+    def changing(self) -> AbstractContextManager[None]:
+        """Around one change of the folder: bring it up to date first, send the change after."""
+        ...
+
+
 @dataclass(frozen=True)
 class SkillPaths:
-    """Where the writable skills live under RUNNER_HOME."""
+    """Where the writable skills live under RUNNER_HOME (``mirror``: the shared copy, if any)."""
 
     root: Path  # RUNNER_HOME/skills
+    mirror: TreeMirror | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def under(cls, home: Path) -> SkillPaths:
         return cls(home / "skills")
+
+    @contextmanager
+    def changing_tree(self) -> Iterator[None]:
+        """The tree lock (skill folders move or change), and the mirror kept in step."""
+        with flock(self.tree_lock), self._mirrored():
+            yield
+
+    @contextmanager
+    def changing_usage(self) -> Iterator[None]:
+        """The usage sidecar's lock, and the mirror kept in step."""
+        with flock(self.usage_lock), self._mirrored():
+            yield
+
+    def _mirrored(self) -> AbstractContextManager[None]:
+        return self.mirror.changing() if self.mirror is not None else nullcontext()
 
     @property
     def archive(self) -> Path:

@@ -24,6 +24,7 @@ from runner.clock import iso
 from runner.errors import RunnerError
 from runner.skills import SkillPaths
 from runner.skills.merge import Merge, MergePlan, check_plan, content_hash
+from runner.skills.shared import skill_paths
 from runner.skills.sidecall import ModelFactory, SideReply
 from runner.skills.usage import UsageFile
 
@@ -106,7 +107,7 @@ def propose(settings: Settings, *, now: datetime, model: ModelFactory) -> Propos
     """Ask for merges and write the ones that pass the checks to a plan file (nothing else changes).
 
     ``model`` builds the model (only called when there are two or more skills to compare)."""
-    paths = SkillPaths.under(settings.home)
+    paths = skill_paths(settings)
     skills = agent_skills(paths)
     if len(skills) < 2:
         return Proposal(None, 0, (), None)

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from runner.clock import iso
 from runner.errors import UsageError
-from runner.skills import ARCHIVE_DIR, BACKUP_DIR, SkillPaths, SkillStateError, flock
+from runner.skills import ARCHIVE_DIR, BACKUP_DIR, SkillPaths, SkillStateError
+from runner.skills.shared import skill_paths
 from runner.skills.sidecall import ModelFactory
 from runner.skills.usage import UsageFile, UsageRecord
 from runner.store import Store, dumps
@@ -185,7 +186,7 @@ def run_pass(
 
     ``model`` builds the model of the consolidation pass (``curator.consolidate``); without one the
     report says the pass was skipped."""
-    paths = SkillPaths.under(settings.home)
+    paths = skill_paths(settings)
     usage = UsageFile(paths)
     refs = job_references(settings)  # jobs.yaml must load: it says which skills are in use
     cfg = settings.config.curator
@@ -206,7 +207,7 @@ def run_pass(
     consolidation: tuple[str, Path | None] = ("", None)
     started = time.monotonic()
     try:
-        with flock(paths.tree_lock), usage.locked():
+        with paths.changing_tree(), usage.locked():
             records = usage.read()
             plan = make_plan(records, paths, refs, cfg, now)
             if plan.transitions:

@@ -33,7 +33,7 @@ from typing import Any
 
 from runner.clock import iso, parse_iso, utcnow
 from runner.errors import UsageError
-from runner.skills import SkillPaths, flock
+from runner.skills import SkillPaths
 from runner.skills.loader import Invalid, Source, read_skill
 from runner.skills.manage import SkillManager
 from runner.skills.rules import Skill, check_skill_md
@@ -237,7 +237,7 @@ def import_skills(
     paths.root.mkdir(parents=True, exist_ok=True)
     done: list[Planned] = []
     usage = UsageFile(paths)
-    with flock(paths.tree_lock):
+    with paths.changing_tree():
         for item in planned:
             if paths.live(item.name).exists():  # written since the plan was made
                 refused.append(Refused(item.folder, item.name, f"a skill {item.name!r} appeared meanwhile"))

@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 from runner.clock import utcnow
-from runner.skills import SkillError, SkillPaths, SkillRefused, flock
+from runner.skills import SkillError, SkillPaths, SkillRefused
 from runner.skills.loader import Source
 from runner.skills.rules import MAX_FILE_BYTES, check_name, check_skill_md, check_support_path, parse_frontmatter
 from runner.skills.scan import Scanner, kind_for, scan_skill_text
@@ -128,7 +128,7 @@ class SkillManager:
         problems = check_name(name)
         if problems:
             raise SkillRefused(f"skill {name!r}", problems)
-        with flock(self.paths.tree_lock):
+        with self.paths.changing_tree():
             if self.paths.live(name).exists():
                 raise SkillError(f"skill {name!r} already exists; use edit or patch to change it")
             if self.paths.archived(name).exists():
@@ -147,7 +147,7 @@ class SkillManager:
         return Change("create", name, self.paths.live(name), f"created skill {name!r}")
 
     def edit(self, name: str, content: str) -> Change:
-        with flock(self.paths.tree_lock):
+        with self.paths.changing_tree():
             folder = self._live(name)
             text = self._check_md(name, content)
             write_atomic(folder / "SKILL.md", text.encode("utf-8"))
@@ -157,7 +157,7 @@ class SkillManager:
     def patch(self, name: str, find: str, replace: str, file: str | None = None) -> Change:
         if not find:
             raise SkillRefused(f"skill {name!r}", ["'find' must be the exact text to replace (non-empty)"])
-        with flock(self.paths.tree_lock):
+        with self.paths.changing_tree():
             folder = self._live(name)
             target = folder / "SKILL.md" if file in (None, "", "SKILL.md") else self._support_path(folder, file or "")
             rel = os.path.relpath(target, folder)
@@ -176,7 +176,7 @@ class SkillManager:
         return Change("patch", name, target, f"patched {rel} of {name!r}")
 
     def write_file(self, name: str, file: str, content: str) -> Change:
-        with flock(self.paths.tree_lock):
+        with self.paths.changing_tree():
             folder = self._live(name)
             target = self._support_path(folder, file)
             data = self._check_file(name, file, content)
@@ -188,7 +188,7 @@ class SkillManager:
         return Change("write_file", name, target, f"wrote {file} of {name!r} ({len(data):,} bytes)")
 
     def remove_file(self, name: str, file: str) -> Change:
-        with flock(self.paths.tree_lock):
+        with self.paths.changing_tree():
             folder = self._live(name)
             target = self._support_path(folder, file)
             if not target.is_file():
@@ -202,7 +202,7 @@ class SkillManager:
         return Change("remove_file", name, target, f"removed {file} from {name!r}")
 
     def archive(self, name: str) -> Change:
-        with flock(self.paths.tree_lock):
+        with self.paths.changing_tree():
             folder = self._live(name)
             record = self.usage.get(name)
             if record.pinned and self.actor == "agent":
@@ -216,7 +216,7 @@ class SkillManager:
         return Change("archive", name, dest, f"archived {name!r} to {dest}")
 
     def restore(self, name: str) -> Change:
-        with flock(self.paths.tree_lock):
+        with self.paths.changing_tree():
             src = self.paths.archived(name)
             if not (src / "SKILL.md").is_file():
                 raise SkillError(f"no archived skill {name!r} in {self.paths.archive}")

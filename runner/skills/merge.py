@@ -47,10 +47,11 @@ from pydantic import Field, ValidationError
 from runner.clock import iso
 from runner.config.strict import Strict
 from runner.errors import UsageError
-from runner.skills import SkillPaths, SkillStateError, flock
+from runner.skills import SkillPaths, SkillStateError
 from runner.skills.loader import Invalid, read_skill
 from runner.skills.rules import check_skill_md, parse_frontmatter
 from runner.skills.scan import scan_skill_text
+from runner.skills.shared import skill_paths
 from runner.skills.usage import UsageFile, UsageRecord
 
 if TYPE_CHECKING:
@@ -188,7 +189,7 @@ def steps_of(plan: MergePlan, paths: SkillPaths) -> tuple[str, ...]:
 
 def apply_plan(settings: Settings, plan_path: Path, *, now: datetime, dry_run: bool = False) -> Applied:
     """Check ``plan_path`` and carry it out (``dry_run``: check and describe; no lock, no file)."""
-    paths = SkillPaths.under(settings.home)
+    paths = skill_paths(settings)
     usage = UsageFile(paths)
     plan = load_plan(plan_path)
     _raise_first(plan_path, check_plan(plan, paths, usage.read()))
@@ -196,7 +197,7 @@ def apply_plan(settings: Settings, plan_path: Path, *, now: datetime, dry_run: b
         return Applied(plan_path, True, steps_of(plan, paths))
     from runner.skills.curator import write_snapshot
 
-    with flock(paths.tree_lock), usage.locked():
+    with paths.changing_tree(), usage.locked():
         records = usage.read()
         _raise_first(plan_path, check_plan(plan, paths, records))  # again, under the lock
         snapshot = write_snapshot(paths, now)

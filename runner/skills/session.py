@@ -19,6 +19,7 @@ from runner.skills.loader import Catalog, Source, build_index, load_catalog, sou
 from runner.skills.manage import Change, SkillManager
 from runner.skills.rules import check_support_path
 from runner.skills.scan import Scanner, kind_for, scan_skill_text
+from runner.skills.shared import skill_paths
 from runner.skills.usage import Counter, UsageFile
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ class SkillSession:
 
     @classmethod
     def for_run(cls, settings: Settings, *, emit: Emit = _no_events) -> SkillSession:
-        return cls(SkillPaths.under(settings.home), sources_for(settings), emit=emit)
+        return cls(skill_paths(settings), sources_for(settings), emit=emit)
 
     # The index is built from skills that passed the quick check on load; their full text passes
     # the full check (``scan_skill_text``) before it enters the prompt, in preload and in view.

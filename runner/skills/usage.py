@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from runner.clock import iso, parse_iso, utcnow
-from runner.skills import SkillPaths, SkillStateError, flock
+from runner.skills import SkillPaths, SkillStateError
 from runner.statuses import RunStatus
 
 Counter = Literal["use", "view", "patch"]
@@ -137,7 +137,7 @@ class UsageFile:
     @contextmanager
     def locked(self) -> Iterator[None]:
         """The exclusive lock, on its own (for callers that mix sidecar edits with file moves)."""
-        with flock(self.paths.usage_lock):
+        with self.paths.changing_usage():
             yield
 
     @contextmanager

@@ -24,8 +24,8 @@ BATCH = 1000
 PARENTS = ("tasks", "runs")
 #: the index (made again on the target from what is copied); ``_migrations`` is the target's own
 NOT_COPIED = frozenset({"_migrations", "search_docs", "search_fts"})
-#: rows a migration writes (m0006's curator_state row): replaced by the source's
-SEEDED = frozenset({"curator_state"})
+#: rows a migration writes (m0006's curator_state row, m0020's skill_tree row): replaced by the source's
+SEEDED = frozenset({"curator_state", "skill_tree"})
 
 
 @dataclass(frozen=True)

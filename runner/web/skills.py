@@ -32,11 +32,11 @@ class SkillRow:
 
 
 def rows(source: Source) -> list[SkillRow]:
-    from runner.skills import SkillPaths
     from runner.skills.loader import load_catalog, sources_for
+    from runner.skills.shared import skill_paths
     from runner.skills.usage import UsageFile, UsageRecord
 
-    paths = SkillPaths.under(source.home)
+    paths = skill_paths(source.settings)
     catalog = load_catalog(sources_for(source.settings))
     usage = UsageFile(paths).read()
     out: list[SkillRow] = []
@@ -74,12 +74,12 @@ def rows(source: Source) -> list[SkillRow]:
 
 
 def act(source: Source, name: str, kind: str) -> str:
-    from runner.skills import SkillPaths
     from runner.skills.loader import sources_for
     from runner.skills.manage import SkillManager
+    from runner.skills.shared import skill_paths
     from runner.skills.usage import UsageFile
 
-    paths = SkillPaths.under(source.home)
+    paths = skill_paths(source.settings)
     if kind in ("archive", "restore"):
         manager = SkillManager(paths, readonly=sources_for(source.settings), actor="person")
         change = manager.archive(name) if kind == "archive" else manager.restore(name)

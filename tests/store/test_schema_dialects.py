@@ -1,5 +1,5 @@
 """The same migrations make the same schema on SQLite and PostgreSQL: tables, columns (names, in
-order, and their kind: text, integer, real), primary keys and unique indexes. The full-text
+order, and their kind: text, integer, real, bytes), primary keys and unique indexes. The full-text
 index's own tables differ by design (FTS5 virtual table vs a table with a tsvector column)."""
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ KINDS = {
     "FLOAT": "real",
     "REAL": "real",
     "DOUBLE PRECISION": "real",
+    "BLOB": "bytes",
+    "BYTEA": "bytes",
 }
 DIALECT_SPECIFIC = ("search_fts",)
 
