@@ -111,7 +111,10 @@ def test_worker_lost_mid_run_is_unknown_then_retried(cluster: Cluster) -> None:
     first = wait_for(lambda: [r for r in cluster.rows() if r["attempt"] == 1 and r["status"] == "unknown"], timeout=30)[
         0
     ]
-    assert first["reason"] == "worker_lost" and "doomed@test" in first["error"]
+    assert first["reason"] == "worker_lost"
+    # serve's heartbeat check names the worker; on this one host, a process's orphan check (serve's
+    # or the spare worker's) may see the dead run's process first and say so: both are this verdict
+    assert "doomed@test" in first["error"] or "worker process disappeared" in first["error"], first["error"]
     retry = wait_for(
         lambda: [r for r in cluster.rows() if r["attempt"] == 2 and r["status"] == "succeeded"], timeout=40
     )[0]

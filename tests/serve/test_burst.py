@@ -74,7 +74,7 @@ def test_created_at_is_the_insert_time_not_the_tick(project, serve):
     """The test holds runner.db's write lock across the slot: serve's tick has read its clock but
     cannot insert until the lock is released, and the rows say when they were really written."""
     write_config(project, max_parallel=8)
-    t0 = burst(project, 5, "'true'", lead=10)
+    t0 = burst(project, 5, "'true'", lead=20)  # room for a slow serve start on a loaded machine
     daemon = serve().started()
     db = sqlite3.connect(project.home / "runner.db", timeout=30, isolation_level=None)
     sleep_until(t0 - timedelta(seconds=0.3))

@@ -139,7 +139,8 @@ def test_pause_after_failures_then_resume_and_manual_pause(project, serve):
     project.write_jobs("jobs:\n  good:\n    schedule: every 1s\n    agent: false\n    pre_run: echo ok\n")
     wait_for(lambda: job_rows(project.home, "good"), 5)
     assert project.cli("jobs", "pause", "good").exit_code == 0
-    time.sleep(1.2)  # serve reads pause flags every second
+    # serve reads pause flags every second and logs what it saw; from then on it fires nothing
+    wait_for(lambda: "good paused (paused with runner jobs pause)" in daemon.log(), 15, what="serve to see the pause")
     count = len(job_rows(project.home, "good"))
     time.sleep(2)
     assert len(job_rows(project.home, "good")) == count
