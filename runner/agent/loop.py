@@ -16,11 +16,12 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
 from runner.agent.schema import check_args
 from runner.agent.types import LLM, Message, ToolCall, Usage, arguments_value
 from runner.errors import ModelError, RunnerError
+from runner.priced import PricedReply, Tokens
 from runner.safety.result import ApprovalResult, ApproveFn
 from runner.statuses import RunStatus
 from runner.tools import ToolEntry, ToolError
@@ -30,20 +31,7 @@ from runner.tracing import NOOP, Span, Tracer
 Emit = Callable[[str, dict[str, Any]], None]
 
 
-class Spent(Protocol):
-    """A side call's reply, already priced (``runner.agent.auxiliary.AuxReply``)."""
-
-    @property
-    def text(self) -> str: ...
-    @property
-    def usage(self) -> Usage: ...
-    @property
-    def cost_usd(self) -> float: ...
-    @property
-    def model(self) -> str: ...
-    @property
-    def provider(self) -> str: ...
-
+Spent = PricedReply  # a side call's reply, already priced (``runner.agent.auxiliary.AuxReply``)
 
 Prune = Callable[[list[dict[str, Any]]], Sequence[Spent]]
 
@@ -310,7 +298,7 @@ def _charge(totals: Totals, reply: Message, pricing: Pricing) -> float:
     return cost
 
 
-def _count(totals: Totals, usage: Usage, cost: float) -> None:
+def _count(totals: Totals, usage: Tokens, cost: float) -> None:
     totals.prompt += usage.prompt_tokens
     totals.completion += usage.completion_tokens
     totals.cached += usage.cached_tokens

@@ -1,6 +1,7 @@
 """The model seam the skills code needs for its side calls (the review after a run, the
 Curator's consolidation pass): what ``runner.agent.auxiliary.AuxiliaryModel`` offers, restated
-here so ``runner.skills`` stays below ``runner.agent`` and ``runner.run`` in the import graph.
+here so ``runner.skills`` stays below ``runner.agent`` and ``runner.run`` in the import graph (the
+reply's shape is ``runner.priced.PricedReply``, which the agent loop names too).
 The caller builds the model (the run's auxiliary model, or ``runner.run.model_choice.side_model``)."""
 
 from __future__ import annotations
@@ -8,29 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from runner.priced import PricedReply
 
-class Tokens(Protocol):
-    @property
-    def prompt_tokens(self) -> int: ...
-    @property
-    def completion_tokens(self) -> int: ...
-    @property
-    def cached_tokens(self) -> int: ...
-
-
-class SideReply(Protocol):
-    """A priced reply (``runner.agent.auxiliary.AuxReply``)."""
-
-    @property
-    def text(self) -> str: ...
-    @property
-    def usage(self) -> Tokens: ...
-    @property
-    def cost_usd(self) -> float: ...
-    @property
-    def model(self) -> str: ...
-    @property
-    def provider(self) -> str: ...
+SideReply = PricedReply  # a priced reply (``runner.agent.auxiliary.AuxReply``)
 
 
 class SideModel(Protocol):
