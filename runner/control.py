@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import getpass
 import socket
-from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
@@ -34,22 +33,6 @@ class ControlRefused(UsageError):
     def __init__(self, message: str, *, reason: str):
         super().__init__(message)
         self.reason = reason
-
-
-@dataclass(frozen=True)
-class PendingApproval:
-    """A dangerous command a run is parked on, waiting for a person (command redacted)."""
-
-    id: str
-    run_id: str
-    job: str
-    command: str
-    reasons: tuple[str, ...]
-    requested_at: str
-    expires_at: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "reasons": list(self.reasons)}
 
 
 def whoami() -> str:
@@ -128,19 +111,14 @@ def retry_task(store: Store, task_id: str | int, *, by: str, now: datetime | Non
 
 
 # -- parked approvals ----------------------------------------------------------------------------
-def pending_approvals(store: Store) -> list[PendingApproval]:
+def pending_approvals(store: Store) -> list[ApprovalRequest]:
     """Approvals runs are parked on now, oldest first (a run that ended meanwhile is not listed)."""
     rows = store.query(
         "SELECT a.* FROM approval_requests a JOIN runs r ON r.id = a.run_id "
         "WHERE a.status=? AND r.status=? ORDER BY a.requested_at, a.id",
         (ApprovalState.PENDING, RunStatus.RUNNING),
     )
-    return [_pending(r) for r in rows]
-
-
-def _pending(row: dict[str, Any]) -> PendingApproval:
-    r = ApprovalRequest.from_row(row)
-    return PendingApproval(r.id, r.run_id, r.job, r.command, r.reasons, r.requested_at, r.expires_at)
+    return [ApprovalRequest.from_row(r) for r in rows]
 
 
 def answer_approval(

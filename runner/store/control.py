@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
@@ -83,6 +83,10 @@ class ApprovalRequest:
     decided_by: str | None = None
     decided_at: str | None = None
     reason: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON of ``runner approvals pending --json`` (the decision fields stay null while pending)."""
+        return {**asdict(self), "reasons": list(self.reasons), "status": str(self.status)}
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> ApprovalRequest:
