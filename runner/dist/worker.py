@@ -27,11 +27,12 @@ from runner.serve.fire import describe_exit
 from runner.serve.launcher import Handle, Launcher, WorkerSpec
 from runner.settings import Settings
 from runner.statuses import RunStatus, Trigger
-from runner.store import Store
+from runner.store import Store, StoreUnavailable
 from runner.store.runs import WORKER_LOST, finish_run
 
 log = logging.getLogger("runner.worker")
 WAIT_S = 0.05  # how often a task looks at its run's process
+SETTLE_WAIT_S = 60.0  # how long a task tries to record its run's end while the store cannot answer
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,20 @@ class WorkerRuntime:
         return code
 
     def _settle(self, run_id: str, code: int) -> str:
+        """``_settle_once``, tried again while the store cannot answer (a PostgreSQL restart) for up
+        to ``SETTLE_WAIT_S``; after that the run is left to serve: its heartbeat stops with this
+        call, so serve marks it lost (``unknown``) and the retry policy applies."""
+        deadline = time.monotonic() + SETTLE_WAIT_S
+        while True:
+            try:
+                return self._settle_once(run_id, code)
+            except StoreUnavailable as exc:
+                if time.monotonic() >= deadline:
+                    log.error("run %s: cannot record how it ended (%s); serve will mark it lost", run_id, exc)
+                    return RunStatus.UNKNOWN
+                time.sleep(1.0)
+
+    def _settle_once(self, run_id: str, code: int) -> str:
         """The row's final status; a process that died before writing one ends ``failed`` (worker_died)."""
         row = self.store.one("SELECT status FROM runs WHERE id=?", (run_id,))
         status = RunStatus(row["status"]) if row else RunStatus.UNKNOWN
@@ -184,10 +199,16 @@ class WorkerRuntime:
                 log.error("worker %s: cannot write the heartbeat: %s", self.name, exc)
 
     def _beat_once(self) -> None:
+        """The heartbeat of the runs this worker holds now (a run it gave up settling has none)."""
+        with self._lock:
+            held = sorted(self._held)
+        if not held:
+            return
+        marks = ", ".join("?" * len(held))
         with self.store.transaction() as conn:
             conn.execute(
-                "UPDATE runs SET heartbeat_at=? WHERE worker=? AND status IN (?, ?)",
-                (iso(utcnow()), self.name, RunStatus.QUEUED, RunStatus.RUNNING),
+                f"UPDATE runs SET heartbeat_at=? WHERE worker=? AND status IN (?, ?) AND id IN ({marks})",
+                (iso(utcnow()), self.name, RunStatus.QUEUED, RunStatus.RUNNING, *held),
             )
         self._fence_lost()
 

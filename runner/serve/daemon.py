@@ -202,12 +202,18 @@ class Serve:
     def _lead(self, store: Store, ttl: float, log: logging.Logger) -> Lease | None:
         """Take the scheduler lease, standing by while another serve holds it; None when a
         signal stopped serve first."""
+        from runner.store import StoreUnavailable
         from runner.store.lease import SCHEDULER, lease_holder, open_lease
 
         lease = open_lease(store, SCHEDULER, ttl)
         announced = False
         while not self._stops:
-            if lease.acquire():
+            try:
+                taken = lease.acquire()
+            except StoreUnavailable as exc:  # the store is restarting or unreachable: stand by
+                log.error("standing by: the store cannot answer: %s", exc)
+                taken, announced = False, True
+            if taken:
                 if announced:
                     log.info("took the scheduler lease: this serve leads now")
                 return lease
@@ -354,18 +360,29 @@ class Serve:
         return 0
 
     def _loop(self, tickers: list[Ticker], pool: Pool, watcher: JobsWatcher) -> None:
+        from runner.serve.outage import RETRY_S, StoreOutage
+        from runner.store import StoreUnavailable
+
+        outage = StoreOutage(logging.getLogger("runner.serve"))
         while not self._stops:
             if self._hup:
                 self._hup = False
                 watcher.poke()
             now = self.clock.now()
-            for ticker in tickers:
-                ticker.tick(now)
-                if self._lease_lost:
-                    return  # another serve leads now: fire nothing more
+            try:
+                for ticker in tickers:
+                    ticker.tick(now)
+                    if self._lease_lost:
+                        return  # another serve leads now: fire nothing more
+            except StoreUnavailable as exc:
+                outage.failed(exc)  # the next round tries again (RETRY_S)
+            else:
+                outage.answered()
             wakes = [w for t in tickers if (w := t.next_wake(now)) is not None]
             timeout = MAX_SLEEP_S
-            if wakes:
+            if outage.ongoing:
+                timeout = RETRY_S  # what was due is still due: not sooner than the retry
+            elif wakes:
                 timeout = min(timeout, max(0.0, (min(wakes) - self.clock.now()).total_seconds()))
             wait([self._wake_r, *pool.sentinels()], timeout)
             try:

@@ -198,8 +198,13 @@ class ScheduleTicker:
         """Every job due at this moment: the decisions of all of them are written in one
         transaction (a burst of 1,000 fires is one commit), then the runs go to the pool."""
         decided = [(entry, self._plan(entry, now)) for entry in due]
-        with self.store.transaction():
-            written = [(entry, decision, self._write(entry, decision, now)) for entry, decision in decided]
+        try:
+            with self.store.transaction():
+                written = [(entry, decision, self._write(entry, decision, now)) for entry, decision in decided]
+        except BaseException:
+            for entry in due:  # nothing was committed (the store went away): due again at the next tick
+                self._schedule(entry, entry.fire_at)
+            raise
         for entry, decision, fires in written:
             self._after(entry, decision, fires)
 

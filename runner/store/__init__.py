@@ -50,6 +50,11 @@ class StoreFault(StoreError, sqlite3.OperationalError):
     reason = "store_error"
 
 
+class StoreUnavailable(StoreFault):
+    """The store's server cannot answer now: unreachable, restarting, a connection it dropped, or
+    busy past the lock timeout (PostgreSQL). Transient: serve waits and tries again."""
+
+
 def sqlite_code(exc: sqlite3.Error) -> int | None:
     """The primary SQLite result code of ``exc`` (None for errors raised by the sqlite3 module itself)."""
     code = getattr(exc, "sqlite_errorcode", None)

@@ -6,7 +6,10 @@ taken when absent, expired or already this holder's, renewed by its holder, rele
 stop. On PostgreSQL (``PgLease``) holding the lease is holding a session-level advisory lock on a
 connection of its own: the server frees it the moment the holder's connection dies; a holder that
 stopped renewing (paused, cut off) past its expiry has that connection terminated by the next
-taker. The row is kept on both for display: who leads (host, pid), which ``runner jobs list`` shows.
+taker. A leader whose connection died with the server (a PostgreSQL restart) takes the lock
+again at its next renewal unless a standby got it first; while the server cannot answer, the
+renewal raises ``StoreUnavailable`` and serve waits. The row is kept on both for display: who
+leads (host, pid), which ``runner jobs list`` shows.
 """
 
 from __future__ import annotations
@@ -120,6 +123,7 @@ class PgLease:
         self.key = LOCK_SPACE + zlib.crc32(name.encode())
         self._conn: Any = None
         self._held = False
+        self._lapsed = False  # held until our connection died; not yet taken again
         self._backend: int | None = None  # the server process of our connection (it holds the lock)
 
     def _raw(self) -> Any:
@@ -128,6 +132,25 @@ class PgLease:
 
             self._conn = PgConnection(str(self.store.path))
         return self._conn.raw  # reconnects a broken connection (whose lock the server freed)
+
+    def _one(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
+        """The first value of one statement on the lease's own connection. A connection found dead
+        when used (the server restarted meanwhile) is opened again and the statement sent once
+        more, unless it held our lock (then the caller learns it lapsed); a server that cannot
+        answer is a ``StoreUnavailable``."""
+        import psycopg
+
+        from runner.store.pg import translate_error
+
+        for attempt in (1, 2):
+            raw = self._raw()
+            try:
+                return raw.execute(sql, params).fetchone()[0]
+            except psycopg.Error as exc:
+                if attempt == 1 and raw.broken and not self._held:
+                    continue  # a stale idle connection: once more on a new one
+                raise translate_error(exc, self._conn.shown) from exc
+        raise AssertionError("unreachable")
 
     def _still_held(self) -> bool:
         """Whether our connection, and so our advisory lock, is still there."""
@@ -145,10 +168,9 @@ class PgLease:
         now = now or utcnow()
         if self._held:
             return self.renew(now)
-        raw = self._raw()
-        if not self._try_lock(raw) and not (self._evict_stale(now) and self._try_lock(raw)):
+        if not self._try_lock() and not (self._evict_stale(now) and self._try_lock()):
             return False
-        self._backend = int(raw.execute("SELECT pg_backend_pid()").fetchone()[0])
+        self._backend = int(self._one("SELECT pg_backend_pid()"))
         self._held = True
         with self.store.transaction() as conn:
             conn.execute(
@@ -169,8 +191,8 @@ class PgLease:
             )
         return True
 
-    def _try_lock(self, raw: Any) -> bool:
-        return bool(raw.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()[0])
+    def _try_lock(self) -> bool:
+        return bool(self._one("SELECT pg_try_advisory_lock(%s)", (self.key,)))
 
     def _evict_stale(self, now: datetime) -> bool:
         """The holder stopped renewing past its expiry (paused, cut off): end its connection, which
@@ -179,14 +201,20 @@ class PgLease:
         expires = parse_iso(row["expires_at"]) if row else None
         if row is None or row["backend"] is None or expires is None or expires > now:
             return False
-        ended = self._raw().execute("SELECT pg_terminate_backend(%s, 2000)", (int(row["backend"]),))
-        return bool(ended.fetchone()[0])
+        return bool(self._one("SELECT pg_terminate_backend(%s, 2000)", (int(row["backend"]),)))
 
     def renew(self, now: datetime | None = None) -> bool:
         now = now or utcnow()
-        if not self._held or not self._still_held():
-            self._held = False
+        if not self._held and not self._lapsed:
             return False
+        if self._lapsed or not self._still_held():
+            # our connection is gone (the server restarted, the network dropped it) and the lock
+            # with it: take it again unless another serve took it meanwhile. While the server is
+            # down this raises StoreUnavailable, and the next renewal tries again.
+            self._held, self._lapsed = False, True
+            taken = self.acquire(now)
+            self._lapsed = False
+            return taken
         with self.store.transaction() as conn:
             cur = conn.execute(
                 "UPDATE leases SET renewed_at=?, expires_at=? WHERE name=? AND holder=?",
@@ -198,6 +226,7 @@ class PgLease:
         if self._held:
             with self.store.transaction() as conn:
                 conn.execute("DELETE FROM leases WHERE name=? AND holder=?", (self.name, self.holder))
+        self._lapsed = False
         if self._conn is not None:
             if self._held and self._still_held():
                 # unlock before closing: closing alone frees the lock only once the server has

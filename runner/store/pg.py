@@ -40,7 +40,7 @@ from psycopg.adapt import Dumper, Loader
 from psycopg.pq import TransactionStatus
 
 from runner.errors import StoreStateError
-from runner.store import Store, StoreFault
+from runner.store import Store, StoreUnavailable
 from runner.store.dialect import STORE_LOCK, Dialect, PgURL, redact_url
 
 #: held (session level) while migrations are applied, so two first opens do not race ('RMIG')
@@ -215,7 +215,7 @@ class PgConnection:
         try:
             raw = psycopg.connect(self.url, autocommit=True, row_factory=_rows, **OPTIONS)  # type: ignore[arg-type]
         except psycopg.OperationalError as exc:
-            raise StoreFault(f"{self.shown}: cannot connect to the store: {_first_line(exc)}") from exc
+            raise StoreUnavailable(f"{self.shown}: cannot connect to the store: {_first_line(exc)}") from exc
         except psycopg.Error as exc:
             raise StoreStateError(f"{self.shown}: cannot open the store: {_first_line(exc)}") from exc
         for kind in (int, float):
@@ -373,9 +373,9 @@ def translate_error(exc: psycopg.Error, shown: str) -> Exception:
     if isinstance(exc, psycopg.errors.IntegrityError):
         return sqlite3.IntegrityError(text)
     if isinstance(exc, psycopg.errors.LockNotAvailable | psycopg.errors.QueryCanceled):
-        return StoreFault(f"{shown}: store busy: {text} (another process held the store's lock)")
+        return StoreUnavailable(f"{shown}: store busy: {text} (another process held the store's lock)")
     if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
-        return StoreFault(f"{shown}: store error: {text}")
+        return StoreUnavailable(f"{shown}: store error: {text}")
     if isinstance(exc, psycopg.errors.ProgrammingError | psycopg.errors.DataError):
         return sqlite3.OperationalError(text)
     return sqlite3.DatabaseError(text)

@@ -278,6 +278,16 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path, redis_url: str) -> I
     else:
         (tmp_path / "shared").mkdir()
         store_url = f"sqlite://{tmp_path / 'shared' / 'runner.db'}"
+    yield from _cluster(tmp_path, redis_url, store_url)
+
+
+@pytest.fixture
+def pg_cluster(tmp_path: Path, redis_url: str, pg_url: str) -> Iterator[Cluster]:
+    """The machines on PostgreSQL only (what a test of the database server itself needs)."""
+    yield from _cluster(tmp_path, redis_url, pg_url)
+
+
+def _cluster(tmp_path: Path, redis_url: str, store_url: str) -> Iterator[Cluster]:
     server = FakeOpenAI().start()
     c = Cluster(tmp_path, server, redis_url, store_url)
     try:
