@@ -137,7 +137,7 @@ class WorkerRuntime:
         )
         handle = self.launcher.spawn(spec)
         code = self._supervise(claimed.run_id, handle)
-        return self._settle(claimed.run_id, code)
+        return self.settle(claimed.run_id, code)
 
     def _supervise(self, run_id: str, handle: Handle) -> int:
         """Wait for the run's process, passing serve's stop requests on as signals."""
@@ -159,7 +159,7 @@ class WorkerRuntime:
         handle.close()
         return code
 
-    def _settle(self, run_id: str, code: int) -> str:
+    def settle(self, run_id: str, code: int) -> str:
         """The row's final status; a process that died before writing one ends ``failed`` (worker_died)."""
         row = self.store.one("SELECT status FROM runs WHERE id=?", (run_id,))
         status = RunStatus(row["status"]) if row else RunStatus.UNKNOWN
@@ -204,12 +204,20 @@ class WorkerRuntime:
 
 
 def register(app: Any, runtime: WorkerRuntime) -> None:
-    """The ``runner.execute`` task of ``app``, run by ``runtime``."""
-    from runner.dist.app import TASK
+    """The tasks of ``app``, run by ``runtime``: ``runner.execute`` (a scheduled run) and
+    ``runner.kanban_attempt`` (an attempt at a kanban task, ``runner.dist.kanban_worker``)."""
+    from runner.dist.app import KANBAN_TASK, TASK
+    from runner.dist.kanban_worker import Attempt, KanbanAttempts
 
     @app.task(name=TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
     def execute(run_id: str, jobs_hash: str, job: str) -> str:
         return runtime.execute(run_id, jobs_hash, job)
+
+    attempts = KanbanAttempts(runtime)
+
+    @app.task(name=KANBAN_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+    def kanban_attempt(task_id: int, fence: int, jobs_hash: str, job: str, attempt: int, lease_seconds: float) -> str:
+        return str(attempts.run(Attempt(task_id, fence, jobs_hash, job, attempt, lease_seconds)))
 
 
 def default_hostname() -> str:
