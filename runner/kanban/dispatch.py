@@ -15,6 +15,11 @@ new task starts within a fraction of a second. serve's workers fork from serve's
 Workers run in their own sessions and outlive the dispatcher; a restarted dispatcher counts
 them from the board.
 
+Under ``executor: celery`` the composition root passes ``runner.dist.kanban_remote``'s launcher
+instead: each attempt is sent to a ``runner worker`` (its handle has pid 0: nothing here attaches
+or signals it) and ``max_workers`` counts the attempts this host's dispatchers claimed, wherever
+they run (the ``Capacity`` seam; ``HostCapacity`` counts the tasks running on this host).
+
 A Dispatcher uses ``settings.store``'s connection unless given a ``board``; a caller that ticks
 it from a thread of its own should pass ``board=Board(Store.open(path))`` for that thread.
 """

@@ -87,6 +87,22 @@ def test_attempts_run_on_several_workers_once_each(cluster: Cluster) -> None:
     taken = Counter((e["task_id"], e["fence"]) for e in events(cluster, "taken"))
     assert set(taken) == {(i, board[i]["fence"]) for i in ids} and max(taken.values()) == 1
     assert not events(cluster, "attempt_failed")
+    redeliver(cluster, [(i, board[i]["fence"]) for i in ids])  # what acks_late may deliver again
+    wait_for(lambda: len(refused_takes(cluster)) == len(ids), timeout=60, what="every redelivery refused")
+    assert len(kanban_runs(cluster)) == len(ids) and all(t["status"] == "done" for t in tasks(cluster).values())
+
+
+def redeliver(cluster: Cluster, claims: list[tuple[int, int]]) -> None:
+    """Send each claim's attempt again, as the broker does with an unacknowledged message."""
+    from runner.dist.app import KANBAN_TASK, celery_app
+
+    app = celery_app(cluster.broker)
+    for task_id, fence in claims:
+        app.send_task(KANBAN_TASK, args=[task_id, fence, "any", "chore", 1, 30.0], queue="runner")
+
+
+def refused_takes(cluster: Cluster) -> list[dict[str, Any]]:
+    return [e for e in events(cluster, "refused") if json.loads(e["payload"])["action"] == "take"]
 
 
 def test_jobs_mismatch_fails_the_attempt_then_a_good_worker_completes_it(cluster: Cluster) -> None:
@@ -143,3 +159,16 @@ def test_worker_killed_mid_attempt_is_reclaimed_and_retried_elsewhere(cluster: C
     taken = Counter((e["task_id"], e["fence"]) for e in events(cluster, "taken"))
     assert len(taken) == 2 and max(taken.values()) == 1  # one take per fence: the lost one, the retry
     assert spare.proc is not None and spare.proc.poll() is None
+
+
+def test_kanban_dispatch_command_sends_attempts_to_workers(cluster: Cluster) -> None:
+    cluster.write_jobs(JOBS.format(sleep=0))
+    worker = cluster.worker("w0", concurrency=2)
+    wait_ready_all(cluster, [worker])
+    dispatcher = cluster.machine("dispatcher", extra=KANBAN.format(lease=30, backoff=0)).start("kanban", "dispatch")
+    ids = [add_task(dispatcher, f"chore {i}") for i in range(2)]
+    wait_for(lambda: all(tasks(cluster)[i]["status"] == "done" for i in ids), timeout=60, what="both tasks done")
+    assert {r["worker"].split("@")[0] for r in kanban_runs(cluster)} == {"w0"}
+    dispatcher.stop()
+    log = dispatcher.log()
+    assert "sent to a runner worker" in log and "dispatcher stopped" in log
