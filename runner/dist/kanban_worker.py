@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 
 from runner import secrets
 from runner.clock import utcnow
+from runner.errors import RunnerError
+from runner.forks import LOST_EXIT, ForkError, Spawn
 from runner.kanban.board import Board
 from runner.kanban.dispatch import ENV_FENCE, ENV_TASK, WORKER, attempt_header
 from runner.kanban.model import Claim, FenceError
@@ -80,6 +82,8 @@ class KanbanAttempts:
             board.close()
 
     def _taken(self, board: Board, attempt: Attempt) -> AttemptStatus:
+        """The attempt is this worker's: its run row, then the hash check and the attempt itself. A
+        fault of this process (the store, the forkserver) still ends the run row, never left queued."""
         rt = self.runtime
         run_id = create_run(
             rt.store,
@@ -90,34 +94,43 @@ class KanbanAttempts:
             worker=rt.name,
         )
         try:
+            return self._checked(board, attempt, run_id)
+        except Exception:
+            rt.settle(run_id, LOST_EXIT)
+            raise
+
+    def _checked(self, board: Board, attempt: Attempt, run_id: str) -> AttemptStatus:
+        rt = self.runtime
+        try:
             loaded = rt.jobs.current()
-            mismatch = loaded.hash != attempt.jobs_hash
-        except Exception as exc:  # noqa: BLE001 - a broken jobs.yaml here: the attempt fails with why
-            self._fail(board, attempt, run_id, "jobs_mismatch", f"this worker cannot load its jobs.yaml: {exc}")
+        except (RunnerError, OSError) as exc:  # a broken jobs.yaml here: the attempt fails, saying why
+            self._fail(board, attempt, run_id, f"jobs_mismatch: this worker cannot load its jobs.yaml: {exc}")
             return AttemptStatus.JOBS_MISMATCH
-        if mismatch:
-            error = (
+        if loaded.hash != attempt.jobs_hash:
+            self._fail(
+                board,
+                attempt,
+                run_id,
                 f"jobs_mismatch: this worker's jobs.yaml ({rt.settings.jobs_path}, hash {loaded.hash}) differs from "
-                f"the dispatcher's (hash {attempt.jobs_hash}); deploy the same project folder to every worker"
+                f"the dispatcher's (hash {attempt.jobs_hash}); deploy the same project folder to every worker",
             )
-            self._fail(board, attempt, run_id, "jobs_mismatch", error)
             return AttemptStatus.JOBS_MISMATCH
-        code = self._fork(attempt, run_id)
+        try:
+            code = self._fork(attempt, run_id)
+        except ForkError as exc:
+            log.error("kanban task %s: cannot fork the attempt: %s", attempt.task_id, exc)
+            code = LOST_EXIT
         rt.settle(run_id, code)  # a run row the child left unfinished ends failed (worker_died)
         backoff = rt.settings.config.kanban.retry_backoff
         status = board.worker_exited(attempt.task_id, attempt.fence, code, now=utcnow(), backoff=backoff)
-        log.info(
-            "kanban task %s (fence %s): attempt ended (exit %s)%s",
-            attempt.task_id,
-            attempt.fence,
-            code,
-            f"; task now {status}" if status else "",
-        )
+        ended = f"; task now {status}" if status else ""
+        log.info("kanban task %s (fence %s): attempt ended (exit %s)%s", attempt.task_id, attempt.fence, code, ended)
         return AttemptStatus.ENDED
 
-    def _fail(self, board: Board, attempt: Attempt, run_id: str, reason: str, error: str) -> None:
+    def _fail(self, board: Board, attempt: Attempt, run_id: str, error: str) -> None:
+        """The attempt fails before it ran (reason ``jobs_mismatch``); the task's retry policy applies."""
         log.error("kanban task %s: %s", attempt.task_id, error)
-        finish_run(self.runtime.store, run_id, RunStatus.FAILED, reason=reason, error=error)
+        finish_run(self.runtime.store, run_id, RunStatus.FAILED, reason="jobs_mismatch", error=error)
         backoff = self.runtime.settings.config.kanban.retry_backoff
         try:
             board.fail_attempt(attempt.task_id, attempt.fence, error, now=utcnow(), backoff=backoff)
@@ -126,8 +139,6 @@ class KanbanAttempts:
 
     def _fork(self, attempt: Attempt, run_id: str) -> int:
         """Fork ``runner kanban work``'s body for the attempt and wait for its exit code."""
-        from runner.forks import Spawn
-
         s = self.runtime.settings
         claim = Claim(attempt.task_id, attempt.fence, self.runtime.name, "", attempt.attempt)
         path = attempt_header(s.home, claim)
