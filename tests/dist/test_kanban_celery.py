@@ -22,7 +22,7 @@ jobs:
 
 KANBAN = """
 kanban:
-  max_workers: 4
+  max_workers: {max_workers}
   lease_seconds: {lease}
   retry_backoff: {backoff}
   poll_seconds: 0.2
@@ -62,7 +62,7 @@ def state(cluster: Cluster, *machines: Machine) -> str:
 
 
 def start_serve(cluster: Cluster, *, lease: float = 30, backoff: float = 0) -> Machine:
-    serve = cluster.serve(extra=KANBAN.format(lease=lease, backoff=backoff))
+    serve = cluster.serve(extra=KANBAN.format(lease=lease, backoff=backoff, max_workers=4))
     cluster.wait_ready(serve, "kanban: attempts go to runner worker processes")
     return serve
 
@@ -161,14 +161,18 @@ def test_worker_killed_mid_attempt_is_reclaimed_and_retried_elsewhere(cluster: C
     assert spare.proc is not None and spare.proc.poll() is None
 
 
-def test_kanban_dispatch_command_sends_attempts_to_workers(cluster: Cluster) -> None:
-    cluster.write_jobs(JOBS.format(sleep=0))
-    worker = cluster.worker("w0", concurrency=2)
+def test_kanban_dispatch_command_sends_attempts_to_workers_up_to_max_workers(cluster: Cluster) -> None:
+    cluster.write_jobs(JOBS.format(sleep=1))
+    worker = cluster.worker("w0", concurrency=3)
     wait_ready_all(cluster, [worker])
-    dispatcher = cluster.machine("dispatcher", extra=KANBAN.format(lease=30, backoff=0)).start("kanban", "dispatch")
-    ids = [add_task(dispatcher, f"chore {i}") for i in range(2)]
-    wait_for(lambda: all(tasks(cluster)[i]["status"] == "done" for i in ids), timeout=60, what="both tasks done")
-    assert {r["worker"].split("@")[0] for r in kanban_runs(cluster)} == {"w0"}
+    config = KANBAN.format(lease=30, backoff=0, max_workers=1)  # one attempt in flight, whatever the workers hold
+    dispatcher = cluster.machine("dispatcher", extra=config).start("kanban", "dispatch")
+    ids = [add_task(dispatcher, f"chore {i}") for i in range(3)]
+    wait_for(lambda: all(tasks(cluster)[i]["status"] == "done" for i in ids), timeout=90, what="every task done")
+    runs = kanban_runs(cluster)
+    assert {r["worker"].split("@")[0] for r in runs} == {"w0"} and len(runs) == 3
+    for before, after in zip(runs, runs[1:], strict=False):
+        assert before["ended_at"] <= after["created_at"], runs  # never two attempts at once
     dispatcher.stop()
     log = dispatcher.log()
     assert "sent to a runner worker" in log and "dispatcher stopped" in log
