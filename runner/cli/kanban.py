@@ -296,7 +296,7 @@ def _dispatcher() -> tuple[Dispatcher, Callable[[], None], Callable[[], None]]:
     if s.config.executor.type == "celery":
         from runner.dist.kanban_remote import celery_task_launcher
 
-        remote = celery_task_launcher(s, logging.getLogger("runner.kanban"))
+        remote = celery_task_launcher(s, logging.getLogger("runner.kanban"), recover=True)
         return Dispatcher(s, launcher=remote, capacity=remote), lambda: None, remote.close
     forks = warm_forks()  # workers fork from it: no interpreter start per task
     return Dispatcher(s, launcher=ForkLauncher(s, forks)), forks.ready, forks.close

@@ -73,8 +73,10 @@ class RemoteAttempt:
 class CeleryTaskLauncher:
     """``TaskLauncher`` and ``Capacity`` of a dispatcher whose attempts run on ``runner worker``s."""
 
-    def __init__(self, *, app: Any, settings: Settings, log: logging.Logger):
-        self.app, self.settings, self.log = app, settings, log
+    def __init__(self, *, app: Any, settings: Settings, log: logging.Logger, lost_runs: Ticker | None = None):
+        """``lost_runs``: the lost-worker recovery, ticked by the watcher (``runner kanban dispatch``
+        has no serve doing it: the run of an attempt whose worker was lost ends ``unknown`` too)."""
+        self.app, self.settings, self.log, self.lost_runs = app, settings, log, lost_runs
         cfg = settings.config
         self.resend_s, self.lease_seconds = cfg.executor.resend_s, cfg.kanban.lease_seconds
         self._jobs = JobsCache(settings.jobs_path, cfg.timezone, settings.own_tool_names)
@@ -137,10 +139,11 @@ class CeleryTaskLauncher:
             while not self._stopped.wait(POLL_S):
                 with self._lock:
                     pending = [s for s in self._sent.values() if s.key not in self._exits]
-                if not pending:
-                    continue
                 try:
-                    self._check(board, pending)
+                    if pending:
+                        self._check(board, pending)
+                    if self.lost_runs is not None:
+                        self.lost_runs.tick(utcnow())
                 except Exception as exc:  # noqa: BLE001 - a store fault: logged, the next poll tries again
                     self.log.error("kanban: cannot follow the attempts sent to workers: %s", exc)
         finally:
@@ -169,10 +172,19 @@ class CeleryTaskLauncher:
             self._send(sent)
 
 
-def celery_task_launcher(settings: Settings, log: logging.Logger) -> CeleryTaskLauncher:
+def celery_task_launcher(settings: Settings, log: logging.Logger, *, recover: bool = False) -> CeleryTaskLauncher:
+    """The launcher with its Celery app; ``recover``: it also runs the lost-worker recovery (a
+    dispatcher without serve: ``runner kanban dispatch``)."""
     from runner.dist.app import celery_app
 
-    return CeleryTaskLauncher(app=celery_app(settings.config.executor.broker_url()), settings=settings, log=log)
+    lost_runs = None
+    if recover:
+        from runner.dist.recovery import LostRunsTicker
+
+        ex = settings.config.executor
+        lost_runs = LostRunsTicker(settings.store, log, every=ex.heartbeat_s, lost_after_s=ex.lost_after_s)
+    app = celery_app(settings.config.executor.broker_url())
+    return CeleryTaskLauncher(app=app, settings=settings, log=log, lost_runs=lost_runs)
 
 
 def celery_kanban_loop(host: ServeHost) -> Ticker:

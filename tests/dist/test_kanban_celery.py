@@ -10,6 +10,8 @@ import sys
 from collections import Counter
 from typing import Any
 
+import pytest
+
 from tests.dist.conftest import Cluster, Machine, wait_ready_all
 from tests.servehelp import wait_for
 
@@ -61,8 +63,14 @@ def state(cluster: Cluster, *machines: Machine) -> str:
     return "\n".join([*map(str, rows), *logs])
 
 
-def start_serve(cluster: Cluster, *, lease: float = 30, backoff: float = 0) -> Machine:
-    serve = cluster.serve(extra=KANBAN.format(lease=lease, backoff=backoff, max_workers=4))
+def start_serve(cluster: Cluster, *, lease: float = 30, backoff: float = 0, via: str = "serve") -> Machine:
+    """The dispatcher: inside ``runner serve``, or ``runner kanban dispatch`` (no serve at all)."""
+    extra = KANBAN.format(lease=lease, backoff=backoff, max_workers=4)
+    if via == "dispatch":
+        m = cluster.machine("dispatcher", extra=extra).start("kanban", "dispatch")
+        cluster.wait_ready(m, "dispatching (max_workers")
+        return m
+    serve = cluster.serve(extra=extra)
     cluster.wait_ready(serve, "kanban: attempts go to runner worker processes")
     return serve
 
@@ -129,11 +137,12 @@ def test_jobs_mismatch_fails_the_attempt_then_a_good_worker_completes_it(cluster
     assert good.proc is not None and good.proc.poll() is None
 
 
-def test_worker_killed_mid_attempt_is_reclaimed_and_retried_elsewhere(cluster: Cluster) -> None:
+@pytest.mark.parametrize("via", ["serve", "dispatch"])
+def test_worker_killed_mid_attempt_is_reclaimed_and_retried_elsewhere(cluster: Cluster, via: str) -> None:
     cluster.write_jobs(JOBS.format(sleep=4))
     doomed = cluster.worker("doomed", concurrency=1)
     wait_ready_all(cluster, [doomed])
-    serve = start_serve(cluster, lease=6)
+    serve = start_serve(cluster, lease=6, via=via)
     task = add_task(serve, "survives a lost worker")
     wait_for(
         lambda: [r for r in kanban_runs(cluster) if r["status"] == "running"], timeout=60, what="the attempt to start"
