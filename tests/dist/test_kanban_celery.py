@@ -31,9 +31,9 @@ kanban:
 """
 
 
-def add_task(m: Machine, title: str, *args: str) -> int:
+def add_task(m: Machine, title: str, *args: str, job: str = "chore") -> int:
     out = subprocess.run(
-        [sys.executable, "-m", "runner", "kanban", "add", title, "--job", "chore", "--json", *args],
+        [sys.executable, "-m", "runner", "kanban", "add", title, "--job", job, "--json", *args],
         env=m.env,
         cwd=m.root,
         capture_output=True,
@@ -111,6 +111,30 @@ def redeliver(cluster: Cluster, claims: list[tuple[int, int]]) -> None:
 
 def refused_takes(cluster: Cluster) -> list[dict[str, Any]]:
     return [e for e in events(cluster, "refused") if json.loads(e["payload"])["action"] == "take"]
+
+
+def test_attempts_follow_the_jobs_queue(cluster: Cluster) -> None:
+    cluster.write_jobs(
+        """
+        jobs:
+          chore:
+            agent: false
+            pre_run: echo plain
+          render:
+            agent: false
+            pre_run: echo gpu
+            queue: gpu
+        """
+    )
+    main = cluster.worker("main", concurrency=2)
+    gpu = cluster.worker("gpu", concurrency=2, queues="gpu")
+    wait_ready_all(cluster, [main, gpu])
+    serve = start_serve(cluster)
+    plain = [add_task(serve, f"plain {i}") for i in range(2)]
+    rendered = [add_task(serve, f"render {i}", job="render") for i in range(2)]
+    wait_for(lambda: all(t["status"] == "done" for t in tasks(cluster).values()), timeout=60, what="every task done")
+    by_task = {int(r["task_id"]): r["worker"].split("@")[0] for r in kanban_runs(cluster)}
+    assert by_task == {**dict.fromkeys(plain, "main"), **dict.fromkeys(rendered, "gpu")}
 
 
 def test_jobs_mismatch_fails_the_attempt_then_a_good_worker_completes_it(cluster: Cluster) -> None:
