@@ -81,6 +81,7 @@ class CeleryTaskLauncher:
         self.resend_s, self.lease_seconds = cfg.executor.resend_s, cfg.kanban.lease_seconds
         self._jobs = JobsCache(settings.jobs_path, cfg.timezone, settings.own_tool_names)
         self._lock = threading.Lock()
+        self._send_lock = threading.Lock()  # sends come from the dispatcher's thread and from the watcher
         self._sent: dict[tuple[int, int], _Sent] = {}
         self._exits: dict[tuple[int, int], int] = {}
         self._stopped = threading.Event()
@@ -122,11 +123,12 @@ class CeleryTaskLauncher:
     def _send(self, sent: _Sent) -> None:
         c = sent.claim
         try:
-            self.app.send_task(
-                KANBAN_TASK,
-                args=[c.task_id, c.fence, sent.jobs_hash, sent.job, c.attempt, self.lease_seconds],
-                queue=sent.queue,
-            )
+            with self._send_lock:
+                self.app.send_task(
+                    KANBAN_TASK,
+                    args=[c.task_id, c.fence, sent.jobs_hash, sent.job, c.attempt, self.lease_seconds],
+                    queue=sent.queue,
+                )
         except Exception as exc:  # noqa: BLE001 - broker faults differ per transport; sent again later
             self.log.error("kanban task %s: cannot send the attempt to the broker: %s; will retry", c.task_id, exc)
             sent.sent_at = time.monotonic() - self.resend_s + 1.0
