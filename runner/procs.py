@@ -53,7 +53,11 @@ def start_time(pid: int) -> str | None:
 
 def pid_alive(pid: int, start: str | None) -> bool:
     """``pid`` exists (a zombie counts) and, when both start times are known, is the process
-    that had start time ``start`` (not a later process that reused the pid)."""
+    that had start time ``start`` (not a later process that reused the pid). A pid of 0 or less
+    (a remote worker's handle, which has no process here) is never alive: ``kill(0, ...)`` would
+    signal this very process group."""
+    if pid <= 0:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -205,7 +209,10 @@ def kill_tree(pid: int, grace: float, *, start: str | None = None, group: int | 
     """Stop ``pid`` and its descendants: SIGTERM, up to ``grace`` seconds for them to exit, then
     SIGKILL whatever is left (``grace`` 0: SIGKILL at once). With ``start``, only if ``pid`` is
     still that process. ``group``: a process group to signal too, even when ``pid`` is gone.
-    Returns whether ``pid`` was still there (False and nothing signalled when gone and no ``group``)."""
+    Returns whether ``pid`` was still there (False and nothing signalled when gone and no ``group``).
+    A pid of 0 or less (no process of this machine) signals nothing."""
+    if pid <= 0:
+        return False
     found = pid_alive(pid, start)
     if not found and group is None:
         return False

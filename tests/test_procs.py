@@ -145,3 +145,9 @@ def test_kill_marked_finds_processes_by_their_environment_only():
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def test_pid_zero_is_never_alive_nor_signalled() -> None:
+    """A remote attempt's handle has pid 0: kill(0, ...) would signal this very process group."""
+    assert not procs.pid_alive(0, None) and not procs.pid_alive(-1, None)
+    assert procs.kill_tree(0, 0) is False and procs.kill_tree(-5, 0.1) is False

@@ -16,8 +16,10 @@ from runner.statuses import TaskStatus
 PRIORITY_MIN, PRIORITY_MAX = -(2**63), 2**63 - 1  # what SQLite's INTEGER holds
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from runner.kanban.board import Board
-    from runner.kanban.dispatch import DispatchTick
+    from runner.kanban.dispatch import Dispatcher, DispatchTick
 
 
 @click.group("kanban")
@@ -252,12 +254,11 @@ def kanban_archive(task_id: str) -> None:
 @click.option("--once", is_flag=True, help="one pass (promote, reclaim, claim, start), then exit")
 @click.option("--json", "as_json", is_flag=True, help="print each pass that did something as a JSON line")
 def kanban_dispatch(once: bool, as_json: bool) -> None:
-    """Run the dispatcher: start a worker for each ready task, up to kanban.max_workers."""
-    from runner.kanban.dispatch import Dispatcher, ForkLauncher, warm_forks
+    """Run the dispatcher: start a worker for each ready task, up to kanban.max_workers (with
+    executor: celery, send each attempt to a runner worker; docs/distributed.md)."""
     from runner.procs import two_stage_stop
 
-    forks = warm_forks()  # workers fork from it: no interpreter start per task
-    dispatcher = Dispatcher(settings(), launcher=ForkLauncher(settings(), forks))
+    dispatcher, ready, close = _dispatcher()
 
     def report(result: DispatchTick) -> None:
         if as_json:
@@ -268,7 +269,7 @@ def kanban_dispatch(once: bool, as_json: bool) -> None:
             click.echo(f"{local_time(_now().isoformat())}  {line}")
 
     try:
-        forks.ready()  # before the first claim: a claim's lease runs from the claim, not from the fork
+        ready()  # before the first claim: a claim's lease runs from the claim, not from the fork
         if once:
             report(dispatcher.tick(_now()))
             return
@@ -281,7 +282,24 @@ def kanban_dispatch(once: bool, as_json: bool) -> None:
         click.echo("dispatcher stopped; running workers finish on their own", err=True)
     finally:
         dispatcher.close()
-        forks.close()  # the forkserver exits; the workers it forked keep running
+        close()  # the forkserver exits (the workers it forked keep running), or the broker watcher stops
+
+
+def _dispatcher() -> tuple[Dispatcher, Callable[[], None], Callable[[], None]]:
+    """The dispatcher with its launcher: forked from a warm forkserver, or sent to ``runner
+    worker``s under executor: celery; and the launcher's ``ready`` and ``close``."""
+    import logging
+
+    from runner.kanban.dispatch import Dispatcher, ForkLauncher, warm_forks
+
+    s = settings()
+    if s.config.executor.type == "celery":
+        from runner.dist.kanban_remote import celery_task_launcher
+
+        remote = celery_task_launcher(s, logging.getLogger("runner.kanban"), recover=True)
+        return Dispatcher(s, launcher=remote, capacity=remote), lambda: None, remote.close
+    forks = warm_forks()  # workers fork from it: no interpreter start per task
+    return Dispatcher(s, launcher=ForkLauncher(s, forks)), forks.ready, forks.close
 
 
 def _tick_dict(r: DispatchTick) -> dict[str, Any]:
@@ -297,7 +315,12 @@ def _tick_lines(r: DispatchTick) -> list[str]:
         lines.append(
             f"task {e.task_id}: worker exited {e.code}" + (f"; task now {e.task_status}" if e.task_status else "")
         )
-    lines += [f"task {s.task_id}: started worker pid {s.pid} (fence {s.fence})" for s in r.started]
+    lines += [
+        f"task {s.task_id}: "
+        + (f"started worker pid {s.pid}" if s.pid else "sent to a runner worker")
+        + f" (fence {s.fence})"
+        for s in r.started
+    ]
     lines += [f"task {t}: {err}" for t, err in r.failed_to_start]
     return lines
 

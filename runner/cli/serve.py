@@ -45,10 +45,13 @@ def serve(ctx: click.Context, log_level: str, log_format: str | None, web_bind: 
         tokens, sock = prepare(s, parse_bind(web_bind, where="--web"))
         loops.append(serve_loop(s, sock, tokens))
     executor = None
-    if s.config.executor.type == "celery":  # runs go to `runner worker`s (docs/distributed.md)
+    if s.config.executor.type == "celery":  # runs and kanban attempts go to `runner worker`s (docs/distributed.md)
         from runner.dist.executor import celery_executor
+        from runner.dist.kanban_remote import celery_kanban_loop
+        from runner.serve.loops import kanban_loop
 
         executor = celery_executor
+        loops = [celery_kanban_loop if factory is kanban_loop else factory for factory in loops]
     sys.exit(run_serve(s, loops=loops, log_level=log_level, log_format=fmt, executor=executor))
 
 

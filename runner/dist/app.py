@@ -1,9 +1,12 @@
 """The Celery application runner uses (serve sends with it, ``runner worker`` consumes with it).
 
-One task, ``runner.execute(run_id, jobs_hash, job)``: the run's ledger row is already written
-(``queued``); the task only names it. ``acks_late`` with ``reject_on_worker_lost``: a message is
-acknowledged once its run ended, so a worker lost mid-run leaves it to be delivered again, and the
-ledger's claim (``runs.worker`` set once) makes that second delivery a no-op. Celery is imported
+Two tasks: ``runner.execute(run_id, jobs_hash, job)``: the run's ledger row is already written
+(``queued``); the task only names it. ``runner.kanban_attempt(task_id, fence, jobs_hash, job,
+attempt, lease_seconds)``: a kanban dispatcher's claim (``runner.dist.kanban_remote``); the worker takes it only
+while the fence is current and no other delivery took it (``runner.dist.kanban_worker``).
+``acks_late`` with ``reject_on_worker_lost``: a message is acknowledged once its run ended, so a
+worker lost mid-run leaves it to be delivered again, and the ledger's claim (``runs.worker`` set
+once; for an attempt, the task's fence and ``worker_pid``) makes that second delivery a no-op. Celery is imported
 here only, and only by a process that uses the Celery executor.
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 TASK = "runner.execute"
+KANBAN_TASK = "runner.kanban_attempt"
 DEFAULT_QUEUE = "runner"
 
 

@@ -17,6 +17,8 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -87,10 +89,17 @@ class WorkerRuntime:
         if claimed is None:
             log.info("run %s: already taken or ended; this delivery is a no-op", run_id)
             return "duplicate"
+        with self.holding(run_id):
+            return self._run(claimed, jobs_hash, job_name)
+
+    @contextmanager
+    def holding(self, run_id: str) -> Iterator[None]:
+        """``run_id`` is this worker's while the body runs: its heartbeat, serve's stop requests
+        and the lost-run fence cover it (a kanban attempt's run row too)."""
         with self._lock:
             self._held.add(run_id)
         try:
-            return self._run(claimed, jobs_hash, job_name)
+            yield
         finally:
             with self._lock:
                 self._held.discard(run_id)
@@ -138,7 +147,7 @@ class WorkerRuntime:
         )
         handle = self.launcher.spawn(spec)
         code = self._supervise(claimed.run_id, handle)
-        return self._settle(claimed.run_id, code)
+        return self.settle(claimed.run_id, code)
 
     def _supervise(self, run_id: str, handle: Handle) -> int:
         """Wait for the run's process, passing serve's stop requests on as signals."""
@@ -160,7 +169,7 @@ class WorkerRuntime:
         handle.close()
         return code
 
-    def _settle(self, run_id: str, code: int) -> str:
+    def settle(self, run_id: str, code: int) -> str:
         """``_settle_once``, tried again while the store cannot answer (a PostgreSQL restart) for up
         to ``SETTLE_WAIT_S``; after that the run is left to serve: its heartbeat stops with this
         call, so serve marks it lost (``unknown``) and the retry policy applies."""
@@ -245,12 +254,20 @@ class WorkerRuntime:
 
 
 def register(app: Any, runtime: WorkerRuntime) -> None:
-    """The ``runner.execute`` task of ``app``, run by ``runtime``."""
-    from runner.dist.app import TASK
+    """The tasks of ``app``, run by ``runtime``: ``runner.execute`` (a scheduled run) and
+    ``runner.kanban_attempt`` (an attempt at a kanban task, ``runner.dist.kanban_worker``)."""
+    from runner.dist.app import KANBAN_TASK, TASK
+    from runner.dist.kanban_worker import Attempt, KanbanAttempts
 
     @app.task(name=TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
     def execute(run_id: str, jobs_hash: str, job: str) -> str:
         return runtime.execute(run_id, jobs_hash, job)
+
+    attempts = KanbanAttempts(runtime)
+
+    @app.task(name=KANBAN_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+    def kanban_attempt(task_id: int, fence: int, jobs_hash: str, job: str, attempt: int, lease_seconds: float) -> str:
+        return str(attempts.run(Attempt(task_id, fence, jobs_hash, job, attempt, lease_seconds)))
 
 
 def default_hostname() -> str:

@@ -26,7 +26,16 @@ from typing import Any
 
 from runner.clock import iso
 from runner.errors import UsageError
-from runner.kanban.model import Claim, FenceError, Reclaimed, Task, TaskNotFound, backoff_seconds
+from runner.kanban.model import (
+    AlreadyTaken,
+    AttemptState,
+    Claim,
+    FenceError,
+    Reclaimed,
+    Task,
+    TaskNotFound,
+    backoff_seconds,
+)
 from runner.statuses import TaskStatus
 from runner.store import Store, dumps
 from runner.store.dialect import STORE_LOCK, Dialect
@@ -202,6 +211,13 @@ class Board:
         row = self.store.one("SELECT COUNT(*) AS n FROM tasks WHERE status='running' AND host=?", (host,))
         return int(row["n"]) if row else 0
 
+    def running_claimed_by(self, owner_pattern: str) -> int:
+        """Running tasks whose claim's owner matches ``owner_pattern`` (SQL ``LIKE``), wherever they run."""
+        row = self.store.one(
+            "SELECT COUNT(*) AS n FROM tasks WHERE status='running' AND lease_owner LIKE ?", (owner_pattern,)
+        )
+        return int(row["n"]) if row else 0
+
     # -- a person's moves ---------------------------------------------------------------
     def move(self, task_id: int, to: str, *, now: datetime, actor: str = "user") -> Task:
         """Set a task's status by hand. Leaving ``running`` revokes the worker's claim (its fence
@@ -285,9 +301,7 @@ class Board:
         with self._tx() as conn:
             row = self._row(conn, task_id)
             if row["status"] not in (TaskStatus.FAILED, TaskStatus.BLOCKED):
-                raise UsageError(
-                    f"task {task_id} is {row['status']}; only a failed or blocked task can be retried"
-                )
+                raise UsageError(f"task {task_id} is {row['status']}; only a failed or blocked task can be retried")
             status = TaskStatus.TODO if self._waiting(conn, task_id) else TaskStatus.READY
             conn.execute(
                 "UPDATE tasks SET status=?, lease_owner=NULL, lease_expires=NULL, not_before=NULL, reason=NULL, "
@@ -368,6 +382,37 @@ class Board:
             self._event(conn, task_id, kind, fence, now, {"pid": pid, "host": self.host})
 
         self._fenced(task_id, fence, kind, now, write)
+
+    def take(self, task_id: int, fence: int, *, pid: int, pid_start: str | None, now: datetime) -> None:
+        """A remote worker (``runner worker``) takes the attempt a dispatcher sent it: only while the
+        task is running under ``fence`` and no worker took it yet, so a message delivered twice (or
+        late, after a reclaim) never starts the attempt twice; ``host`` (this Board's) names the
+        worker. Else a ``refused`` event and ``FenceError`` (``AlreadyTaken`` when another delivery
+        took it under the same fence)."""
+        with self._tx(rows=True) as conn:
+            row = self._row(conn, task_id)
+            if row["fence"] == fence and row["status"] == TaskStatus.RUNNING and row["worker_pid"] is None:
+                conn.execute(
+                    "UPDATE tasks SET worker_pid=?, worker_pid_start=?, host=?, updated_at=? WHERE id=?",
+                    (pid, pid_start, self.host, iso(now), task_id),
+                )
+                self._event(conn, task_id, "taken", fence, now, {"pid": pid, "host": self.host})
+                return
+            payload = {"action": "take", "current_fence": row["fence"], "host": self.host}
+            self._event(conn, task_id, "refused", fence, now, payload)
+        if row["fence"] == fence and row["status"] == TaskStatus.RUNNING:
+            raise AlreadyTaken(task_id, fence, row["fence"], row["status"], "take")
+        raise FenceError(task_id, fence, row["fence"], row["status"], "take")
+
+    def attempt_states(self, task_ids: Sequence[int]) -> dict[int, AttemptState]:
+        """Where these tasks stand (fence, status, whether a worker took the attempt), one query per 500."""
+        out: dict[int, AttemptState] = {}
+        for i in range(0, len(task_ids), 500):
+            chunk = list(task_ids[i : i + 500])
+            marks = ", ".join("?" * len(chunk))
+            for r in self.store.query(f"SELECT id, fence, status, worker_pid FROM tasks WHERE id IN ({marks})", chunk):
+                out[r["id"]] = AttemptState(r["id"], r["fence"], r["status"], r["worker_pid"] is not None)
+        return out
 
     def renew(self, task_id: int, fence: int, *, now: datetime, lease_seconds: float) -> str:
         """Extend the lease: ``renewed``; ``ended`` when this worker already ended the task; else ``lost``."""
@@ -499,8 +544,6 @@ class Board:
             "INSERT INTO task_events (task_id, ts, kind, fence, payload) VALUES (?, ?, ?, ?, ?)",
             (task_id, iso(now), kind, fence, dumps(payload)),
         )
-
-
 
 
 # A task (aliased ``t``) none of whose parents is unfinished.

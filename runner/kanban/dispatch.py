@@ -15,6 +15,11 @@ new task starts within a fraction of a second. serve's workers fork from serve's
 Workers run in their own sessions and outlive the dispatcher; a restarted dispatcher counts
 them from the board.
 
+Under ``executor: celery`` the composition root passes ``runner.dist.kanban_remote``'s launcher
+instead: each attempt is sent to a ``runner worker`` (its handle has pid 0: nothing here attaches
+or signals it) and ``max_workers`` counts the attempts this host's dispatchers claimed, wherever
+they run (the ``Capacity`` seam; ``HostCapacity`` counts the tasks running on this host).
+
 A Dispatcher uses ``settings.store``'s connection unless given a ``board``; a caller that ticks
 it from a thread of its own should pass ``board=Board(Store.open(path))`` for that thread.
 """
@@ -35,6 +40,7 @@ from typing import Protocol
 
 from runner import secrets
 from runner.clock import iso
+from runner.errors import RunnerError
 from runner.forks import Spawn, Warm, WarmForks
 from runner.kanban.board import Board
 from runner.kanban.model import Claim, FenceError, Reclaimed
@@ -58,16 +64,30 @@ class TaskWorker(Protocol):
 
 
 class TaskLauncher(Protocol):
-    """Starts the worker for a claim (the seam a test or another host type can replace)."""
+    """Starts the worker for a claim (the seam a test or another host type can replace). A
+    remote attempt's ``TaskWorker`` has ``pid`` 0: no process of this machine, never signalled."""
 
     def start(self, claim: Claim) -> TaskWorker: ...
+
+
+class Capacity(Protocol):
+    """How many running attempts count against ``kanban.max_workers``."""
+
+    def running(self, board: Board) -> int: ...
+
+
+class HostCapacity:
+    """Local workers: the tasks running on this host (a restarted dispatcher counts them too)."""
+
+    def running(self, board: Board) -> int:
+        return board.running_on(board.host)
 
 
 @dataclass(frozen=True)
 class Started:
     task_id: int
     fence: int
-    pid: int
+    pid: int  # 0: sent to a ``runner worker`` (executor: celery), no process of this machine
 
 
 @dataclass(frozen=True)
@@ -105,7 +125,7 @@ class ProcessLauncher:
 
     def start(self, claim: Claim) -> TaskWorker:
         home = self.settings.home
-        path = _attempt_header(home, claim)
+        path = attempt_header(home, claim)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         with os.fdopen(fd, "ab", buffering=0) as log:
             # the held keys go to the worker through an inherited fd, never its environment block
@@ -131,7 +151,7 @@ class ProcessLauncher:
                     os.close(keys_fd)
 
 
-def _attempt_header(home: Path, claim: Claim) -> Path:
+def attempt_header(home: Path, claim: Claim) -> Path:
     path = log_path(home, claim.task_id)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -170,7 +190,7 @@ class ForkLauncher:
     forks: WarmForks
 
     def start(self, claim: Claim) -> TaskWorker:
-        path = _attempt_header(self.settings.home, claim)
+        path = attempt_header(self.settings.home, claim)
         s = self.settings
         args = (str(s.home), str(s.jobs_path), str(s.config_path), s.config_given, secrets.held())
         request = Spawn(
@@ -217,6 +237,7 @@ class Dispatcher:
     launcher: TaskLauncher | None = None
     board: Board | None = None
     owner: str = field(default_factory=lambda: f"{HOST}:{os.getpid()}:dispatch")
+    capacity: Capacity = field(default_factory=HostCapacity)
 
     def __post_init__(self) -> None:
         self._board = self.board or Board(self.settings.store)
@@ -237,41 +258,42 @@ class Dispatcher:
         promoted = board.promote(now=now)
         reclaimed = board.reclaim_expired(now=now, backoff=self.backoff)
         for r in reclaimed:
-            if r.host == board.host and r.pid and kill_tree(r.pid, 0, start=r.pid_start):
+            if r.host == board.host and r.pid and r.pid > 0 and kill_tree(r.pid, 0, start=r.pid_start):
                 self._orphans = True
         started: list[Started] = []
         failed: list[tuple[int, str]] = []
-        slots = self.max_workers - board.running_on(board.host)
+        slots = self.max_workers - self.capacity.running(board)
         if slots > 0 and self._any_ready(now):
             for claim in board.claim(self.owner, now=now, lease_seconds=self.lease_seconds, limit=slots):
-                try:
-                    handle = self._launcher.start(claim)
-                except OSError as exc:
-                    error = f"cannot start the worker: {exc}"
-                    board.fail_attempt(claim.task_id, claim.fence, error, now=now, backoff=self.backoff)
-                    failed.append((claim.task_id, error))
-                    continue
-                self._children[claim.task_id] = _Child(handle, claim.fence)
-                started.append(Started(claim.task_id, claim.fence, handle.pid))
-                try:
-                    board.attach(
-                        claim.task_id,
-                        claim.fence,
-                        pid=handle.pid,
-                        pid_start=start_time(handle.pid),
-                        now=now,
-                        kind="spawned",
-                    )
-                except FenceError:
-                    continue  # the worker was quicker: it already ended its attempt (recorded as refused)
+                self._start(claim, now, started, failed)
         return DispatchTick(
             promoted=tuple(promoted),
             reclaimed=tuple(reclaimed),
             exited=tuple(exited),
             started=tuple(started),
             failed_to_start=tuple(failed),
-            running=board.running_on(board.host),
+            running=self.capacity.running(board),
         )
+
+    def _start(self, claim: Claim, now: datetime, started: list[Started], failed: list[tuple[int, str]]) -> None:
+        board = self._board
+        try:
+            handle = self._launcher.start(claim)
+        except (OSError, RunnerError) as exc:
+            error = f"cannot start the worker: {exc}"
+            board.fail_attempt(claim.task_id, claim.fence, error, now=now, backoff=self.backoff)
+            failed.append((claim.task_id, error))
+            return
+        self._children[claim.task_id] = _Child(handle, claim.fence)
+        started.append(Started(claim.task_id, claim.fence, handle.pid))
+        if handle.pid <= 0:
+            return  # a remote attempt: the worker that takes it records itself
+        try:
+            board.attach(
+                claim.task_id, claim.fence, pid=handle.pid, pid_start=start_time(handle.pid), now=now, kind="spawned"
+            )
+        except FenceError:
+            pass  # the worker was quicker: it already ended its attempt (recorded as refused)
 
     def _any_ready(self, now: datetime) -> bool:
         return (
@@ -291,7 +313,7 @@ class Dispatcher:
             code = child.handle.poll()
             if code is None:
                 row = self._board.store.one("SELECT fence FROM tasks WHERE id=?", (task_id,))
-                if row is not None and row["fence"] != child.fence:
+                if row is not None and row["fence"] != child.fence and child.handle.pid > 0:
                     kill_tree(child.handle.pid, 0)
                 continue
             del self._children[task_id]

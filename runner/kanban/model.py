@@ -32,6 +32,16 @@ class FenceError(RunnerError):
         self.task_id, self.fence, self.current, self.status, self.action = task_id, fence, current, status, action
 
 
+class AlreadyTaken(FenceError):
+    """Another delivery of the same attempt took it first (a remote worker's ``take``)."""
+
+    reason = "taken"
+
+    def __init__(self, task_id: int, fence: int, current: int | None, status: str | None, action: str):
+        super().__init__(task_id, fence, current, status, action)
+        self.args = (f"task {task_id}: {action} refused: another worker already took the attempt under fence {fence}",)
+
+
 @dataclass(frozen=True)
 class Task:
     id: int
@@ -67,6 +77,19 @@ class Claim:
     owner: str
     lease_expires: str
     attempt: int
+
+
+@dataclass(frozen=True)
+class AttemptState:
+    """A task as a dispatcher following its remote attempts sees it."""
+
+    task_id: int
+    fence: int
+    status: str
+    taken: bool  # a worker took the attempt (``worker_pid`` set)
+
+    def running_under(self, fence: int) -> bool:
+        return self.status == "running" and self.fence == fence
 
 
 @dataclass(frozen=True)

@@ -208,11 +208,29 @@ class LeaseKeeper:
             store.close()
 
 
-def work(settings: Settings, environ: Mapping[str, str], *, stop: threading.Event | None = None) -> WorkResult:
-    """Run one attempt of the task named in ``environ``."""
+@dataclass(frozen=True)
+class Assignment:
+    """What a ``runner worker`` adds to an attempt it took (``runner.dist.kanban_worker``): the queued
+    run row made for it (the worker's heartbeat covers it), the worker's name (recorded as the task's
+    host, so no dispatcher ever signals a process of another machine) and the lease the dispatcher
+    claimed with (renewed at a third of it, whatever this machine's config says)."""
+
+    run_id: str
+    worker: str
+    lease_seconds: float
+
+
+def work(
+    settings: Settings,
+    environ: Mapping[str, str],
+    *,
+    stop: threading.Event | None = None,
+    assignment: Assignment | None = None,
+) -> WorkResult:
+    """Run one attempt of the task named in ``environ`` (``assignment``: a ``runner worker``'s)."""
     task_id, fence = read_env(environ)
     stop = stop or threading.Event()
-    board = Board(settings.store)
+    board = Board(settings.store) if assignment is None else Board(settings.store, host=assignment.worker)
     try:
         board.attach(task_id, fence, pid=os.getpid(), pid_start=start_time(os.getpid()), now=utcnow())
     except FenceError as exc:
@@ -225,11 +243,11 @@ def work(settings: Settings, environ: Mapping[str, str], *, stop: threading.Even
             session.lost = True
             stop.set()
 
-    lease = settings.config.kanban.lease_seconds
+    lease = settings.config.kanban.lease_seconds if assignment is None else assignment.lease_seconds
     keeper = LeaseKeeper(board.store.path, task_id, fence, lease_seconds=lease, on_lost=lost)
     keeper.start()
     try:
-        result = _attempt(settings, session, stop)
+        result = _attempt(settings, session, stop, assignment.run_id if assignment else None)
     except FenceError as exc:
         result = WorkResult(task_id, "refused", session.run_id, str(exc))
     finally:
@@ -241,7 +259,7 @@ def work(settings: Settings, environ: Mapping[str, str], *, stop: threading.Even
     return result
 
 
-def _attempt(settings: Settings, session: TaskSession, stop: threading.Event) -> WorkResult:
+def _attempt(settings: Settings, session: TaskSession, stop: threading.Event, run_id: str | None) -> WorkResult:
     from runner.run.execute import execute
     from runner.run.request import RunRequest, TaskHooks
 
@@ -256,6 +274,7 @@ def _attempt(settings: Settings, session: TaskSession, stop: threading.Event) ->
         req = RunRequest(
             job=job,
             trigger=Trigger.KANBAN,
+            run_id=run_id,
             workdir=None if job.spec.workdir else workspace(settings, task_id),
             stop=stop,
             task=hooks,
@@ -267,7 +286,7 @@ def _attempt(settings: Settings, session: TaskSession, stop: threading.Event) ->
             error = UNFINISHED
     except RunnerError as exc:
         error = session.redact(str(exc))
-    run_id = session.run_id
+    run_id = session.run_id or run_id
     if session.lost:
         return WorkResult(task_id, "refused", run_id, "the claim was reclaimed; this worker's writes are refused")
     if session.ended:
@@ -293,9 +312,17 @@ def workspace(settings: Settings, task_id: int) -> Path:
     return path
 
 
-def forked_main(home: str, jobs_path: str, config_path: str, config_given: bool, held: dict[str, str]) -> None:
+def forked_main(
+    home: str,
+    jobs_path: str,
+    config_path: str,
+    config_given: bool,
+    held: dict[str, str],
+    assignment: Assignment | None = None,
+) -> None:
     """The body of a kanban worker forked from the warm forkserver: one attempt at the task in
-    ``HERMES_KANBAN_TASK``, its line and exit code as ``runner kanban work`` gives them."""
+    ``HERMES_KANBAN_TASK``, its line and exit code as ``runner kanban work`` gives them;
+    ``assignment``: a ``runner worker``'s attempt."""
     from runner import secrets
     from runner.procs import become_subreaper, install_two_stage_stop
 
@@ -307,7 +334,7 @@ def forked_main(home: str, jobs_path: str, config_path: str, config_given: bool,
         home=Path(home), jobs_path=Path(jobs_path), config_path=Path(config_path), config_given=config_given
     )
     try:
-        result = work(settings, os.environ, stop=stop)
+        result = work(settings, os.environ, stop=stop, assignment=assignment)
     except RunnerError as exc:
         for line in str(exc).splitlines() or [type(exc).__name__]:
             print(f"error: {line}", file=sys.stderr)

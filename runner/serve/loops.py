@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from runner.serve.host import ServeHost, Ticker, TickerFactory
 from runner.statuses import ACTIVE
+
+if TYPE_CHECKING:
+    from runner.kanban.dispatch import Capacity, TaskLauncher
 
 
 class KanbanTicker:
@@ -24,12 +29,22 @@ class KanbanTicker:
     name = "kanban"
     CHECK = timedelta(seconds=0.05)
 
-    def __init__(self, host: ServeHost):
-        from runner.kanban.dispatch import Dispatcher, ForkLauncher
+    def __init__(
+        self,
+        host: ServeHost,
+        *,
+        launcher: TaskLauncher | None = None,
+        capacity: Capacity | None = None,
+        on_close: Callable[[], None] | None = None,
+    ):
+        """``launcher``/``capacity``: where attempts run and what counts against ``max_workers``
+        (default: forked from serve's forkserver, counted per host); ``on_close``: called last."""
+        from runner.kanban.dispatch import Dispatcher, ForkLauncher, HostCapacity
 
-        self.host = host
-        launcher = ForkLauncher(host.settings, host.forks) if host.forks is not None else None
-        self.dispatcher = Dispatcher(host.settings, launcher=launcher)
+        self.host, self.on_close = host, on_close
+        if launcher is None and host.forks is not None:
+            launcher = ForkLauncher(host.settings, host.forks)
+        self.dispatcher = Dispatcher(host.settings, launcher=launcher, capacity=capacity or HostCapacity())
         self.changes = self.dispatcher.changes()
 
     def tick(self, now: datetime) -> None:
@@ -50,6 +65,8 @@ class KanbanTicker:
 
     def close(self) -> None:
         self.dispatcher.close()
+        if self.on_close is not None:
+            self.on_close()
 
 
 class ContainerCleanup:

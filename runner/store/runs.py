@@ -46,9 +46,11 @@ def create_run(
     parent_run_id: str | None = None,
     now: datetime | None = None,
     waited_s: float | None = None,
+    worker: str | None = None,
 ) -> str:
     """Insert the ledger row; raise sqlite3.IntegrityError if (job, slot, attempt) exists.
-    ``created_at`` is ``now``, by default the time of the insert."""
+    ``created_at`` is ``now``, by default the time of the insert. ``worker``: the ``runner worker``
+    that holds the row from the start (its heartbeat, from now)."""
     now = now or utcnow()
     run_id = run_id or new_run_id(now)
     slot_text = iso(slot) if isinstance(slot, datetime) else slot
@@ -68,6 +70,8 @@ def create_run(
         row["parent_run_id"] = parent_run_id
     if waited_s is not None:
         row["waited_s"] = waited_s
+    if worker is not None:
+        row.update(worker=worker, heartbeat_at=iso(now))
     if status == RunStatus.RUNNING:
         row.update(started_at=iso(now), pid=os.getpid(), pid_start=start_time(os.getpid()))
     cols = ", ".join(row)

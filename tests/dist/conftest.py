@@ -197,14 +197,15 @@ class Cluster:
         self.source.mkdir(parents=True, exist_ok=True)
         (self.source / "jobs.yaml").write_text(textwrap.dedent(text))
 
-    def machine(self, name: str, **config: Any) -> Machine:
-        """A new machine with a copy of the project folder as it is now."""
+    def machine(self, name: str, *, extra: str = "", **config: Any) -> Machine:
+        """A new machine with a copy of the project folder as it is now; ``extra``: more config.yaml."""
         base = self.tmp / name
         root, home = base / "proj", base / "home"
         shutil.copytree(self.source, root)
         home.mkdir(parents=True)
         values = {"max_parallel": 32, "lease_s": 3, "lost_after_s": 3, "resend_s": 5, **self.config, **config}
-        (home / "config.yaml").write_text(textwrap.dedent(CONFIG.format(broker=self.broker, **values)))
+        text = textwrap.dedent(CONFIG.format(broker=self.broker, **values)) + textwrap.dedent(extra)
+        (home / "config.yaml").write_text(text)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RUNNER_"))}
         env.update(
             RUNNER_HOME=str(home),

@@ -161,3 +161,30 @@ def test_bad_input_is_a_usage_error(board):
         board.add("  ", now=at(0))
     with pytest.raises(UsageError):
         board.comment(board.add("t", now=at(0)), " ", now=at(0))
+
+
+def test_take_is_exclusive_per_fence_and_refuses_stale_deliveries(board):
+    """A remote worker's take: the first delivery under the fence wins; a second one, or a late one
+    after a reclaim, is refused (recorded) and never starts the attempt again."""
+    from runner.kanban.model import AlreadyTaken
+
+    t = board.add("t", now=at(0))
+    [claim] = board.claim("here:1:dispatch", now=at(1), lease_seconds=10)
+    assert board.attempt_states([t])[t].taken is False
+    worker = Board(board.store, host="w0@test/7")
+    worker.take(t, claim.fence, pid=7, pid_start=None, now=at(2))
+    state = board.attempt_states([t])[t]
+    assert state.taken and state.running_under(claim.fence) and board.get(t).host == "w0@test/7"
+    with pytest.raises(AlreadyTaken, match="another worker already took"):
+        Board(board.store, host="w1@test/8").take(t, claim.fence, pid=8, pid_start=None, now=at(3))
+    assert board.running_claimed_by("here:%") == 1 and board.running_claimed_by("elsewhere:%") == 0
+    board.reclaim_expired(now=at(20), backoff=0)  # the worker was lost: no renewal
+    [again] = board.claim("here:1:dispatch", now=at(21), lease_seconds=10)
+    with pytest.raises(FenceError) as late:
+        worker.take(t, claim.fence, pid=7, pid_start=None, now=at(22))  # the first message, delivered late
+    assert not isinstance(late.value, AlreadyTaken)
+    worker.take(t, again.fence, pid=9, pid_start=None, now=at(23))
+    refused = [e for e in board.events(t) if e["kind"] == "refused"]
+    assert [e["fence"] for e in refused] == [claim.fence, claim.fence]
+    assert [e["fence"] for e in board.events(t) if e["kind"] == "taken"] == [claim.fence, again.fence]
+    worker.close()

@@ -1,0 +1,154 @@
+"""``runner worker``'s side of the kanban dispatcher under ``executor: celery``: the body of the
+``runner.kanban_attempt(task_id, fence, jobs_hash, job, attempt, lease_seconds)`` task.
+
+A dispatcher (serve's, or ``runner kanban dispatch``) claimed the task in the shared store and sent
+the claim. The worker *takes* the attempt (``Board.take``: only while the task is running under
+that fence and no worker took it yet), so a message delivered twice, or late after a reclaim, is
+refused there and never runs the task twice. It checks the jobs hash against its own checkout (a
+mismatch fails the attempt with reason ``jobs_mismatch``; the task's retry policy applies), writes
+the attempt's run row held by this worker (its heartbeat covers it: serve's lost-worker recovery
+ends it ``unknown`` if this machine goes away) and forks ``runner kanban work``'s body
+(``runner.kanban.work.forked_main``) from the worker's warm forkserver, as a local dispatcher does.
+That child attaches (the task's host is this worker's name, so no dispatcher signals it), renews
+the lease at a third of the dispatcher's lease and ends the task; a child gone without ending it
+fails the attempt here, as the local dispatcher's reap does.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from runner import secrets
+from runner.clock import utcnow
+from runner.errors import RunnerError
+from runner.forks import LOST_EXIT, ForkError, Spawn
+from runner.kanban.board import Board
+from runner.kanban.dispatch import ENV_FENCE, ENV_TASK, WORKER, attempt_header
+from runner.kanban.model import Claim, FenceError
+from runner.kanban.work import Assignment
+from runner.procs import start_time
+from runner.statuses import RunStatus, Trigger
+from runner.store.runs import create_run, finish_run
+
+if TYPE_CHECKING:
+    from runner.dist.worker import WorkerRuntime
+
+log = logging.getLogger("runner.worker")
+WAIT_S = 0.05  # how often the task looks at the attempt's process
+
+
+class AttemptStatus(StrEnum):
+    """What a delivery of ``runner.kanban_attempt`` did."""
+
+    ENDED = "ended"  # the attempt ran; the board says how it ended
+    REFUSED = "refused"  # the fence is no longer current, or another delivery took the attempt
+    JOBS_MISMATCH = "jobs_mismatch"  # this worker's jobs.yaml differs from the dispatcher's
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One message: the claim the dispatcher made and what it expects the worker to run."""
+
+    task_id: int
+    fence: int
+    jobs_hash: str
+    job: str
+    attempt: int
+    lease_seconds: float  # the dispatcher's: the attempt renews its lease at a third of it
+
+
+class KanbanAttempts:
+    """Runs the attempts a ``runner worker`` receives (one per Celery thread at a time)."""
+
+    def __init__(self, runtime: WorkerRuntime):
+        self.runtime = runtime
+
+    def run(self, attempt: Attempt) -> AttemptStatus:
+        board = Board(self.runtime.store, host=self.runtime.name)  # the task records this worker as its host
+        try:
+            pid = os.getpid()
+            try:
+                board.take(attempt.task_id, attempt.fence, pid=pid, pid_start=start_time(pid), now=utcnow())
+            except FenceError as exc:
+                log.info("kanban task %s: this delivery is refused: %s", attempt.task_id, exc)
+                return AttemptStatus.REFUSED
+            return self._taken(board, attempt)
+        finally:
+            board.close()
+
+    def _taken(self, board: Board, attempt: Attempt) -> AttemptStatus:
+        """The attempt is this worker's: its run row, then the hash check and the attempt itself. A
+        fault of this process (the store, the forkserver) still ends the run row, never left queued."""
+        rt = self.runtime
+        run_id = create_run(
+            rt.store,
+            job=attempt.job,
+            trigger=Trigger.KANBAN,
+            status=RunStatus.QUEUED,
+            task_id=str(attempt.task_id),
+            worker=rt.name,
+        )
+        with rt.holding(run_id):  # the worker's heartbeat covers the attempt's run row
+            try:
+                return self._checked(board, attempt, run_id)
+            except Exception:
+                rt.settle(run_id, LOST_EXIT)
+                raise
+
+    def _checked(self, board: Board, attempt: Attempt, run_id: str) -> AttemptStatus:
+        rt = self.runtime
+        try:
+            loaded = rt.jobs.current()
+        except (RunnerError, OSError) as exc:  # a broken jobs.yaml here: the attempt fails, saying why
+            self._fail(board, attempt, run_id, f"jobs_mismatch: this worker cannot load its jobs.yaml: {exc}")
+            return AttemptStatus.JOBS_MISMATCH
+        if loaded.hash != attempt.jobs_hash:
+            self._fail(
+                board,
+                attempt,
+                run_id,
+                f"jobs_mismatch: this worker's jobs.yaml ({rt.settings.jobs_path}, hash {loaded.hash}) differs from "
+                f"the dispatcher's (hash {attempt.jobs_hash}); deploy the same project folder to every worker",
+            )
+            return AttemptStatus.JOBS_MISMATCH
+        try:
+            code = self._fork(attempt, run_id)
+        except ForkError as exc:
+            log.error("kanban task %s: cannot fork the attempt: %s", attempt.task_id, exc)
+            code = LOST_EXIT
+        rt.settle(run_id, code)  # a run row the child left unfinished ends failed (worker_died)
+        backoff = rt.settings.config.kanban.retry_backoff
+        status = board.worker_exited(attempt.task_id, attempt.fence, code, now=utcnow(), backoff=backoff)
+        ended = f"; task now {status}" if status else ""
+        log.info("kanban task %s (fence %s): attempt ended (exit %s)%s", attempt.task_id, attempt.fence, code, ended)
+        return AttemptStatus.ENDED
+
+    def _fail(self, board: Board, attempt: Attempt, run_id: str, error: str) -> None:
+        """The attempt fails before it ran (reason ``jobs_mismatch``); the task's retry policy applies."""
+        log.error("kanban task %s: %s", attempt.task_id, error)
+        finish_run(self.runtime.store, run_id, RunStatus.FAILED, reason="jobs_mismatch", error=error)
+        backoff = self.runtime.settings.config.kanban.retry_backoff
+        try:
+            board.fail_attempt(attempt.task_id, attempt.fence, error, now=utcnow(), backoff=backoff)
+        except FenceError as exc:
+            log.info("kanban task %s: %s", attempt.task_id, exc)  # reclaimed meanwhile: nothing to fail
+
+    def _fork(self, attempt: Attempt, run_id: str) -> int:
+        """Fork ``runner kanban work``'s body for the attempt and wait for its exit code."""
+        s = self.runtime.settings
+        claim = Claim(attempt.task_id, attempt.fence, self.runtime.name, "", attempt.attempt)
+        path = attempt_header(s.home, claim)
+        assignment = Assignment(run_id, self.runtime.name, attempt.lease_seconds)
+        args = (str(s.home), str(s.jobs_path), str(s.config_path), s.config_given, secrets.held(), assignment)
+        env = {ENV_TASK: str(attempt.task_id), ENV_FENCE: str(attempt.fence)}
+        forks = self.runtime.launcher.forks
+        pid = forks.spawn(Spawn(WORKER, args, session=True, output=str(path), env=env))
+        while (code := forks.poll(pid)) is None:
+            time.sleep(WAIT_S)
+        forks.forget(pid)
+        return code
