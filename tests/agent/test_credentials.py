@@ -34,13 +34,13 @@ def configure(project, fake, n=2, *, strategy="fill_first", extra="", backup=Fal
 
 
 def db_events(project, kinds=None):
-    db = sqlite3.connect(project.home / "runner.db")
+    db = project.db()
     rows = [(k, json.loads(p)) for k, p in db.execute("SELECT kind, payload FROM run_events ORDER BY run_id, seq")]
     return [(k, p) for k, p in rows if kinds is None or k in kinds]
 
 
 def last_run(project):
-    db = sqlite3.connect(project.home / "runner.db")
+    db = project.db()
     db.row_factory = sqlite3.Row
     return dict(db.execute("SELECT * FROM runs ORDER BY created_at DESC LIMIT 1").fetchone())
 

@@ -18,13 +18,13 @@ def config(project, fake, **provider):
 
 
 def last_run(project):
-    db = sqlite3.connect(project.home / "runner.db")
+    db = project.db()
     db.row_factory = sqlite3.Row
     return dict(db.execute("SELECT * FROM runs ORDER BY created_at DESC LIMIT 1").fetchone())
 
 
 def kinds(project, run_id):
-    db = sqlite3.connect(project.home / "runner.db")
+    db = project.db()
     return [
         (k, json.loads(p))
         for k, p in db.execute("SELECT kind, payload FROM run_events WHERE run_id=? ORDER BY seq", (run_id,))

@@ -170,7 +170,7 @@ def test_db_backup_bad_destinations(project, fake, tmp_path):
 
 def test_db_backup_without_a_store(project, tmp_path):
     one_line(project.run("db", "backup", str(tmp_path / "b.db")), 2, "runner.db", "no store")
-    assert not (project.home / "runner.db").exists()
+    assert not project.has_store()
 
 
 def test_db_migrate_prints_what_it_applied(project):
@@ -178,7 +178,7 @@ def test_db_migrate_prints_what_it_applied(project):
     assert res.returncode == 0, res.stderr
     assert "applied m0001_runs" in res.stdout
     applied = [line for line in res.stdout.splitlines() if line.startswith("applied ")]
-    names = {r[0] for r in sqlite3.connect(project.home / "runner.db").execute("SELECT name FROM _migrations")}
+    names = {r[0] for r in project.db().execute("SELECT name FROM _migrations")}
     assert {line.split()[1] for line in applied} == names
     res = project.run("db", "migrate")
     assert res.returncode == 0 and "up to date" in res.stdout, res.stdout
@@ -285,7 +285,7 @@ def test_recovery_kills_what_a_killed_run_left_running(project, fake):
         while len(fake.requests) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert len(fake.requests) >= 2, "the tool call never finished"
-        (run_id,) = [r[0] for r in sqlite3.connect(project.home / "runner.db").execute("SELECT id FROM runs")]
+        (run_id,) = [r[0] for r in project.db().execute("SELECT id FROM runs")]
         left = processes_of(run_id)
         assert sorted(left.values()) == ["sleep 300", "sleep 301"], left
     finally:

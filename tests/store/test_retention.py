@@ -42,7 +42,7 @@ def _run(store: Store, home: Path, job: str, *, days_ago: float, status: str = "
 @pytest.fixture
 def ledger(project):
     project.home.mkdir(parents=True, exist_ok=True)
-    store = Store.open(project.home / "runner.db")
+    store = project.open_store()
     yield store
     store.close()
 

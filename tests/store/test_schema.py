@@ -141,7 +141,7 @@ def test_a_real_run_stores_json_columns_as_json(project, fake):
     assert res.returncode == 0, res.stderr
     added = project.run("kanban", "add", "a task", "--job", "j")
     assert added.returncode == 0, added.stderr
-    db = sqlite3.connect(project.home / "runner.db")
+    db = project.db()
     for table, column in JSON_COLUMNS:
         bad = db.execute(f"SELECT COUNT(*) FROM {table} WHERE {column} IS NOT NULL AND NOT json_valid({column})")
         assert bad.fetchone()[0] == 0, (table, column)
