@@ -45,6 +45,8 @@ def assert_throwaway_home(env: Mapping[str, str]) -> None:
 
 STORES = ("sqlite", "postgresql")
 STORE_ENV = "RUNNER_TEST_STORE"
+#: fixtures of tests that choose each store's dialect themselves (``--store`` does not apply)
+OWN_STORES = frozenset({"pg_server", "pg_url", "pg_empty_url", "where", "any_store", "cluster"})
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -91,8 +93,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(autouse=True)
 def test_store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str | None:
     """With ``--store postgresql``: this test's own migrated PostgreSQL database, named by
-    RUNNER_DATABASE_URL for everything the test runs (its URL; None on SQLite)."""
+    RUNNER_DATABASE_URL for everything the test runs (its URL; None on SQLite). A test that picks
+    its stores itself (it asks for ``pg_url``, ``where``, a ``cluster``, ..., or is marked
+    ``own_store``) is left as written."""
     if store_mode(request.config) != "postgresql" or request.node.get_closest_marker("sqlite_only"):
+        return None
+    if OWN_STORES.intersection(request.fixturenames) or request.node.get_closest_marker("own_store"):
         return None
     url = str(request.getfixturevalue("pg_url"))
     monkeypatch.setenv("RUNNER_DATABASE_URL", url)

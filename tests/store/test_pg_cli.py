@@ -17,6 +17,8 @@ from runner.store import Store, StoreFault, migration_names
 from runner.store.dialect import PgURL
 from runner.testing import final as text
 
+pytestmark = pytest.mark.own_store  # each test names its stores (--store does not apply)
+
 
 def test_run_job_on_postgresql_and_runs_show_from_another_home(project, fake, pg_url, tmp_path):
     fake.add(text("the answer is 42"))
@@ -24,7 +26,7 @@ def test_run_job_on_postgresql_and_runs_show_from_another_home(project, fake, pg
     env = project.env(RUNNER_DATABASE_URL=pg_url)
     res = project.run("run-job", "one", env=env)
     assert res.returncode == 0, res.stderr
-    assert not project.has_store()  # nothing went to a local file
+    assert not (project.home / "runner.db").exists()  # nothing went to a local file
     shutil.rmtree(project.home)  # "another machine": this one's outputs and transcripts are gone
     other = project.env(RUNNER_DATABASE_URL=pg_url, RUNNER_HOME=str(tmp_path / "elsewhere"))
     listed = json.loads(project.run("runs", "list", "--json", env=other).stdout)
@@ -197,7 +199,7 @@ def test_serve_on_postgresql_fires_runs_and_jobs_list_reads_them(project, pg_url
         assert listed.returncode == 0 and "tick" in listed.stdout and "serve: running" in listed.stdout, listed.stdout
     finally:
         assert serve.stop(signal.SIGTERM) == 0, serve.log()
-    assert not project.has_store()
+    assert not (project.home / "runner.db").exists()
     slots = [r["slot"] for r in store.query("SELECT slot FROM runs WHERE job='tick'")]
     assert len(slots) == len(set(slots))
     assert store.query("SELECT id FROM runs WHERE status IN ('running', 'queued')") == []
