@@ -46,7 +46,7 @@ def assert_throwaway_home(env: Mapping[str, str]) -> None:
 STORES = ("sqlite", "postgresql")
 STORE_ENV = "RUNNER_TEST_STORE"
 #: fixtures of tests that choose each store's dialect themselves (``--store`` does not apply)
-OWN_STORES = frozenset({"pg_server", "pg_url", "pg_empty_url", "where", "any_store", "cluster"})
+OWN_STORES = frozenset({"pg_server", "pg_url", "pg_empty_url", "where", "any_store", "cluster", "site"})
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -25,7 +25,8 @@ _INTEGER = re.compile(r"\bINTEGER\b", re.IGNORECASE)
 _REAL = re.compile(r"\b(REAL|FLOAT)\b", re.IGNORECASE)
 _QUOTED = re.compile(r"'(?:[^']|'')*'")
 
-#: SQL functions SQLite has built in that runner's statements use (installed before migrating)
+#: SQL functions SQLite has built in that runner's statements use (installed before migrating):
+#: ``json_valid``, ``julianday``
 FUNCTIONS = [
     """
     CREATE OR REPLACE FUNCTION json_valid(doc text) RETURNS boolean
@@ -36,6 +37,14 @@ FUNCTIONS = [
     EXCEPTION WHEN others THEN
         RETURN false;
     END $$
+    """,
+    # SQLite's Julian day number of an ISO timestamp (runner stores ISO 8601 text with an offset);
+    # NULL for NULL, as SQLite gives (STRICT). The web charts and /metrics subtract two of them.
+    """
+    CREATE OR REPLACE FUNCTION julianday(ts text) RETURNS double precision
+    LANGUAGE sql IMMUTABLE STRICT AS $$
+        SELECT extract(epoch FROM ts::timestamptz)::double precision / 86400.0 + 2440587.5
+    $$
     """,
 ]
 
