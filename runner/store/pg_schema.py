@@ -26,7 +26,7 @@ _REAL = re.compile(r"\b(REAL|FLOAT)\b", re.IGNORECASE)
 _QUOTED = re.compile(r"'(?:[^']|'')*'")
 
 #: SQL functions SQLite has built in that runner's statements use (installed before migrating):
-#: ``json_valid``, ``julianday``
+#: ``json_valid``, ``julianday``, two-argument ``max``/``min``
 FUNCTIONS = [
     """
     CREATE OR REPLACE FUNCTION json_valid(doc text) RETURNS boolean
@@ -45,6 +45,16 @@ FUNCTIONS = [
     LANGUAGE sql IMMUTABLE STRICT AS $$
         SELECT extract(epoch FROM ts::timestamptz)::double precision / 86400.0 + 2440587.5
     $$
+    """,
+    # SQLite's scalar max(a, b) / min(a, b) (NULL when either is, hence STRICT); PostgreSQL only has
+    # the one-argument aggregates of these names (and GREATEST/LEAST, which skip NULLs)
+    """
+    CREATE OR REPLACE FUNCTION max(a anycompatible, b anycompatible) RETURNS anycompatible
+    LANGUAGE sql IMMUTABLE STRICT AS $$ SELECT GREATEST(a, b) $$
+    """,
+    """
+    CREATE OR REPLACE FUNCTION min(a anycompatible, b anycompatible) RETURNS anycompatible
+    LANGUAGE sql IMMUTABLE STRICT AS $$ SELECT LEAST(a, b) $$
     """,
 ]
 

@@ -167,10 +167,7 @@ def test_cancel_of_a_run_waiting_in_the_pool(project: Project, serve: Any) -> No
 def test_kanban_retry(project: Project) -> None:
     project.write_jobs("jobs:\n  k:\n    prompt: go\n")
     assert project.run("kanban", "add", "a task", "--job", "k").returncode == 0
-    db = project.home / "runner.db"
-    import sqlite3
-
-    with sqlite3.connect(db) as conn:
+    with project.db() as conn:
         conn.execute("UPDATE tasks SET status='failed', attempts=3, max_attempts=3 WHERE id=1")
     res = project.run("kanban", "retry", "1")
     assert res.returncode == 0 and "task 1: ready (attempt 4 of 4)" in res.stdout, res.stderr
