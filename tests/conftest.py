@@ -163,6 +163,21 @@ class Project:
             return Store.open(PgURL(self.database_url), migrate=migrate)
         return Store.open(self.home / "runner.db", migrate=migrate)
 
+    def store_bytes(self) -> bytes:
+        """Everything the store holds, to search for leaked secrets: the runner.db file's bytes, or
+        (``--store postgresql``) every value of every table of the test's database, as text."""
+        if not self.database_url:
+            return (self.home / "runner.db").read_bytes()
+        with self.db() as db:
+            tables = [
+                r[0]
+                for r in db.execute(
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+                )
+            ]
+            values = [str(v) for table in tables for row in db.execute(f'SELECT * FROM "{table}"') for v in row]
+        return "\n".join(v for v in values if v != "None").encode()
+
     def has_store(self) -> bool:
         """Whether the store exists: the runner.db file; on PostgreSQL, whether anything was written
         (the test's database is made migrated, so "no file yet" means "no runs")."""

@@ -1,7 +1,6 @@
 """Loop limits, retries, interrupts and context files, through `runner run-job` and the fake server."""
 
 import json
-import os
 import signal
 import sqlite3
 import time
@@ -165,4 +164,4 @@ def test_runs_logs_follow_streams_until_done(project, fake):
     proc.wait(timeout=30)
     lines = [json.loads(x) for x in logs.stdout.splitlines()]
     assert lines[0]["kind"] == "run_started" and lines[-1]["kind"] == "run_finished"
-    assert os.path.exists(project.home / "runner.db")
+    assert project.has_store()

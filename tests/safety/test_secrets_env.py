@@ -74,7 +74,7 @@ def test_stored_arguments_and_delivery_masked(project, fake, tmp_path):
     project.write_jobs(f"jobs:\n  s:\n    prompt: write\n    toolsets: [files]\n    deliver: [stdout, '{hook}']\n")
     res = project.run("run-job", "s", env=project.env(WEIRD_SECRET=weird))
     assert res.returncode == 0, res.stderr
-    db = (project.home / "runner.db").read_bytes()
+    db = project.store_bytes()
     raw_args = json.dumps({"path": "out.txt", "content": f"a\\n{token} and {weird}"})
     for needle in (token, weird, json.dumps(weird)[1:-1], json.dumps(weird, ensure_ascii=False)[1:-1], raw_args):
         assert needle.encode() not in db, needle
