@@ -24,7 +24,9 @@ def burst(project, count: int, pre_run: str, lead: float) -> datetime:
     """``count`` script-only jobs, every one with a slot at the returned instant."""
     project.write_jobs(
         "jobs:\n"
-        + "".join(f"  j{i:03d}:\n    schedule: every 3600s\n    agent: false\n    pre_run: {pre_run}\n" for i in range(count))
+        + "".join(
+            f"  j{i:03d}:\n    schedule: every 3600s\n    agent: false\n    pre_run: {pre_run}\n" for i in range(count)
+        )
     )
     t0 = (datetime.now(UTC) + timedelta(seconds=lead)).replace(microsecond=0)
     store = project.open_store()
@@ -64,7 +66,9 @@ def test_a_burst_is_one_transaction_with_every_slot_once(project, serve):
     done = wait_for(lambda: ended(project, 120), timeout=60, what="every run of the burst to end")
     assert daemon.stop() == 0
     assert sorted(r["job"] for r in done) == [f"j{i:03d}" for i in range(120)]  # none missed, none doubled
-    assert {(r["slot"], r["status"], r["attempt"]) for r in done} == {(t0.isoformat(timespec="milliseconds"), "succeeded", 1)}
+    assert {(r["slot"], r["status"], r["attempt"]) for r in done} == {
+        (t0.isoformat(timespec="milliseconds"), "succeeded", 1)
+    }
     assert len(rows(project.home)) == 120
 
 

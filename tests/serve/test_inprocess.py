@@ -58,9 +58,7 @@ class FakeWorker:
         self._read, self._write = os.pipe()
         self.code: int | None = None
         self.signals: list[int] = []
-        mark_started(
-            store, spec.run_id, now=clock.now(), dispatched_at=clock.now(), waited_s=spec.waited_s
-        )
+        mark_started(store, spec.run_id, now=clock.now(), dispatched_at=clock.now(), waited_s=spec.waited_s)
 
     @property
     def pid(self) -> int:
