@@ -14,7 +14,6 @@ from runner.dist.recovery import LostRunsTicker
 from runner.dist.remote import CelerySpawner
 from runner.settings import Settings
 from runner.store import Store
-from runner.store.runs import task_ref
 
 if TYPE_CHECKING:
     from runner.config.jobs import Job
@@ -61,7 +60,7 @@ class CeleryExecutor:
                 Trigger(row["trigger"]),
                 int(row["attempt"] or 1),
                 row["parent_run"],
-                task_ref(row["task_id"]),
+                row["task_id"],
             )
             pool.follow(
                 fire, self._spawner.adopt(row["id"], job.name, job.spec.queue), parse_iso(row["started_at"]) or utcnow()

@@ -28,7 +28,7 @@ from runner.serve.launcher import Handle, Launcher, WorkerSpec
 from runner.settings import Settings
 from runner.statuses import RunStatus, Trigger
 from runner.store import Store
-from runner.store.runs import finish_run, task_ref
+from runner.store.runs import finish_run
 
 log = logging.getLogger("runner.worker")
 WAIT_S = 0.05  # how often a task looks at its run's process
@@ -107,7 +107,7 @@ class WorkerRuntime:
             row = conn.execute(
                 "SELECT job, trigger, slot, task_id, created_at FROM runs WHERE id=?", (run_id,)
             ).fetchone()
-        return Claimed(run_id, row[0], Trigger(row[1]), parse_iso(row[2]), task_ref(row[3]), parse_iso(row[4]))
+        return Claimed(run_id, row[0], Trigger(row[1]), parse_iso(row[2]), row[3], parse_iso(row[4]))
 
     def _run(self, claimed: Claimed, jobs_hash: str, job_name: str) -> str:
         loaded = self.jobs.current()

@@ -33,7 +33,7 @@ from runner.serve.launcher import Handle, Spawner, WorkerSpec
 from runner.serve.state import record_slot_result, set_paused
 from runner.statuses import RunStatus, Trigger
 from runner.store import Store
-from runner.store.runs import create_run, finish_run, task_ref, update_run
+from runner.store.runs import create_run, finish_run, update_run
 
 FAILED = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.UNKNOWN)
 SCHEDULED = (Trigger.SCHEDULE, Trigger.RETRY)
@@ -392,7 +392,7 @@ class Pool:
                 Trigger(row["trigger"]),
                 int(row["attempt"] or 1),
                 row["parent_run"],
-                task_ref(row["task_id"]),
+                row["task_id"],
                 "adopted",
                 due,
             )

@@ -32,12 +32,6 @@ def new_run_id(now: datetime | None = None) -> str:
     return f"{stamp}-{secrets.token_hex(3)}"
 
 
-def task_ref(value: Any) -> str | None:
-    """``runs.task_id`` as the text runner passes around: SQLite's TEXT column gives ``"12"``,
-    PostgreSQL's BIGINT (m0019, for the key to ``tasks``) gives ``12``."""
-    return None if value is None else str(value)
-
-
 def create_run(
     store: Store,
     *,
@@ -84,9 +78,7 @@ def create_run(
         # PostgreSQL: a failed statement would abort the caller's whole transaction (serve writes
         # a burst of fires in one), so the (job, slot, attempt) identity is checked without failing
         elif conn.execute(f"INSERT INTO runs ({cols}) VALUES ({marks}) ON CONFLICT DO NOTHING", row).rowcount != 1:
-            raise sqlite3.IntegrityError(
-                f"UNIQUE constraint failed: runs (job {job!r}, slot {slot_text}, attempt {attempt})"
-            )
+            raise sqlite3.IntegrityError(f"UNIQUE constraint failed: runs (job {job!r}, slot {slot_text}, attempt {attempt})")
     return run_id
 
 
