@@ -59,7 +59,25 @@ FUNCTIONS = [
 ]
 
 
+_SIGNATURE = re.compile(r"FUNCTION\s+(\w+)\(([^)]*)\)", re.IGNORECASE)
+#: (name, number of arguments) of each function of FUNCTIONS
+SIGNATURES = frozenset(
+    (m.group(1), len([a for a in m.group(2).split(",") if a.strip()]))
+    for m in (_SIGNATURE.search(s) for s in FUNCTIONS)
+    if m is not None
+)
+
+
 def install_functions(conn: PgConnection) -> None:
+    """Create FUNCTIONS where one is missing (each store open checks; DDL only when needed: a
+    CREATE OR REPLACE on every open would write WAL and lock the catalog for nothing)."""
+    found = conn.execute(
+        "SELECT p.proname, p.pronargs FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+        "WHERE n.nspname = current_schema() AND p.proname = ANY(?)",
+        (sorted({name for name, _ in SIGNATURES}),),
+    ).fetchall()
+    if {(r[0], int(r[1])) for r in found} >= SIGNATURES:
+        return
     for statement in FUNCTIONS:
         conn.executescript(statement)
 
