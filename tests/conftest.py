@@ -91,7 +91,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(autouse=True)
-def test_store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str | None:
+def store_url(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str | None:
     """With ``--store postgresql``: this test's own migrated PostgreSQL database, named by
     RUNNER_DATABASE_URL for everything the test runs (its URL; None on SQLite). A test that picks
     its stores itself (it asks for ``pg_url``, ``where``, a ``cluster``, ..., or is marked
@@ -260,10 +260,10 @@ class Project:
 
 
 @pytest.fixture
-def project(tmp_path: Path, home: Path, fake: FakeOpenAI, test_store: str | None) -> Project:
+def project(tmp_path: Path, home: Path, fake: FakeOpenAI, store_url: str | None) -> Project:
     root = tmp_path / "proj"
     root.mkdir()
-    return Project(root=root, home=home, base_url=fake.base_url, database_url=test_store)
+    return Project(root=root, home=home, base_url=fake.base_url, database_url=store_url)
 
 
 class _PgDb:
