@@ -1,5 +1,10 @@
 """Shared fixtures: a temp RUNNER_HOME, a project folder with jobs.yaml, the fake model server,
-and ways to call the CLI (in-process with click's CliRunner, or as a real subprocess)."""
+and ways to call the CLI (in-process with click's CliRunner, or as a real subprocess).
+
+``pytest --store postgresql`` (or RUNNER_TEST_STORE=postgresql) runs the suite with every test's
+store in a fresh, migrated PostgreSQL database of the session's own server: RUNNER_DATABASE_URL
+is set for the test (and passed on by ``Project.env()`` to its subprocesses). Tests marked
+``sqlite_only`` (about the SQLite file itself) are skipped then, with the reason."""
 
 from __future__ import annotations
 
@@ -36,6 +41,68 @@ def assert_throwaway_home(env: Mapping[str, str]) -> None:
     home = env.get("HOME")
     assert home, "a test process must get an explicit throwaway HOME"
     assert os.path.realpath(home) != REAL_HOME, f"a test is using the real home folder {REAL_HOME}"
+
+
+STORES = ("sqlite", "postgresql")
+STORE_ENV = "RUNNER_TEST_STORE"
+#: fixtures of tests that choose each store's dialect themselves (``--store`` does not apply)
+OWN_STORES = frozenset({"pg_server", "pg_url", "pg_empty_url", "where", "any_store", "cluster", "site"})
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--store",
+        choices=STORES,
+        default=None,
+        help="the store of every test's RUNNER_HOME: sqlite (the default; also $RUNNER_TEST_STORE) or "
+        "postgresql (a fresh migrated database per test on the session's own PostgreSQL server)",
+    )
+
+
+def store_mode(config: pytest.Config) -> str:
+    """``--store``, else $RUNNER_TEST_STORE, else sqlite."""
+    mode = config.getoption("--store") or os.environ.get(STORE_ENV, "").strip() or "sqlite"
+    if mode not in STORES:
+        raise pytest.UsageError(f"{STORE_ENV}={mode!r}: use one of {', '.join(STORES)}")
+    return str(mode)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if store_mode(config) == "postgresql":
+        from tests import pgserver
+
+        why = pgserver.available()
+        if why:  # not a skip: a pass on PostgreSQL that ran on SQLite would report green for nothing
+            raise pytest.UsageError(f"--store postgresql: {why}")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"store: {store_mode(config)}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if store_mode(config) != "postgresql":
+        return
+    for item in items:
+        marker = item.get_closest_marker("sqlite_only")
+        if marker is not None:
+            why = marker.args[0] if marker.args else "about the SQLite file"
+            item.add_marker(pytest.mark.skip(reason=f"sqlite_only: {why}"))
+
+
+@pytest.fixture(autouse=True)
+def store_url(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str | None:
+    """With ``--store postgresql``: this test's own migrated PostgreSQL database, named by
+    RUNNER_DATABASE_URL for everything the test runs (its URL; None on SQLite). A test that picks
+    its stores itself (it asks for ``pg_url``, ``where``, a ``cluster``, ..., or is marked
+    ``own_store``) is left as written."""
+    if store_mode(request.config) != "postgresql" or request.node.get_closest_marker("sqlite_only"):
+        return None
+    if OWN_STORES.intersection(request.fixturenames) or request.node.get_closest_marker("own_store"):
+        return None
+    url = str(request.getfixturevalue("pg_url"))
+    monkeypatch.setenv("RUNNER_DATABASE_URL", url)
+    return url
 
 
 @pytest.fixture(autouse=True)
@@ -80,6 +147,44 @@ class Project:
     root: Path
     home: Path
     base_url: str
+    database_url: str | None = None  # --store postgresql: this test's database
+
+    def db(self, **kw: Any) -> Any:
+        """A connection to this project's store with sqlite3's shape: ``sqlite3.connect`` of the
+        runner.db file (``kw`` passed on), or (``--store postgresql``) the test's PostgreSQL database."""
+        return open_db(self.home, self.database_url, **kw)
+
+    def open_store(self, *, migrate: bool = True) -> Any:
+        """This project's ``Store`` (the runner.db file, or the test's PostgreSQL database)."""
+        from runner.store import Store
+        from runner.store.dialect import PgURL
+
+        if self.database_url:
+            return Store.open(PgURL(self.database_url), migrate=migrate)
+        return Store.open(self.home / "runner.db", migrate=migrate)
+
+    def store_bytes(self) -> bytes:
+        """Everything the store holds, to search for leaked secrets: the runner.db file's bytes, or
+        (``--store postgresql``) every value of every table of the test's database, as text."""
+        if not self.database_url:
+            return (self.home / "runner.db").read_bytes()
+        with self.db() as db:
+            tables = [
+                r[0]
+                for r in db.execute(
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+                )
+            ]
+            values = [str(v) for table in tables for row in db.execute(f'SELECT * FROM "{table}"') for v in row]
+        return "\n".join(v for v in values if v != "None").encode()
+
+    def has_store(self) -> bool:
+        """Whether the store exists: the runner.db file; on PostgreSQL, whether anything was written
+        (the test's database is made migrated, so "no file yet" means "no runs")."""
+        if self.database_url:
+            with self.db() as db:
+                return bool(db.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
+        return (self.home / "runner.db").exists()
 
     @property
     def jobs_path(self) -> Path:
@@ -106,6 +211,8 @@ class Project:
             OPENAI_API_KEY="sk-test-key-0123456789abcdef",
             PYTHONPATH=str(REPO),
         )
+        if self.database_url:
+            env["RUNNER_DATABASE_URL"] = self.database_url
         env.update(extra)
         assert_throwaway_home(env)
         return env
@@ -153,10 +260,49 @@ class Project:
 
 
 @pytest.fixture
-def project(tmp_path: Path, home: Path, fake: FakeOpenAI) -> Project:
+def project(tmp_path: Path, home: Path, fake: FakeOpenAI, store_url: str | None) -> Project:
     root = tmp_path / "proj"
     root.mkdir()
-    return Project(root=root, home=home, base_url=fake.base_url)
+    return Project(root=root, home=home, base_url=fake.base_url, database_url=store_url)
+
+
+class _PgDb:
+    """A PostgreSQL store connection dressed as the sqlite3 connection a test reads with
+    (``with``, ``commit``, ``row_factory``: rows are already indexable by name)."""
+
+    def __init__(self, url: str):
+        from runner.store.pg import PgConnection
+
+        self._conn = PgConnection(url)
+        self.row_factory: Any = None
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        return self._conn.execute(sql, params)
+
+    def executemany(self, sql: str, seq: Any) -> Any:
+        return self._conn.executemany(sql, seq)
+
+    def commit(self) -> None:
+        return None  # autocommit
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> _PgDb:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_db(home: Path, database_url: str | None = None, **kw: Any) -> Any:
+    """A connection to the store of ``home`` with sqlite3's shape: ``sqlite3.connect(home /
+    "runner.db", **kw)``, or with a database URL (``--store postgresql``) the PostgreSQL store."""
+    if database_url:
+        return _PgDb(database_url)
+    import sqlite3
+
+    return sqlite3.connect(home / "runner.db", **kw)
 
 
 # -- PostgreSQL (issue 17): a real server of the session's own; a fresh database per test ----------

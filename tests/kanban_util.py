@@ -1,4 +1,4 @@
-"""Helpers for the kanban tests: a board on the project's runner.db, waiting, a dispatcher process."""
+"""Helpers for the kanban tests: a board on the project's store, waiting, a dispatcher process."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from contextlib import contextmanager
 from typing import Any
 
 from runner.kanban.board import Board
-from runner.store import Store
 
 FAST = {"max_workers": 2, "lease_seconds": 2, "poll_seconds": 0.1, "retry_backoff": 0}
 
@@ -26,7 +25,7 @@ def write_config(project: Any, **kanban: Any) -> None:
 
 @contextmanager
 def board_of(project: Any) -> Iterator[Board]:
-    store = Store.open(project.home / "runner.db")
+    store = project.open_store()
     board = Board(store)
     try:
         yield board

@@ -1,5 +1,5 @@
 """Helpers for the `runner serve` tests: a real serve subprocess, the ledger read straight from
-SQLite, and polling with a deadline."""
+the store (SQLite, or the test's PostgreSQL database), and polling with a deadline."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import Project
+from tests.conftest import Project, open_db
 
 SERVE_CONFIG = """
 serve:
@@ -40,10 +40,10 @@ def wait_for(check: Callable[[], Any], timeout: float = 15.0, interval: float = 
 def rows(
     home: Path, sql: str = "SELECT * FROM runs ORDER BY slot, attempt", params: tuple[Any, ...] = ()
 ) -> list[dict[str, Any]]:
-    path = home / "runner.db"
-    if not path.exists():
+    url = os.environ.get("RUNNER_DATABASE_URL")  # --store postgresql: the test's database
+    if not url and not (home / "runner.db").exists():
         return []
-    db = sqlite3.connect(path, timeout=30)
+    db = open_db(home, url, timeout=30)
     db.row_factory = sqlite3.Row
     try:
         return [dict(r) for r in db.execute(sql, params)]

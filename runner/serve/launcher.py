@@ -19,6 +19,7 @@ overhead (``started_at - dispatched_at``).
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -71,6 +72,10 @@ class ConfigCache:
         settings.__dict__["config"] = self._entry[1]  # what the cached property would compute
         return True
 
+    def database(self) -> str | None:
+        """config.yaml's ``database:`` as parsed (None when not loaded or not set)."""
+        return self._entry[1].database if self._entry is not None else None
+
     def clear(self) -> None:
         self._entry = None
 
@@ -84,6 +89,18 @@ def preload_config(path: str, held: dict[str, str]) -> None:
 
     secrets.install(held)  # the env fallback provider is built from the keys a worker holds
     CONFIG.load(Path(path))
+    preload_store_driver(CONFIG.database())
+
+
+def preload_store_driver(setting: str | None) -> None:
+    """With the store on PostgreSQL (``RUNNER_DATABASE_URL``, else config.yaml's ``database:``),
+    import its driver once here rather than in every worker (psycopg: ~0.1 s a start, which
+    otherwise lands between serve's dispatch, where a run's timeout starts, and its start)."""
+    from runner.config.database import ENV, PG_SCHEMES
+
+    url = os.environ.get(ENV, "").strip() or (setting or "")
+    if url.split("://", 1)[0].lower() in PG_SCHEMES:
+        import runner.store.pg  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -133,7 +150,11 @@ class Launcher:
         ``config_path``: the config.yaml it parses once for every worker."""
         from runner import secrets
 
-        setup = () if config_path is None else (("runner.serve.launcher:preload_config", (str(config_path), secrets.held())),)
+        setup = (
+            ()
+            if config_path is None
+            else (("runner.serve.launcher:preload_config", (str(config_path), secrets.held())),)
+        )
         self.forks = forks or WarmForks(Warm(modules=tuple(preload), setup=setup))
 
     def warm(self) -> Callable[[], None]:
@@ -266,4 +287,3 @@ def _record_failure(settings: Settings, spec: WorkerSpec, exc: RunnerError, hand
         )
     except StoreError as again:  # the disk is still full: serve records the worker's exit instead
         print(f"runner worker {spec.run_id}: cannot record the failure: {again}", file=sys.stderr)
-

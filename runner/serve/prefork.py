@@ -72,3 +72,7 @@ ca_context()  # the CA bundle, loaded once for every worker's HTTPS requests
 from runner.warm import ready_loaded  # noqa: E402
 
 ready_loaded()  # LazyPatterns compiled and deferred validators built once, not in every child
+
+from runner.serve.launcher import preload_store_driver  # noqa: E402
+
+preload_store_driver(None)  # RUNNER_DATABASE_URL names PostgreSQL: its driver (config.yaml's: preload_config)

@@ -25,7 +25,8 @@ _INTEGER = re.compile(r"\bINTEGER\b", re.IGNORECASE)
 _REAL = re.compile(r"\b(REAL|FLOAT)\b", re.IGNORECASE)
 _QUOTED = re.compile(r"'(?:[^']|'')*'")
 
-#: SQL functions SQLite has built in that runner's statements use (installed before migrating)
+#: SQL functions SQLite has built in that runner's statements use (installed before migrating):
+#: ``json_valid``, ``julianday``, two-argument ``max``/``min``
 FUNCTIONS = [
     """
     CREATE OR REPLACE FUNCTION json_valid(doc text) RETURNS boolean
@@ -37,10 +38,46 @@ FUNCTIONS = [
         RETURN false;
     END $$
     """,
+    # SQLite's Julian day number of an ISO timestamp (runner stores ISO 8601 text with an offset);
+    # NULL for NULL, as SQLite gives (STRICT). The web charts and /metrics subtract two of them.
+    """
+    CREATE OR REPLACE FUNCTION julianday(ts text) RETURNS double precision
+    LANGUAGE sql IMMUTABLE STRICT AS $$
+        SELECT extract(epoch FROM ts::timestamptz)::double precision / 86400.0 + 2440587.5
+    $$
+    """,
+    # SQLite's scalar max(a, b) / min(a, b) (NULL when either is, hence STRICT); PostgreSQL only has
+    # the one-argument aggregates of these names (and GREATEST/LEAST, which skip NULLs)
+    """
+    CREATE OR REPLACE FUNCTION max(a anycompatible, b anycompatible) RETURNS anycompatible
+    LANGUAGE sql IMMUTABLE STRICT AS $$ SELECT GREATEST(a, b) $$
+    """,
+    """
+    CREATE OR REPLACE FUNCTION min(a anycompatible, b anycompatible) RETURNS anycompatible
+    LANGUAGE sql IMMUTABLE STRICT AS $$ SELECT LEAST(a, b) $$
+    """,
 ]
 
 
+_SIGNATURE = re.compile(r"FUNCTION\s+(\w+)\(([^)]*)\)", re.IGNORECASE)
+#: (name, number of arguments) of each function of FUNCTIONS
+SIGNATURES = frozenset(
+    (m.group(1), len([a for a in m.group(2).split(",") if a.strip()]))
+    for m in (_SIGNATURE.search(s) for s in FUNCTIONS)
+    if m is not None
+)
+
+
 def install_functions(conn: PgConnection) -> None:
+    """Create FUNCTIONS where one is missing (each store open checks; DDL only when needed: a
+    CREATE OR REPLACE on every open would write WAL and lock the catalog for nothing)."""
+    found = conn.execute(
+        "SELECT p.proname, p.pronargs FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+        "WHERE n.nspname = current_schema() AND p.proname = ANY(?)",
+        (sorted({name for name, _ in SIGNATURES}),),
+    ).fetchall()
+    if {(r[0], int(r[1])) for r in found} >= SIGNATURES:
+        return
     for statement in FUNCTIONS:
         conn.executescript(statement)
 

@@ -29,7 +29,7 @@ def daily(store: Store, now: datetime, days: int = 14) -> list[Day]:
     since = (now - timedelta(days=days - 1)).date().isoformat()
     rows = store.query(
         "SELECT substr(created_at, 1, 10) AS day, job, COUNT(*) AS runs, "
-        "SUM(status IN ('failed', 'timed_out', 'unknown')) AS failed, "
+        "SUM(CASE WHEN status IN ('failed', 'timed_out', 'unknown') THEN 1 ELSE 0 END) AS failed, "
         "COALESCE(SUM(cost_usd), 0) AS cost, COALESCE(SUM(prompt_tokens + completion_tokens), 0) AS tokens, "
         "AVG((julianday(ended_at) - julianday(started_at)) * 86400.0) AS dur "
         "FROM runs WHERE created_at >= ? AND parent_run_id IS NULL GROUP BY day, job ORDER BY day, job",

@@ -1,8 +1,8 @@
 """The dashboard's reads: overview, jobs, runs (keyset pages), a run's detail, approvals.
 
 Every function takes the store (and what else it needs) and returns plain rows; the pages only
-format them. Run lists page by ``rowid`` (insertion order, newest first) with the last shown run's
-id as the cursor, never ``OFFSET``, so page 1,000 of 100,000 runs costs what page 1 costs.
+format them. Run lists page by ``rowid`` (insertion order, newest first; PostgreSQL: ``(created_at,
+id)``) with the last shown run's id as the cursor, never ``OFFSET``, so page 1,000 of 100,000 runs costs what page 1 costs.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from runner.config.database import Dialect
 from runner.statuses import ACTIVE, RunStatus
 
 if TYPE_CHECKING:
@@ -68,15 +69,17 @@ def runs_page(
 ) -> RunsPage:
     where, params = flt.where()
     order = "DESC"
+    key = _page_key(store)
     if before:
-        where.append("rowid < (SELECT rowid FROM runs WHERE id = ?)")
+        where.append(f"{key} < (SELECT {key} FROM runs WHERE id = ?)")
         params.append(before)
     elif after:
-        where.append("rowid > (SELECT rowid FROM runs WHERE id = ?)")
+        where.append(f"{key} > (SELECT {key} FROM runs WHERE id = ?)")
         params.append(after)
         order = "ASC"
     clause = f"WHERE {' AND '.join(where)}" if where else ""
-    rows = store.query(f"SELECT {RUN_COLUMNS} FROM runs {clause} ORDER BY rowid {order} LIMIT ?", (*params, limit + 1))
+    by = ", ".join(f"{part} {order}" for part in key.strip("()").split(", "))
+    rows = store.query(f"SELECT {RUN_COLUMNS} FROM runs {clause} ORDER BY {by} LIMIT ?", (*params, limit + 1))
     more = len(rows) > limit
     rows = rows[:limit]
     if order == "ASC":
@@ -87,6 +90,12 @@ def runs_page(
         older = rows[-1]["id"] if more and rows else None
         newer = rows[0]["id"] if (before and rows) else None
     return RunsPage(rows=rows, older=older, newer=newer)
+
+
+def _page_key(store: Store) -> str:
+    """What run pages are ordered and cut by: SQLite's ``rowid`` (insertion order); PostgreSQL has
+    no rowid: the insert time, then the id (``created_at`` is written when the row is)."""
+    return "rowid" if store.dialect is Dialect.SQLITE else "(created_at, id)"
 
 
 def duration_s(row: dict[str, Any]) -> float | None:

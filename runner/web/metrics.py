@@ -18,10 +18,11 @@ LATENESS_BUCKETS = (0.1, 0.5, 1.0, 5.0, 30.0, 300.0)
 
 def _histogram(store: Store, expr: str, where: str, buckets: tuple[float, ...]) -> list[dict[str, Any]]:
     """Per job: cumulative bucket counts, sum and count of ``expr`` over the rows of ``where``."""
-    cases = ", ".join(f"SUM(v <= {b}) AS b{i}" for i, b in enumerate(buckets))
+    # CASE, not SUM(v <= b), and a named subquery: the same text on SQLite and PostgreSQL
+    cases = ", ".join(f"SUM(CASE WHEN v <= {b} THEN 1 ELSE 0 END) AS b{i}" for i, b in enumerate(buckets))
     return store.query(
         f"SELECT job, COUNT(*) AS n, COALESCE(SUM(v), 0) AS total, {cases} "
-        f"FROM (SELECT job, {expr} AS v FROM runs WHERE {where}) GROUP BY job"
+        f"FROM (SELECT job, {expr} AS v FROM runs WHERE {where}) AS finished GROUP BY job"
     )
 
 

@@ -34,13 +34,13 @@ def configure(project, fake, n=2, *, strategy="fill_first", extra="", backup=Fal
 
 
 def db_events(project, kinds=None):
-    db = sqlite3.connect(project.home / "runner.db")
+    db = project.db()
     rows = [(k, json.loads(p)) for k, p in db.execute("SELECT kind, payload FROM run_events ORDER BY run_id, seq")]
     return [(k, p) for k, p in rows if kinds is None or k in kinds]
 
 
 def last_run(project):
-    db = sqlite3.connect(project.home / "runner.db")
+    db = project.db()
     db.row_factory = sqlite3.Row
     return dict(db.execute("SELECT * FROM runs ORDER BY created_at DESC LIMIT 1").fetchone())
 
@@ -267,8 +267,10 @@ def test_no_raw_key_in_db_events_logs_or_outputs(project, fake, tmp_path):
     shown = project.run("runs", "show", last_run(project)["id"], env=env).stdout
     texts = [res.stdout, res.stderr, res2.stdout, res2.stderr, listing, shown, cassette.read_text()]
     files = [p for p in project.home.rglob("*") if p.is_file()]
-    assert any(p.name == "runner.db" for p in files)
+    assert project.database_url or any(p.name == "runner.db" for p in files)
     blobs = [p.read_bytes().decode("latin-1") for p in files] + texts
+    if project.database_url:  # --store postgresql: the store is not a file in RUNNER_HOME
+        blobs.append(project.store_bytes().decode())
     for key in KEYS[:2]:
         assert not [b[:80] for b in blobs if key in b], f"raw key {key[:12]}... leaked"
     assert fingerprint(KEYS[0]) in listing and "[REDACTED]" in res.stdout

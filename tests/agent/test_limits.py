@@ -1,7 +1,6 @@
 """Loop limits, retries, interrupts and context files, through `runner run-job` and the fake server."""
 
 import json
-import os
 import signal
 import sqlite3
 import time
@@ -18,13 +17,13 @@ def config(project, fake, **provider):
 
 
 def last_run(project):
-    db = sqlite3.connect(project.home / "runner.db")
+    db = project.db()
     db.row_factory = sqlite3.Row
     return dict(db.execute("SELECT * FROM runs ORDER BY created_at DESC LIMIT 1").fetchone())
 
 
 def kinds(project, run_id):
-    db = sqlite3.connect(project.home / "runner.db")
+    db = project.db()
     return [
         (k, json.loads(p))
         for k, p in db.execute("SELECT kind, payload FROM run_events WHERE run_id=? ORDER BY seq", (run_id,))
@@ -165,4 +164,4 @@ def test_runs_logs_follow_streams_until_done(project, fake):
     proc.wait(timeout=30)
     lines = [json.loads(x) for x in logs.stdout.splitlines()]
     assert lines[0]["kind"] == "run_started" and lines[-1]["kind"] == "run_finished"
-    assert os.path.exists(project.home / "runner.db")
+    assert project.has_store()

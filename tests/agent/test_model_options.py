@@ -86,7 +86,7 @@ def test_a_bad_job_option_is_exit_2_naming_file_job_and_field(project, fake, opt
     line = next(x for x in res.stderr.splitlines() if field in x)
     assert "jobs.yaml" in line and "bad" in line
     assert fake.requests == []
-    assert not (project.home / "runner.db").exists() or _no_runs(project)
+    assert not project.has_store() or _no_runs(project)
 
 
 def test_a_bad_provider_option_is_exit_2_naming_the_file(project, fake):
@@ -130,6 +130,5 @@ def test_cached_tokens_cost_the_input_price_when_no_cached_price_is_set(project,
 
 
 def _no_runs(project) -> bool:
-    import sqlite3
 
-    return sqlite3.connect(project.home / "runner.db").execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 0
+    return project.db().execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 0

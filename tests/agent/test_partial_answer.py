@@ -28,13 +28,13 @@ def config(project, fake, extra: str = "", **provider) -> None:
 
 
 def last_run(project) -> dict:
-    db = sqlite3.connect(project.home / "runner.db")
+    db = project.db()
     db.row_factory = sqlite3.Row
     return dict(db.execute("SELECT * FROM runs ORDER BY created_at DESC LIMIT 1").fetchone())
 
 
 def events(project, run_id: str) -> list[tuple[str, dict]]:
-    db = sqlite3.connect(project.home / "runner.db")
+    db = project.db()
     rows = db.execute("SELECT kind, payload FROM run_events WHERE run_id=? ORDER BY seq", (run_id,))
     return [(k, json.loads(p)) for k, p in rows]
 

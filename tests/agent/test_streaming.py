@@ -106,7 +106,7 @@ def test_streamed_text_events_are_coalesced(project, fake):
     assert project.cli("run-job", "c").exit_code == 0
     texts = events(project, "stream_text")
     assert 3 <= len(texts) < 290 // 4 and LONG.startswith("".join(t["text"] for t in texts))
-    db = sqlite3.connect(project.home / "runner.db")
+    db = project.db()
     stamps = [
         datetime.fromisoformat(ts).timestamp()
         for (ts,) in db.execute("SELECT ts FROM run_events WHERE kind='stream_text' ORDER BY seq")
@@ -156,7 +156,7 @@ def _running_id(project, timeout: float = 20) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            row = sqlite3.connect(project.home / "runner.db").execute("SELECT id FROM runs").fetchone()
+            row = project.db().execute("SELECT id FROM runs").fetchone()
         except sqlite3.OperationalError:
             row = None
         if row:

@@ -59,6 +59,7 @@ def fifty_jobs(project: Project) -> None:
     project.jobs_path.write_text("".join(lines))
 
 
+@pytest.mark.sqlite_only("the start-up imports of a SQLite installation (a PostgreSQL store loads psycopg)")
 def test_jobs_list_imports_no_scheduler_library_and_warm_no_validation(project: Project) -> None:
     fifty_jobs(project)
     cold = imported(project, "jobs", "list")  # validates jobs.yaml, writes the listing cache

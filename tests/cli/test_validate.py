@@ -4,7 +4,6 @@ every bad input is one line naming the file, job or field, exit code 2, no trace
 from __future__ import annotations
 
 import json
-import sqlite3
 
 import pytest
 
@@ -146,7 +145,7 @@ def test_huge_template_output_is_a_clean_error_before_any_run(project):
     )
     one_error(project.run("run-job", "a", timeout=30), "job a: prompt", "cap")
     one_error(project.run("run-job", "b", timeout=30), "job b: prompt", "bits")
-    assert not (project.home / "runner.db").exists() or not _runs(project)
+    assert not project.has_store() or not _runs(project)
 
 
 def test_templates_render_in_the_sandbox(project, fake):
@@ -212,7 +211,7 @@ def test_unknown_job_suggests_the_closest_names(project):
 
 
 def _runs(project) -> list[str]:
-    with sqlite3.connect(project.home / "runner.db") as db:
+    with project.db() as db:
         return [r[0] for r in db.execute("SELECT id FROM runs ORDER BY id")]
 
 

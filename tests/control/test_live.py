@@ -74,11 +74,15 @@ def test_trigger_of_an_unknown_job_exits_2(project: Project) -> None:
 
 def test_triggers_go_through_the_overlap_policy(project: Project, serve: Any) -> None:
     write_config(project)
-    project.write_jobs("jobs:\n  t:\n    agent: false\n    pre_run: sleep 1.5\n    overlap: skip\n")
+    gate = project.root / "release"  # the first run lasts until the second trigger was answered
+    pre_run = f"while [ ! -e {gate} ]; do sleep 0.05; done"
+    project.write_jobs(f"jobs:\n  t:\n    agent: false\n    pre_run: '{pre_run}'\n    overlap: skip\n")
     daemon = serve().started()
     assert project.run("jobs", "trigger", "t").returncode == 0
     wait_for(lambda: [r for r in job_rows(project.home, "t") if r["status"] == "running"], 10, what="the first run")
     assert project.run("jobs", "trigger", "t").returncode == 0
+    wait_for(lambda: len(job_rows(project.home, "t")) >= 2, 30, what="the second trigger's row")
+    gate.touch()
     runs = ended(project, "t", 2)
     assert sorted((r["status"], r["reason"]) for r in runs) == [("skipped", "overlap"), ("succeeded", None)]
     assert daemon.stop() == 0
@@ -167,10 +171,7 @@ def test_cancel_of_a_run_waiting_in_the_pool(project: Project, serve: Any) -> No
 def test_kanban_retry(project: Project) -> None:
     project.write_jobs("jobs:\n  k:\n    prompt: go\n")
     assert project.run("kanban", "add", "a task", "--job", "k").returncode == 0
-    db = project.home / "runner.db"
-    import sqlite3
-
-    with sqlite3.connect(db) as conn:
+    with project.db() as conn:
         conn.execute("UPDATE tasks SET status='failed', attempts=3, max_attempts=3 WHERE id=1")
     res = project.run("kanban", "retry", "1")
     assert res.returncode == 0 and "task 1: ready (attempt 4 of 4)" in res.stdout, res.stderr

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 from runner.memory.notebook import parse_scope
 from runner.memory.notebooks import change, load
@@ -103,7 +102,7 @@ def test_edit_unchanged_saves_nothing(project):
     project.write_jobs(JOBS)
     res = project.cli("memory", "edit", "shared:team", env=editor(project, "open(FILE, 'w').write(text)"))
     assert res.exit_code == 0 and "shared:team: unchanged" in res.stdout
-    assert not Path(project.home / "runner.db").exists() or stored(project, "shared:team") == ()
+    assert not project.has_store() or stored(project, "shared:team") == ()
 
 
 def test_clear_asks_first(project):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import signal
-import sqlite3
 
 from runner.testing import Reply, call, final, hang
 from tests.servehelp import rows
@@ -124,8 +123,12 @@ def test_a_reservation_that_cannot_be_written_fails_the_run_before_any_model_cal
     config(project, fake)
     project.write_jobs("jobs:\n  r:\n    prompt: go\n")
     budget(project)  # creates the store
-    db = sqlite3.connect(project.home / "runner.db")
-    db.execute("CREATE TRIGGER no_budget BEFORE INSERT ON budget_runs BEGIN SELECT RAISE(ABORT, 'no room'); END")
+    db = project.db()
+    if project.database_url:  # the same fault on PostgreSQL
+        db.execute("CREATE FUNCTION no_budget() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE 'no room'; END $$")
+        db.execute("CREATE TRIGGER no_budget BEFORE INSERT ON budget_runs FOR EACH ROW EXECUTE FUNCTION no_budget()")
+    else:
+        db.execute("CREATE TRIGGER no_budget BEFORE INSERT ON budget_runs BEGIN SELECT RAISE(ABORT, 'no room'); END")
     db.commit()
     db.close()
     res = project.run("run-job", "r")

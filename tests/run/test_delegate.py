@@ -3,7 +3,6 @@ children are real child runs in the ledger, their tools run for real on the pare
 
 import json
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -32,7 +31,7 @@ def ledger(project):
 
 
 def events(project, run_id):
-    db = sqlite3.connect(project.home / "runner.db")
+    db = project.db()
     return [
         (k, json.loads(p))
         for k, p in db.execute("SELECT kind, payload FROM run_events WHERE run_id=? ORDER BY seq", (run_id,))

@@ -2,7 +2,6 @@
 
 import json
 import os
-import sqlite3
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -21,7 +20,7 @@ def runs(project):
 
 
 def events(project, run_id):
-    db = sqlite3.connect(project.home / "runner.db")
+    db = project.db()
     return [
         (k, json.loads(p))
         for k, p in db.execute("SELECT kind, payload FROM run_events WHERE run_id=? ORDER BY seq", (run_id,))
@@ -166,7 +165,7 @@ def test_no_model_configured(project):
     assert res.returncode == 2
     assert "OPENAI_API_KEY" in res.stderr and "providers:" in res.stderr
     assert "Traceback" not in res.stderr
-    assert not (project.home / "runner.db").exists() or runs(project) == []
+    assert not project.has_store() or runs(project) == []
 
 
 def test_unknown_job_lists_known(project):

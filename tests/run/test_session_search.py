@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from runner.testing import call, final
 from tests.servehelp import rows
 
@@ -70,6 +72,9 @@ def test_session_search_finds_a_tool_result_from_50_runs_ago(project, fake):
     assert [project.cli("runs", "search", q, "--json").stdout for q in ("routine", "quiet", "lighthouse")] == before
 
 
+@pytest.mark.sqlite_only(
+    "FTS5 query syntax errors (PostgreSQL raw queries are websearch_to_tsquery, which accepts any text)"
+)
 def test_bad_query_syntax_is_one_line_exit_2_and_a_tool_error_for_the_model(project, fake):
     project.write_jobs(JOBS)
     fake.add(call("terminal", {"command": "echo AND OR"}), final("done"))

@@ -13,7 +13,7 @@ from tests.ttyhelp import run_on_a_tty
 
 
 def approvals(project):
-    db = sqlite3.connect(project.home / "runner.db")
+    db = project.db()
     db.row_factory = sqlite3.Row
     return [dict(r) for r in db.execute("SELECT * FROM approvals ORDER BY id")]
 

@@ -20,7 +20,7 @@ JOBS = "jobs:\n  j:\n    prompt: go\n{extra}"
 
 
 def approvals(project):
-    db = sqlite3.connect(project.home / "runner.db")
+    db = project.db()
     db.row_factory = sqlite3.Row
     return [dict(r) for r in db.execute("SELECT * FROM approvals ORDER BY id")]
 
@@ -30,7 +30,7 @@ def last_run(project):
 
 
 def events(project, run_id, kind):
-    db = sqlite3.connect(project.home / "runner.db")
+    db = project.db()
     db.row_factory = sqlite3.Row
     return [
         json.loads(r["payload"])

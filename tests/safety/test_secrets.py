@@ -77,6 +77,8 @@ def test_no_secret_anywhere_after_a_run(project, fake, tmp_path):
     tool_text = json.dumps(fake.requests[1]["body"]["messages"][-1])
     assert POOL_KEY not in tool_text
     blobs = {p: p.read_bytes() for p in project.home.rglob("*") if p.is_file()}
+    if project.database_url:  # --store postgresql: the store is not a file in RUNNER_HOME
+        blobs["store"] = project.store_bytes()
     blobs[cassette] = cassette.read_bytes()
     blobs["stdout"] = res.stdout.encode()
     blobs["stderr"] = res.stderr.encode()

@@ -3,7 +3,6 @@ before the model sees them, and what is stored is masked in its JSON-escaped for
 
 import base64
 import json
-import sqlite3
 
 from runner.testing import call, final
 
@@ -75,11 +74,11 @@ def test_stored_arguments_and_delivery_masked(project, fake, tmp_path):
     project.write_jobs(f"jobs:\n  s:\n    prompt: write\n    toolsets: [files]\n    deliver: [stdout, '{hook}']\n")
     res = project.run("run-job", "s", env=project.env(WEIRD_SECRET=weird))
     assert res.returncode == 0, res.stderr
-    db = (project.home / "runner.db").read_bytes()
+    db = project.store_bytes()
     raw_args = json.dumps({"path": "out.txt", "content": f"a\\n{token} and {weird}"})
     for needle in (token, weird, json.dumps(weird)[1:-1], json.dumps(weird, ensure_ascii=False)[1:-1], raw_args):
         assert needle.encode() not in db, needle
-    conn = sqlite3.connect(project.home / "runner.db")
+    conn = project.db()
     (delivery,) = conn.execute("SELECT delivery FROM runs").fetchone()
     assert "pa55w0rd-x" not in delivery and "zzzsecretpath" not in delivery
     assert "127.0.0.1:9/hooks/***" in delivery

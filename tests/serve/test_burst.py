@@ -3,7 +3,6 @@ so every slot falls on one instant a few seconds ahead (no waiting for a minute 
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -11,7 +10,6 @@ import pytest
 
 from runner.serve.planner import JobState
 from runner.serve.state import save_sight
-from runner.store import Store
 from tests.servehelp import rows, serve_factory, ts, wait_for, write_config
 
 MS = timedelta(milliseconds=1)  # the ledger keeps milliseconds
@@ -26,10 +24,12 @@ def burst(project, count: int, pre_run: str, lead: float) -> datetime:
     """``count`` script-only jobs, every one with a slot at the returned instant."""
     project.write_jobs(
         "jobs:\n"
-        + "".join(f"  j{i:03d}:\n    schedule: every 3600s\n    agent: false\n    pre_run: {pre_run}\n" for i in range(count))
+        + "".join(
+            f"  j{i:03d}:\n    schedule: every 3600s\n    agent: false\n    pre_run: {pre_run}\n" for i in range(count)
+        )
     )
     t0 = (datetime.now(UTC) + timedelta(seconds=lead)).replace(microsecond=0)
-    store = Store.open(project.home / "runner.db")
+    store = project.open_store()
     for i in range(count):
         state = JobState(
             f"j{i:03d}",
@@ -56,7 +56,7 @@ def test_a_burst_is_one_transaction_with_every_slot_once(project, serve):
     write_config(project, max_parallel=8)
     t0 = burst(project, 120, "'true'", lead=5)
     daemon = serve().started()
-    db = sqlite3.connect(project.home / "runner.db", timeout=30)
+    db = project.db(timeout=30)
     seen: set[int] = set()
     deadline = time.monotonic() + 30
     while 120 not in seen and time.monotonic() < deadline:  # a reader looks as fast as it can
@@ -66,7 +66,9 @@ def test_a_burst_is_one_transaction_with_every_slot_once(project, serve):
     done = wait_for(lambda: ended(project, 120), timeout=60, what="every run of the burst to end")
     assert daemon.stop() == 0
     assert sorted(r["job"] for r in done) == [f"j{i:03d}" for i in range(120)]  # none missed, none doubled
-    assert {(r["slot"], r["status"], r["attempt"]) for r in done} == {(t0.isoformat(timespec="milliseconds"), "succeeded", 1)}
+    assert {(r["slot"], r["status"], r["attempt"]) for r in done} == {
+        (t0.isoformat(timespec="milliseconds"), "succeeded", 1)
+    }
     assert len(rows(project.home)) == 120
 
 
@@ -76,7 +78,7 @@ def test_created_at_is_the_insert_time_not_the_tick(project, serve):
     write_config(project, max_parallel=8)
     t0 = burst(project, 5, "'true'", lead=20)  # room for a slow serve start on a loaded machine
     daemon = serve().started()
-    db = sqlite3.connect(project.home / "runner.db", timeout=30, isolation_level=None)
+    db = project.db(timeout=30, isolation_level=None)
     sleep_until(t0 - timedelta(seconds=0.3))
     assert datetime.now(UTC) < t0, "serve started too late for this test's slot"
     db.execute("BEGIN IMMEDIATE")

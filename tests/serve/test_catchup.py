@@ -8,7 +8,6 @@ import pytest
 
 from runner.serve.planner import JobState
 from runner.serve.state import save_sight
-from runner.store import Store
 from tests.servehelp import job_rows, serve_factory, ts, wait_for, write_config
 
 
@@ -33,7 +32,7 @@ def test_catchup_skip_once_all_after_a_3h_gap(project, serve):
     )
     now = datetime.now(UTC).replace(microsecond=0)
     last = now - timedelta(hours=3, minutes=7.5)
-    store = Store.open(project.home / "runner.db")
+    store = project.open_store()
     for name in ("skipper", "oncer", "aller"):
         save_sight(
             store,

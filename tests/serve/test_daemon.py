@@ -87,7 +87,7 @@ def test_unique_slot_even_with_the_lock_bypassed(project, serve):
     ran = [r for r in all_rows if r["status"] == "succeeded"]
     outputs = list((project.home / "outputs" / "tick").glob("*.md"))
     assert len(outputs) == len(ran)
-    db = sqlite3.connect(project.home / "runner.db")
+    db = project.db()
     first = all_rows[0]
     try:
         db.execute(

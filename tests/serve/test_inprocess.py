@@ -58,9 +58,7 @@ class FakeWorker:
         self._read, self._write = os.pipe()
         self.code: int | None = None
         self.signals: list[int] = []
-        mark_started(
-            store, spec.run_id, now=clock.now(), dispatched_at=clock.now(), waited_s=spec.waited_s
-        )
+        mark_started(store, spec.run_id, now=clock.now(), dispatched_at=clock.now(), waited_s=spec.waited_s)
 
     @property
     def pid(self) -> int:
@@ -125,7 +123,8 @@ class InProcessServe:
         self.settings = Settings(home=home, jobs_path=root / "jobs.yaml", config_path=home / "config.yaml")
         self.store = self.settings.store
         self.clock = ManualClock(T0)
-        self.workers_store = Store.open(home / "runner.db", migrate=False)  # a worker's own connection
+        # a worker's own connection (runner.db, or with --store postgresql the test's database)
+        self.workers_store = Store.open(self.settings.database, migrate=False)
         self.spawner = FakeSpawner(self.workers_store, self.clock)
         log = logging.getLogger("tests.serve.inprocess")
         serve = self.settings.config.serve

@@ -1,7 +1,6 @@
 """The loops serve runs beside the scheduler: kanban dispatch and the idle Curator's first sight."""
 
 import json
-import sqlite3
 
 import pytest
 
@@ -28,6 +27,6 @@ def test_serve_dispatches_kanban_tasks_and_seeds_the_curator(project, serve):
     shown = wait_for(done, timeout=30, what="the task to be done by a worker serve started")
     assert "did" in shown["task"]["result"]
     proc.wait_log("curator seeded")
-    db = sqlite3.connect(project.home / "runner.db")
+    db = project.db()
     assert db.execute("SELECT seeded FROM curator_state").fetchone()[0] == 1
     assert proc.stop() == 0

@@ -35,7 +35,7 @@ def state(project, name):
 
 
 def curator_rows(project):
-    db = sqlite3.connect(project.home / "runner.db")
+    db = project.db()
     db.row_factory = sqlite3.Row
     return [dict(r) for r in db.execute("SELECT * FROM curator_runs ORDER BY started_at, id")]
 
@@ -181,7 +181,7 @@ def test_dry_run_changes_nothing_at_all(jobs):
     assert "would change: 1 stale, 1 archived, 0 reactivated" in res.stdout
     assert tree_hash(project.home / "skills") == before
     assert not (project.home / "logs" / "curator").exists()
-    assert not (project.home / "runner.db").exists() or curator_rows(project) == []
+    assert not project.has_store() or curator_rows(project) == []
     res = project.cli("curator", "run", "--json")
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)

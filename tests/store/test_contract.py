@@ -169,6 +169,22 @@ def test_kanban_claim_complete_and_fence(any_store: Store):
     assert [e["kind"] for e in board.events(parent)].count("refused") == 1
 
 
+def test_a_runs_task_id_is_a_key_to_tasks(any_store: Store):
+    """m0015 (SQLite) and m0019 (PostgreSQL): a run names an existing task or none; deleting the
+    task sets its runs' task_id to NULL; the value reads back as text on both."""
+    board = Board(any_store, host="here")
+    task = board.add("a task", now=T0, job="j")
+    run_id = create_run(any_store, job="j", trigger=Trigger.KANBAN, task_id=str(task))
+    assert any_store.one("SELECT task_id FROM runs WHERE id=?", (run_id,)) == {"task_id": str(task)}
+    with pytest.raises(sqlite3.IntegrityError):
+        create_run(any_store, job="j", trigger=Trigger.KANBAN, task_id=str(task + 100))
+    with pytest.raises(sqlite3.IntegrityError):
+        any_store.execute("UPDATE runs SET task_id=? WHERE id=?", ("not-a-task", run_id))
+    with any_store.transaction() as conn:
+        conn.execute("DELETE FROM tasks WHERE id=?", (task,))
+    assert any_store.one("SELECT task_id FROM runs WHERE id=?", (run_id,)) == {"task_id": None}
+
+
 def test_memory_notebook_writes_and_the_version_check(any_store: Store):
     scope = Scope(ScopeKind.JOB, "a")
     change(any_store, scope, lambda nb: Notebook((*nb.entries, "first")), by="r1")

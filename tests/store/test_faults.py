@@ -42,6 +42,7 @@ def seed(project: Project, fake, runs: int = 1) -> None:
 
 
 # -- an empty, corrupt or foreign runner.db ---------------------------------------------------------
+@pytest.mark.sqlite_only("an empty, garbage or moved runner.db file")
 def test_empty_db_next_to_earlier_runs_is_refused(project, fake):
     seed(project, fake)
     db = project.home / "runner.db"
@@ -53,6 +54,7 @@ def test_empty_db_next_to_earlier_runs_is_refused(project, fake):
     assert db.stat().st_size == 0, "nothing was written to the file"
 
 
+@pytest.mark.sqlite_only("an empty, garbage or moved runner.db file")
 def test_garbage_db_is_refused(project, fake):
     seed(project, fake)
     db = project.home / "runner.db"
@@ -62,6 +64,7 @@ def test_garbage_db_is_refused(project, fake):
     one_line(project.run("runs", "list"), 2, str(db), "not a database", "backup")
 
 
+@pytest.mark.sqlite_only("an empty, garbage or moved runner.db file")
 def test_foreign_sqlite_file_is_refused(project):
     project.home.mkdir(parents=True)
     db = project.home / "runner.db"
@@ -72,6 +75,7 @@ def test_foreign_sqlite_file_is_refused(project):
     one_line(project.run("runs", "list"), 2, str(db), "_migrations", "notes")
 
 
+@pytest.mark.sqlite_only("an empty, garbage or moved runner.db file")
 def test_new_home_and_moved_aside_db_start_a_new_ledger(project, fake):
     project.write_jobs("jobs:\n  a:\n    prompt: hi\n")
     res = project.run("runs", "list")  # brand-new RUNNER_HOME
@@ -87,6 +91,7 @@ def test_new_home_and_moved_aside_db_start_a_new_ledger(project, fake):
     assert db.stat().st_size > 0
 
 
+@pytest.mark.sqlite_only("an empty, garbage or moved runner.db file")
 def test_empty_db_in_a_home_without_runs_is_a_new_ledger(project):
     """A 0-byte file and nothing else (a first start killed before its migrations) is not a loss."""
     project.home.mkdir(parents=True)
@@ -105,6 +110,7 @@ def corrupt_middle_page(db: Path) -> None:
         fh.write(bytes([0xDE, 0xAD, 0xBE, 0xEF]) * (page // 4))
 
 
+@pytest.mark.sqlite_only("a corrupted page of the runner.db file")
 def test_doctor_quick_check_reports_a_corrupted_page(project, fake):
     seed(project, fake, runs=40)
     res = project.run("doctor", "--json")
@@ -125,6 +131,7 @@ def test_doctor_quick_check_reports_a_corrupted_page(project, fake):
 
 
 # -- runner db backup | migrate -------------------------------------------------------------------
+@pytest.mark.sqlite_only("runner db backup is SQLite's online backup (PostgreSQL: pg_dump)")
 def test_db_backup_is_a_consistent_private_copy(project, fake, tmp_path):
     seed(project, fake, runs=3)
     dest = tmp_path / "backup.db"
@@ -146,6 +153,7 @@ def test_db_backup_is_a_consistent_private_copy(project, fake, tmp_path):
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [], "no temporary file left"
 
 
+@pytest.mark.sqlite_only("runner db backup is SQLite's online backup (PostgreSQL: pg_dump)")
 def test_db_backup_restores(project, fake, tmp_path):
     """The documented restore: the copy in place of runner.db, runs and events intact."""
     seed(project, fake, runs=2)
@@ -162,23 +170,26 @@ def test_db_backup_restores(project, fake, tmp_path):
     assert len(json.loads(res.stdout)) == 2
 
 
+@pytest.mark.sqlite_only("runner db backup is SQLite's online backup (PostgreSQL: pg_dump)")
 def test_db_backup_bad_destinations(project, fake, tmp_path):
     seed(project, fake)
     one_line(project.run("db", "backup", str(tmp_path / "nope" / "b.db")), 2, "no such folder")
     one_line(project.run("db", "backup", str(tmp_path)), 2, "folder")
 
 
+@pytest.mark.sqlite_only("runner db backup is SQLite's online backup (PostgreSQL: pg_dump)")
 def test_db_backup_without_a_store(project, tmp_path):
     one_line(project.run("db", "backup", str(tmp_path / "b.db")), 2, "runner.db", "no store")
-    assert not (project.home / "runner.db").exists()
+    assert not project.has_store()
 
 
+@pytest.mark.sqlite_only("a new runner.db file; the test databases come migrated (test_pg_cli covers db migrate)")
 def test_db_migrate_prints_what_it_applied(project):
     res = project.run("db", "migrate")
     assert res.returncode == 0, res.stderr
     assert "applied m0001_runs" in res.stdout
     applied = [line for line in res.stdout.splitlines() if line.startswith("applied ")]
-    names = {r[0] for r in sqlite3.connect(project.home / "runner.db").execute("SELECT name FROM _migrations")}
+    names = {r[0] for r in project.db().execute("SELECT name FROM _migrations")}
     assert {line.split()[1] for line in applied} == names
     res = project.run("db", "migrate")
     assert res.returncode == 0 and "up to date" in res.stdout, res.stdout
@@ -285,7 +296,7 @@ def test_recovery_kills_what_a_killed_run_left_running(project, fake):
         while len(fake.requests) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert len(fake.requests) >= 2, "the tool call never finished"
-        (run_id,) = [r[0] for r in sqlite3.connect(project.home / "runner.db").execute("SELECT id FROM runs")]
+        (run_id,) = [r[0] for r in project.db().execute("SELECT id FROM runs")]
         left = processes_of(run_id)
         assert sorted(left.values()) == ["sleep 300", "sleep 301"], left
     finally:

@@ -17,6 +17,8 @@ from runner.store import Store, StoreFault, migration_names
 from runner.store.dialect import PgURL
 from runner.testing import final as text
 
+pytestmark = pytest.mark.own_store  # each test names its stores (--store does not apply)
+
 
 def test_run_job_on_postgresql_and_runs_show_from_another_home(project, fake, pg_url, tmp_path):
     fake.add(text("the answer is 42"))

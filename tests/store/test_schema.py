@@ -141,7 +141,7 @@ def test_a_real_run_stores_json_columns_as_json(project, fake):
     assert res.returncode == 0, res.stderr
     added = project.run("kanban", "add", "a task", "--job", "j")
     assert added.returncode == 0, added.stderr
-    db = sqlite3.connect(project.home / "runner.db")
+    db = project.db()
     for table, column in JSON_COLUMNS:
         bad = db.execute(f"SELECT COUNT(*) FROM {table} WHERE {column} IS NOT NULL AND NOT json_valid({column})")
         assert bad.fetchone()[0] == 0, (table, column)
@@ -149,6 +149,9 @@ def test_a_real_run_stores_json_columns_as_json(project, fake):
     wrapped = db.execute(
         "SELECT COUNT(*) FROM run_events, json_tree(run_events.payload) AS t WHERE t.type = 'text' "
         "AND json_valid(t.value) AND substr(trim(t.value), 1, 1) IN ('{', '[')"
+        if not project.database_url
+        else "SELECT COUNT(*) FROM run_events, jsonb_path_query(run_events.payload::jsonb, 'strict $.**') AS t "
+        "WHERE jsonb_typeof(t) = 'string' AND json_valid(t #>> '{}') AND substr(trim(t #>> '{}'), 1, 1) IN ('{', '[')"
     ).fetchone()[0]
     assert wrapped == 0
     calls = [
@@ -156,7 +159,8 @@ def test_a_real_run_stores_json_columns_as_json(project, fake):
         for (p,) in db.execute("SELECT payload FROM run_events WHERE kind='tool_call' ORDER BY seq")
     ]
     assert calls == [{"command": "echo hi"}, {"path": "nope.txt"}]
-    assert db.execute("SELECT json_type(delivery) FROM runs").fetchone()[0] == "array"
+    json_type = "jsonb_typeof(delivery::jsonb)" if project.database_url else "json_type(delivery)"
+    assert db.execute(f"SELECT {json_type} FROM runs").fetchone()[0] == "array"
     assert db.execute("SELECT COUNT(*) FROM task_events").fetchone()[0] >= 1
 
 

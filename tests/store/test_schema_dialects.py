@@ -1,6 +1,10 @@
 """The same migrations make the same schema on SQLite and PostgreSQL: tables, columns (names, in
-order, and their kind: text, integer, real, bytes), primary keys and unique indexes. The full-text
-index's own tables differ by design (FTS5 virtual table vs a table with a tsvector column)."""
+order, and their kind: text, integer, real, bytes), primary keys, unique indexes and foreign keys (column,
+referenced table and column, ON DELETE). The full-text index's own tables differ by design (FTS5
+virtual table vs a table with a tsvector column). One key is kept differently: ``runs.task_id``
+(TEXT) -> ``tasks(id)`` is a FOREIGN KEY on SQLite and, as PostgreSQL refuses a key between TEXT
+and BIGINT, a constraint trigger there (m0019); it counts as that key when the trigger exists
+(its behaviour is in tests/store/test_contract.py)."""
 
 from __future__ import annotations
 
@@ -20,6 +24,21 @@ KINDS = {
 DIALECT_SPECIFIC = ("search_fts",)
 
 
+#: pg_constraint.confdeltype -> SQLite's ON DELETE words
+ON_DELETE = {"a": "NO ACTION", "r": "RESTRICT", "c": "CASCADE", "n": "SET NULL", "d": "SET DEFAULT"}
+
+
+def _trigger_keys(conn: object, table: str) -> set[tuple[str, str, str, str]]:
+    """The keys PostgreSQL keeps with a constraint trigger (m0019's ``runs.task_id``)."""
+    from runner.store.migrations import m0019_runs_task_key as m0019
+
+    found = conn.execute(  # type: ignore[attr-defined]
+        "SELECT 1 FROM pg_trigger WHERE tgrelid = ?::regclass AND tgname = ? AND tgconstraint <> 0",
+        (table, m0019.TRIGGER),
+    ).fetchone()
+    return {m0019.KEY} if found else set()
+
+
 def sqlite_schema(store: Store) -> dict[str, dict[str, object]]:
     out: dict[str, dict[str, object]] = {}
     names = [
@@ -35,10 +54,12 @@ def sqlite_schema(store: Store) -> dict[str, dict[str, object]]:
             if idx[2] and idx[3] == "c":  # unique, made by CREATE UNIQUE INDEX
                 cols = tuple(r[2] for r in store.conn.execute(f'PRAGMA index_info("{idx[1]}")'))
                 unique.add((idx[1], cols))
+        keys = {(r[3], r[2], r[4], r[6].upper()) for r in store.conn.execute(f'PRAGMA foreign_key_list("{table}")')}
         out[table] = {
             "columns": [(r[1], KINDS[r[2].upper()]) for r in info],
             "pk": pk,
             "unique": unique,
+            "foreign": keys,
         }
     return out
 
@@ -73,10 +94,19 @@ def pg_schema(store: Store) -> dict[str, dict[str, object]]:
             "GROUP BY c.relname",
             (table,),
         ).fetchall()
+        foreign = conn.execute(
+            "SELECT a.attname, f.relname, fa.attname, c.confdeltype FROM pg_constraint c "
+            "JOIN pg_class f ON f.oid = c.confrelid "
+            "JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1] "
+            "JOIN pg_attribute fa ON fa.attrelid = c.confrelid AND fa.attnum = c.confkey[1] "
+            "WHERE c.contype = 'f' AND c.conrelid = ?::regclass",
+            (table,),
+        ).fetchall()
         out[table] = {
             "columns": [(r[0], KINDS[r[1]]) for r in cols],
             "pk": tuple(r[0] for r in pk),
             "unique": {(r[0], tuple(r[1])) for r in unique},
+            "foreign": {(r[0], r[1], r[2], ON_DELETE[r[3]]) for r in foreign} | _trigger_keys(conn, table),
         }
     return out
 
@@ -89,6 +119,10 @@ def test_the_same_tables_columns_keys_and_unique_indexes(tmp_path, pg_empty_url)
     for table in a:
         assert a[table] == b[table], table
     assert b["runs"]["unique"] == {("runs_job_slot", ("job", "slot", "attempt"))}
+    assert ("task_id", "tasks", "id", "SET NULL") in a["runs"]["foreign"] and b["runs"]["foreign"] == a["runs"][
+        "foreign"
+    ]
+    assert ("run_id", "runs", "id", "CASCADE") in b["run_events"]["foreign"]
     assert lite.applied_migrations() == pg.applied_migrations()
     lite.close()
     pg.close()

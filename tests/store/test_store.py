@@ -54,7 +54,7 @@ def test_sigkilled_run_becomes_unknown_on_next_command(project, fake):
     proc = project.start_job("slow", fake)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    db = sqlite3.connect(project.home / "runner.db")
+    db = project.db()
     assert db.execute("SELECT status FROM runs").fetchone()[0] == "running"
     res = project.cli("runs", "list", "--json")
     assert '"status": "unknown"' in res.output

@@ -366,7 +366,6 @@ def test_docker_fetch_runs_inside_the_container(docker_backend, serve):
 
 def test_a_docker_run_with_no_network_is_told_why_web_fetch_is_missing(docker_backend, project, fake):
     import json
-    import sqlite3
 
     from runner.testing import final
 
@@ -377,7 +376,7 @@ def test_a_docker_run_with_no_network_is_told_why_web_fetch_is_missing(docker_ba
     )
     res = project.cli("run-job", "w")
     assert res.exit_code == 0, res.output
-    db = sqlite3.connect(project.home / "runner.db")
+    db = project.db()
     [payload] = [json.loads(p) for (p,) in db.execute("SELECT payload FROM run_events WHERE kind = 'prompt'")]
     assert "web_fetch" not in payload["tools"] and "read_file" in payload["tools"]
     assert payload["unavailable"] == {
@@ -466,7 +465,6 @@ def test_the_curl_getter_pins_the_address_and_leaves_redirects_to_the_checker(lo
 
 def test_a_run_refusing_a_fetch_tells_the_model_and_writes_an_approvals_row(project, fake, serve):
     import json
-    import sqlite3
 
     from runner.testing import call, final
 
@@ -478,7 +476,7 @@ def test_a_run_refusing_a_fetch_tells_the_model_and_writes_an_approvals_row(proj
     [tool_msg] = [m for m in fake.requests[1]["body"]["messages"] if m["role"] == "tool"]
     assert tool_msg["content"].startswith("blocked: 127.0.0.1 resolves to 127.0.0.1, a loopback address")
     assert srv.requests == []
-    db = sqlite3.connect(project.home / "runner.db")
+    db = project.db()
     rows = db.execute("SELECT command, level, reasons, policy, decision, decided_by FROM approvals").fetchall()
     assert [(r[0], r[1], r[3], r[4], r[5]) for r in rows] == [
         (f"web_fetch {srv.url('/private')}", "blocked", "web", "denied", "web policy")

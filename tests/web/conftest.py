@@ -10,17 +10,22 @@ from typing import Any
 import pytest
 
 from runner.testing import FakeOpenAI
+from tests.conftest import store_mode
 from tests.web.webhelp import CHROMIUM, Site, WebServer, make_site, seed_runs, start_web
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+def site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     fake = FakeOpenAI().start()
-    s = make_site(tmp_path_factory.mktemp("web"), fake)
+    server = request.getfixturevalue("pg_server") if store_mode(request.config) == "postgresql" else None
+    url = server.fresh() if server is not None else None  # --store postgresql: the module's database
+    s = make_site(tmp_path_factory.mktemp("web"), fake, database_url=url)
     s.ids = seed_runs(s)  # type: ignore[attr-defined]
     yield s
     s.close()
     fake.stop()
+    if server is not None and url:
+        server.drop(url)
 
 
 @pytest.fixture(scope="module")

@@ -52,15 +52,16 @@ def test_follow_a_running_run_live(site: Site, web: WebServer, page: Any) -> Non
 
 
 def _wait_for_run(site: Site, job: str, timeout: float = 20) -> str:
-    import sqlite3
     import time
 
     deadline = time.time() + timeout
     while time.time() < deadline:
-        db = sqlite3.connect(site.home / "runner.db")
+        db = site.db()
         try:
             row = db.execute(
-                "SELECT id FROM runs WHERE job = ? AND status IN ('queued', 'running') ORDER BY rowid DESC", (job,)
+                "SELECT id FROM runs WHERE job = ? AND status IN ('queued', 'running') ORDER BY "
+                + ("created_at DESC, id DESC" if site.database_url else "rowid DESC"),
+                (job,),
             ).fetchone()
         finally:
             db.close()

@@ -40,7 +40,7 @@ def needs(module: str) -> Any:
 
 
 def _store(site: Site) -> Store:
-    return Store.open(site.home / "runner.db")
+    return site.open_store()
 
 
 def test_run_now_runs_the_job_through_serve(site: Site, web: WebServer, page: Any) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.testing import FakeOpenAI, call, final
-from tests.conftest import REPO, assert_throwaway_home
+from tests.conftest import REPO, assert_throwaway_home, open_db
 
 CHROMIUM = "/usr/bin/chromium"
 PLANTED_KEY = "sk-planted-web-secret-7f3a9c2e5b1d4e6f8a0b"
@@ -51,6 +51,18 @@ class Site:
     userhome: Path
     fake: FakeOpenAI
     procs: list[subprocess.Popen[str]] = field(default_factory=list)
+    database_url: str | None = None  # --store postgresql: the module's own database
+
+    def open_store(self) -> Any:
+        """The site's ``Store``: runner.db, or (``--store postgresql``) its PostgreSQL database."""
+        from runner.store import Store
+        from runner.store.dialect import PgURL
+
+        return Store.open(PgURL(self.database_url) if self.database_url else self.home / "runner.db")
+
+    def db(self) -> Any:
+        """A connection with sqlite3's shape to the site's store (see ``tests.conftest.open_db``)."""
+        return open_db(self.home, self.database_url)
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RUNNER_"))}
@@ -62,6 +74,8 @@ class Site:
             OPENAI_API_KEY=PLANTED_KEY,
             PYTHONPATH=str(REPO),
         )
+        if self.database_url:
+            env["RUNNER_DATABASE_URL"] = self.database_url
         env.update(extra)
         assert_throwaway_home(env)
         return env
@@ -108,14 +122,14 @@ class Site:
             proc.wait(timeout=10)
 
 
-def make_site(base: Path, fake: FakeOpenAI) -> Site:
+def make_site(base: Path, fake: FakeOpenAI, database_url: str | None = None) -> Site:
     root, home, userhome = base / "proj", base / "home", base / "userhome"
     for folder in (root, userhome):
         folder.mkdir(parents=True)
     (root / "jobs.yaml").write_text(textwrap.dedent(JOBS))
     home.mkdir(mode=0o700)
     (home / "config.yaml").write_text("kanban:\n  default_job: hello\n")
-    return Site(root=root, home=home, userhome=userhome, fake=fake)
+    return Site(root=root, home=home, userhome=userhome, fake=fake, database_url=database_url)
 
 
 def seed_runs(site: Site) -> dict[str, str]:
