@@ -24,6 +24,14 @@ jobs:
 """
 
 
+def long_job(seconds: int) -> str:
+    """One script-only job that fires once and runs ``seconds``, retried once at once."""
+    return (
+        "jobs:\n  long:\n    schedule: in 1s\n    agent: false\n"
+        f"    pre_run: sleep {seconds}\n    retries: {{attempts: 1, backoff: 0s}}\n"
+    )
+
+
 def test_runs_fire_on_workers_once_each(cluster: Cluster) -> None:
     cluster.fake.default = Reply(content="hi")
     cluster.write_jobs(EVERY)
@@ -92,16 +100,7 @@ def test_timeout_stops_a_remote_run(cluster: Cluster) -> None:
 
 
 def test_worker_lost_mid_run_is_unknown_then_retried(cluster: Cluster) -> None:
-    cluster.write_jobs(
-        """
-        jobs:
-          long:
-            schedule: in 1s
-            agent: false
-            pre_run: sleep 4
-            retries: {attempts: 1, backoff: 0s}
-        """
-    )
+    cluster.write_jobs(long_job(4))
     doomed = cluster.worker("doomed", concurrency=1)
     wait_ready_all(cluster, [doomed])
     cluster.serve()
@@ -126,16 +125,7 @@ def test_cut_off_worker_is_fenced_when_it_comes_back(cluster: Cluster) -> None:
     """A worker paused (cut off) past ``lost_after_s``: serve declares its run lost and retries it
     elsewhere; when the worker comes back it kills its stale run at its next heartbeat, and the
     late result never overwrites the ``unknown`` verdict the retry was based on."""
-    cluster.write_jobs(
-        """
-        jobs:
-          long:
-            schedule: in 1s
-            agent: false
-            pre_run: sleep 60
-            retries: {attempts: 1, backoff: 0s}
-        """
-    )
+    cluster.write_jobs(long_job(60))
     paused = cluster.worker("paused", concurrency=1)
     wait_ready_all(cluster, [paused])
     cluster.serve()
