@@ -35,7 +35,7 @@ class FenceError(RunnerError):
 class AlreadyTaken(FenceError):
     """Another delivery of the same attempt took it first (a remote worker's ``take``)."""
 
-    reason = "taken"
+    reason = "alreadytaken"
 
     def __init__(self, task_id: int, fence: int, current: int | None, status: str | None, action: str):
         super().__init__(task_id, fence, current, status, action)

@@ -54,6 +54,8 @@ class StoreUnavailable(StoreFault):
     """The store's server cannot answer now: unreachable, restarting, a connection it dropped, or
     busy past the lock timeout (PostgreSQL). Transient: serve waits and tries again."""
 
+    reason = "store_error"  # recorded on a run as any other store fault
+
 
 def sqlite_code(exc: sqlite3.Error) -> int | None:
     """The primary SQLite result code of ``exc`` (None for errors raised by the sqlite3 module itself)."""

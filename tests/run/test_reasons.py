@@ -21,7 +21,13 @@ from runner.errors import (
 #: reasons that are not the word derived from the class name, each with why no stored row changes
 #: meaning: ModelError always carried its own; the store's errors were raised only when the store
 #: could not be opened (so no row ever held ``store``) until issue 14 named the run reason ``store_error``
-NAMED = {"ModelError": None, "StoreError": "store_error", "StoreFault": "store_error", "StoreStateError": "store_state"}
+NAMED = {
+    "ModelError": None,
+    "StoreError": "store_error",
+    "StoreFault": "store_error",
+    "StoreUnavailable": "store_error",  # issue 17: a PostgreSQL server that cannot answer now
+    "StoreStateError": "store_state",
+}
 
 
 def all_subclasses(cls: type) -> list[type]:
@@ -50,9 +56,10 @@ def test_every_runner_error_names_its_own_reason_and_it_is_the_stored_word():
 
 
 def test_store_faults_are_recorded_as_store_error():
-    from runner.store import StoreFault
+    from runner.store import StoreFault, StoreUnavailable
 
     assert failure_reason(StoreError("x")) == failure_reason(StoreFault("x")) == "store_error"
+    assert failure_reason(StoreUnavailable("x")) == "store_error"
     assert StoreStateError("x").exit_code == 2 and StoreFault("x").exit_code == 1
 
 
