@@ -156,6 +156,17 @@ class Machine:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path else ""
 
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``python -m runner ARGS`` on this machine (its environment and project folder)."""
+        return subprocess.run(
+            [sys.executable, "-m", "runner", *args],
+            env=self.env,
+            cwd=self.root,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
     def kill_tree(self) -> None:
         """SIGKILL the process and everything under it: the machine is gone."""
         from runner.procs import ProcessTree

@@ -5,8 +5,6 @@ and project folder) through a real redis-server."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import Counter
 from typing import Any
 
@@ -32,14 +30,7 @@ kanban:
 
 
 def add_task(m: Machine, title: str, *args: str, job: str = "chore") -> int:
-    out = subprocess.run(
-        [sys.executable, "-m", "runner", "kanban", "add", title, "--job", job, "--json", *args],
-        env=m.env,
-        cwd=m.root,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = m.cli("kanban", "add", title, "--job", job, "--json", *args)
     assert out.returncode == 0, out.stderr
     return int(json.loads(out.stdout)["id"])
 

@@ -173,17 +173,8 @@ def test_two_schedulers_writing_the_same_slot_make_one_row(tmp_path) -> None:
 
 
 def leader_line(cluster: Cluster) -> str:
-    import subprocess
-    import sys
 
     m = cluster.machines[0]
-    out = subprocess.run(
-        [sys.executable, "-m", "runner", "jobs", "list"],
-        env=m.env,
-        cwd=m.root,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = m.cli("jobs", "list")
     assert out.returncode == 0, out.stderr
     return out.stdout
