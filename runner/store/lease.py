@@ -134,23 +134,12 @@ class PgLease:
         return self._conn.raw  # reconnects a broken connection (whose lock the server freed)
 
     def _one(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
-        """The first value of one statement on the lease's own connection. A connection found dead
-        when used (the server restarted meanwhile) is opened again and the statement sent once
-        more, unless it held our lock (then the caller learns it lapsed); a server that cannot
-        answer is a ``StoreUnavailable``."""
-        import psycopg
-
-        from runner.store.pg import translate_error
-
-        for attempt in (1, 2):
-            raw = self._raw()
-            try:
-                return raw.execute(sql, params).fetchone()[0]
-            except psycopg.Error as exc:
-                if attempt == 1 and raw.broken and not self._held:
-                    continue  # a stale idle connection: once more on a new one
-                raise translate_error(exc, self._conn.shown) from exc
-        raise AssertionError("unreachable")
+        """The first value of one statement (``?`` placeholders) on the lease's own connection,
+        through ``PgConnection``: a connection found dead when used (the server restarted while it
+        sat idle) is opened again and the statement sent once more; a server that cannot answer
+        is a ``StoreUnavailable``."""
+        self._raw()
+        return self._conn.execute(sql, params).fetchone()[0]
 
     def _still_held(self) -> bool:
         """Whether our connection, and so our advisory lock, is still there."""
@@ -192,7 +181,7 @@ class PgLease:
         return True
 
     def _try_lock(self) -> bool:
-        return bool(self._one("SELECT pg_try_advisory_lock(%s)", (self.key,)))
+        return bool(self._one("SELECT pg_try_advisory_lock(?)", (self.key,)))
 
     def _evict_stale(self, now: datetime) -> bool:
         """The holder stopped renewing past its expiry (paused, cut off): end its connection, which
@@ -201,7 +190,7 @@ class PgLease:
         expires = parse_iso(row["expires_at"]) if row else None
         if row is None or row["backend"] is None or expires is None or expires > now:
             return False
-        return bool(self._one("SELECT pg_terminate_backend(%s, 2000)", (int(row["backend"]),)))
+        return bool(self._one("SELECT pg_terminate_backend(?, 2000)", (int(row["backend"]),)))
 
     def renew(self, now: datetime | None = None) -> bool:
         now = now or utcnow()
