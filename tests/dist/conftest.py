@@ -111,7 +111,7 @@ CONFIG = """
 serve:
   max_parallel: {max_parallel}
   heartbeat_s: 0.5
-  kill_grace: 0.5
+  kill_grace: {kill_grace}
   shutdown_grace: 3
   lease_s: {lease_s}
 executor:
@@ -214,7 +214,15 @@ class Cluster:
         root, home = base / "proj", base / "home"
         shutil.copytree(self.source, root)
         home.mkdir(parents=True)
-        values = {"max_parallel": 32, "lease_s": 3, "lost_after_s": 3, "resend_s": 5, **self.config, **config}
+        values = {
+            "max_parallel": 32,
+            "kill_grace": 0.5,
+            "lease_s": 3,
+            "lost_after_s": 3,
+            "resend_s": 5,
+            **self.config,
+            **config,
+        }
         text = textwrap.dedent(CONFIG.format(broker=self.broker, **values)) + textwrap.dedent(extra)
         (home / "config.yaml").write_text(text)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RUNNER_"))}

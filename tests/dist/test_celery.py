@@ -92,7 +92,9 @@ def test_timeout_stops_a_remote_run(cluster: Cluster) -> None:
     )
     worker = cluster.worker("w0", concurrency=1)
     wait_ready_all(cluster, [worker])
-    cluster.serve()
+    # a grace long enough for the SIGTERM's round trip (serve -> store -> worker -> run -> store ->
+    # serve) on a loaded machine: this test is about the term reaching the remote run
+    cluster.serve(kill_grace=20)
     # the worker's run ends `interrupted` by the signal; serve's pool then records why: its timeout
     row = wait_for(lambda: [r for r in cluster.rows() if r["status"] == "timed_out"], timeout=30)[0]
     assert row["reason"] == "timeout" and row["stop_request"] == "term"

@@ -231,13 +231,22 @@ def test_in_process_with_the_scripted_model_a_stop_event_ends_every_child(projec
     jobs(project)
     llm = ScriptedLLM(call("delegate_task", {"goal": ["slow MARK-1", "slow MARK-2"]}))
     for i in (1, 2):
-        llm.add(when(f"slow MARK-{i}", call("terminal", {"command": "sleep 1"})))
+        llm.add(when(f"slow MARK-{i}", call("terminal", {"command": "sleep 3"})))
     llm.default = final("asked after the stop")
     settings = settings_for(project)
     job = settings.jobs.get("boss")
     stop = threading.Event()
     req = RunRequest(job, model=Given(llm), stop=stop, deliver=False)
-    stopper = threading.Thread(target=lambda: (_wait_for(lambda: len(llm.requests) >= 3), stop.set()))
+
+    def both_children_in_their_command() -> bool:
+        # the stop comes while each child's command runs (set between a child's model turn and its
+        # tool call, the tool is rightly never started, which is not what this test is about)
+        if len(llm.requests) < 3:
+            return False
+        kids = parent_and_children(project)[1]
+        return len(kids) == 2 and all(any(e == "tool_call" for e, _ in events(project, k["id"])) for k in kids)
+
+    stopper = threading.Thread(target=lambda: (_wait_for(both_children_in_their_command), stop.set()))
     stopper.start()
     outcome = execute(settings, req)
     stopper.join()
@@ -247,7 +256,7 @@ def test_in_process_with_the_scripted_model_a_stop_event_ends_every_child(projec
     assert len(llm.requests) == 3  # the parent's turn and one per child; nobody asked again
     for k in kids:
         ran = [p["arguments"]["command"] for e, p in events(project, k["id"]) if e == "tool_call"]
-        assert ran == ["sleep 1"]
+        assert ran == ["sleep 3"]
 
 
 def _wait_for(predicate, timeout: float = 20.0) -> None:
