@@ -218,9 +218,10 @@ def main() -> None:
     for name in args.scenarios.split(","):
         jobs, parallel = (int(x) for x in name.split("x"))
         target = targets.get(name, "")
-        show(f"{jobs} fires at the same instant, max_parallel {parallel} ({target})", {
-            t.label: scenario(t, jobs, parallel) for t in trees
-        })
+        show(
+            f"{jobs} fires at the same instant, max_parallel {parallel} ({target})",
+            {t.label: scenario(t, jobs, parallel) for t in trees},
+        )
 
 
 if __name__ == "__main__":

@@ -39,9 +39,7 @@ from tests.dist.conftest import Cluster, Redis  # noqa: E402
 def jobs_yaml(burst: int, paced: int = 0, every: int = 10) -> str:
     """``burst`` one-shot jobs (``in 2s``: all due at one instant) and ``paced`` jobs every ``every``
     seconds with a jitter of as much (their fires spread evenly: ``paced / every`` per second)."""
-    one = (
-        '    prompt: "hi {{ run.id }}"\n    toolsets: []\n    overlap: allow\n    catchup: skip\n'
-    )
+    one = '    prompt: "hi {{ run.id }}"\n    toolsets: []\n    overlap: allow\n    catchup: skip\n'
     text = "jobs:\n"
     text += "".join(f"  b{i:04d}:\n    schedule: in 2s\n" + one for i in range(burst))
     text += "".join(f"  p{i:03d}:\n    schedule: every {every}s\n    jitter: {every}s\n" + one for i in range(paced))

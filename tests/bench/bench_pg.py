@@ -9,6 +9,10 @@ Run: ``python tests/bench/bench_pg.py [--tasks 4000] [--processes 8] [--rounds 3
 2. The SQLite store's hot paths, this tree and main before, alternating, medians of ``--rounds``:
    the same kanban throughput on a runner.db, and in one process ``create_run`` + 20 events +
    ``finish_run`` per run (the ledger and the event ``Recorder``): unchanged within noise.
+3. The skills mirror on PostgreSQL (``runner.skills.shared``): two machines' home skills folders on
+   one store, ``--skills`` skills: a reader's ``pull`` when nothing changed, a one-file change
+   (pull + hash of the tree + publish, in one transaction), and the other machine's ``pull`` of it;
+   medians in ms. With SQLite none of this runs (0).
 """
 
 from __future__ import annotations
@@ -129,7 +133,62 @@ def sqlite(tasks: int, processes: int, rounds: int) -> None:
     print(f"SQLite, median of {rounds} (alternating trees):")
     for tree in found:
         k, r = statistics.median(kanban[tree.name]), statistics.median(runs[tree.name])
-        print(f"  {tree.name:<12} kanban {processes} processes {k:8.0f} tasks/s    ledger {r:7.0f} runs/s (20 events each)")
+        print(
+            f"  {tree.name:<12} kanban {processes} processes {k:8.0f} tasks/s    ledger {r:7.0f} runs/s (20 events each)"
+        )
+
+
+def mirror(skills: int, changes: int) -> None:
+    from runner.skills.shared import SharedTree
+    from runner.store import Store
+    from runner.store.dialect import parse
+    from tests import pgserver
+
+    why = pgserver.available()
+    if why:
+        print(f"skills mirror: skipped ({why})")
+        return
+    server = pgserver.PgServer.start()
+    try:
+        url = server.fresh()
+        with tempfile.TemporaryDirectory() as tmp:
+            a_store, b_store = Store.open(parse(url)), Store.open(parse(url))
+            a, b = SharedTree(a_store, Path(tmp) / "a"), SharedTree(b_store, Path(tmp) / "b")
+            with a.changing():
+                for i in range(skills):
+                    folder = a.root / f"skill-{i:03d}"
+                    folder.mkdir(parents=True)
+                    (folder / "SKILL.md").write_text(f"---\nname: skill-{i:03d}\n---\n" + "A step.\n" * 80)
+            seeded = _ms(b.pull)
+            idle, change, follow = [], [], []
+            for n in range(changes):
+                idle.append(_ms(a.pull))
+                target = a.root / f"skill-{n % skills:03d}" / "SKILL.md"
+
+                def edit(target: Path = target, n: int = n) -> None:
+                    with a.changing():
+                        target.write_text(target.read_text() + f"change {n}\n")
+
+                change.append(_ms(edit))
+                follow.append(_ms(b.pull))
+            a_store.close()
+            b_store.close()
+        server.drop(url)
+        med = statistics.median
+        print(f"skills mirror on PostgreSQL, {skills} skills, medians of {changes}:")
+        print(f"  reader pull, nothing changed {med(idle):7.2f} ms")
+        print(f"  one-file change (pull + hash + publish) {med(change):7.2f} ms")
+        print(
+            f"  the other machine's pull of it {med(follow):7.2f} ms   (first pull of the whole tree: {seeded:.0f} ms)"
+        )
+    finally:
+        server.stop()
+
+
+def _ms(fn: object) -> float:
+    start = time.perf_counter()
+    fn()  # type: ignore[operator]
+    return (time.perf_counter() - start) * 1000
 
 
 def main() -> None:
@@ -137,13 +196,16 @@ def main() -> None:
     p.add_argument("--tasks", type=int, default=4000)
     p.add_argument("--processes", type=int, default=8)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--only", choices=["postgresql", "sqlite"])
+    p.add_argument("--skills", type=int, default=50)
+    p.add_argument("--only", choices=["postgresql", "sqlite", "mirror"])
     args = p.parse_args()
     print("(the machine is shared: figures are noisy)")
-    if args.only != "sqlite":
+    if args.only in (None, "postgresql"):
         postgresql(args.tasks, args.processes, args.rounds)
-    if args.only != "postgresql":
+    if args.only in (None, "sqlite"):
         sqlite(args.tasks, args.processes, args.rounds)
+    if args.only in (None, "mirror"):
+        mirror(args.skills, 30)
 
 
 if __name__ == "__main__":

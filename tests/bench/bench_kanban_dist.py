@@ -1,0 +1,182 @@
+"""Kanban attempts over Celery (issue 17), as real processes: the dispatcher inside ``runner serve``
+claims tasks in the shared store and sends each attempt to a ``runner worker`` through a real
+redis-server; beside it, the same board with ``executor: local`` (serve forks the attempts itself).
+
+Script-only tasks (``agent: false``, ``pre_run: 'true'``): what is measured is the dispatch path,
+not a model. Printed per setup:
+
+- a batch of ``--tasks`` added at once: tasks done per second (first add -> last completion),
+  add -> taken p50 / p99, and attempts that ran twice (``taken`` events per (task, fence): 0);
+- one task at a time (``--samples``): add -> taken and add -> completed, p50.
+
+Run: python tests/bench/bench_kanban_dist.py [--tasks 200] [--samples 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections import Counter
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+from _common import REPO, clean_env, row
+
+sys.path.insert(0, str(REPO))
+from runner.clock import utcnow  # noqa: E402
+from runner.kanban.board import Board  # noqa: E402
+from runner.store import Store  # noqa: E402
+from runner.testing import FakeOpenAI  # noqa: E402
+from tests.dist.conftest import Cluster, Redis  # noqa: E402
+
+JOBS = "jobs:\n  chore:\n    agent: false\n    pre_run: 'true'\n"
+KANBAN = "kanban:\n  max_workers: {slots}\n  lease_seconds: 60\n  retry_backoff: 0\n  poll_seconds: 1\n"
+SLOTS = 8  # attempts in flight: celery 2 workers x 4, local max_workers 8
+
+
+def ts(text: str) -> float:
+    return datetime.fromisoformat(text).timestamp()
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def read(db: Path, sql: str) -> list[tuple]:  # type: ignore[type-arg]
+    conn = sqlite3.connect(db, timeout=30)
+    try:
+        return conn.execute(sql).fetchall()
+    except sqlite3.OperationalError:
+        return []
+    finally:
+        conn.close()
+
+
+def add(db: Path, n: int, tag: str) -> list[int]:
+    store = Store.open(db, migrate=False)
+    try:
+        board = Board(store)
+        return [board.add(f"{tag} {i}", now=utcnow(), job="chore") for i in range(n)]
+    finally:
+        store.close()
+
+
+def wait(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def done(db: Path, ids: list[int]) -> bool:
+    marks = ",".join(map(str, ids))
+    return read(db, f"SELECT COUNT(*) FROM tasks WHERE id IN ({marks}) AND status='done'")[0][0] == len(ids)
+
+
+def times(db: Path, ids: list[int]) -> dict[int, dict[str, float]]:
+    marks = ",".join(map(str, ids))
+    out: dict[int, dict[str, float]] = {i: {} for i in ids}
+    for task_id, created in read(db, f"SELECT id, created_at FROM tasks WHERE id IN ({marks})"):
+        out[task_id]["created"] = ts(created)
+    for task_id, kind, stamp in read(
+        db, f"SELECT task_id, kind, ts FROM task_events WHERE task_id IN ({marks}) ORDER BY id"
+    ):
+        out[task_id].setdefault(kind, ts(stamp))
+    return out
+
+
+def twice(db: Path, ids: list[int]) -> int:
+    marks = ",".join(map(str, ids))
+    taken = Counter(read(db, f"SELECT task_id, fence FROM task_events WHERE kind='taken' AND task_id IN ({marks})"))
+    claimed = Counter(read(db, f"SELECT task_id, fence FROM task_events WHERE kind='claimed' AND task_id IN ({marks})"))
+    return sum(n - 1 for n in taken.values() if n > 1) + sum(n - 1 for n in claimed.values() if n > 1)
+
+
+def measure(label: str, db: Path, tasks: int, samples: int) -> None:
+    time.sleep(3.0)  # serve settles: forkserver warm, first ticks done
+    ids = add(db, tasks, "batch")
+    first = time.time()
+    wait(lambda: done(db, ids), 600, f"{tasks} tasks done ({label})")
+    got = times(db, ids)
+    span = max(t["completed"] for t in got.values()) - first
+    took = [(t.get("taken", t.get("spawned", t["claimed"])) - t["created"]) * 1000 for t in got.values()]
+    row(f"{label}: {tasks} at once, tasks done per second", f"{tasks / span:.1f} /s", "-")
+    row(f"{label}: {tasks} at once, add -> taken p50 / p99", f"{pct(took, 50):.0f} / {pct(took, 99):.0f} ms", "-")
+    row(f"{label}: attempts run twice", str(twice(db, ids)), "0")
+    single_taken, single_done = [], []
+    for i in range(samples):
+        [one] = add(db, 1, f"single {i}")
+        wait(lambda one=one: done(db, [one]), 60, f"task {one} ({label})")
+        t = times(db, [one])[one]
+        single_taken.append((t.get("taken", t.get("spawned", t["claimed"])) - t["created"]) * 1000)
+        single_done.append((t["completed"] - t["created"]) * 1000)
+    row(f"{label}: one at a time, add -> taken p50", f"{statistics.median(single_taken):.0f} ms", "-")
+    row(f"{label}: one at a time, add -> completed p50", f"{statistics.median(single_done):.0f} ms", "-")
+
+
+def celery(redis: Redis, tasks: int, samples: int) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="bench-kanban-celery-"))
+    fake = FakeOpenAI().start()
+    (tmp / "shared").mkdir()
+    db = tmp / "shared" / "runner.db"
+    cluster = Cluster(tmp, fake, redis.url, f"sqlite://{db}")
+    cluster.write_jobs(JOBS)
+    try:
+        workers = [cluster.worker(f"w{i}", concurrency=SLOTS // 2, lost_after_s=60) for i in range(2)]
+        for w in workers:
+            cluster.wait_ready(w, "ready", timeout=60)
+        serve = cluster.serve(extra=KANBAN.format(slots=SLOTS), lost_after_s=60)
+        cluster.wait_ready(serve, "kanban: attempts go to runner worker processes", timeout=60)
+        measure(f"celery, 2 workers x {SLOTS // 2}", db, tasks, samples)
+    finally:
+        cluster.stop()
+        fake.stop()
+
+
+def local(tasks: int, samples: int) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="bench-kanban-local-"))
+    (tmp / "proj").mkdir()
+    (tmp / "home").mkdir()
+    (tmp / "proj" / "jobs.yaml").write_text(JOBS)
+    (tmp / "home" / "config.yaml").write_text(textwrap.dedent(KANBAN.format(slots=SLOTS)))
+    env = clean_env(PYTHONPATH=str(REPO), RUNNER_HOME=str(tmp / "home"), RUNNER_JOBS=str(tmp / "proj" / "jobs.yaml"))
+    db = tmp / "home" / "runner.db"
+    with open(tmp / "serve.log", "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runner", "serve"], env=env, cwd=tmp / "proj", stdout=log, stderr=log
+        )
+        try:
+            wait(lambda: bool(read(db, "SELECT 1 FROM sqlite_master WHERE name='tasks'")), 60, "serve's store")
+            measure(f"local, max_workers {SLOTS}", db, tasks, samples)
+        finally:
+            proc.terminate()
+            proc.wait(120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tasks", type=int, default=200)
+    parser.add_argument("--samples", type=int, default=10)
+    args = parser.parse_args()
+    print("machine shared with other work (2 cores): figures are noisy")
+    os.environ["HOME"] = tempfile.mkdtemp(prefix="bench-kanban-dist-home-")  # a throwaway HOME for every process
+    redis = Redis().start()
+    try:
+        celery(redis, args.tasks, args.samples)
+        local(args.tasks, args.samples)
+    finally:
+        redis.stop()
+
+
+if __name__ == "__main__":
+    main()
