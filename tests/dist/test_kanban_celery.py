@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.dist.conftest import Cluster, Machine, wait_ready_all
+from tests.dist.conftest import Cluster, Machine, Redis, wait_ready_all
 from tests.servehelp import wait_for
 
 JOBS = """
@@ -200,3 +200,27 @@ def test_kanban_dispatch_command_sends_attempts_to_workers_up_to_max_workers(clu
     dispatcher.stop()
     log = dispatcher.log()
     assert "sent to a runner worker" in log and "dispatcher stopped" in log
+
+
+def test_attempts_lost_in_a_broker_restart_are_sent_again(cluster: Cluster, redis_server: Redis) -> None:
+    """Attempts sent while no worker listens wait in the broker; a broker restart (no persistence)
+    loses them. serve keeps their claims and sends them again (``resend_s``): each runs once."""
+    cluster.write_jobs(JOBS.format(sleep=0))
+    serve = start_serve(cluster)  # no worker yet: what serve sends waits in the broker
+    ids = [add_task(serve, f"chore {i}") for i in range(3)]
+    wait_for(lambda: len(events(cluster, "claimed")) >= 3, timeout=30, what="3 attempts claimed and sent")
+    redis_server.stop()  # what it held is gone
+    redis_server.start()
+    worker = cluster.worker("w0", concurrency=2)
+    wait_ready_all(cluster, [worker])
+    wait_for(
+        lambda: all(tasks(cluster)[i]["status"] == "done" for i in ids),
+        timeout=90,
+        what="every task done",
+    )
+    assert "sending it again" in serve.log()
+    board = tasks(cluster)
+    runs = kanban_runs(cluster)
+    assert sorted(int(r["task_id"]) for r in runs) == sorted(ids) and all(r["status"] == "succeeded" for r in runs)
+    taken = Counter((e["task_id"], e["fence"]) for e in events(cluster, "taken"))
+    assert set(taken) == {(i, board[i]["fence"]) for i in ids} and max(taken.values()) == 1
