@@ -224,3 +224,30 @@ def test_attempts_lost_in_a_broker_restart_are_sent_again(cluster: Cluster, redi
     assert sorted(int(r["task_id"]) for r in runs) == sorted(ids) and all(r["status"] == "succeeded" for r in runs)
     taken = Counter((e["task_id"], e["fence"]) for e in events(cluster, "taken"))
     assert set(taken) == {(i, board[i]["fence"]) for i in ids} and max(taken.values()) == 1
+
+
+def test_a_standby_finishes_the_attempts_a_dead_leader_sent(cluster: Cluster) -> None:
+    """The leading serve claims and sends attempts while no worker listens, then dies (SIGKILL).
+    The standby leads; a worker comes up and takes what waits in the broker, or the standby
+    reclaims the claims once their leases lapse and sends them again. Each task ends done with one
+    succeeded attempt, and nothing is left running."""
+    cluster.write_jobs(JOBS.format(sleep=0))
+    extra = KANBAN.format(lease=6, backoff=0, max_workers=4)
+    leader = cluster.serve("serve-a", extra=extra)
+    cluster.wait_ready(leader, "kanban: attempts go to runner worker processes")
+    standby = cluster.serve("serve-b", extra=extra)
+    cluster.wait_ready(standby, "standing by")
+    ids = [add_task(leader, f"chore {i}") for i in range(3)]
+    wait_for(lambda: len(events(cluster, "claimed")) >= 3, timeout=30, what="3 attempts claimed and sent")
+    leader.kill_tree()
+    cluster.wait_ready(standby, "this serve leads now", timeout=20)
+    worker = cluster.worker("w0", concurrency=2)
+    wait_ready_all(cluster, [worker])
+    wait_for(lambda: all(tasks(cluster)[i]["status"] == "done" for i in ids), timeout=90, what="every task done")
+    standby.stop()
+    runs = kanban_runs(cluster)
+    done = Counter(int(r["task_id"]) for r in runs if r["status"] == "succeeded")
+    assert done == Counter(ids), runs
+    assert not [r for r in runs if r["status"] in ("queued", "running")]
+    taken = Counter((e["task_id"], e["fence"]) for e in events(cluster, "taken"))
+    assert max(taken.values()) == 1
