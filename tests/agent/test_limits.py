@@ -6,6 +6,7 @@ import sqlite3
 import time
 
 from runner.testing import call, error, final, hang
+from tests.servehelp import in_a_tool_call
 
 
 def config(project, fake, **provider):
@@ -104,10 +105,10 @@ def test_cost_budget(project, fake):
 
 
 def test_sigterm_lets_the_tool_call_finish_then_interrupts(project, fake):
-    fake.add(call("terminal", {"command": "sleep 2; echo finished > done.txt"}), final("never asked"))
+    fake.add(call("terminal", {"command": "sleep 3; echo finished > done.txt"}), final("never asked"))
     project.write_jobs("jobs:\n  s:\n    prompt: go\n")
     proc = project.start_job("s", fake)
-    time.sleep(0.5)
+    in_a_tool_call(project.home)  # the signal comes during the command (before it, the tool rightly never starts)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
