@@ -43,11 +43,11 @@ def test_500_then_200_is_retried_once(project, fake):
 
 def test_timeout_then_200_is_retried(project, fake):
     config(project, fake, retry_backoff=0.05, request_timeout=1)
-    fake.add(hang(3), final("ok"))
+    fake.add(hang(10), final("ok"))
     project.write_jobs("jobs:\n  r:\n    prompt: go\n")
     started = time.monotonic()
     assert project.cli("run-job", "r").exit_code == 0
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 5  # cut at 1 s and retried, well before the 10 s answer
     retries = [p for k, p in kinds(project, last_run(project)["id"]) if k == "model_retry"]
     assert len(retries) == 1 and "timeout" in retries[0]["error"]
 
