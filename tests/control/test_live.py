@@ -146,8 +146,10 @@ def test_cancel_of_an_unknown_run_exits_2(project: Project) -> None:
 
 def test_cancel_of_a_run_waiting_in_the_pool(project: Project, serve: Any) -> None:
     write_config(project, max_parallel=1)
+    gate = project.root / "release"  # `long` holds the only slot until the cancel was answered
     project.write_jobs(
-        "jobs:\n  long:\n    agent: false\n    pre_run: sleep 5\n  waits:\n    agent: false\n    pre_run: echo hi\n"
+        f"jobs:\n  long:\n    agent: false\n    pre_run: 'while [ ! -e {gate} ]; do sleep 0.05; done'\n"
+        "  waits:\n    agent: false\n    pre_run: echo hi\n"
     )
     daemon = serve().started()
     assert project.run("jobs", "trigger", "long").returncode == 0
@@ -158,6 +160,7 @@ def test_cancel_of_a_run_waiting_in_the_pool(project: Project, serve: Any) -> No
     [run] = ended(project, "waits", timeout=10)
     assert (run["status"], run["reason"], run["started_at"]) == ("interrupted", "cancelled", None)
     assert "before it started" in run["error"]
+    gate.touch()
     ended(project, "long")
     assert daemon.stop() == 0
 
