@@ -42,6 +42,13 @@ def test_overlap_policies(project, serve):
     )
     daemon = serve().started()
     time.sleep(6.5)
+
+    def queued_run_done() -> bool:  # a run that waited for the one before it, and then ran to its end
+        return any(r["status"] == "succeeded" and r["waited_s"] >= 1.0 for r in job_rows(project.home, "queue"))
+
+    # on a loaded machine the second 2.2 s queue run may still be going at 6.5 s: a stop now would
+    # interrupt it (reason shutdown), not show the policy
+    wait_for(queued_run_done, 20, what="the queued run to finish")
     assert daemon.stop() == 0
     by = {
         p: [r for r in job_rows(project.home, p) if r["reason"] != "shutdown"]
