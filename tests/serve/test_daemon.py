@@ -185,7 +185,7 @@ def test_timeout_kills_worker_and_its_children(project, serve):
     elapsed = (ts(row["ended_at"]) - ts(row["started_at"])).total_seconds()
     assert 0.9 < elapsed < 4
     pids = [int((project.root / name).read_text()) for name in ("bg.pid", "fg.pid")] + [row["pid"]]
-    wait_for(lambda: not any(pid_alive(p) for p in pids), 3, what="the worker and its children to be gone")
+    wait_for(lambda: not any(pid_alive(p) for p in pids), 10, what="the worker and its children to be gone")
     assert daemon.stop() == 0
 
 
