@@ -53,6 +53,22 @@ def rows(
         db.close()
 
 
+def in_a_tool_call(home: Path, timeout: float = 30.0) -> dict[str, Any]:
+    """The run whose first tool call has started (its ``tool_call`` event is in the store): a
+    signal or a cancel sent from now on comes during that step, not between the model's turn and
+    the tool (where a stopped run rightly never starts the tool)."""
+    found = wait_for(
+        lambda: rows(
+            home,
+            "SELECT * FROM runs r WHERE EXISTS (SELECT 1 FROM run_events e "
+            "WHERE e.run_id = r.id AND e.kind = 'tool_call')",
+        ),
+        timeout,
+        what="the first tool call",
+    )
+    return found[0]
+
+
 def job_rows(home: Path, job: str) -> list[dict[str, Any]]:
     return rows(home, "SELECT * FROM runs WHERE job=? ORDER BY slot, attempt", (job,))
 

@@ -15,6 +15,7 @@ import pytest
 from runner.agent.loop import GRACE_MAX_TOKENS, GRACE_PROMPT, grace_reserve
 from runner.testing import call, final, hang
 from tests.receivers import Receiver
+from tests.servehelp import in_a_tool_call
 
 PARTIAL = "Done: listed the files. Left: write the report."
 
@@ -138,10 +139,10 @@ def test_the_alert_carries_the_partial_answer(project, fake, receiver: Receiver)
 def test_interrupt_makes_no_grace_call(project, fake):
     import signal
 
-    fake.add(call("terminal", {"command": "sleep 1"}), final("never asked"))
+    fake.add(call("terminal", {"command": "sleep 3"}), final("never asked"))
     project.write_jobs("jobs:\n  s:\n    prompt: go\n    toolsets: [terminal]\n")
     proc = project.start_job("s", fake)
-    time.sleep(0.3)
+    in_a_tool_call(project.home)  # the signal comes during the command, well before the run could ask again
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=30)
     assert proc.returncode == 130 and len(fake.requests) == 1

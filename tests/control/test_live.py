@@ -14,7 +14,7 @@ import pytest
 from runner.procs import RUN_MARK, marked
 from runner.testing import call, final
 from tests.conftest import Project
-from tests.servehelp import job_rows, rows, serve_factory, ts, wait_for, write_config
+from tests.servehelp import in_a_tool_call, job_rows, rows, serve_factory, ts, wait_for, write_config
 
 FINAL = ("succeeded", "failed", "timed_out", "interrupted", "skipped", "missed", "unknown")
 
@@ -89,9 +89,11 @@ def test_triggers_go_through_the_overlap_policy(project: Project, serve: Any) ->
 
 
 def slow_steps(project: Project, fake: Any) -> None:
-    """A run whose first tool call takes a while, then would touch a file, then answer."""
+    """A run whose first tool call takes a while, then would touch a file, then answer. The while
+    is long enough for ``runner runs cancel`` (a process of its own) to start and write its
+    request, and for the run to see it, on a loaded machine."""
     fake.add(
-        call("terminal", {"command": "sleep 1.5; echo first"}),
+        call("terminal", {"command": "sleep 3; echo first"}),
         call("terminal", {"command": "touch second"}),
         final("never"),
     )
@@ -99,15 +101,7 @@ def slow_steps(project: Project, fake: Any) -> None:
 
 
 def in_first_step(project: Project) -> dict[str, Any]:
-    return wait_for(
-        lambda: rows(
-            project.home,
-            "SELECT * FROM runs r WHERE EXISTS (SELECT 1 FROM run_events e "
-            "WHERE e.run_id = r.id AND e.kind = 'tool_call')",
-        ),
-        30,
-        what="the first tool call",
-    )[0]
+    return in_a_tool_call(project.home)
 
 
 def assert_cancelled_after_the_step(project: Project, fake: Any, run_id: str) -> None:
@@ -152,8 +146,10 @@ def test_cancel_of_an_unknown_run_exits_2(project: Project) -> None:
 
 def test_cancel_of_a_run_waiting_in_the_pool(project: Project, serve: Any) -> None:
     write_config(project, max_parallel=1)
+    gate = project.root / "release"  # `long` holds the only slot until the cancel was answered
     project.write_jobs(
-        "jobs:\n  long:\n    agent: false\n    pre_run: sleep 5\n  waits:\n    agent: false\n    pre_run: echo hi\n"
+        f"jobs:\n  long:\n    agent: false\n    pre_run: 'while [ ! -e {gate} ]; do sleep 0.05; done'\n"
+        "  waits:\n    agent: false\n    pre_run: echo hi\n"
     )
     daemon = serve().started()
     assert project.run("jobs", "trigger", "long").returncode == 0
@@ -164,6 +160,7 @@ def test_cancel_of_a_run_waiting_in_the_pool(project: Project, serve: Any) -> No
     [run] = ended(project, "waits", timeout=10)
     assert (run["status"], run["reason"], run["started_at"]) == ("interrupted", "cancelled", None)
     assert "before it started" in run["error"]
+    gate.touch()
     ended(project, "long")
     assert daemon.stop() == 0
 

@@ -47,15 +47,16 @@ def test_lease_on_either_store_one_holder_and_takeover(where: Any) -> None:
     holder that stopped renewing past its expiry loses it to the next taker."""
     a_store, b_store = Store.open(where), Store.open(where)
     try:
-        a = open_lease(a_store, SCHEDULER, 0.5, holder="a:1")
-        b = open_lease(b_store, SCHEDULER, 0.5, holder="b:2")
+        # 3 s: long enough that a's hold does not run out between two statements on a loaded machine
+        a = open_lease(a_store, SCHEDULER, 3, holder="a:1")
+        b = open_lease(b_store, SCHEDULER, 3, holder="b:2")
         assert a.acquire() and not b.acquire()
         assert a.renew() and not b.acquire()
         holder = lease_holder(b_store)
         assert holder is not None and holder.holder == a.holder and holder.live()
         a.release()
         assert b.acquire() and not a.acquire()
-        time.sleep(1.2)  # b stops renewing (a pause): past its expiry the next taker gets it
+        time.sleep(3.2)  # b stops renewing (a pause): past its expiry the next taker gets it
         assert wait_for(lambda: a.acquire(), timeout=10)
         assert not b.renew()  # b learns it lost the lease at its next renewal
     finally:

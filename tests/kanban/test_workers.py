@@ -259,7 +259,7 @@ def test_lease_keeper_renews_and_a_hand_move_stops_the_worker(project):
             time.sleep(2.0)  # longer than the lease: only renewals keep it
             assert board.reclaim_expired(now=utcnow(), backoff=0) == []
             board.move(t, "ready", now=utcnow())
-            assert stop.wait(3), "the worker was not told to stop"
+            assert stop.wait(10), "the worker was not told to stop"
         finally:
             keeper.stop()
         assert session.lost and session.reminder() is None

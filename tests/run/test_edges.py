@@ -10,7 +10,7 @@ import sys
 import time
 
 from runner.testing import call, final
-from tests.servehelp import rows
+from tests.servehelp import in_a_tool_call, rows
 from tests.ttyhelp import run_on_a_tty
 
 
@@ -48,10 +48,10 @@ def test_first_sigterm_on_a_script_job_ends_it_interrupted_with_130(project):
 
 
 def test_an_agent_job_says_it_waits_for_its_current_step(project, fake):
-    fake.add(call("terminal", {"command": "sleep 1.5"}), final("never asked"))
+    fake.add(call("terminal", {"command": "sleep 3"}), final("never asked"))
     project.write_jobs("jobs:\n  a:\n    prompt: go\n    toolsets: [terminal]\n")
     proc = project.start_job("a", fake)
-    time.sleep(0.3)
+    in_a_tool_call(project.home)  # the signal comes during the command, well before the run could ask again
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130

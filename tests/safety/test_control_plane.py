@@ -232,8 +232,8 @@ def test_serve_holds_a_tampered_jobs_yaml_until_reload(project, fake, serve):
     daemon = serve().started()
     wait_for(lambda: (project.home / "run" / "reload.hold").exists(), 20, what="the tampered run")
     daemon.wait_log("finished j run")
-    time.sleep(2.5)  # the watcher polls every second
-    assert "a run changed the runner's control files" in daemon.log()
+    daemon.wait_log("a run changed the runner's control files")  # the watcher polls every second
+    time.sleep(2.5)  # and keeps holding the change at its next polls
     assert "reloaded" not in daemon.log()
     res = project.run("serve", "reload")
     assert res.returncode == 0, res.stderr
