@@ -30,6 +30,8 @@ MODULES = [
     "runner.tools.terminal",
     "runner.store",
     "runner.store.runs",
+    "runner.store.files",  # a run's output and transcript kept in the store
+    "runner.config.tooldirs",  # the operator's tools folders, protected by every run
     "runner.store.budget",
     "runner.run.budget",
     "runner.run.toolbox",
@@ -41,6 +43,10 @@ MODULES = [
     "runner.safety.injection",
     "runner.skills.loader",
     "runner.agent.credentials",
+    "runner.memory.notebooks",  # an agent run's memory snapshot and tool
+    "runner.memory.write",
+    "runner.skills.review",  # skills_review after a run, and its auxiliary-model call
+    "runner.skills.sidecall",
     "runner.procs",
     "ctypes",
     "jinja2.sandbox",
@@ -62,8 +68,30 @@ MODULES = [
     "yaml",
 ]
 
+#: what the model client's first request imports inside the SDK and its HTTP stack (the resource
+#: modules of ``client.chat.completions``, the transport, the stream parser). They are the SDK's
+#: internals, not its API: one a newer release moved or dropped is skipped, and a worker's first
+#: request then imports whatever that release needs, as it would without a forkserver.
+SDK_REQUEST_PATH = [
+    "openai.resources.chat.chat",
+    "openai.resources.chat.completions.completions",
+    "openai.lib.streaming.chat",
+    "openai.pagination",
+    "httpx2",
+    "httpcore2",
+    "anyio.streams.tls",
+    "jiter",
+    "truststore",
+]
+
 for _name in MODULES:
     importlib.import_module(_name)
+
+for _name in SDK_REQUEST_PATH:
+    try:
+        importlib.import_module(_name)
+    except ModuleNotFoundError:
+        pass  # see SDK_REQUEST_PATH: a worker imports its release's modules at its first request
 
 from runner.tls import ca_context  # noqa: E402
 

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
+
 import runner.serve
+from runner.testing import call, final
 
 
 def test_every_preloaded_module_exists() -> None:
@@ -42,3 +48,65 @@ def test_the_forkservers_config_is_reused_only_while_the_file_is_unchanged(tmp_p
     assert cache.apply(fresh())
     path.chmod(0o644)
     assert not cache.apply(fresh())  # a chmod counts too (the literal-key check reads the mode)
+
+
+# A forkserver with serve's preload forks a worker per run, as serve does, and reports the modules
+# the run imported that the forkserver had not: each is import work paid again by every worker.
+FORKED_RUN = """
+import gc, json, os, sys, threading
+from pathlib import Path
+import runner.serve.prefork
+from runner.clock import utcnow
+from runner.config.jobs import referenced_files
+from runner.procs import become_subreaper
+from runner.run.execute import execute
+from runner.run.request import Handoff, RunRequest
+from runner.settings import Settings
+from runner.statuses import RunStatus, Trigger
+from runner.store.runs import create_run
+
+settings = Settings.from_options()
+settings.store = settings.open_store()
+job = settings.jobs.get(sys.argv[1])
+inputs = tuple(map(str, referenced_files(settings.jobs)))
+gc.collect()
+gc.freeze()
+seen = {}
+for attempt in (1, 2):  # the second worker shows what the first one's run left warm: nothing
+    run_id = create_run(settings.store, job=job.name, trigger=Trigger.MANUAL, status=RunStatus.QUEUED)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        before = set(sys.modules)
+        become_subreaper()
+        worker = Settings.from_options()
+        worker.store = worker.open_store(migrate=False)
+        req = RunRequest(job=job, trigger=Trigger.MANUAL, run_id=run_id, stop=threading.Event(),
+                         control_inputs=inputs, handoff=Handoff(utcnow(), 0.0))
+        outcome = execute(worker, req)
+        os.write(w, json.dumps([outcome.status, sorted(set(sys.modules) - before)]).encode())
+        os._exit(0)
+    os.close(w)
+    seen[attempt] = json.loads(os.read(r, 1 << 20))
+    os.waitpid(pid, 0)
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.parametrize("job", ["script", "agent"])
+def test_a_forked_worker_imports_nothing_the_forkserver_did_not(project, fake, job: str) -> None:
+    project.write_jobs(
+        "jobs:\n"
+        "  script:\n    agent: false\n    pre_run: echo hi\n"
+        "  agent:\n    prompt: look around\n    toolsets: [terminal, files]\n    memory: job\n"
+    )
+    for _ in range(2):
+        fake.add(call("terminal", {"command": "echo hi"}), final("done"))
+    proc = subprocess.run(
+        [sys.executable, "-c", FORKED_RUN, job], env=project.env(), cwd=project.root, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    runs = json.loads(proc.stdout)
+    for status, imported in runs.values():
+        assert status == "succeeded"
+        assert imported == [], f"a {job} run imported in its worker what serve's forkserver did not: {imported}"
