@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import resource
+import sqlite3
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,3 +43,29 @@ def time_cli(args: list[str], env: dict[str, str], cwd: Path, runs: int = 15) ->
 
 def row(name: str, value: str, target: str) -> None:
     print(f"{name:<58} {value:>14}   target {target}")
+
+
+def pct(values: list[float], p: float) -> float:
+    """The ``p``-th percentile (nearest rank) of ``values``."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def read(db: Path, sql: str) -> list[tuple]:  # type: ignore[type-arg]
+    """Rows of ``sql`` on the runner.db at ``db`` (none while it has no such table yet)."""
+    conn = sqlite3.connect(db, timeout=30)
+    try:
+        return conn.execute(sql).fetchall()
+    except sqlite3.OperationalError:
+        return []
+    finally:
+        conn.close()
+
+
+def wait(check: Callable[[], object], timeout: float, what: str, interval: float = 0.2) -> None:
+    """Poll ``check`` until it is true; past ``timeout`` seconds the benchmark stops, naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(interval)

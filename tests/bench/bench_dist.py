@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -27,7 +26,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from _common import REPO, clean_env, row
+from _common import REPO, clean_env, pct, read, row, wait
 
 sys.path.insert(0, str(REPO))
 from runner.clock import iso  # noqa: E402
@@ -46,11 +45,6 @@ def jobs_yaml(burst: int, paced: int = 0, every: int = 10) -> str:
     return text
 
 
-def pct(values: list[float], p: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
-
-
 def first_requests(fake: FakeOpenAI) -> dict[str, float]:
     out: dict[str, float] = {}
     for q in list(fake.requests):
@@ -60,24 +54,6 @@ def first_requests(fake: FakeOpenAI) -> dict[str, float]:
                 run_id = content.split()[-1]
                 out[run_id] = min(out.get(run_id, q["time"]), q["time"])
     return out
-
-
-def read(db: Path, sql: str) -> list[tuple]:
-    conn = sqlite3.connect(db, timeout=30)
-    try:
-        return conn.execute(sql).fetchall()
-    except sqlite3.OperationalError:
-        return []
-    finally:
-        conn.close()
-
-
-def wait(check, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def summarize(label: str, rows: list[tuple], fake: FakeOpenAI) -> None:

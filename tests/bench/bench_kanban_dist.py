@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -24,11 +23,10 @@ import tempfile
 import textwrap
 import time
 from collections import Counter
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
-from _common import REPO, clean_env, row
+from _common import REPO, clean_env, pct, read, row, wait
 
 sys.path.insert(0, str(REPO))
 from runner.clock import utcnow  # noqa: E402
@@ -46,21 +44,6 @@ def ts(text: str) -> float:
     return datetime.fromisoformat(text).timestamp()
 
 
-def pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
-
-
-def read(db: Path, sql: str) -> list[tuple]:  # type: ignore[type-arg]
-    conn = sqlite3.connect(db, timeout=30)
-    try:
-        return conn.execute(sql).fetchall()
-    except sqlite3.OperationalError:
-        return []
-    finally:
-        conn.close()
-
-
 def add(db: Path, n: int, tag: str) -> list[int]:
     store = Store.open(db, migrate=False)
     try:
@@ -68,14 +51,6 @@ def add(db: Path, n: int, tag: str) -> list[int]:
         return [board.add(f"{tag} {i}", now=utcnow(), job="chore") for i in range(n)]
     finally:
         store.close()
-
-
-def wait(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def done(db: Path, ids: list[int]) -> bool:
@@ -106,7 +81,7 @@ def measure(label: str, db: Path, tasks: int, samples: int) -> None:
     time.sleep(3.0)  # serve settles: forkserver warm, first ticks done
     ids = add(db, tasks, "batch")
     first = time.time()
-    wait(lambda: done(db, ids), 600, f"{tasks} tasks done ({label})")
+    wait(lambda: done(db, ids), 600, f"{tasks} tasks done ({label})", interval=0.02)
     got = times(db, ids)
     span = max(t["completed"] for t in got.values()) - first
     took = [(t.get("taken", t.get("spawned", t["claimed"])) - t["created"]) * 1000 for t in got.values()]
@@ -116,7 +91,7 @@ def measure(label: str, db: Path, tasks: int, samples: int) -> None:
     single_taken, single_done = [], []
     for i in range(samples):
         [one] = add(db, 1, f"single {i}")
-        wait(lambda one=one: done(db, [one]), 60, f"task {one} ({label})")
+        wait(lambda one=one: done(db, [one]), 60, f"task {one} ({label})", interval=0.02)
         t = times(db, [one])[one]
         single_taken.append((t.get("taken", t.get("spawned", t["claimed"])) - t["created"]) * 1000)
         single_done.append((t["completed"] - t["created"]) * 1000)
