@@ -53,14 +53,10 @@ def test_the_forkservers_config_is_reused_only_while_the_file_is_unchanged(tmp_p
 # A forkserver with serve's preload forks a worker per run, as serve does, and reports the modules
 # the run imported that the forkserver had not: each is import work paid again by every worker.
 FORKED_RUN = """
-import gc, json, os, sys, threading
-from pathlib import Path
+import gc, json, os, sys
 import runner.serve.prefork
-from runner.clock import utcnow
 from runner.config.jobs import referenced_files
-from runner.procs import become_subreaper
-from runner.run.execute import execute
-from runner.run.request import Handoff, RunRequest
+from runner.serve.launcher import WorkerSpec, worker_main
 from runner.settings import Settings
 from runner.statuses import RunStatus, Trigger
 from runner.store.runs import create_run
@@ -74,21 +70,22 @@ gc.freeze()
 seen = {}
 for attempt in (1, 2):  # the second worker shows what the first one's run left warm: nothing
     run_id = create_run(settings.store, job=job.name, trigger=Trigger.MANUAL, status=RunStatus.QUEUED)
+    spec = WorkerSpec(str(settings.home), str(settings.jobs_path), str(settings.config_path), job, run_id,
+                      Trigger.MANUAL, control_inputs=inputs)
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         before = set(sys.modules)
-        become_subreaper()
-        worker = Settings.from_options()
-        worker.store = worker.open_store(migrate=False)
-        req = RunRequest(job=job, trigger=Trigger.MANUAL, run_id=run_id, stop=threading.Event(),
-                         control_inputs=inputs, handoff=Handoff(utcnow(), 0.0))
-        outcome = execute(worker, req)
-        os.write(w, json.dumps([outcome.status, sorted(set(sys.modules) - before)]).encode())
+        try:
+            worker_main(spec)  # what serve's forkserver runs in each child; it ends with sys.exit
+        except SystemExit as done:
+            os.write(w, json.dumps([done.code, sorted(set(sys.modules) - before)]).encode())
         os._exit(0)
     os.close(w)
-    seen[attempt] = json.loads(os.read(r, 1 << 20))
+    code, imported = json.loads(os.read(r, 1 << 20))
     os.waitpid(pid, 0)
+    status = settings.store.one("SELECT status FROM runs WHERE id=?", (run_id,))["status"]
+    seen[attempt] = [code, status, imported]
 print(json.dumps(seen))
 """
 
@@ -107,6 +104,6 @@ def test_a_forked_worker_imports_nothing_the_forkserver_did_not(project, fake, j
     )
     assert proc.returncode == 0, proc.stderr
     runs = json.loads(proc.stdout)
-    for status, imported in runs.values():
-        assert status == "succeeded"
+    for code, status, imported in runs.values():
+        assert (code, status) == (0, "succeeded")
         assert imported == [], f"a {job} run imported in its worker what serve's forkserver did not: {imported}"
