@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from _common import pct
+
 REPO = Path(__file__).resolve().parents[2]
 
 SEED = """
@@ -67,13 +69,6 @@ class Figures:
     throughput: float
     cpu_serve_ms: float  # serve's own CPU per run
     cpu_workers_ms: float  # the workers' (and their commands') CPU per run, reaped by the forkserver
-
-
-def pct(values: list[float], p: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
 def ts(text: str) -> datetime:

@@ -42,11 +42,6 @@ class Tree:
     python: str
 
 
-def pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
-
-
 def ts(text: str) -> float:
     return datetime.fromisoformat(text).timestamp()
 

@@ -23,7 +23,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -95,15 +98,28 @@ def ledger(repo: Path, python: str, db: Path, runs: int) -> float:
     return float(out.stdout.decode().strip())
 
 
-def postgresql(tasks: int, processes: int, rounds: int) -> None:
+@contextmanager
+def pg_server(what: str) -> Iterator[Any]:
+    """A PostgreSQL server of the benchmark's own (``tests/pgserver.py``), or None when this machine
+    has none (``what`` is then printed as skipped, with the reason)."""
     from tests import pgserver
 
     why = pgserver.available()
     if why:
-        print(f"PostgreSQL: skipped ({why})")
+        print(f"{what}: skipped ({why})")
+        yield None
         return
     server = pgserver.PgServer.start()
     try:
+        yield server
+    finally:
+        server.stop()
+
+
+def postgresql(tasks: int, processes: int, rounds: int) -> None:
+    with pg_server("PostgreSQL") as server:
+        if server is None:
+            return
         rates = []
         for _ in range(rounds):
             url = server.fresh()
@@ -114,8 +130,6 @@ def postgresql(tasks: int, processes: int, rounds: int) -> None:
         ok = "ok" if rate >= 500 else "MISSED"
         print(f"kanban claim+complete on PostgreSQL, {processes} processes, {tasks} tasks, median of {rounds}:")
         print(f"  {rate:8.0f} tasks/s   (runs: {', '.join(f'{r:.0f}' for r in rates)})   target >= 500  {ok}")
-    finally:
-        server.stop()
 
 
 def sqlite(tasks: int, processes: int, rounds: int) -> None:
@@ -142,14 +156,10 @@ def mirror(skills: int, changes: int) -> None:
     from runner.skills.shared import SharedTree
     from runner.store import Store
     from runner.store.dialect import parse
-    from tests import pgserver
 
-    why = pgserver.available()
-    if why:
-        print(f"skills mirror: skipped ({why})")
-        return
-    server = pgserver.PgServer.start()
-    try:
+    with pg_server("skills mirror") as server:
+        if server is None:
+            return
         url = server.fresh()
         with tempfile.TemporaryDirectory() as tmp:
             a_store, b_store = Store.open(parse(url)), Store.open(parse(url))
@@ -181,8 +191,6 @@ def mirror(skills: int, changes: int) -> None:
         print(
             f"  the other machine's pull of it {med(follow):7.2f} ms   (first pull of the whole tree: {seeded:.0f} ms)"
         )
-    finally:
-        server.stop()
 
 
 def _ms(fn: object) -> float:
