@@ -8,7 +8,9 @@ Parent and helper talk over one socket pair, in length-prefixed pickled frames:
 
 - parent -> helper: ``Warm`` once (modules to import, ``module:function`` set-up calls), then a
   ``Spawn`` per child (``module:function`` and its arguments; a new session or a process group;
-  a log file for stdout and stderr; environment variables);
+  a log file for stdout and stderr; environment variables). A ``Spawn`` with ``channel`` carries
+  one end of a socket pair the parent made (``SCM_RIGHTS``): the child gets it as its target's
+  first argument, so parent and child talk directly (serve's reusable workers, runner.serve.reuse);
 - helper -> parent: ``ready``, then ``forked``/``refused`` per request and ``exited`` per child.
 
 Keys the child must hold travel in the pickled arguments (the socket), never in an environment
@@ -60,6 +62,7 @@ class Spawn:
     session: bool = False  # a new session (kanban workers); else a process group of its own
     output: str | None = None  # append stdout and stderr to this file (stdin from /dev/null)
     env: dict[str, str] = field(default_factory=dict)
+    channel: bool = False  # the target's first argument is the socket the parent sent with this request
 
 
 def resolve(target: str) -> Callable[..., Any]:
@@ -69,12 +72,18 @@ def resolve(target: str) -> Callable[..., Any]:
 
 
 # -- framing ---------------------------------------------------------------------------------
-def _send(sock: socket.socket, message: tuple[Any, ...]) -> None:
-    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    sock.sendall(HEADER.pack(len(data)) + data)
+def send_frame(sock: socket.socket, message: tuple[Any, ...], fd: int | None = None) -> None:
+    """One length-prefixed pickled frame; ``fd`` travels with its first byte (``SCM_RIGHTS``)."""
+    body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    data = HEADER.pack(len(body)) + body
+    if fd is not None:
+        sent = socket.send_fds(sock, [data], [fd])
+        data = data[sent:]
+    if data:
+        sock.sendall(data)
 
 
-class _Frames:
+class Frames:
     """Frames read from a socket as bytes arrive."""
 
     def __init__(self) -> None:
@@ -106,7 +115,7 @@ class WarmForks:
         self._lock = threading.RLock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
-        self._frames = _Frames()
+        self._frames = Frames()
         self._ready = False
         self._seq = 0
         self._replies: dict[int, tuple[Any, ...]] = {}
@@ -129,8 +138,8 @@ class WarmForks:
                 close_fds=True,
             )
             theirs.close()
-            self._sock, self._frames, self._ready = ours, _Frames(), False
-            _send(ours, ("warm", self.warm_spec))
+            self._sock, self._frames, self._ready = ours, Frames(), False
+            send_frame(ours, ("warm", self.warm_spec))
         return self
 
     def ready(self, timeout: float = 120.0) -> None:
@@ -171,10 +180,13 @@ class WarmForks:
         return self._proc.pid if self._proc is not None else None
 
     # -- children ---------------------------------------------------------------------------------
-    def submit(self, request: Spawn) -> int:
+    def submit(self, request: Spawn, channel: socket.socket | None = None) -> int:
         """Ask for a child without waiting for the fork: returns a ticket for ``pid`` (ForkError
         when the helper cannot be reached). A parent that starts many children at once (a burst)
-        goes on with its own work while the helper forks."""
+        goes on with its own work while the helper forks. ``channel`` (with ``request.channel``):
+        the socket the child gets as its target's first argument (the caller closes its copy)."""
+        if request.channel != (channel is not None):
+            raise ValueError("a Spawn with channel=True needs a channel socket, and only it")
         with self._lock:
             if self._sock is None or self._proc is None or self._proc.poll() is not None:
                 self._restart()
@@ -182,7 +194,8 @@ class WarmForks:
             self._seq += 1
             try:
                 assert self._sock is not None
-                _send(self._sock, ("spawn", self._seq, request))
+                fd = channel.fileno() if channel is not None else None
+                send_frame(self._sock, ("spawn", self._seq, request), fd)
             except OSError as exc:
                 self._lost()
                 raise ForkError(f"the warm forkserver is gone: {exc}") from None
@@ -297,9 +310,11 @@ class WarmForks:
 class _Helper:
     def __init__(self, sock: socket.socket):
         self.sock = sock
-        self.frames = _Frames()
+        self.frames = Frames()
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.sel = selectors.DefaultSelector()
+        self.passed: list[int] = []  # descriptors received with spawn requests, in order
+        self.pid = os.getpid()
 
     def serve(self) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
@@ -311,7 +326,10 @@ class _Helper:
         while True:
             for key, _ in sel.select():
                 if key.fileobj is self.sock:
-                    data = self.sock.recv(65536)
+                    data, fds, _, _ = socket.recv_fds(self.sock, 65536, 8)
+                    for fd in fds:  # a descriptor arrives with its frame's first byte: ahead of it
+                        os.set_inheritable(fd, False)  # never inherited by what the child executes
+                        self.passed.append(fd)
                     if not data:
                         return  # the parent is gone: leave the children running
                     for message in self.frames.feed(data):
@@ -325,17 +343,21 @@ class _Helper:
             self.prepare(message[1])
             gc.collect()
             gc.freeze()  # the preloaded objects are never scanned by a child's collector: fewer copied pages
-            _send(self.sock, ("ready",))
+            send_frame(self.sock, ("ready",))
         elif message[0] == "spawn":
             seq, request = message[1], message[2]
+            channel = self.passed.pop(0) if request.channel else None
             try:
                 pid = os.fork()
             except OSError as exc:
-                _send(self.sock, ("refused", seq, str(exc)))
+                send_frame(self.sock, ("refused", seq, str(exc)))
                 return
+            finally:
+                if channel is not None and os.getpid() == self.pid:
+                    os.close(channel)  # the child's now (or nobody's: the fork failed)
             if pid == 0:
-                self.child(request)  # never returns
-            _send(self.sock, ("forked", seq, pid))
+                self.child(request, channel)  # never returns
+            send_frame(self.sock, ("forked", seq, pid))
 
     def prepare(self, warm: Warm) -> None:
         for name in warm.modules:
@@ -357,9 +379,9 @@ class _Helper:
                 return
             if pid == 0:
                 return
-            _send(self.sock, ("exited", pid, os.waitstatus_to_exitcode(status)))  # negative: the signal
+            send_frame(self.sock, ("exited", pid, os.waitstatus_to_exitcode(status)))  # negative: the signal
 
-    def child(self, request: Spawn) -> None:
+    def child(self, request: Spawn, channel: int | None) -> None:
         code = 1
         try:
             signal.set_wakeup_fd(-1)
@@ -369,9 +391,15 @@ class _Helper:
             self.sock.close()
             os.close(self.wake_r)
             os.close(self.wake_w)
+            for fd in self.passed:  # other children's channels, received ahead of their requests
+                os.close(fd)
             _detach(request)
             os.environ.update(request.env)
-            resolve(request.target)(*request.args)
+            target = resolve(request.target)
+            if channel is None:
+                target(*request.args)
+            else:
+                target(socket.socket(fileno=channel), *request.args)
             code = 0
         except SystemExit as exc:
             code = _system_exit_code(exc)

@@ -78,10 +78,14 @@ def ts(text: str | None) -> datetime:
     return datetime.fromisoformat(text)
 
 
-def write_config(project: Project, *, max_parallel: int = 8, shutdown_grace: float = 3.0) -> None:
+def write_config(
+    project: Project, *, max_parallel: int = 8, shutdown_grace: float = 3.0, worker_max_runs: int | None = None
+) -> None:
     project.home.mkdir(parents=True, exist_ok=True)
-    text = SERVE_CONFIG.format(max_parallel=max_parallel, shutdown_grace=shutdown_grace)
-    (project.home / "config.yaml").write_text(textwrap.dedent(text))
+    text = textwrap.dedent(SERVE_CONFIG.format(max_parallel=max_parallel, shutdown_grace=shutdown_grace))
+    if worker_max_runs is not None:
+        text += f"  worker_max_runs: {worker_max_runs}\n"
+    (project.home / "config.yaml").write_text(text)
 
 
 class ServeProc:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 
 import pytest
@@ -55,6 +56,23 @@ def test_a_child_holds_no_descriptor_of_the_helper_and_leads_its_group(forks):
     finally:
         os.kill(pid, signal.SIGKILL)
     exit_of(forks, pid)
+
+
+def test_a_channel_reaches_its_own_child_and_only_it(forks):
+    pairs = [socket.socketpair() for _ in range(3)]
+    tickets = []
+    for i, (_, theirs) in enumerate(pairs):  # sent back to back: the helper matches each to its request
+        tickets.append(forks.submit(Spawn("socket:send_fds", ([f"child {i}".encode()], []), channel=True), theirs))
+        theirs.close()
+    for i, ((ours, _), ticket) in enumerate(zip(pairs, tickets, strict=True)):
+        pid = forks.pid(ticket)
+        assert pid is not None and exit_of(forks, pid) == 0
+        ours.settimeout(10)
+        assert ours.recv(100) == f"child {i}".encode()
+        assert ours.recv(100) == b""  # EOF: neither the helper nor a sibling kept a copy of the child's end
+        ours.close()
+    with pytest.raises(ValueError):
+        forks.submit(Spawn("os:_exit", (0,), channel=True))
 
 
 def test_output_environment_and_session(forks, tmp_path):

@@ -63,6 +63,8 @@ class ServeConfig(Strict):
     heartbeat_s: float = Field(5.0, gt=0)
     kill_grace: float = Field(5.0, ge=0)  # SIGTERM -> SIGKILL for a timed-out or replaced run
     lease_s: float = Field(10.0, gt=0)  # the scheduler lease: a standby takes over this long after the leader died
+    # script-only runs (agent: false) one worker process takes before it is replaced; 1: a process per run
+    worker_max_runs: int = Field(100, ge=1)
 
 
 class ExecutorConfig(Strict):

@@ -76,6 +76,9 @@ class CelerySpawner:
         self._send(flight)
         return RemoteHandle(self, spec.run_id)
 
+    def tidy(self) -> None:
+        """Nothing to retire here: the runs' processes belong to the workers."""
+
     def adopt(self, run_id: str, job: str, queue: str) -> RemoteHandle:
         """Follow a run a worker already holds (a previous leader sent it)."""
         with self._lock:

@@ -256,7 +256,7 @@ class Serve:
         old_wakeup = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
         log = setup_logging(s.home, self.log_level, self.log_format)
         config = s.config
-        launcher = Launcher(config_path=s.config_path)
+        launcher = Launcher(config_path=s.config_path, max_runs=config.serve.worker_max_runs)
         warmed = launcher.warm()  # the forkserver imports the worker while we load jobs
         try:
             jobs = load_jobs(s.jobs_path, default_timezone=config.timezone, own_tools=s.own_tool_names)

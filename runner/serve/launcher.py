@@ -139,16 +139,26 @@ class Handle(Protocol):
 class Spawner(Protocol):
     def spawn(self, spec: WorkerSpec) -> Handle: ...
 
+    def tidy(self) -> None:
+        """Called on every pass of serve's loop: retire what has been idle too long."""
+
 
 class Launcher:
     """Starts workers from the warm forkserver (``forks``; serve's own unless given one)."""
 
     def __init__(
-        self, preload: tuple[str, ...] = PRELOAD, *, config_path: Path | None = None, forks: WarmForks | None = None
+        self,
+        preload: tuple[str, ...] = PRELOAD,
+        *,
+        config_path: Path | None = None,
+        forks: WarmForks | None = None,
+        max_runs: int = 1,
     ):
         """``preload``: modules the forkserver imports first (default ``runner.serve.prefork``);
-        ``config_path``: the config.yaml it parses once for every worker."""
+        ``config_path``: the config.yaml it parses once for every worker; ``max_runs``: how many
+        script-only runs one worker process takes (``serve.worker_max_runs``; 1: a process per run)."""
         from runner import secrets
+        from runner.serve.reuse import Shelf
 
         setup = (
             ()
@@ -156,21 +166,31 @@ class Launcher:
             else (("runner.serve.launcher:preload_config", (str(config_path), secrets.held())),)
         )
         self.forks = forks or WarmForks(Warm(modules=tuple(preload), setup=setup))
+        self.shelf = Shelf(self.forks, max_runs) if max_runs > 1 else None
 
     def warm(self) -> Callable[[], None]:
         """Start the forkserver now; return a function that waits until it has imported everything."""
         self.forks.start()  # returns at once; the server imports the preload in the background
         return self.forks.ready
 
-    def spawn(self, spec: WorkerSpec) -> WorkerHandle:
-        """Ask the forkserver for the worker and return at once: serve does not wait for the fork."""
+    def spawn(self, spec: WorkerSpec) -> Handle:
+        """Ask the forkserver for the worker and return at once: serve does not wait for the fork.
+        A script-only run goes to a reusable worker (runner.serve.reuse) when ``max_runs`` > 1."""
         from runner import secrets
 
         # the keys travel in the pickled arguments (a socket), never in an environment block
+        if self.shelf is not None and not spec.job.spec.agent:
+            return self.shelf.spawn(spec, secrets.held())
         ticket = self.forks.submit(Spawn(WORKER, (spec, secrets.held())))
         return WorkerHandle(self.forks, ticket)
 
+    def tidy(self) -> None:
+        if self.shelf is not None:
+            self.shelf.tidy()
+
     def close(self) -> None:
+        if self.shelf is not None:
+            self.shelf.close()
         self.forks.close()
 
 
@@ -240,6 +260,12 @@ def worker_main(spec: WorkerSpec, held: dict[str, str] | None = None) -> None:
     stop = threading.Event()
     install_two_stage_stop(stop)
     become_subreaper()  # what the run's commands leave behind ends with the run
+    sys.exit(run_spec(spec, stop, handed))
+
+
+def run_spec(spec: WorkerSpec, stop: threading.Event, handed: datetime) -> int:
+    """``execute`` the queued row ``spec`` names in this process (its store opened here and closed
+    after); returns the exit code. ``handed``: when this process took the run."""
     from runner.errors import RunnerError
     from runner.run.execute import execute
     from runner.run.request import Handoff, RunRequest
@@ -261,11 +287,12 @@ def worker_main(spec: WorkerSpec, held: dict[str, str] | None = None) -> None:
         handoff=Handoff(handed, spec.waited_s),
     )
     try:
-        outcome = execute(settings, req)
+        return execute(settings, req).exit_code
     except RunnerError as exc:
         _record_failure(settings, spec, exc, handed)
-        sys.exit(exc.exit_code)
-    sys.exit(outcome.exit_code)
+        return exc.exit_code
+    finally:
+        settings.store.close()
 
 
 def _record_failure(settings: Settings, spec: WorkerSpec, exc: RunnerError, handed: datetime) -> None:

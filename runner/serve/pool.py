@@ -229,6 +229,7 @@ class Pool:
     # -- the loop ----------------------------------------------------------------------------
     def tick(self, now: datetime) -> None:
         self.reap()
+        self.spawner.tidy()
         if self.bridges is not None:
             self.bridges.refresh()
         mono = self.monotonic()

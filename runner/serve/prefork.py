@@ -53,6 +53,7 @@ MODULES = [
     "html.parser",
     "encodings.idna",
     "runner.serve.launcher",
+    "runner.serve.reuse",  # the body of a reusable worker (script-only runs)
     "runner.kanban.work",
     "runner.kanban.dispatch",
     "runner.tools.kanban",

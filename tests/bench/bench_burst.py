@@ -119,20 +119,25 @@ def _stat(pid: int) -> list[str]:
 
 
 def _cpu(pid: int) -> tuple[float, float]:
-    """(serve's CPU ms, its children's reaped children's CPU ms): the forkserver reaps the workers."""
+    """(serve's CPU ms, the workers' CPU ms): the forkserver (serve's child) has reaped the workers
+    that exited; reusable workers still alive count their own time and their reaped commands'."""
     tick = 1000.0 / os.sysconf("SC_CLK_TCK")
     own = _stat(pid)
     serve_ms = (int(own[11]) + int(own[12])) * tick
-    workers_ms = 0.0
+    table = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            fields = _stat(int(entry))
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
+        if entry.isdigit():
+            try:
+                table[int(entry)] = _stat(int(entry))
+            except OSError:
+                continue
+    forkservers = {p for p, fields in table.items() if int(fields[1]) == pid}
+    workers_ms = 0.0
+    for p, fields in table.items():
+        if p in forkservers:
             workers_ms += (int(fields[13]) + int(fields[14])) * tick
+        elif int(fields[1]) in forkservers:
+            workers_ms += sum(int(fields[i]) for i in (11, 12, 13, 14)) * tick
     return serve_ms, workers_ms
 
 

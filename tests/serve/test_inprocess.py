@@ -108,6 +108,9 @@ class FakeSpawner:
         self.most_at_once = max(self.most_at_once, len(self.running()))
         return worker
 
+    def tidy(self) -> None:
+        """No process to retire."""
+
     def running(self, job: str | None = None) -> list[FakeWorker]:
         return [w for w in self.workers if w.code is None and job in (None, w.spec.job.name)]
 

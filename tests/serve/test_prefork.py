@@ -52,11 +52,15 @@ def test_the_forkservers_config_is_reused_only_while_the_file_is_unchanged(tmp_p
 
 # A forkserver with serve's preload forks a worker per run, as serve does, and reports the modules
 # the run imported that the forkserver had not: each is import work paid again by every worker.
+# An agent run's worker is ``worker_main``; a script-only run goes to a reusable worker
+# (``reuse_main``), here handed one run and then its channel's end.
 FORKED_RUN = """
-import gc, json, os, sys
+import gc, json, os, socket, sys
 import runner.serve.prefork
 from runner.config.jobs import referenced_files
+from runner.forks import send_frame
 from runner.serve.launcher import WorkerSpec, worker_main
+from runner.serve.reuse import reuse_main
 from runner.settings import Settings
 from runner.statuses import RunStatus, Trigger
 from runner.store.runs import create_run
@@ -73,15 +77,27 @@ for attempt in (1, 2):  # the second worker shows what the first one's run left 
     spec = WorkerSpec(str(settings.home), str(settings.jobs_path), str(settings.config_path), job, run_id,
                       Trigger.MANUAL, control_inputs=inputs)
     r, w = os.pipe()
+    ours, theirs = socket.socketpair()
     pid = os.fork()
     if pid == 0:
+        ours.close()
         before = set(sys.modules)
         try:
-            worker_main(spec)  # what serve's forkserver runs in each child; it ends with sys.exit
+            if job.spec.agent:
+                worker_main(spec)  # what serve's forkserver runs in each child; it ends with sys.exit
+            else:
+                reuse_main(theirs, {})  # returns at the channel's end
+                raise SystemExit(0)
         except SystemExit as done:
             os.write(w, json.dumps([done.code, sorted(set(sys.modules) - before)]).encode())
         os._exit(0)
     os.close(w)
+    theirs.close()
+    if not job.spec.agent:
+        send_frame(ours, ("run", spec))
+        done = ours.recv(65536)
+        assert done, "the reusable worker ended without reporting its run"
+    ours.close()
     code, imported = json.loads(os.read(r, 1 << 20))
     os.waitpid(pid, 0)
     status = settings.store.one("SELECT status FROM runs WHERE id=?", (run_id,))["status"]
