@@ -1,4 +1,5 @@
-"""Worker processes: every run is its own process, forked from a warm forkserver.
+"""Worker processes forked from a warm forkserver: an agent run's is its own; script-only runs go
+to reusable workers (``runner.serve.reuse``) when ``serve.worker_max_runs`` > 1.
 
 serve starts the warm forkserver (``runner.forks``) once; it imports ``runner.serve.prefork`` (the
 heavy modules and one-time setup every worker needs) a single time, and each run is a ``fork()``

@@ -77,7 +77,10 @@ def reuse_main(channel: socket.socket, held: dict[str, str]) -> None:
         _idle()
         if not nothing_left():
             end_descendants()  # what the run left behind ends with it, as with a worker that exits
-        send_frame(channel, ("done", spec.run_id, code))
+        try:
+            send_frame(channel, ("done", spec.run_id, code))
+        except OSError:
+            return  # serve is gone (the run's row says how it ended): nobody to take another run from
         if stop.is_set():
             return  # a stopped run's worker takes no more: a late signal must never reach another run
 
