@@ -79,6 +79,9 @@ class CelerySpawner:
     def tidy(self) -> None:
         """Nothing to retire here: the runs' processes belong to the workers."""
 
+    def prewarm(self, runs: int) -> None:
+        """Nothing to start here: the workers have their own processes."""
+
     def adopt(self, run_id: str, job: str, queue: str) -> RemoteHandle:
         """Follow a run a worker already holds (a previous leader sent it)."""
         with self._lock:

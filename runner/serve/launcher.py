@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.config.jobs import Job
 from runner.forks import LOST_EXIT, ForkError, Spawn, Warm, WarmForks
@@ -143,6 +143,9 @@ class Spawner(Protocol):
     def tidy(self) -> None:
         """Called on every pass of serve's loop: retire what has been idle too long."""
 
+    def prewarm(self, runs: int) -> None:
+        """``runs`` script-only runs are due within seconds: have workers ready for them."""
+
 
 class Launcher:
     """Starts workers from the warm forkserver (``forks``; serve's own unless given one)."""
@@ -161,11 +164,13 @@ class Launcher:
         from runner import secrets
         from runner.serve.reuse import Shelf
 
-        setup = (
+        setup: tuple[tuple[str, tuple[Any, ...]], ...] = (
             ()
             if config_path is None
             else (("runner.serve.launcher:preload_config", (str(config_path), secrets.held())),)
         )
+        if max_runs > 1:  # reusable workers warm up from a kit made once
+            setup += (("runner.serve.reuse:prepare_warm_up", ()),)
         self.forks = forks or WarmForks(Warm(modules=tuple(preload), setup=setup))
         self.shelf = Shelf(self.forks, max_runs) if max_runs > 1 else None
 
@@ -188,6 +193,12 @@ class Launcher:
     def tidy(self) -> None:
         if self.shelf is not None:
             self.shelf.tidy()
+
+    def prewarm(self, runs: int) -> None:
+        if self.shelf is not None:
+            from runner import secrets
+
+            self.shelf.prewarm(runs, secrets.held())
 
     def close(self) -> None:
         if self.shelf is not None:

@@ -226,6 +226,17 @@ class Pool:
         self._per_job[fire.job.name] = self._per_job.get(fire.job.name, 0) + 1
         self.log.info("started %s run %s (waited %.3fs)", fire.job.name, fire.run_id, waited)
 
+    def expect(self, runs: int) -> None:
+        """``runs`` script-only fires are due within seconds: have workers ready for as many of
+        them as ``max_parallel`` will start at once."""
+        room = min(runs, self.max_parallel - len(self._running))
+        if room <= 0 or self.remote:
+            return
+        try:
+            self.spawner.prewarm(room)
+        except OSError as exc:  # the forkserver cannot fork now: the runs start cold (or fail) at their slot
+            self.log.warning("cannot start workers ahead of the next slot: %s", exc)
+
     # -- the loop ----------------------------------------------------------------------------
     def tick(self, now: datetime) -> None:
         self.reap()

@@ -8,11 +8,13 @@ from __future__ import annotations
 import os
 import signal
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from tests.serve.test_burst import burst, ended
+from runner.procs import descendants, stat
+from tests.serve.test_burst import burst, ended, sleep_until
 from tests.servehelp import job_rows, pid_alive, rows, serve_factory, wait_for, write_config
 
 
@@ -124,4 +126,21 @@ def test_an_idle_worker_that_died_is_replaced(project, serve):
     done = wait_for(lambda: runs_ended(3), timeout=30)
     assert {r["status"] for r in done} == {"succeeded"}
     assert pids(root / "pids")[2] != first
+    assert daemon.stop() == 0
+
+
+def test_workers_for_a_burst_are_started_and_warmed_before_the_slot(project, serve):
+    write_config(project, max_parallel=4, worker_max_runs=100)
+    t0 = burst(project, 8, record_pid(project), lead=8)  # within serve's look-ahead once it is up
+    daemon = serve().started()
+    sleep_until(t0 - timedelta(seconds=1))
+    tree = descendants(daemon.pid)
+    forkserver = {pid for pid in tree if (st := stat(pid)) is not None and st.ppid == daemon.pid}
+    before = set(tree) - forkserver  # the forkserver's children: the workers started so far
+    done = wait_for(lambda: ended(project, 8), timeout=60, what="every run to end")
+    assert {r["status"] for r in done} == {"succeeded"}
+    used = set(pids(project.root / "pids"))
+    assert used <= before, (used, before)  # every run went to a worker started ahead of its slot
+    assert len(used) == 4 == len(before)  # max_parallel of them, no more
+    assert {r["job"] for r in rows(project.home)} == {f"j{i:03d}" for i in range(8)}  # the warm-ups wrote nothing here
     assert daemon.stop() == 0
