@@ -44,15 +44,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner.forks import LOST_EXIT, ForkError, Frames, Spawn, WarmForks, send_frame
+from runner.forks import ForkError, Frames, Spawn, WarmForks, send_frame
 from runner.procs import (
     STOP_SIGNALS,
-    ProcessTree,
     become_subreaper,
     end_descendants,
     install_two_stage_stop,
     nothing_left,
 )
+from runner.serve.launcher import WorkerHandle
 
 if TYPE_CHECKING:
     from runner.config.jobs import Job
@@ -192,32 +192,25 @@ def _receive(channel: socket.socket, frames: Frames) -> tuple[Any, ...] | None:
 
 
 # -- serve's side ---------------------------------------------------------------------------------
-class Worker:
-    """serve's handle on one reusable worker: its channel, pid and what it answered."""
+class Worker(WorkerHandle):
+    """serve's handle on one reusable worker: the forked process (pid, exit code, signals, as
+    ``WorkerHandle``), its channel and what it answered."""
 
     def __init__(self, forks: WarmForks, channel: socket.socket, ticket: int):
-        self.forks, self.channel, self.ticket = forks, channel, ticket
+        super().__init__(forks, ticket)
+        self.channel = channel
         self.frames = Frames()
         self.done: dict[str, int] = {}  # run id -> exit code, as the worker reported
         self.runs = 0
         self.retired = False  # signalled, dead or used up: it takes no more runs
         self.closed = False  # its channel is closed (EOF seen, or serve retired it)
         self.idle_since = 0.0
-        self._pid: int | None = None
-        self._failed = False
-        self.tree: ProcessTree | None = None
 
-    def resolve(self, wait: bool) -> int | None:
-        if self._pid is None and not self._failed:
-            try:
-                self._pid = self.forks.pid(self.ticket, wait=wait)
-            except ForkError as exc:
-                print(f"runner serve: {exc}", file=sys.stderr)
-                self._failed = True
-                self.retired = True
-            if self._pid is not None:
-                self.tree = ProcessTree(self._pid)
-        return self._pid
+    @property
+    def sentinel(self) -> int:
+        """The channel (readable at ``done`` or the worker's death); once that is closed, the
+        forkserver's socket, which brings the worker's exit code."""
+        return super().sentinel if self.closed else self.channel.fileno()
 
     def hand(self, spec: WorkerSpec) -> None:
         """Give the worker its next run (OSError: its channel is broken)."""
@@ -232,37 +225,25 @@ class Worker:
         try:
             while data := self.channel.recv(65536, socket.MSG_DONTWAIT):
                 chunks.append(data)
-            self._gone()
+            self.retire()  # EOF: the worker is gone
         except BlockingIOError:
             pass
         except OSError:
-            self._gone()
+            self.retire()
         for message in self.frames.feed(b"".join(chunks)):
             if message[0] == "done":
                 self.done[str(message[1])] = int(message[2])
 
-    def exit_code(self) -> int | None:
-        """The worker process's exit code once it has ended (LOST_EXIT: it never started)."""
-        pid = self.resolve(wait=False)
-        if self._failed:
-            return LOST_EXIT
-        return None if pid is None else self.forks.poll(pid)
-
-    def signal(self, sig: int) -> None:
+    def signal_tree(self, sig: int) -> None:
+        """Signal the worker's tree (its run is in flight); it takes no further run."""
         self.retired = True
-        self.resolve(wait=True)
-        if self.tree is not None:
-            self.tree.signal(sig)
+        super().signal_tree(sig)
 
-    def close(self) -> None:
-        """Close serve's end: the worker reads EOF and exits."""
+    def retire(self) -> None:
+        """Close serve's end of the channel: the worker reads EOF and exits."""
         if not self.closed:
-            self.closed = True
-            self.retired = True
+            self.closed = self.retired = True
             self.channel.close()
-
-    def _gone(self) -> None:
-        self.close()
 
 
 class ReusedRun:
@@ -273,24 +254,24 @@ class ReusedRun:
 
     @property
     def pid(self) -> int:
-        return self.worker.resolve(wait=True) or 0
+        return self.worker.pid
 
     @property
     def sentinel(self) -> int:
-        """The worker's channel (readable at ``done`` or its death); once that is closed, the
-        forkserver's socket, which brings the worker's exit code."""
-        return self.worker.forks.fileno() if self.worker.closed else self.worker.channel.fileno()
+        return self.worker.sentinel
 
     def poll(self) -> int | None:
+        """The run's exit code as the worker reported it; else, once the worker is gone, the
+        worker's own exit code (the forkserver's report; LOST_EXIT when it never started)."""
         worker = self.worker
         worker.read()
         if self.run_id in worker.done:
             return worker.done[self.run_id]
-        return worker.exit_code() if worker.closed else None
+        return worker.poll() if worker.closed else None
 
     def signal_tree(self, sig: int) -> None:
         """Send ``sig`` to the worker and its descendants; the worker takes no further run."""
-        self.worker.signal(sig)
+        self.worker.signal_tree(sig)
 
     def close(self) -> None:
         self._shelf.release(self.worker, self.run_id)
@@ -372,11 +353,9 @@ class Shelf:
             self._idle.remove(worker)
             self._retire(worker)
         for worker in list(self._leaving):
-            if worker.exit_code() is not None:
+            if worker.poll() is not None:
                 self._leaving.remove(worker)
-                pid = worker.resolve(wait=False)
-                if pid is not None:
-                    self.forks.forget(pid)
+                worker.close()  # the forkserver's record of its exit is not needed any more
 
     def counts(self) -> tuple[int, int]:
         """(idle workers, retired workers not yet exited)."""
@@ -384,9 +363,9 @@ class Shelf:
 
     def close(self) -> None:
         for worker in self._idle:
-            worker.close()
+            worker.retire()
         self._idle.clear()
 
     def _retire(self, worker: Worker) -> None:
-        worker.close()
+        worker.retire()
         self._leaving.append(worker)
