@@ -137,13 +137,15 @@ def wrap_command(command: str, cwd: str, nonce: str) -> str:
     return f"trap {shlex.quote(trap)} EXIT\ncd {shlex.quote(cwd)} || exit 1\n{command}\n"
 
 
-_MARKER_TEMPLATE = r"\n?__RUNNER_CWD_{nonce}__(?P<cwd>[^\n]*)\n?$"
+_MARKER = LazyPattern(r"\n?__RUNNER_CWD_(?P<nonce>[0-9a-f]+)__(?P<cwd>[^\n]*)\n?$")
 
 
 def split_marker(output: str, nonce: str) -> tuple[str, str | None]:
-    """Remove the cwd marker from the end of ``output``; return (output, cwd or None)."""
-    match = re.search(_MARKER_TEMPLATE.format(nonce=re.escape(nonce)), output)
-    if not match:
+    """Remove the cwd marker from the end of ``output``; return (output, cwd or None). The marker
+    is the output's last line (the trap prints it on a line of its own at exit) and must carry
+    this command's ``nonce``; one pattern serves every nonce, so no command compiles a regex."""
+    match = _MARKER.search(output)
+    if not match or match.group("nonce") != nonce:
         return output, None
     return output[: match.start()], match.group("cwd") or None
 
