@@ -19,9 +19,9 @@ The protocol keeps a run's signals inside that run:
 - between runs the worker ends whatever the last run left behind (it is their subreaper), and
   a stop signal while idle ends the worker.
 
-Ahead of a burst it can see (scheduled script-only slots due within ``AHEAD_S``), serve starts
-the workers it will need and each warms up with one throwaway run of its own (``warm_up``), so
-the copy-on-write cost is paid before the slot instead of inside it.
+Ahead of a burst it can see (script-only slots due within ``runner.serve.schedule.AHEAD``),
+serve starts the workers it will need and each warms up with one throwaway run of its own
+(``warm_up``), so the copy-on-write cost is paid before the slot instead of inside it.
 
 serve and a worker talk over their own socket pair (the forkserver passes the worker's end,
 ``Spawn(channel=True)``), in the forkserver's frames: serve sends ``("run", spec)`` (the keys
@@ -60,7 +60,6 @@ if TYPE_CHECKING:
 
 WORKER = "runner.serve.reuse:reuse_main"
 IDLE_S = 120.0  # an idle worker is retired after this long (a job every minute keeps its worker)
-AHEAD_S = 10.0  # workers for script-only slots due this soon are started and warmed ahead
 WARM_JOB = "jobs:\n  warm-up:\n    agent: false\n    pre_run: 'true'\n"
 
 
@@ -78,8 +77,7 @@ def reuse_main(channel: socket.socket, held: dict[str, str], warm: bool = False)
     if warm:
         warm_up()
     frames = Frames()
-    while True:
-        _idle()
+    while True:  # stop signals are at their defaults here: the forkserver's child starts so, _idle() after each run
         message = _receive(channel, frames)
         if message is None:
             return  # serve closed the channel: retired, or serve is gone
@@ -89,8 +87,7 @@ def reuse_main(channel: socket.socket, held: dict[str, str], warm: bool = False)
         install_two_stage_stop(stop)
         code = run_spec(spec, stop, handed)
         _idle()
-        if not nothing_left():
-            end_descendants()  # what the run left behind ends with it, as with a worker that exits
+        _end_leftovers()  # what the run left behind ends with it, as with a worker that exits
         try:
             send_frame(channel, ("done", spec.run_id, code))
         except OSError:
@@ -120,9 +117,6 @@ class WarmKit:
         self.job = load_jobs(scratch / "jobs.yaml").get("warm-up")
         Store.open(scratch / "runner.db").close()  # a file path: SQLite, whatever the environment says
         self.dir = scratch
-
-    def clear(self) -> None:
-        self.dir = self.job = None
 
 
 KIT = WarmKit()  # filled in the forkserver by ``prepare_warm_up``; empty anywhere else
@@ -171,8 +165,13 @@ def warm_up(kit: WarmKit = KIT) -> bool:
     finally:
         os.environ.update(aside)
         shutil.rmtree(scratch, ignore_errors=True)
-        if not nothing_left():
-            end_descendants()
+        _end_leftovers()
+
+
+def _end_leftovers() -> None:
+    """Kill and reap whatever a run started that is still there (this worker is its subreaper)."""
+    if not nothing_left():
+        end_descendants()
 
 
 def _idle() -> None:
