@@ -48,16 +48,16 @@ def create_run(
     waited_s: float | None = None,
     worker: str | None = None,
 ) -> str:
-    """Insert the ledger row; raise sqlite3.IntegrityError if (job, slot, attempt) exists.
+    """Insert the ledger row; raise sqlite3.IntegrityError if (job, slot, attempt) exists, or if
+    the ``run_id`` given is taken (a generated one that is taken is drawn again).
     ``created_at`` is ``now``, by default the time of the insert. ``worker``: the ``runner worker``
     that holds the row from the start (its heartbeat, from now)."""
     now = now or utcnow()
-    run_id = run_id or new_run_id(now)
-    slot_text = iso(slot) if isinstance(slot, datetime) else slot
+    given = run_id
     row: dict[str, Any] = {
-        "id": run_id,
+        "id": run_id or new_run_id(now),
         "job": job,
-        "slot": slot_text,
+        "slot": iso(slot) if isinstance(slot, datetime) else slot,
         "trigger": trigger,
         "status": status,
         "created_at": iso(now),
@@ -74,18 +74,37 @@ def create_run(
         row.update(worker=worker, heartbeat_at=iso(now))
     if status == RunStatus.RUNNING:
         row.update(started_at=iso(now), pid=os.getpid(), pid_start=start_time(os.getpid()))
+    with store.transaction() as conn:
+        # a generated id is the second plus 24 random bits: a burst of a thousand fires in one
+        # second meets a taken id about once in thirty bursts, so a taken one is drawn again
+        while not _insert_run(store, conn, row):
+            if given is not None:
+                raise sqlite3.IntegrityError(f"UNIQUE constraint failed: runs.id ({given})")
+            row["id"] = new_run_id(now)
+    return str(row["id"])
+
+
+def _insert_run(store: Store, conn: sqlite3.Connection, row: dict[str, Any]) -> bool:
+    """Insert the row; False when its id is taken; raise when its (job, slot, attempt) is."""
     cols = ", ".join(row)
     marks = ", ".join(f":{k}" for k in row)
-    with store.transaction() as conn:
-        if store.dialect is Dialect.SQLITE:
+    if store.dialect is Dialect.SQLITE:
+        try:
             conn.execute(f"INSERT INTO runs ({cols}) VALUES ({marks})", row)
-        # PostgreSQL: a failed statement would abort the caller's whole transaction (serve writes
-        # a burst of fires in one), so the (job, slot, attempt) identity is checked without failing
-        elif conn.execute(f"INSERT INTO runs ({cols}) VALUES ({marks}) ON CONFLICT DO NOTHING", row).rowcount != 1:
-            raise sqlite3.IntegrityError(
-                f"UNIQUE constraint failed: runs (job {job!r}, slot {slot_text}, attempt {attempt})"
-            )
-    return run_id
+        except sqlite3.IntegrityError as exc:
+            if str(exc) == "UNIQUE constraint failed: runs.id":
+                return False
+            raise
+        return True
+    # PostgreSQL: a failed statement would abort the caller's whole transaction (serve writes
+    # a burst of fires in one), so neither identity is checked by failing
+    if conn.execute(f"INSERT INTO runs ({cols}) VALUES ({marks}) ON CONFLICT DO NOTHING", row).rowcount == 1:
+        return True
+    if conn.execute("SELECT 1 FROM runs WHERE id = :id", row).fetchone() is not None:
+        return False
+    raise sqlite3.IntegrityError(
+        f"UNIQUE constraint failed: runs (job {row['job']!r}, slot {row['slot']}, attempt {row['attempt']})"
+    )
 
 
 def mark_started(

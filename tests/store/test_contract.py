@@ -169,6 +169,21 @@ def test_kanban_claim_complete_and_fence(any_store: Store):
     assert [e["kind"] for e in board.events(parent)].count("refused") == 1
 
 
+def test_a_drawn_run_id_that_is_taken_is_drawn_again(any_store: Store, monkeypatch: pytest.MonkeyPatch):
+    """A burst in one second can draw an id a run already has (24 random bits): the new row gets
+    a fresh id, also inside a larger transaction; an id the caller gave that is taken raises."""
+    taken = create_run(any_store, job="a", trigger=Trigger.MANUAL, now=T0)
+    draws = iter([taken.rsplit("-", 1)[1]] * 2 + ["00beef"])
+    monkeypatch.setattr("runner.store.runs.secrets.token_hex", lambda n: next(draws))
+    with any_store.transaction():
+        fresh = create_run(any_store, job="b", trigger=Trigger.MANUAL, now=T0)
+        other = create_run(any_store, job="c", trigger=Trigger.MANUAL, now=T0, run_id="given-1")
+    assert fresh == "20260301-120000-00beef" and other == "given-1"
+    assert [r["job"] for r in any_store.query("SELECT job FROM runs ORDER BY job")] == ["a", "b", "c"]
+    with pytest.raises(sqlite3.IntegrityError, match="runs.id"):
+        create_run(any_store, job="d", trigger=Trigger.MANUAL, run_id=taken)
+
+
 def test_a_runs_task_id_is_a_key_to_tasks(any_store: Store):
     """m0015 (SQLite) and m0019 (PostgreSQL): a run names an existing task or none; deleting the
     task sets its runs' task_id to NULL; the value reads back as text on both."""
