@@ -53,6 +53,8 @@ log = logging.getLogger(__name__)
 
 IDLE = "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"
 LABEL_RUN, LABEL_JOB, LABEL_MANAGED = "runner.run_id", "runner.job", "runner.managed"
+#: the RUNNER_HOME whose run made the container: a home's cleanup leaves other homes' containers
+LABEL_HOME = "runner.home"
 PIDS_LIMIT = 256
 CONNECT_TIMEOUT = 10  # seconds to reach the daemon at all
 API_TIMEOUT = 60  # seconds for one API call (streams are not limited)
@@ -270,7 +272,12 @@ class DockerBackend:
 
     def _create(self, host_dir: Path) -> str:
         spec = self.spec
-        labels = {LABEL_MANAGED: "1", LABEL_RUN: self.ctx.run_id or "", LABEL_JOB: self.ctx.job or ""}
+        labels = {
+            LABEL_MANAGED: "1",
+            LABEL_RUN: self.ctx.run_id or "",
+            LABEL_JOB: self.ctx.job or "",
+            LABEL_HOME: home_label(self.ctx.home),
+        }
         user = spec.user or f"{os.getuid()}:{os.getgid()}"
         uid = user.partition(":")[0]
         host_config = self._api.create_host_config(
@@ -362,16 +369,26 @@ def _explain(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def cleanup_stale(is_active: Callable[[str], bool], *, client: docker.DockerClient | None = None) -> list[str]:
-    """Remove runner containers whose run is not active; returns their names.
+def home_label(home: Path) -> str:
+    return str(Path(home).resolve())
 
-    ``is_active(run_id)`` gets the container's ``runner.run_id`` label ("" for ad-hoc runs).
+
+def cleanup_stale(
+    is_active: Callable[[str], bool], *, home: Path, client: docker.DockerClient | None = None
+) -> list[str]:
+    """Remove the containers of ``home``'s runs that are not active; returns their names.
+
+    ``is_active(run_id)`` gets the container's ``runner.run_id`` label ("" for ad-hoc runs). A
+    container another RUNNER_HOME made on the same dockerd is left alone: its runs are not in
+    this home's store, so they would all look gone. One without the home label (made before
+    the label existed) is judged by ``is_active`` alone.
     """
     client = client or DAEMON.client()
+    mine = home_label(home)
     removed: list[str] = []
     try:
         for container in client.containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=1"}):
-            if is_active(container.labels.get(LABEL_RUN, "")):
+            if container.labels.get(LABEL_HOME, mine) != mine or is_active(container.labels.get(LABEL_RUN, "")):
                 continue
             try:
                 container.remove(force=True, v=True)

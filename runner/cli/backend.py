@@ -196,7 +196,7 @@ def _cleanup_containers(s: Any) -> int | None:
     from runner.errors import BackendError
 
     try:
-        return len(cleanup_stale(is_active))
+        return len(cleanup_stale(is_active, home=s.home))
     except BackendError:
         return None
 

@@ -106,7 +106,7 @@ class ContainerCleanup:
                 return bool(row and row["status"] in ACTIVE)
 
             try:
-                removed = cleanup_stale(is_active)
+                removed = cleanup_stale(is_active, home=self.host.settings.home)
             except BackendError as exc:
                 self.host.log.warning("container cleanup skipped: %s", exc)
                 return

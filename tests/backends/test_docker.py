@@ -15,7 +15,7 @@ from backend_helpers import make_ctx
 
 from backends import resolve
 from backends.base import BackendContext
-from backends.docker import LABEL_JOB, LABEL_MANAGED, LABEL_RUN, cleanup_stale
+from backends.docker import LABEL_HOME, LABEL_JOB, LABEL_MANAGED, LABEL_RUN, cleanup_stale
 from backends.docker_spec import DockerSpec
 from runner.errors import BackendError, UsageError
 
@@ -141,7 +141,7 @@ def test_daemon_not_running_is_a_fast_backend_error(
     with pytest.raises(BackendError, match="cannot reach the Docker daemon"):
         resolve({"type": "docker", "image": docker_image}, ctx=make_ctx(tmp_path))
     with pytest.raises(BackendError):
-        cleanup_stale(lambda run_id: True)
+        cleanup_stale(lambda run_id: True, home=tmp_path)
     assert time.monotonic() - started < 5
 
 
@@ -170,16 +170,43 @@ def test_workdir_exposing_the_socket_is_refused(docker_image: str) -> None:
         resolve({"type": "docker", "image": docker_image}, ctx=ctx)
 
 
-def test_cleanup_stale_removes_only_inactive_runs(make_backend: Callable[..., Any], client: Any) -> None:
-    stale, _ = make_backend("docker", run_id=f"stale-{os.getpid()}")
-    live, _ = make_backend("docker", run_id=f"live-{os.getpid()}")
-    removed = cleanup_stale(lambda run_id: run_id != f"stale-{os.getpid()}")
-    assert removed == [stale.name]
-    names = {c.name for c in client.containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=1"})}
-    assert stale.name not in names and live.name in names
-    with pytest.raises(BackendError):
-        stale.run("true", timeout=5)
-    assert live.run("echo ok", timeout=5).output == "ok\n"
+def present(client: Any) -> set[str]:
+    return {c.id for c in client.containers.list(all=True)}
+
+
+def test_cleanup_stale_removes_only_inactive_runs_of_its_own_home(docker_image: str, tmp_path: Path, client: Any) -> None:
+    """A home's cleanup removes its runs that are gone; another RUNNER_HOME on the same dockerd
+    (whose runs this home's store does not know) keeps its containers; a container made before
+    the home label existed is judged by its run alone."""
+    made: list[Any] = []
+    legacy = None
+
+    def container(home: str, run_id: str) -> Any:
+        ctx = make_ctx(tmp_path / home, run_id=run_id, job="cleanup")
+        made.append(resolve({"type": "docker", "image": docker_image}, ctx=ctx))
+        return made[-1]
+
+    try:
+        stale, live = container("a", f"stale-{os.getpid()}"), container("a", f"live-{os.getpid()}")
+        other = container("b", f"other-{os.getpid()}")
+        legacy = client.containers.create(
+            docker_image, "sleep 600", labels={LABEL_MANAGED: "1", LABEL_RUN: f"legacy-{os.getpid()}"}
+        )
+        assert stale.name and other.name and legacy.labels.get(LABEL_HOME) is None
+        assert dict(client.containers.get(stale.name).labels)[LABEL_HOME] == str((tmp_path / "a" / "home").resolve())
+        removed = cleanup_stale(lambda run_id: run_id.startswith("live-"), home=tmp_path / "a" / "home")
+        assert sorted(removed) == sorted([stale.name, legacy.name])
+        names = {c.name for c in client.containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=1"})}
+        assert stale.name not in names and live.name in names and other.name in names
+        with pytest.raises(BackendError):
+            stale.run("true", timeout=5)
+        assert live.run("echo ok", timeout=5).output == "ok\n"
+        assert other.run("echo ok", timeout=5).output == "ok\n"
+    finally:
+        for backend in made:
+            backend.close()
+        if legacy is not None:
+            client.api.remove_container(legacy.id, force=True) if legacy.id in present(client) else None
 
 
 def test_protected_files_inside_the_workdir_are_read_only_in_the_container(docker_image: str, tmp_path: Path) -> None:
