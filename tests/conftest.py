@@ -76,6 +76,26 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"--store postgresql: {why}")
 
 
+#: ``-n auto`` (pyproject's addopts): worker processes per core. Most tests wait on subprocesses,
+#: servers and sockets (the suite alone keeps about a third of two cores busy), so more workers
+#: than cores; RUNNER_TEST_WORKERS overrides.
+WORKERS_PER_CORE = 2
+WORKERS_ENV = "RUNNER_TEST_WORKERS"
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """How many processes ``-n auto`` starts: none (the tests run in pytest's own process) for a
+    run of single tests named by node id (``pytest tests/x.py::test_y``)."""
+    given = os.environ.get(WORKERS_ENV, "").strip()
+    if given:
+        if not given.isdigit():
+            raise pytest.UsageError(f"{WORKERS_ENV}={given!r}: give a number of worker processes (0: none)")
+        return int(given)
+    if config.args and all("::" in str(a) for a in config.args):
+        return 0
+    return max(2, (os.cpu_count() or 1) * WORKERS_PER_CORE)
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     return f"store: {store_mode(config)}"
 

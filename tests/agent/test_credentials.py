@@ -109,7 +109,7 @@ def test_all_keys_401_fail_fast_naming_fingerprints(project, fake):
     project.write_jobs(ONE)
     started = time.monotonic()
     res = project.run("run-job", "one", env=env)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 30  # not waiting out the keys' 300 s auth cooldown
     assert res.returncode == 1 and "Traceback" not in res.stderr
     assert all(fingerprint(k) in res.stderr for k in KEYS[:3])
     assert last_run(project)["reason"] == "credentials_exhausted"
@@ -122,7 +122,7 @@ def test_repeated_401_after_cooldown_marks_keys_dead_then_reset(project, fake):
     project.write_jobs(ONE)
     started = time.monotonic()
     res = project.run("run-job", "one", env=env)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 30  # a subprocess: its start-up varies with the machine's load
     assert res.returncode == 1
     assert "dead" in res.stderr and all(fingerprint(k) in res.stderr for k in KEYS[:2])
     assert last_run(project)["reason"] == "credentials_dead"

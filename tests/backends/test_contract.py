@@ -98,7 +98,7 @@ class TestContract:
         result = run(backend, f"sleep {seconds} & echo started; sleep {seconds + 1}", timeout=1.5)
         assert result.timed_out and result.exit_code == 124
         assert "started" in result.output
-        assert time.monotonic() - started < 8
+        assert time.monotonic() - started < 20  # cut at 1.5 s, not after the sleeps
         assert eventually(lambda: count_in_backend(backend, str(seconds)) == 0)
         assert run(backend, "echo still usable").output == "still usable\n"
 

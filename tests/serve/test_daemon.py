@@ -163,7 +163,7 @@ def test_sigterm_interrupts_running_worker(project, serve):
     child = int(pid_file.read_text())
     started = time.monotonic()
     assert daemon.stop() == 0
-    assert time.monotonic() - started < 3 + 2
+    assert time.monotonic() - started < 3 + 10  # the 3 s shutdown grace, not the run's 60 s sleep
     (row,) = job_rows(project.home, "long")
     assert row["status"] == "interrupted" and row["reason"] == "shutdown", row
     assert not pid_alive(child) and not pid_alive(row["pid"])

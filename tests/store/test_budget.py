@@ -5,8 +5,10 @@ reserving and settling at once never pass a cap."""
 from __future__ import annotations
 
 import multiprocessing
+import queue
 import random
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -136,6 +138,18 @@ def _sampler(path: str, stop, out: multiprocessing.Queue) -> None:
     out.put((worst, samples))
 
 
+def collect(out: multiprocessing.Queue, procs: list) -> tuple[int, int]:
+    """The next worker's result; fails at once when a worker died without one (not after minutes)."""
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        try:
+            return out.get(timeout=0.5)
+        except queue.Empty:
+            dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+            assert not dead, f"a worker process failed (exit codes {dead}); its traceback is in the captured stderr"
+    raise AssertionError("the workers gave no result in 4 minutes")
+
+
 def run_fleet(path: Path, processes: int, runs: int, scale: float = 1.0) -> tuple[int, int, int]:
     """``processes`` real processes, each ``runs`` reserve-and-settle cycles of $0.05 to $0.50 times
     ``scale``; returns (ran, refused, samples)."""
@@ -148,7 +162,7 @@ def run_fleet(path: Path, processes: int, runs: int, scale: float = 1.0) -> tupl
     procs = [ctx.Process(target=_worker, args=(str(path), i, runs, scale, out)) for i in range(processes)]
     for p in procs:
         p.start()
-    results = [out.get(timeout=600) for _ in procs]
+    results = [collect(out, procs) for _ in procs]
     for p in procs:
         p.join(timeout=60)
         assert p.exitcode == 0
