@@ -30,7 +30,7 @@ from runner.serve.launcher import Handle, Launcher, WorkerSpec
 from runner.settings import Settings
 from runner.statuses import RunStatus, Trigger
 from runner.store import Store, StoreUnavailable
-from runner.store.runs import WORKER_LOST, finish_run
+from runner.store.runs import WORKER_LOST, finish_run, kill_leftovers
 
 log = logging.getLogger("runner.worker")
 WAIT_S = 0.05  # how often a task looks at its run's process
@@ -189,6 +189,7 @@ class WorkerRuntime:
         status = RunStatus(row["status"]) if row else RunStatus.UNKNOWN
         if status in (RunStatus.QUEUED, RunStatus.RUNNING):
             finish_run(self.store, run_id, RunStatus.FAILED, reason="worker_died", error=describe_exit(code))
+            kill_leftovers(run_id)  # its commands (own sessions, marked) would go on unsupervised
             status = RunStatus.FAILED
         log.info("run %s ended %s (exit %s)", run_id, status, code)
         return status

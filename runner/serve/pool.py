@@ -33,7 +33,7 @@ from runner.serve.launcher import Handle, Spawner, WorkerSpec
 from runner.serve.state import record_slot_result, set_paused
 from runner.statuses import RunStatus, Trigger
 from runner.store import Store
-from runner.store.runs import create_run, finish_run, update_run
+from runner.store.runs import create_run, finish_run, kill_leftovers, update_run
 
 FAILED = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.UNKNOWN)
 SCHEDULED = (Trigger.SCHEDULE, Trigger.RETRY)
@@ -303,6 +303,8 @@ class Pool:
             override = (RunStatus.INTERRUPTED, run.stop_reason, f"{why} while it was running")
         elif status in (RunStatus.QUEUED, RunStatus.RUNNING) or (status == RunStatus.UNKNOWN and not self.remote):
             override = (RunStatus.FAILED, "worker_died", describe_exit(code))
+            if not self.remote:  # its commands (own sessions, marked) would go on unsupervised
+                kill_leftovers(fire.run_id)
         elif status == RunStatus.UNKNOWN:  # a remote worker stopped sending heartbeats (worker_lost)
             self._alert(fire, RunEnd(fire.job.name, fire.run_id, status, reason, "its worker was lost"))
         if override is not None:

@@ -191,13 +191,19 @@ def test_timeout_kills_worker_and_its_children(project, serve):
 
 def test_dead_worker_is_failed_with_its_signal(project, serve):
     write_config(project)
-    project.write_jobs('jobs:\n  boom:\n    schedule: in 1s\n    agent: false\n    pre_run: "kill -9 $PPID; sleep 5"\n')
+    # $PPID: the worker, whose bash runs the command
+    project.write_jobs(
+        'jobs:\n  boom:\n    schedule: in 1s\n    agent: false\n    pre_run: "sleep 60 & echo $! > left.pid; kill -9 $PPID; wait"\n'
+    )
     daemon = serve().started()
     row = wait_for(lambda: [r for r in job_rows(project.home, "boom") if r["status"] not in ("queued", "running")], 10)[
         0
     ]
     assert row["status"] == "failed" and row["reason"] == "worker_died", row
     assert "signal SIGKILL" in row["error"]
+    # what the dead worker's command started does not go on unsupervised
+    left = int((project.root / "left.pid").read_text())
+    wait_for(lambda: not pid_alive(left), 5, what="the dead worker's command to be killed")
     assert daemon.stop() == 0
 
 
