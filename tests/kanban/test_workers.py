@@ -129,9 +129,10 @@ def test_worker_and_dispatcher_killed_lease_expiry_reclaims(project):
     killed = time.monotonic()
     assert status_of(project, t) == "running"  # nobody saw it die
     with dispatcher(project):
-        wait_for(lambda: status_of(project, t) == "ready", timeout=10, what="lease expiry")
+        wait_for(lambda: status_of(project, t) == "ready", timeout=20, what="lease expiry")
         waited = time.monotonic() - killed
-    assert waited < 2 + 0.1 + 3.0, waited  # lease + one sweep (+ dispatcher start-up on a loaded machine)
+    # lease + one sweep, + the new dispatcher's start-up (a process: seconds on a loaded machine)
+    assert waited < 2 + 0.1 + 6.0, waited
     with board_of(project) as board:
         assert "reclaimed" in kinds(board, t)
         assert board.get(t).attempts == 1 and "lease expired" in (board.get(t).error or "")

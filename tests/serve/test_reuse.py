@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections import Counter
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from runner.procs import descendants, stat
-from tests.serve.test_burst import burst, ended, sleep_until
+from tests.serve.test_burst import burst, ended
 from tests.servehelp import job_rows, pid_alive, rows, serve_factory, wait_for, write_config
 
 
@@ -131,12 +132,20 @@ def test_an_idle_worker_that_died_is_replaced(project, serve):
 
 def test_workers_for_a_burst_are_started_and_warmed_before_the_slot(project, serve):
     write_config(project, max_parallel=4, worker_max_runs=100)
-    t0 = burst(project, 8, record_pid(project), lead=8)  # within serve's look-ahead once it is up
+    # a slot 15 s ahead: serve looks 10 s ahead, which leaves its start-up (seconds on a loaded
+    # machine) out of the time the workers have to start before the slot
+    t0 = burst(project, 8, record_pid(project), lead=15)
     daemon = serve().started()
-    sleep_until(t0 - timedelta(seconds=1))
-    tree = descendants(daemon.pid)
-    forkserver = {pid for pid in tree if (st := stat(pid)) is not None and st.ppid == daemon.pid}
-    before = set(tree) - forkserver  # the forkserver's children: the workers started so far
+
+    def workers() -> set[int]:
+        tree = descendants(daemon.pid)
+        forkserver = {pid for pid in tree if (st := stat(pid)) is not None and st.ppid == daemon.pid}
+        return set(tree) - forkserver  # the forkserver's children: the workers started so far
+
+    before = workers()
+    while len(before) < 4 and datetime.now(UTC) < t0 - timedelta(seconds=0.5):
+        time.sleep(0.1)
+        before = workers()
     done = wait_for(lambda: ended(project, 8), timeout=60, what="every run to end")
     assert {r["status"] for r in done} == {"succeeded"}
     used = set(pids(project.root / "pids"))
