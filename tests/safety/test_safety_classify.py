@@ -189,16 +189,16 @@ SHAPES = ["a;", ";", "a|", "a&&", "a\n", "$(", "`", "'a' ", '"', "\\", "<<a ", "
 
 def test_512k_separator_heavy_input_is_classified_in_under_2_seconds() -> None:
     command = ";&|" * (512 * 1024 // 3)
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: other processes on the cores (parallel tests) do not count
     verdict = classify(command)
-    assert time.perf_counter() - start < 2.0
+    assert time.process_time() - start < 2.0
     assert verdict.level == "dangerous"
 
 
 @pytest.mark.parametrize("unit", SHAPES, ids=repr)
 def test_hostile_input_just_under_the_limit_is_classified_quickly(unit: str) -> None:
     command = (unit * (128 * 1024 // len(unit)))[: 128 * 1024 - 1]
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: other processes on the cores (parallel tests) do not count
     verdict = classify(command)
-    assert time.perf_counter() - start < 2.0
+    assert time.process_time() - start < 2.0
     assert verdict.level in ("safe", "dangerous", "hardline")
