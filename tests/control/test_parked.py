@@ -111,10 +111,14 @@ def test_the_run_timeout_bounds_the_wait(project: Project, fake: Any) -> None:
     """The parked wait counts against the run's timeout: it ends before the run's own deadline."""
     (project.root / "build").mkdir()
     fake.add(call("terminal", {"command": "rm -rf build"}), final("partial"))
-    manual_job(project, "    timeout: 3s\n")
+    # 10 s: the run's start-up and first turn fit before it on a loaded machine (with 3 s a parallel
+    # run timed out before it parked); the approval's own timeout is an hour
+    manual_job(project, "    timeout: 10s\n")
     res = project.run("run-job", "m", stdin=subprocess.DEVNULL)
     assert (project.root / "build").exists()
-    [req] = rows(project.home, "SELECT * FROM approval_requests")
+    requests = rows(project.home, "SELECT * FROM approval_requests")
+    assert len(requests) == 1, res.stderr  # it parked
+    req = requests[0]
     assert req["status"] == "expired" and "the run's timeout came first" in req["reason"]
     [run] = rows(project.home)
     assert run["status"] == "timed_out", (run, res.stderr)
