@@ -78,19 +78,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 #: ``-n auto`` (pyproject's addopts): worker processes per core. Most tests wait on subprocesses,
 #: servers and sockets (the suite alone keeps about a third of two cores busy), so more workers
-#: than cores; RUNNER_TEST_WORKERS overrides.
+#: than cores; xdist's own PYTEST_XDIST_AUTO_NUM_WORKERS overrides.
 WORKERS_PER_CORE = 2
-WORKERS_ENV = "RUNNER_TEST_WORKERS"
 
 
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """How many processes ``-n auto`` starts: none (the tests run in pytest's own process) for a
-    run of single tests named by node id (``pytest tests/x.py::test_y``)."""
-    given = os.environ.get(WORKERS_ENV, "").strip()
-    if given:
-        if not given.isdigit():
-            raise pytest.UsageError(f"{WORKERS_ENV}={given!r}: give a number of worker processes (0: none)")
-        return int(given)
+    run of single tests named by node id (``pytest tests/x.py::test_y``); None leaves the count
+    to xdist when PYTEST_XDIST_AUTO_NUM_WORKERS is set."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
     if config.args and all("::" in str(a) for a in config.args):
         return 0
     return max(2, (os.cpu_count() or 1) * WORKERS_PER_CORE)
