@@ -9,6 +9,7 @@ descendants (only the root and its process group are signalled).
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import threading
@@ -47,6 +48,16 @@ def stat(pid: int) -> Stat | None:
 
 def start_time(pid: int) -> str | None:
     """Start time of ``pid`` (clock ticks since boot), to tell a reused pid apart; None if unknown."""
+    if pid == os.getpid():
+        return _own_start_time(pid)
+    st = stat(pid)
+    return st.start if st else None
+
+
+@functools.lru_cache(maxsize=1)
+def _own_start_time(pid: int) -> str | None:
+    """This process's start time, read once per pid (a forked child has a pid of its own): a
+    reusable worker records it with every run it starts."""
     st = stat(pid)
     return st.start if st else None
 

@@ -69,28 +69,39 @@ class Run:
         self._backend: Backend | None = None
         self.control: ControlPlane | None = None
         self._before: Fingerprint | None = None
-        self.cancel = CancelWatch(settings.store.path, run_id, req.stop)  # `runner runs cancel` sets req.stop
+        self.cancel = (  # `runner runs cancel` sets req.stop
+            CancelWatch(req.cancels, run_id, req.stop)
+            if req.cancels is not None
+            else CancelWatch.alone(settings.store.path, run_id, req.stop)
+        )
         self.tracer: Tracer = tracer_from_env()
 
     @classmethod
     def start(cls, settings: Settings, req: RunRequest, prepared: Prepared) -> Run:
-        """Write the ledger row (or start the queued one the scheduler made)."""
+        """Write the ledger row (or start the queued one the scheduler made) and the run's first
+        event, ``run_started``, in one transaction (one write lock: fifty workers of a burst start
+        at once)."""
         now = utcnow()
+        with settings.store.transaction():
+            run = cls(settings, req, prepared, cls._row(settings, req, now), now)
+            run.emit("run_started", {"job": run.job.name, "trigger": req.trigger, "pid": os.getpid()})
+        return run
+
+    @staticmethod
+    def _row(settings: Settings, req: RunRequest, now: datetime) -> str:
         if req.run_id is None:
             task_id = req.task.task_id if req.task is not None else None
-            run_id = create_run(
+            return create_run(
                 settings.store, job=req.job.name, trigger=req.trigger, slot=req.slot, task_id=task_id, now=now
             )
+        handoff = req.handoff
+        if handoff is None:
+            mark_started(settings.store, req.run_id, now=now)
         else:
-            run_id = req.run_id
-            handoff = req.handoff
-            if handoff is None:
-                mark_started(settings.store, run_id, now=now)
-            else:
-                mark_started(
-                    settings.store, run_id, now=now, dispatched_at=handoff.dispatched_at, waited_s=handoff.waited_s
-                )
-        return cls(settings, req, prepared, run_id, now)
+            mark_started(
+                settings.store, req.run_id, now=now, dispatched_at=handoff.dispatched_at, waited_s=handoff.waited_s
+            )
+        return req.run_id
 
     def go(self) -> RunOutcome:
         """The steps inside the run's span (``runner.tracing``; a no-op unless OTel is configured)."""
@@ -107,7 +118,6 @@ class Run:
 
     def _go(self) -> RunOutcome:
         try:
-            self.emit("run_started", {"job": self.job.name, "trigger": self.req.trigger, "pid": os.getpid()})
             self.cancel.start()
             refused = self.reserve()
             if refused is not None:
@@ -385,19 +395,20 @@ class Run:
             self.result = self.failed(exc)
         r = self.result
         ended = utcnow()
-        finish_run(
-            self.settings.store,
-            self.run_id,
-            r.status,
-            now=ended,
-            reason=r.reason,
-            error=r.error,
-            output_path=r.output_path,
-        )
+        with self.settings.store.transaction():  # the final status and its event in one write
+            finish_run(
+                self.settings.store,
+                self.run_id,
+                r.status,
+                now=ended,
+                reason=r.reason,
+                error=r.error,
+                output_path=r.output_path,
+            )
+            seconds = round(time.monotonic() - self.started, 3)
+            self.emit("run_finished", {"status": r.status, "reason": r.reason, "seconds": seconds})
         if r.output and not r.silent:  # redacted by ``conclude``; searchable (``runner runs search``)
             index_output(self.settings.store, self.run_id, self.job.name, r.output, ended=ended)
-        seconds = round(time.monotonic() - self.started, 3)
-        self.emit("run_finished", {"status": r.status, "reason": r.reason, "seconds": seconds})
         stopped = self.req.stop.is_set() and r.status != RunStatus.SUCCEEDED
         if self.req.deliver and not stopped:  # stopped by a signal: whoever sent it decides (serve alerts)
             text = tail(r.output) if r.output else tail_of_run(self.settings.store, self.run_id)

@@ -20,6 +20,7 @@ from runner.config.jobs import Job
 from runner.statuses import RunStatus, Trigger
 
 if TYPE_CHECKING:
+    from runner.run.cancel import CancelWatcher
     from runner.tools.kanban import KanbanTask
 
 
@@ -93,6 +94,9 @@ class RunRequest:
     control_inputs: tuple[str, ...] | None = None
     progress: Callable[[str, dict[str, Any]], None] | None = None  # each recorded event, redacted (a TTY's progress)
     review: bool = False  # ``run-job --review``: a skill review after this run, a replayed one too
+    # a cancel watcher on the run's store that the caller keeps across runs (serve's reusable
+    # worker); None: the run starts a watcher of its own and ends it with the run
+    cancels: CancelWatcher | None = None
 
 
 EXIT_CODES = {RunStatus.SUCCEEDED: 0, RunStatus.SKIPPED: 0, RunStatus.INTERRUPTED: 130}

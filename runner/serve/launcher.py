@@ -40,7 +40,9 @@ WORKER = "runner.serve.launcher:worker_main"
 if TYPE_CHECKING:
     from runner.config.machine import Config
     from runner.errors import RunnerError
+    from runner.run.cancel import CancelWatcher
     from runner.settings import Settings
+    from runner.store import Store
 
 
 class ConfigCache:
@@ -275,9 +277,73 @@ def worker_main(spec: WorkerSpec, held: dict[str, str] | None = None) -> None:
     sys.exit(run_spec(spec, stop, handed))
 
 
-def run_spec(spec: WorkerSpec, stop: threading.Event, handed: datetime) -> int:
+class Kept:
+    """What a reusable worker keeps from one run to the next: the runs' store, open, and a cancel
+    watcher (a thread and its connection) on it, so a run neither opens and checks the store nor
+    starts and ends a watcher of its own. A run that did not succeed gives the store up (the next
+    run opens it afresh: a connection that failed stays with the run it failed), and so does a
+    SQLite file that is no longer the one opened (moved aside or restored). Ended with the worker
+    (``close``)."""
+
+    def __init__(self) -> None:
+        self._store: Store | None = None
+        self._where: tuple[Any, ...] = ()
+        self._cancels: CancelWatcher | None = None
+
+    def store(self, settings: Settings) -> Store:
+        """The store ``settings`` name, opened once (serve created and migrated it)."""
+        where = _identity(settings.database)
+        if self._store is None or where != self._where:
+            self.drop_store()
+            self._store, self._where = settings.open_store(migrate=False), where
+        return self._store
+
+    def cancels(self, store: Store) -> CancelWatcher:
+        """The watcher on ``store`` (a run whose store is elsewhere gets a new one)."""
+        from runner.run.cancel import CancelWatcher
+
+        if self._cancels is None or self._cancels.path != store.path:
+            if self._cancels is not None:
+                self._cancels.close()
+            self._cancels = CancelWatcher(store.path)
+        return self._cancels
+
+    def after(self, exit_code: int) -> None:
+        """A run ended: the store is closed unless it succeeded; connections its threads opened close."""
+        if self._store is None:
+            return
+        if exit_code != 0:
+            self.drop_store()
+        else:
+            self._store.close_others()
+
+    def drop_store(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store, self._where = None, ()
+
+    def close(self) -> None:
+        self.drop_store()
+        if self._cancels is not None:
+            self._cancels.close()
+            self._cancels = None
+
+
+def _identity(target: Any) -> tuple[Any, ...]:
+    """What tells one store from another: a PostgreSQL URL, or a SQLite file's path and inode."""
+    if target.path is None:
+        return ("url", str(target.url))
+    try:
+        st = os.stat(target.path)
+    except OSError:
+        return ("missing", str(target.path))
+    return ("file", str(target.path), st.st_dev, st.st_ino)
+
+
+def run_spec(spec: WorkerSpec, stop: threading.Event, handed: datetime, kept: Kept | None = None) -> int:
     """``execute`` the queued row ``spec`` names in this process (its store opened here and closed
-    after); returns the exit code. ``handed``: when this process took the run."""
+    after); returns the exit code. ``handed``: when this process took the run; ``kept``: what a
+    reusable worker keeps across its runs."""
     from runner.errors import RunnerError
     from runner.run.execute import execute
     from runner.run.request import Handoff, RunRequest
@@ -287,7 +353,7 @@ def run_spec(spec: WorkerSpec, stop: threading.Event, handed: datetime) -> int:
     settings = Settings(home=Path(spec.home), jobs_path=Path(spec.jobs_path), config_path=Path(spec.config_path))
     CONFIG.apply(settings)
     # serve has created and migrated the store, and it watches its own workers: open it plainly
-    settings.store = settings.open_store(migrate=False)
+    settings.store = settings.open_store(migrate=False) if kept is None else kept.store(settings)
     # the queued row exists (serve wrote it, with the task id if any): the run starts that row
     req = RunRequest(
         job=spec.job,
@@ -297,14 +363,20 @@ def run_spec(spec: WorkerSpec, stop: threading.Event, handed: datetime) -> int:
         stop=stop,
         control_inputs=spec.control_inputs,
         handoff=Handoff(handed, spec.waited_s),
+        cancels=None if kept is None else kept.cancels(settings.store),
     )
+    code = 1
     try:
-        return execute(settings, req).exit_code
+        code = execute(settings, req).exit_code
     except RunnerError as exc:
         _record_failure(settings, spec, exc, handed)
-        return exc.exit_code
+        code = exc.exit_code
     finally:
-        settings.store.close()
+        if kept is None:
+            settings.store.close()
+        else:
+            kept.after(code)
+    return code
 
 
 def _record_failure(settings: Settings, spec: WorkerSpec, exc: RunnerError, handed: datetime) -> None:

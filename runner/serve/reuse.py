@@ -56,7 +56,7 @@ from runner.serve.launcher import WorkerHandle
 
 if TYPE_CHECKING:
     from runner.config.jobs import Job
-    from runner.serve.launcher import WorkerSpec
+    from runner.serve.launcher import Kept, WorkerSpec
 
 WORKER = "runner.serve.reuse:reuse_main"
 IDLE_S = 120.0  # an idle worker is retired after this long (a job every minute keeps its worker)
@@ -68,14 +68,25 @@ def reuse_main(channel: socket.socket, held: dict[str, str], warm: bool = False)
     """A reusable worker's body: run what serve hands over until serve closes the channel;
     ``warm``: first one throwaway run (``warm_up``), before any run serve hands over."""
     from runner import secrets
-    from runner.clock import utcnow
-    from runner.serve.launcher import run_spec
+    from runner.serve.launcher import Kept
 
     if held:
         secrets.install(held)
     become_subreaper()
     if warm:
         warm_up()
+    kept = Kept()
+    try:
+        _take_runs(channel, kept)
+    finally:
+        kept.close()
+
+
+def _take_runs(channel: socket.socket, kept: Kept) -> None:
+    """Run what serve hands over, one run at a time, until serve closes the channel or a run stops."""
+    from runner.clock import utcnow
+    from runner.serve.launcher import run_spec
+
     frames = Frames()
     while True:  # stop signals are at their defaults here: the forkserver's child starts so, _idle() after each run
         message = _receive(channel, frames)
@@ -85,7 +96,7 @@ def reuse_main(channel: socket.socket, held: dict[str, str], warm: bool = False)
         handed = utcnow()
         stop = threading.Event()
         install_two_stage_stop(stop)
-        code = run_spec(spec, stop, handed)
+        code = run_spec(spec, stop, handed, kept)
         _idle()
         _end_leftovers()  # what the run left behind ends with it, as with a worker that exits
         try:

@@ -153,10 +153,16 @@ class Store:
             raise converted from exc
 
     def close(self) -> None:
+        self.close_others()
+        self._conn.close()
+
+    def close_others(self) -> None:
+        """Close the connections other threads opened (their threads are done with the store; one
+        that uses it again opens a new one)."""
         for conn in self._others:
             conn.close()
         self._others.clear()
-        self._conn.close()
+        self._local = threading.local()
 
     # -- migrations ---------------------------------------------------------------------
     def applied_migrations(self) -> set[str]:

@@ -15,6 +15,9 @@ from pathlib import Path
 import pytest
 
 from runner.procs import descendants, stat
+from runner.serve.launcher import Kept
+from runner.settings import Settings
+from runner.store import Store
 from tests.serve.test_burst import burst, ended
 from tests.servehelp import job_rows, pid_alive, rows, serve_factory, wait_for, write_config
 
@@ -153,3 +156,60 @@ def test_workers_for_a_burst_are_started_and_warmed_before_the_slot(project, ser
     assert len(used) == 4 == len(before)  # max_parallel of them, no more
     assert {r["job"] for r in rows(project.home)} == {f"j{i:03d}" for i in range(8)}  # the warm-ups wrote nothing here
     assert daemon.stop() == 0
+
+
+def test_a_run_on_a_reused_worker_sees_its_cancel_and_the_worker_takes_no_more(project, serve):
+    """The worker's one cancel watcher follows each run it takes: the second run on a worker is
+    cancelled by ``runner runs cancel`` like any other, and the worker then retires."""
+    write_config(project, max_parallel=1, worker_max_runs=100)
+    root = project.root
+    project.write_jobs(
+        "jobs:\n"
+        f"  first:\n    agent: false\n    pre_run: 'echo $PPID >> {root}/pids'\n"
+        f"  second:\n    agent: false\n    pre_run: 'echo $PPID >> {root}/pids; sleep 3'\n"
+        f"  third:\n    agent: false\n    pre_run: 'echo $PPID >> {root}/pids'\n"
+    )
+    daemon = serve().started()
+    assert project.run("jobs", "trigger", "first").returncode == 0
+    wait_for(lambda: [r for r in job_rows(project.home, "first") if r["ended_at"]], timeout=30)
+    assert project.run("jobs", "trigger", "second").returncode == 0
+    wait_for(lambda: len(pids(root / "pids")) == 2, timeout=30, what="the second run's command")
+    [run] = job_rows(project.home, "second")
+    assert project.run("runs", "cancel", run["id"]).returncode == 0
+    [run] = wait_for(lambda: [r for r in job_rows(project.home, "second") if r["ended_at"]], timeout=30)
+    assert (run["status"], run["reason"]) == ("interrupted", "cancelled"), run
+    assert project.run("jobs", "trigger", "third").returncode == 0
+    [run] = wait_for(lambda: [r for r in job_rows(project.home, "third") if r["ended_at"]], timeout=30)
+    assert run["status"] == "succeeded"
+    first, second, third = pids(root / "pids")
+    assert first == second != third  # the second run was the worker's second; a cancelled run's worker retires
+    wait_for(lambda: not pid_alive(first), timeout=10, what="the cancelled run's worker to exit")
+    assert daemon.stop() == 0
+
+
+@pytest.mark.sqlite_only("a SQLite file moved aside under the worker")
+def test_a_worker_keeps_its_store_while_runs_succeed_and_the_file_is_the_same(tmp_path):
+    """In-process: what a reusable worker keeps (``Kept``) is the store it opened, until a run
+    does not succeed or the SQLite file at the path is another one (moved aside, restored)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    Store.open(home / "runner.db").close()
+    settings = Settings(home=home, jobs_path=tmp_path / "jobs.yaml", config_path=home / "config.yaml")
+    kept = Kept()
+    try:
+        first = kept.store(settings)
+        kept.after(0)
+        assert kept.store(settings) is first  # a run succeeded: the next one uses the same store
+        kept.after(1)
+        second = kept.store(settings)
+        assert second is not first  # a run that did not succeed gave it up
+        second.one("SELECT 1")
+        (home / "runner.db").rename(home / "old.db")
+        Store.open(home / "runner.db").close()
+        third = kept.store(settings)
+        assert third is not second
+        assert third.one("SELECT COUNT(*) AS n FROM runs") == {"n": 0}
+        watcher = kept.cancels(third)
+        assert kept.cancels(third) is watcher
+    finally:
+        kept.close()
