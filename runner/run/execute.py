@@ -220,7 +220,12 @@ class Run:
 
         check_pre(self.job, self.gate.check)
         pre = self.pre = run_pre(self.job, self.backend, run_id=self.run_id)
-        self.emit("pre_run", {"exit_code": pre.exit_code, "timed_out": pre.timed_out, "stdout": pre.stdout[-4000:]})
+        # a script-only run ends a few milliseconds later: its pre_run event is written with its last
+        self.emit(
+            "pre_run",
+            {"exit_code": pre.exit_code, "timed_out": pre.timed_out, "stdout": pre.stdout[-4000:]},
+            hold=not self.job.spec.agent,
+        )
         if not pre.wake:
             return Produced(RunStatus.SKIPPED, reason="wake_false")
         if pre.timed_out:

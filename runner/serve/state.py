@@ -86,7 +86,12 @@ def paused_jobs(store: Store) -> dict[str, str | None]:
 
 
 def record_slot_result(store: Store, job: str, failed: bool) -> int:
-    """Update the job's streak of consecutive failed slots; return it."""
+    """Update the job's streak of consecutive failed slots; return it. A success while the streak
+    is already 0 writes nothing (the common case: no write lock per finished run in a burst)."""
+    if not failed:
+        row = store.one("SELECT failure_streak FROM job_state WHERE job=?", (job,))
+        if row is not None and row["failure_streak"] == 0:
+            return 0
     with store.transaction() as conn:
         conn.execute("INSERT OR IGNORE INTO job_state (job, updated_at) VALUES (?, ?)", (job, iso(utcnow())))
         if failed:

@@ -174,3 +174,31 @@ def test_pending_retry_survives_a_restart(project, serve):
     assert done["status"] == "failed" and done["attempt"] == 2 and done["parent_run"] == failed["id"]
     assert ts(done["started_at"]) >= ts(retry["not_before"])
     assert second.stop() == 0
+
+
+def test_the_failure_streak_counts_resets_and_a_success_at_zero_takes_no_write_lock(where, any_store):
+    """In-process, SQLite and PostgreSQL: ``record_slot_result`` (serve calls it for every finished
+    scheduled run) counts consecutive failures, a success resets them, and a success while the
+    streak is already 0 takes no write lock: it returns while another connection holds it."""
+    import threading
+
+    from runner.serve.state import record_slot_result
+    from runner.store import Store
+
+    assert record_slot_result(any_store, "j", failed=False) == 0  # first result: the row is made
+    assert record_slot_result(any_store, "j", failed=True) == 1
+    assert record_slot_result(any_store, "j", failed=True) == 2
+    assert record_slot_result(any_store, "j", failed=False) == 0
+    other = Store.open(where, migrate=False)
+    results: list[int] = []
+    worker = threading.Thread(target=lambda: results.append(record_slot_result(any_store, "j", failed=False)))
+    try:
+        with other.transaction():  # holds the write lock (PostgreSQL: the store-wide lock)
+            worker.start()
+            worker.join(timeout=5)
+            waited = worker.is_alive()
+        worker.join()  # the lock is free again: it ends either way
+    finally:
+        other.close()
+    assert not waited and results == [0], "a success at streak 0 waited for the write lock"
+    assert record_slot_result(any_store, "j", failed=True) == 1

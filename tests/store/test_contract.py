@@ -93,6 +93,20 @@ def test_events_in_order_redacted_from_threads(any_store: Store):
     assert events(any_store, run_id)[-1]["seq"] == 10
 
 
+def test_a_held_event_keeps_its_place_and_is_written_with_the_next(any_store: Store):
+    run_id = create_run(any_store, job="a", trigger=Trigger.MANUAL)
+    emit = Recorder(any_store, run_id, Redactor(["sk-secret-value-1234"], include_env=False))
+    emit("run_started", {"job": "a"})
+    emit("pre_run", {"stdout": "key sk-secret-value-1234"}, hold=True)
+    assert [r["kind"] for r in events(any_store, run_id)] == ["run_started"]  # not written yet
+    with any_store.transaction():  # as ``finish`` writes it: with the final status
+        finish_run(any_store, run_id, RunStatus.SUCCEEDED)
+        emit("run_finished", {"status": "succeeded"})
+    rows = events(any_store, run_id)
+    assert [(r["seq"], r["kind"]) for r in rows] == [(1, "run_started"), (2, "pre_run"), (3, "run_finished")]
+    assert "sk-secret" not in rows[1]["payload"]
+
+
 def test_credential_state_is_shared_between_connections(where):
     creds = [Credential("K[0]", "sk-aaaa-1111"), Credential("K[1]", "sk-bbbb-2222")]
     one, two = Store.open(where), Store.open(where)
