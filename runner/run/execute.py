@@ -79,29 +79,28 @@ class Run:
     @classmethod
     def start(cls, settings: Settings, req: RunRequest, prepared: Prepared) -> Run:
         """Write the ledger row (or start the queued one the scheduler made) and the run's first
-        event, ``run_started``, in one transaction (one write lock: fifty workers of a burst start
-        at once)."""
+        event, ``run_started``. A queued row starts with its event in one transaction (one write
+        lock: fifty workers of a burst start at once)."""
         now = utcnow()
-        with settings.store.transaction():
-            run = cls(settings, req, prepared, cls._row(settings, req, now), now)
-            run.emit("run_started", {"job": run.job.name, "trigger": req.trigger, "pid": os.getpid()})
-        return run
-
-    @staticmethod
-    def _row(settings: Settings, req: RunRequest, now: datetime) -> str:
+        store = settings.store
         if req.run_id is None:
             task_id = req.task.task_id if req.task is not None else None
-            return create_run(
-                settings.store, job=req.job.name, trigger=req.trigger, slot=req.slot, task_id=task_id, now=now
-            )
+            run_id = create_run(store, job=req.job.name, trigger=req.trigger, slot=req.slot, task_id=task_id, now=now)
+            run = cls(settings, req, prepared, run_id, now)
+            run.emit_started()
+            return run
+        run = cls(settings, req, prepared, req.run_id, now)
         handoff = req.handoff
-        if handoff is None:
-            mark_started(settings.store, req.run_id, now=now)
-        else:
-            mark_started(
-                settings.store, req.run_id, now=now, dispatched_at=handoff.dispatched_at, waited_s=handoff.waited_s
-            )
-        return req.run_id
+        with store.transaction():
+            if handoff is None:
+                mark_started(store, req.run_id, now=now)
+            else:
+                mark_started(store, req.run_id, now=now, dispatched_at=handoff.dispatched_at, waited_s=handoff.waited_s)
+            run.emit_started()
+        return run
+
+    def emit_started(self) -> None:
+        self.emit("run_started", {"job": self.job.name, "trigger": self.req.trigger, "pid": os.getpid()})
 
     def go(self) -> RunOutcome:
         """The steps inside the run's span (``runner.tracing``; a no-op unless OTel is configured)."""

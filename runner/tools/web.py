@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import re
 import shlex
-import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
-from html.parser import HTMLParser
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from backends.base import truncate_text
@@ -24,6 +22,9 @@ from runner.safety.ssrf import Blocked, Resolver, Target, WebPolicy, check_url, 
 from runner.tls import ca_context
 from runner.tools import Registry, ToolError, ToolResult
 from runner.tools.context import ToolContext
+
+if TYPE_CHECKING:
+    import ssl
 
 FETCH_TIMEOUT = 20.0
 MAX_BYTES = 2 * 1024 * 1024
@@ -35,41 +36,10 @@ SKIP_TAGS = {"script", "style", "noscript", "svg", "head", "template"}
 BLOCK_TAGS = {"p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "section", "article", "pre", "table"}
 
 
-class _Text(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.parts: list[str] = []
-        self.skip = 0
-        self.title = ""
-        self._in_title = False
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "title":
-            self._in_title = True
-        if tag in SKIP_TAGS:
-            self.skip += 1
-        elif tag in BLOCK_TAGS:
-            self.parts.append("\n")
-        if tag == "li":
-            self.parts.append("- ")
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "title":
-            self._in_title = False
-        if tag in SKIP_TAGS and self.skip:
-            self.skip -= 1
-        elif tag in BLOCK_TAGS:
-            self.parts.append("\n")
-
-    def handle_data(self, data: str) -> None:
-        if self._in_title:
-            self.title += data
-        if not self.skip:
-            self.parts.append(data)
-
-
 def html_to_text(html: str) -> str:
-    parser = _Text()
+    from runner.tools._html import Text  # html.parser loads with the first page, not with every run
+
+    parser = Text(SKIP_TAGS, BLOCK_TAGS)
     parser.feed(html)
     parser.close()
     text = "".join(parser.parts)

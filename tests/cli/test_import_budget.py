@@ -87,6 +87,7 @@ def test_one_turn_run_job_imports_nothing_it_does_not_use(project: Project, fake
     assert loaded(names, HEAVY) == []
     assert under(names, ("runner.safety.shell", "runner.serve", "runner.kanban.", "runner.otel")) == []
     assert {"backends.docker", "backends.ssh"}.isdisjoint(names)  # the implementations, not the specs
+    assert "html.parser" not in names  # web_fetch's parser loads with its first page
 
 
 def test_the_helper_sees_modules_loaded_through_import_module(project: Project) -> None:
