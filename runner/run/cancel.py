@@ -63,7 +63,8 @@ class CancelWatch:
 
 class CancelWatcher:
     """The thread and connection that watch the store at ``path`` for the run being followed (at
-    most one at a time). The thread starts with the first ``follow``; ``close`` ends it."""
+    most one at a time). The thread starts with the first ``follow`` (and again with the next
+    one, should a store error have ended it); ``close`` ends it."""
 
     def __init__(self, path: Path, *, check: float = CHECK):
         self.path, self.check = path, check
@@ -78,7 +79,7 @@ class CancelWatcher:
         waking the thread for it would cost more than the look."""
         with self._lock:
             self._current = watch
-            if self._thread is None:
+            if self._thread is None or not self._thread.is_alive():  # a thread the store failed under ended
                 self._thread = threading.Thread(target=self._run, name="runner-cancel", daemon=True)
                 self._thread.start()
 

@@ -83,3 +83,30 @@ def test_a_watch_of_its_own_ends_its_thread_with_the_run(store: Store) -> None:
     assert settles(stop) and watch.by == "dave"
     watch.close()
     assert {t.ident for t in threading.enumerate() if t.name == "runner-cancel"} <= before
+
+
+def test_a_watcher_whose_thread_the_store_ended_starts_again_with_the_next_run(tmp_path) -> None:
+    """SQLite: the store's folder is missing while a run is followed (the thread cannot connect and
+    ends); once the store is there, the next run followed gets a thread again and its cancel is seen."""
+    path = tmp_path / "later" / "runner.db"
+    watcher = CancelWatcher(path, check=CHECK)
+    try:
+        lost = CancelWatch(watcher, "20990101-000000-aaaaaa", threading.Event()).start()
+        first = watcher._thread
+        assert first is not None
+        first.join(5)
+        assert not first.is_alive()
+        lost.close()
+        path.parent.mkdir()
+        store = Store.open(path)
+        try:
+            run_id = running(store, "b")
+            request_cancel(store, run_id, by="erin")
+            stop = threading.Event()
+            watch = CancelWatch(watcher, run_id, stop).start()
+            assert settles(stop) and watch.by == "erin"
+            assert watcher._thread is not first
+        finally:
+            store.close()
+    finally:
+        watcher.close()
