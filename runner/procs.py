@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ALL_COMPLETED, FIRST_EXCEPTION, Future, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -286,6 +287,24 @@ def two_stage_stop(
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+SIGNAL_SLICE_S = 0.2
+
+
+def wait_futures(futures: Sequence[Future[Any]], *, first_exception: bool = False) -> None:
+    """Wait for ``futures`` (all done, or ``first_exception``: one raised) in slices of
+    ``SIGNAL_SLICE_S``. Python runs signal handlers in the main thread only, and only when it is
+    back in the interpreter; a signal the kernel delivered to another thread (a subagent's, a
+    tool's) does not wake a main thread blocked in a plain ``wait``. So a SIGTERM to a run whose
+    main thread waits for its subagents would set the run's stop only after they had all ended."""
+    when = FIRST_EXCEPTION if first_exception else ALL_COMPLETED
+    pending = list(futures)
+    while pending:
+        done, not_done = wait(pending, timeout=SIGNAL_SLICE_S, return_when=when)
+        if first_exception and any(not f.cancelled() and f.exception() is not None for f in done):
+            return
+        pending = list(not_done)
 
 
 # -- a run's own process as the reaper of what it started ---------------------------------------

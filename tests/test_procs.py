@@ -151,3 +151,47 @@ def test_pid_zero_is_never_alive_nor_signalled() -> None:
     """A remote attempt's handle has pid 0: kill(0, ...) would signal this very process group."""
     assert not procs.pid_alive(0, None) and not procs.pid_alive(-1, None)
     assert procs.kill_tree(0, 0) is False and procs.kill_tree(-5, 0.1) is False
+
+
+@pytest.mark.parametrize("first_exception", [False, True])
+def test_a_signal_that_reaches_another_thread_is_handled_while_the_main_thread_waits(first_exception) -> None:
+    """A run's main thread waiting for its subagents (or parallel tools) with ``wait_futures``: a
+    stop signal the kernel delivered to one of their threads still sets the run's stop while they
+    work. (A plain ``concurrent.futures.wait`` would run the handler only after they all ended.)"""
+    from concurrent.futures import ThreadPoolExecutor
+
+    stop = threading.Event()
+    release = threading.Event()
+    handled_while_working: list[bool] = []
+    ready = threading.Barrier(3)
+
+    def work() -> None:
+        ready.wait(10)
+        release.wait(10)
+
+    def aim_at_a_worker(target: int) -> None:
+        ready.wait(10)
+        time.sleep(0.2)  # the main thread is inside wait_futures by now
+        signal.pthread_kill(target, signal.SIGUSR1)
+
+    def on_signal(signum, frame) -> None:
+        handled_while_working.append(not release.is_set())
+        stop.set()
+        release.set()
+
+    previous = signal.signal(signal.SIGUSR1, on_signal)
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            futures = [pool.submit(work), pool.submit(work)]
+            worker_ids = [t.ident for t in pool._threads]  # the pool's own threads
+            assert len(worker_ids) == 2 and all(worker_ids)
+            aimer = threading.Thread(target=aim_at_a_worker, args=(worker_ids[0],))
+            aimer.start()
+            timer = threading.Timer(8, release.set)  # without the handler the workers end after 8 s
+            timer.start()
+            procs.wait_futures(futures, first_exception=first_exception)
+            timer.cancel()
+            aimer.join(10)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert stop.is_set() and handled_while_working == [True]

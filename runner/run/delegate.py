@@ -24,7 +24,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,7 @@ from runner.agent.loop import Limits, LoopResult, Pricing, Totals, grace_reserve
 from runner.agent.types import LLM, Usage
 from runner.atomic import write_run_file
 from runner.errors import RunnerError, failure_reason
+from runner.procs import wait_futures
 from runner.safety.approval import audit_recorder
 from runner.statuses import RunStatus, Trigger
 from runner.store.runs import Recorder, create_run, finish_run, update_run
@@ -88,7 +89,7 @@ class Delegation:
         pool = ThreadPoolExecutor(max_workers=min(spec.max_children, len(goals)), thread_name_prefix="subagent")
         try:
             futures = [pool.submit(self._child, goal, context, toolsets, ctx, limits) for goal in goals]
-            wait(futures, return_when=FIRST_EXCEPTION)
+            wait_futures(futures, first_exception=True)  # a signal to the run is handled while they work
             return [f.result() for f in futures]
         finally:
             pool.shutdown(wait=not self.stop.is_set(), cancel_futures=True)
