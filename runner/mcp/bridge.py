@@ -152,6 +152,9 @@ def serve(path: Path, spec: dict[str, Any]) -> int:
 
     threading.Thread(target=watch_stdin, daemon=True).start()
     threading.Thread(target=watch_upstream, daemon=True).start()
+    # listening before the address is published: a run that connects while uvicorn still starts
+    # waits in the backlog instead of being refused
+    sock.listen(128)
     write_private(path, json.dumps({"pid": os.getpid(), "url": f"http://127.0.0.1:{port}/mcp", "token": token}))
     try:
         server.run(sockets=[sock])

@@ -163,3 +163,34 @@ def test_the_bridge_passes_annotations_through_and_answers_only_its_token(tmp_pa
         bridges.close()
     assert not bridge_file(tmp_path, "m", "test").exists()
     assert find_bridge(tmp_path, "m", "test", 1) == (None, "")
+
+
+def test_the_bridge_accepts_connections_once_its_address_is_published(tmp_path):
+    """The address file is written once the bridge's socket listens: a run that connects at once
+    (uvicorn may still be starting) is queued, not refused ("All connection attempts failed")."""
+    import json
+    import logging
+    import socket
+    import time
+    from urllib.parse import urlsplit
+
+    from runner.mcp.keep import Bridges, bridge_file
+
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"mcp_servers:\n  test:\n    command: {sys.executable}\n    args: [{SERVER}]\n    keep_alive: true\n"
+    )
+    bridges = Bridges(tmp_path, config, {}.get, logging.getLogger("test"))
+    bridges.prepare("m", ["mcp:test"], True, tmp_path)
+    try:
+        path, deadline, url = bridge_file(tmp_path, "m", "test"), time.monotonic() + 30, None
+        while url is None and time.monotonic() < deadline:  # as soon as the address is there
+            try:
+                url = json.loads(path.read_text()).get("url")
+            except (OSError, ValueError):
+                pass
+        assert url is not None, "the bridge published no address"
+        where = urlsplit(url)
+        socket.create_connection((where.hostname, where.port), timeout=5).close()
+    finally:
+        bridges.close()
