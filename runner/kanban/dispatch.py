@@ -238,6 +238,10 @@ class Dispatcher:
     board: Board | None = None
     owner: str = field(default_factory=lambda: f"{HOST}:{os.getpid()}:dispatch")
     capacity: Capacity = field(default_factory=HostCapacity)
+    # what a claim is stamped with, read when the claim is made (a tick's ``now`` is read at its
+    # start: a parent that completed during the tick would look completed after its child's
+    # claim); None: the tick's ``now`` (a caller driving ticks with its own times)
+    clock: Callable[[], datetime] | None = None
 
     def __post_init__(self) -> None:
         self._board = self.board or Board(self.settings.store)
@@ -264,8 +268,9 @@ class Dispatcher:
         failed: list[tuple[int, str]] = []
         slots = self.max_workers - self.capacity.running(board)
         if slots > 0 and self._any_ready(now):
-            for claim in board.claim(self.owner, now=now, lease_seconds=self.lease_seconds, limit=slots):
-                self._start(claim, now, started, failed)
+            at = now if self.clock is None else max(now, self.clock())
+            for claim in board.claim(self.owner, now=at, lease_seconds=self.lease_seconds, limit=slots):
+                self._start(claim, at, started, failed)
         return DispatchTick(
             promoted=tuple(promoted),
             reclaimed=tuple(reclaimed),
@@ -351,6 +356,8 @@ class Dispatcher:
         from runner.clock import utcnow
 
         clock = clock or utcnow
+        if self.clock is None:
+            self.clock = clock
         changes = self.changes()
         while not stop.is_set():
             if changes.due():

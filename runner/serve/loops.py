@@ -44,7 +44,9 @@ class KanbanTicker:
         self.host, self.on_close = host, on_close
         if launcher is None and host.forks is not None:
             launcher = ForkLauncher(host.settings, host.forks)
-        self.dispatcher = Dispatcher(host.settings, launcher=launcher, capacity=capacity or HostCapacity())
+        self.dispatcher = Dispatcher(
+            host.settings, launcher=launcher, capacity=capacity or HostCapacity(), clock=host.clock.now
+        )
         self.changes = self.dispatcher.changes()
 
     def tick(self, now: datetime) -> None:

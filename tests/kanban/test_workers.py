@@ -288,3 +288,31 @@ def test_process_launcher_without_a_config_file(project, monkeypatch):
         wait_for(lambda: status_of(project, task) == "done", what="the task done")
     finally:
         dispatcher.close()
+
+
+def test_a_claim_is_stamped_when_it_is_made_not_when_the_tick_began(project, monkeypatch):
+    """In-process: a tick reads its ``now`` at its start; a parent task that completes during the
+    tick must not look completed after its child's claim, so a claim is stamped with the
+    dispatcher's clock read when it is made (never before the tick's ``now``)."""
+    from datetime import timedelta
+
+    from runner.clock import iso
+    from runner.kanban.dispatch import Dispatcher
+    from runner.settings import Settings
+    from tests.conftest import REPO
+
+    setup(project, max_workers=2)
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    settings = Settings.from_options(home=str(project.home), jobs=str(project.jobs_path))
+    task = add(project, "x", "--job", "step")
+    began = utcnow() - timedelta(seconds=5)  # the tick's now
+    claimed_at = utcnow()  # what the clock says when the claim is made
+    dispatcher = Dispatcher(settings, clock=lambda: claimed_at)
+    try:
+        assert [s.task_id for s in dispatcher.tick(began).started] == [task]
+        wait_for(lambda: status_of(project, task) == "done", what="x done")
+    finally:
+        dispatcher.close()
+    with board_of(project) as board:
+        [stamp] = [e["ts"] for e in board.events(task) if e["kind"] == "claimed"]
+    assert stamp == iso(claimed_at)
