@@ -143,7 +143,8 @@ def test_workers_for_a_burst_are_started_and_warmed_before_the_slot(project, ser
     def workers() -> set[int]:
         tree = descendants(daemon.pid)
         forkserver = {pid for pid in tree if (st := stat(pid)) is not None and st.ppid == daemon.pid}
-        return set(tree) - forkserver  # the forkserver's children: the workers started so far
+        # the forkserver's children: the workers started so far (not a warm-up's `sh`, a grandchild)
+        return {pid for pid in tree if (st := stat(pid)) is not None and st.ppid in forkserver}
 
     before = workers()
     while len(before) < 4 and datetime.now(UTC) < t0 - timedelta(seconds=0.5):
