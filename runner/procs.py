@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 PROC = Path("/proc")
 POLL_S = 0.02  # how often kill_tree looks whether the tree is gone during the grace period
@@ -290,21 +290,26 @@ def two_stage_stop(
 
 
 SIGNAL_SLICE_S = 0.2
+T = TypeVar("T")
 
 
-def wait_futures(futures: Sequence[Future[Any]], *, first_exception: bool = False) -> None:
-    """Wait for ``futures`` (all done, or ``first_exception``: one raised) in slices of
-    ``SIGNAL_SLICE_S``. Python runs signal handlers in the main thread only, and only when it is
-    back in the interpreter; a signal the kernel delivered to another thread (a subagent's, a
-    tool's) does not wake a main thread blocked in a plain ``wait``. So a SIGTERM to a run whose
+def future_results(futures: Sequence[Future[T]], *, first_exception: bool = False) -> list[T]:
+    """The results of ``futures`` in order, waited for in slices of ``SIGNAL_SLICE_S``;
+    ``first_exception``: raise as soon as one raised (else once all are done, the first in order).
+
+    Python runs signal handlers in the main thread only, and only when it is back in the
+    interpreter; a signal the kernel delivered to another thread (a subagent's, a tool's) does not
+    wake a main thread blocked in a plain ``wait`` or ``result()``. So a SIGTERM to a run whose
     main thread waits for its subagents would set the run's stop only after they had all ended."""
     when = FIRST_EXCEPTION if first_exception else ALL_COMPLETED
     pending = list(futures)
     while pending:
         done, not_done = wait(pending, timeout=SIGNAL_SLICE_S, return_when=when)
-        if first_exception and any(not f.cancelled() and f.exception() is not None for f in done):
-            return
+        failed = [f for f in done if not f.cancelled() and f.exception() is not None]
+        if first_exception and failed:
+            failed[0].result()  # raises it
         pending = list(not_done)
+    return [f.result() for f in futures]
 
 
 # -- a run's own process as the reaper of what it started ---------------------------------------

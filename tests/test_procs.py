@@ -155,9 +155,9 @@ def test_pid_zero_is_never_alive_nor_signalled() -> None:
 
 @pytest.mark.parametrize("first_exception", [False, True])
 def test_a_signal_that_reaches_another_thread_is_handled_while_the_main_thread_waits(first_exception) -> None:
-    """A run's main thread waiting for its subagents (or parallel tools) with ``wait_futures``: a
+    """A run's main thread waiting for its subagents (or parallel tools) with ``future_results``: a
     stop signal the kernel delivered to one of their threads still sets the run's stop while they
-    work. (A plain ``concurrent.futures.wait`` would run the handler only after they all ended.)"""
+    work. (A plain ``wait`` or ``result()`` would run the handler only after they all ended.)"""
     from concurrent.futures import ThreadPoolExecutor
 
     stop = threading.Event()
@@ -171,7 +171,7 @@ def test_a_signal_that_reaches_another_thread_is_handled_while_the_main_thread_w
 
     def aim_at_a_worker(target: int) -> None:
         ready.wait(10)
-        time.sleep(0.2)  # the main thread is inside wait_futures by now
+        time.sleep(0.2)  # the main thread is inside future_results by now
         signal.pthread_kill(target, signal.SIGUSR1)
 
     def on_signal(signum, frame) -> None:
@@ -189,9 +189,28 @@ def test_a_signal_that_reaches_another_thread_is_handled_while_the_main_thread_w
             aimer.start()
             timer = threading.Timer(8, release.set)  # without the handler the workers end after 8 s
             timer.start()
-            procs.wait_futures(futures, first_exception=first_exception)
+            assert procs.future_results(futures, first_exception=first_exception) == [None, None]
             timer.cancel()
             aimer.join(10)
     finally:
         signal.signal(signal.SIGUSR1, previous)
     assert stop.is_set() and handled_while_working == [True]
+
+
+def test_future_results_raise_the_first_failure_without_waiting_for_the_rest() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    release = threading.Event()
+
+    def fails() -> None:
+        raise ValueError("boom")
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        slow, bad = pool.submit(release.wait, 10), pool.submit(fails)
+        try:
+            with pytest.raises(ValueError, match="boom"):
+                procs.future_results([slow, bad], first_exception=True)
+            assert not slow.done()  # raised while the other one still worked
+        finally:
+            release.set()
+        assert procs.future_results([slow]) == [True]

@@ -22,7 +22,7 @@ from runner.agent.schema import check_args
 from runner.agent.types import LLM, Message, ToolCall, Usage, arguments_value
 from runner.errors import ModelError, RunnerError
 from runner.priced import PricedReply, Tokens
-from runner.procs import wait_futures
+from runner.procs import future_results
 from runner.safety.result import ApprovalResult, ApproveFn
 from runner.statuses import RunStatus
 from runner.tools import ToolEntry, ToolError
@@ -441,8 +441,7 @@ def _run_parallel(
     with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(calls)), thread_name_prefix="tool") as pool:
         # each call in a copy of this thread's context, so its span is a child of the caller's
         futures = [pool.submit(contextvars.copy_context().run, work, call) for call in calls]
-        wait_futures(futures)  # a signal to the run is handled while they work
-        done = [f.result() for f in futures]
+        done = future_results(futures)  # a signal to the run is handled while they work
     for call, (result, failed, seconds) in zip(calls, done, strict=True):
         _report(call, result, failed, seconds, emit)
     return [(result, failed) for result, failed, _ in done]

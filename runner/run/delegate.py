@@ -32,7 +32,7 @@ from runner.agent.loop import Limits, LoopResult, Pricing, Totals, grace_reserve
 from runner.agent.types import LLM, Usage
 from runner.atomic import write_run_file
 from runner.errors import RunnerError, failure_reason
-from runner.procs import wait_futures
+from runner.procs import future_results
 from runner.safety.approval import audit_recorder
 from runner.statuses import RunStatus, Trigger
 from runner.store.runs import Recorder, create_run, finish_run, update_run
@@ -89,8 +89,7 @@ class Delegation:
         pool = ThreadPoolExecutor(max_workers=min(spec.max_children, len(goals)), thread_name_prefix="subagent")
         try:
             futures = [pool.submit(self._child, goal, context, toolsets, ctx, limits) for goal in goals]
-            wait_futures(futures, first_exception=True)  # a signal to the run is handled while they work
-            return [f.result() for f in futures]
+            return future_results(futures, first_exception=True)  # a signal to the run is handled meanwhile
         finally:
             pool.shutdown(wait=not self.stop.is_set(), cancel_futures=True)
 
