@@ -133,12 +133,11 @@ def subprocess_pid_that_exited() -> int:
     return proc.pid
 
 
-def test_the_bridge_passes_annotations_through_and_answers_only_its_token(tmp_path):
+def started_bridge(tmp_path):
+    """serve's bridges with one being started for job ``m``'s keep-alive server ``test``."""
     import logging
 
-    from runner.mcp.client import Connection, McpFailure
-    from runner.mcp.keep import Bridges, bridge_file, find_bridge
-    from runner.mcp.launch import http_target
+    from runner.mcp.keep import Bridges
 
     config = tmp_path / "config.yaml"
     config.write_text(
@@ -146,6 +145,15 @@ def test_the_bridge_passes_annotations_through_and_answers_only_its_token(tmp_pa
     )
     bridges = Bridges(tmp_path, config, {}.get, logging.getLogger("test"))
     bridges.prepare("m", ["mcp:test"], True, tmp_path)
+    return bridges
+
+
+def test_the_bridge_passes_annotations_through_and_answers_only_its_token(tmp_path):
+    from runner.mcp.client import Connection, McpFailure
+    from runner.mcp.keep import bridge_file, find_bridge
+    from runner.mcp.launch import http_target
+
+    bridges = started_bridge(tmp_path)
     try:
         address, why = find_bridge(tmp_path, "m", "test", 30)
         assert address is not None, why
@@ -169,19 +177,13 @@ def test_the_bridge_accepts_connections_once_its_address_is_published(tmp_path):
     """The address file is written once the bridge's socket listens: a run that connects at once
     (uvicorn may still be starting) is queued, not refused ("All connection attempts failed")."""
     import json
-    import logging
     import socket
     import time
     from urllib.parse import urlsplit
 
-    from runner.mcp.keep import Bridges, bridge_file
+    from runner.mcp.keep import bridge_file
 
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        f"mcp_servers:\n  test:\n    command: {sys.executable}\n    args: [{SERVER}]\n    keep_alive: true\n"
-    )
-    bridges = Bridges(tmp_path, config, {}.get, logging.getLogger("test"))
-    bridges.prepare("m", ["mcp:test"], True, tmp_path)
+    bridges = started_bridge(tmp_path)
     try:
         path, deadline, url = bridge_file(tmp_path, "m", "test"), time.monotonic() + 30, None
         while url is None and time.monotonic() < deadline:  # as soon as the address is there
