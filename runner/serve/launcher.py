@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from runner.run.cancel import CancelWatcher
     from runner.settings import Settings
     from runner.store import Store
+    from runner.store.dialect import Target
 
 
 class ConfigCache:
@@ -329,7 +330,7 @@ class Kept:
             self._cancels = None
 
 
-def _identity(target: Any) -> tuple[Any, ...]:
+def _identity(target: Target) -> tuple[Any, ...]:
     """What tells one store from another: a PostgreSQL URL, or a SQLite file's path and inode."""
     if target.path is None:
         return ("url", str(target.url))

@@ -100,12 +100,11 @@ def sdk_share(both: list[Tree], runs: int = 9) -> dict[str, float]:
     imports what a run has loaded when it first asks the model and then the SDK (its client and
     chat resources), less the median of one that stops before the SDK, both alternating. A tree
     whose model client is not the SDK shows ~0."""
-    argv = {
-        f"{t.name}|{which}": [t.python, "-c", code]
-        for t in both
-        for which, code in (("with", SDK_AFTER), ("without", SDK_BEFORE))
-    }
-    envs = {key: next(t for t in both if key.startswith(t.name + "|")).env() for key in argv}
+    argv: dict[str, list[str]] = {}
+    envs: dict[str, dict[str, str]] = {}
+    for t in both:
+        for which, code in (("with", SDK_AFTER), ("without", SDK_BEFORE)):
+            argv[f"{t.name}|{which}"], envs[f"{t.name}|{which}"] = [t.python, "-c", code], t.env()
     timed = time_argv(argv, envs, REPO, runs)
     return {t.name: timed[f"{t.name}|with"].wall - timed[f"{t.name}|without"].wall for t in both}
 
