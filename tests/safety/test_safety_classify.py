@@ -73,6 +73,8 @@ def test_substitutions_inside_arguments_run(command: str) -> None:
         ("cd /tmp && rm -rf ../..", "hardline"),
         ("find / -name core -exec rm -f {} +", "safe"),
         ("find / -name '*.tmp' -delete", "dangerous"),
+        # the outer find puts its file name in for {} inside the string too; judged as written as well
+        ("find . -exec sh -c 'find / -exec rm -rf {} +' \\;", "hardline"),
         ("psql -c 'DELETE FROM t WHERE id = 1'", "safe"),
         ("curl -s https://api.example.com | python3 -c 'import json,sys; json.load(sys.stdin)'", "safe"),
         ("curl -s https://api.example.com | python3", "dangerous"),

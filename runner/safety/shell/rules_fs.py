@@ -63,6 +63,8 @@ def find(name: str, args: tuple[str, ...], sink: Sink) -> None:
         if runs_code(argv):
             sink.danger(f"find -exec runs code ({argv[0]})")
         sink.run_argv(tuple(a.replace("{}", placeholder) for a in argv))
+        if any("{}" in a and a != "{}" for a in argv):  # a string that holds {}: a command of its own
+            sink.run_argv(argv)  # (``sh -c 'find / -exec rm -rf {} +'``) is judged as written too
 
 
 def _find_expression(expr: tuple[str, ...]) -> tuple[bool, bool, list[tuple[str, ...]]]:
