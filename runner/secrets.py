@@ -1,12 +1,15 @@
 """Secrets the runner holds in memory, never in its environment block.
 
-``/proc/<pid>/environ`` shows the environment a process was *started* with; ``os.environ``
-changes and ``unsetenv`` do not remove anything from it, and any command the agent runs as the
+``/proc/<pid>/environ`` shows the memory of the environment block a process was *started* with;
+``os.environ`` changes and ``unsetenv`` do not touch it, and any command the agent runs as the
 same user can read it (``cat /proc/$PPID/environ``). So a command that runs tools (``run-job``,
 ``serve``, ``kanban work``, ``kanban dispatch``) starts by moving the secret variables out: it
-reads them, then re-executes the same program with an environment without them, handing the
-values over through an inherited memfd (a pipe where there is none) whose number is in
-``RUNNER_SECRETS_FD``. The new process image reads them into ``_held`` and closes the fd.
+holds their values in ``_held``, removes them from ``os.environ`` and overwrites their values in
+the block itself with NUL bytes (the block's bounds come from ``/proc/self/stat``), then reads
+``/proc/self/environ`` back to check. Where that check fails (no ``/proc``, a kernel without the
+bounds), it re-executes the same program with an environment without them, handing the values
+over through an inherited memfd (a pipe where there is none) whose number is in
+``RUNNER_SECRETS_FD``; the new process image reads them into ``_held`` and closes the fd.
 
 Everything that reads a key goes through ``getenv`` / ``environ()`` (the process environment
 plus the held secrets). Stdlib only: this runs before click is imported.
@@ -163,9 +166,10 @@ def child_env(extra: Mapping[str, str] | None = None) -> tuple[dict[str, str], i
     return env, fd
 
 
-def hide_and_reexec(args: Sequence[str], is_token: Callable[[str], bool] | None = None) -> None:
-    """At the start of a command that runs tools: re-execute without secrets in the environment
-    block, holding them in memory instead. Other commands only take over handed secrets."""
+def hide(args: Sequence[str], is_token: Callable[[str], bool] | None = None) -> None:
+    """At the start of a command that runs tools: hold the secret variables in memory and blank
+    them in the environment block (re-executing without them where blanking cannot be checked).
+    Other commands only take over handed secrets."""
     if ENV_FD in os.environ:
         receive()
         return
@@ -174,6 +178,44 @@ def hide_and_reexec(args: Sequence[str], is_token: Callable[[str], bool] | None 
     found = secret_vars(os.environ, config_refs(args, os.environ), is_token)
     if not found:
         return
+    if blank_in_block(found):
+        install(found)
+        for name in found:
+            del os.environ[name]
+        return
+    reexec_without(found)
+
+
+def blank_in_block(found: Mapping[str, str]) -> bool:
+    """Overwrite the values of ``found`` in this process's environment block with NUL bytes (the
+    memory ``/proc/self/environ`` shows); True when the block, read back, holds none of them.
+    Single-threaded start-up only: nothing else reads the block meanwhile."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rpartition(")")[2].split()
+        start, end = int(fields[47]), int(fields[48])  # env_start, env_end: stat fields 50 and 51
+        block = Path("/proc/self/environ").read_bytes()
+    except (OSError, IndexError, ValueError):
+        return False
+    if not start or end - start != len(block):  # not the block /proc/self/environ shows
+        return False
+    import ctypes
+
+    offset = 0
+    for entry in block.split(b"\0"):
+        name, sep, value = entry.partition(b"=")
+        if sep and value and os.fsdecode(name) in found:
+            ctypes.memset(start + offset + len(name) + 1, 0, len(value))
+        offset += len(entry) + 1
+    try:
+        after = Path("/proc/self/environ").read_bytes()
+    except OSError:
+        return False
+    return not any(os.fsencode(value) in after for value in found.values())
+
+
+def reexec_without(found: Mapping[str, str]) -> None:
+    """Re-execute this program with an environment without ``found``, handing the values to the
+    new image through an inherited fd (``receive`` takes them)."""
     env = {k: v for k, v in os.environ.items() if k not in found}
     env[ENV_FD] = str(handoff(found))
     sys.stdout.flush()

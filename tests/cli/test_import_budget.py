@@ -1,7 +1,6 @@
 """What each start-up path must not import (issue 20, README "Start-up time").
 
-Each test runs the real program, ``python -X importtime -m runner ...`` (both images when the
-command re-executes itself to hide secrets), and reads the imported module names from the
+Each test runs the real program, ``python -X importtime -m runner ...``, and reads the imported module names from the
 importtime lines on stderr. Modules imported through ``importlib.import_module`` (runner's own
 CLI and tool modules) have no line of their own, but every ``import`` statement inside them
 does, so a heavy third-party package cannot hide."""

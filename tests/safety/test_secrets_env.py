@@ -3,6 +3,9 @@ before the model sees them, and what is stored is masked in its JSON-escaped for
 
 import base64
 import json
+import os
+import subprocess
+import sys
 
 from runner.testing import call, final
 
@@ -84,3 +87,49 @@ def test_stored_arguments_and_delivery_masked(project, fake, tmp_path):
     assert "127.0.0.1:9/hooks/***" in delivery
     shown = project.run("runs", "show", conn.execute("SELECT id FROM runs").fetchone()[0])
     assert "pa55w0rd-x" not in shown.stdout and "zzzsecretpath" not in shown.stdout
+
+
+# A start-up in a fresh interpreter: what hide() leaves in the block, the environment and memory.
+HIDE = """
+import os, sys
+from runner import secrets
+sys.stderr.write("started\\n")  # twice if the program re-executed itself
+secrets.hide(["run-job", "x"])
+print("OPENAI_API_KEY" in os.environ, os.environ["PLAIN"], secrets.getenv("OPENAI_API_KEY"))
+sys.stdout.flush()
+sys.stdout.buffer.write(open("/proc/self/environ", "rb").read())
+"""
+
+
+def _start(code: str) -> subprocess.CompletedProcess[bytes]:
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": os.getcwd(), "OPENAI_API_KEY": KEY, "PLAIN": "visible"}
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=60)
+
+
+def test_hide_blanks_the_block_in_place_without_a_second_start():
+    res = _start(HIDE)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr == b"started\n"  # one image: no re-exec
+    first, _, block = res.stdout.partition(b"\n")
+    assert first == f"False visible {KEY}".encode()  # out of os.environ, held in memory
+    assert KEY.encode() not in block
+    assert b"RUNNER_SECRETS_FD" not in block
+    assert b"PLAIN=visible\0" in block  # the rest of the block is untouched
+    assert b"OPENAI_API_KEY=" + b"\0" * len(KEY) in block  # blanked where it was
+
+
+def test_the_fallback_reexecutes_with_the_values_handed_over():
+    code = (
+        "import os\n"
+        "from runner import secrets\n"
+        "if 'RUNNER_SECRETS_FD' not in os.environ:\n"
+        "    secrets.reexec_without({'OPENAI_API_KEY': os.environ['OPENAI_API_KEY']})\n"
+        "secrets.receive()\n"
+        "block = open('/proc/self/environ', 'rb').read()\n"
+        "memfds = [f for f in os.listdir('/proc/self/fd') if 'memfd' in os.path.realpath(f'/proc/self/fd/{f}')]\n"
+        f"print(secrets.getenv('OPENAI_API_KEY'), os.environ.get('OPENAI_API_KEY'), {KEY!r}.encode() in block,"
+        " os.environ['PLAIN'], len(memfds))\n"
+    )
+    res = _start(code)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.decode().split() == [KEY, "None", "False", "visible", "0"]
