@@ -75,11 +75,13 @@ class ControlPlane:
 
     def inside_workdir(self) -> tuple[Path, ...]:
         """The protected files and folders that lie inside the workdir (Docker mounts them read-only)."""
+        if not self.workdir:
+            return ()
+        root = os.path.realpath(self.workdir)
         out = []
         for path in (*self.files, *self.folders):
             real = os.path.realpath(path)
-            root = os.path.realpath(self.workdir) if self.workdir else ""
-            if root and real != root and _under(real, root) and os.path.exists(real):
+            if real != root and _under(real, root) and os.path.exists(real):
                 out.append(Path(real))
         return tuple(sorted(set(out)))
 
