@@ -14,7 +14,6 @@ import json
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -437,6 +436,8 @@ def _run_parallel(
         started = time.monotonic()
         result, failed = _traced_invoke(call, by_name, shared, redact, tracer)
         return result, failed, time.monotonic() - started
+
+    from concurrent.futures import ThreadPoolExecutor  # only a turn of several read-only calls needs it
 
     with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(calls)), thread_name_prefix="tool") as pool:
         # each call in a copy of this thread's context, so its span is a child of the caller's

@@ -9,7 +9,6 @@ auxiliary model (else the run's own) once, counts the reply's tokens and cost in
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -25,7 +24,6 @@ if TYPE_CHECKING:
     from runner.skills.session import SkillSession
     from runner.skills.sidecall import SideReply
 
-log = logging.getLogger("runner.review")
 MIN_SECONDS = 2.0  # with less time left before the run's deadline there is no review
 
 
@@ -149,4 +147,6 @@ def _event(run: Run, reply: SideReply, outcome: str, decision: Decision | None, 
 
 def _failed(run: Run, error: str) -> None:
     run.emit("skill_review_failed", {"error": error})
-    log.warning("run %s (job %s): skill review failed: %s", run.run_id, run.job.name, error)
+    import logging  # only here: a run that is not reviewed does not load it (~5 ms a start)
+
+    logging.getLogger("runner.review").warning("run %s (job %s): skill review failed: %s", run.run_id, run.job.name, error)

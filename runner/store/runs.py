@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -24,7 +23,7 @@ from runner.store.budget import settle
 from runner.store.control import abandon
 from runner.store.dialect import Dialect
 
-HOST = socket.gethostname()
+HOST = os.uname().nodename  # what socket.gethostname() returns, without importing socket
 
 
 def new_run_id(now: datetime | None = None) -> str:

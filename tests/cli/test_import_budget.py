@@ -94,3 +94,17 @@ def test_the_helper_sees_modules_loaded_through_import_module(project: Project) 
     fifty_jobs(project)
     names = imported(project, "jobs", "list", "--json")
     assert "zoneinfo" in names  # imported by runner.config.schedules, itself loaded from a command body
+
+
+def test_a_replayed_one_turn_run_loads_no_logging_or_thread_pool(project: Project, fake: FakeOpenAI) -> None:
+    """The same turn from a cassette (no SDK, which loads logging itself): the stdlib's logging and
+    concurrent.futures (~10 ms together) wait for what needs them (a failed skill review, a turn
+    of several read-only calls)."""
+    project.write_jobs("jobs:\n  one:\n    prompt: Say ok\n    toolsets: [terminal, files]\n")
+    fake.default = final("ok")
+    cassette = project.root / "one.cassette"
+    recorded = project.run("run-job", "one", "--record", str(cassette))
+    assert recorded.returncode == 0, recorded.stderr
+    names = imported(project, "run-job", "one", "--replay", str(cassette))
+    assert loaded(names, MODEL_CLIENT) == []
+    assert {"logging", "concurrent.futures"}.isdisjoint(names)
