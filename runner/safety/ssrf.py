@@ -13,7 +13,6 @@ to an address that was never checked.
 from __future__ import annotations
 
 import ipaddress
-import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -64,6 +63,8 @@ class Target:
 
 def system_resolver(host: str, port: int) -> list[str]:
     """Every address ``host`` resolves to (IPv4 and IPv6), in the resolver's order, once each."""
+    import socket  # with the first fetch: a run that fetches nothing does not load it
+
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:

@@ -96,7 +96,7 @@ def test_the_helper_sees_modules_loaded_through_import_module(project: Project) 
     assert "zoneinfo" in names  # imported by runner.config.schedules, itself loaded from a command body
 
 
-def test_a_replayed_one_turn_run_loads_no_logging_or_thread_pool(project: Project, fake: FakeOpenAI) -> None:
+def test_a_replayed_one_turn_run_loads_no_logging_thread_pool_or_metadata_scan(project: Project, fake: FakeOpenAI) -> None:
     """The same turn from a cassette (no SDK, which loads logging itself): the stdlib's logging and
     concurrent.futures (~10 ms together) wait for what needs them (a failed skill review, a turn
     of several read-only calls)."""
@@ -108,3 +108,4 @@ def test_a_replayed_one_turn_run_loads_no_logging_or_thread_pool(project: Projec
     names = imported(project, "run-job", "one", "--replay", str(cassette))
     assert loaded(names, MODEL_CLIENT) == []
     assert {"logging", "concurrent.futures"}.isdisjoint(names)
+    assert {"importlib.metadata", "socket"}.isdisjoint(names)  # no pydantic plugin scan; no fetch, no socket
