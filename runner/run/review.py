@@ -149,4 +149,5 @@ def _failed(run: Run, error: str) -> None:
     run.emit("skill_review_failed", {"error": error})
     import logging  # only here: a run that is not reviewed does not load it (~5 ms a start)
 
-    logging.getLogger("runner.review").warning("run %s (job %s): skill review failed: %s", run.run_id, run.job.name, error)
+    log = logging.getLogger("runner.review")
+    log.warning("run %s (job %s): skill review failed: %s", run.run_id, run.job.name, error)
