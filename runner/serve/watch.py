@@ -99,19 +99,27 @@ class JobsWatcher:
         self._thread.join(timeout=5)
 
     def _run(self) -> None:
+        carried = False  # a forced reload whose read met a write in progress
         while not self._stopped.is_set():
-            forced = self._poke.wait(self.interval)
+            forced = self._poke.wait(self.interval) or carried
             self._poke.clear()
             if self._stopped.is_set():
                 return
             sig = signature(self._files)
             if sig == self._sig and not forced:
                 continue
-            self._sig = sig
+            before = signature([self.path])  # jobs.yaml as it is before the read
             result = load(self.path, self.default_timezone, self.settings)
-            if result.jobs is not None:
-                self._files = referenced_files(result.jobs)
-                self._sig = signature(self._files)
+            files = referenced_files(result.jobs) if result.jobs is not None else self._files
+            after = signature(files)
+            if signature([self.path]) != before:
+                # jobs.yaml was written while it was read (``write_text`` truncates first, and an
+                # empty file is valid: no jobs): what was read may be half a file. Nothing is
+                # installed and the signature is left as it was, so the next look reads it again.
+                carried = forced
+                continue
+            carried = False
+            self._files, self._sig = files, after
             self.results.put(replace(result, forced=forced))
             self.wake()
 
