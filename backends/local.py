@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import threading
 import time
@@ -98,11 +99,8 @@ class LocalBackend:
         buf = OutputBuffer(self.ctx.output_cap)
         reader = threading.Thread(target=_pump, args=(proc, buf), daemon=True)
         reader.start()
-        timed_out = False
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+        timed_out = not exited_within(proc, timeout)
+        if timed_out:
             kill_tree(proc.pid, KILL_GRACE_S, group=proc.pid)
             proc.wait()
         # background children may keep the pipe open; do not wait for them
@@ -159,6 +157,33 @@ class LocalBackend:
     @property
     def cwd(self) -> str:
         return self._cwd.cwd
+
+
+def exited_within(proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Wait for ``proc`` to exit, at most ``timeout`` seconds; True when it did (it is reaped).
+
+    A pidfd (Linux 5.3+) wakes the caller the moment the child exits. ``Popen.wait(timeout=)``
+    polls instead, sleeping 0.5, 1, 2 ... 50 ms between looks, so a command of 2 ms was seen
+    ending 1-3 ms late, and a slow one up to 50 ms late: time every command of a run pays."""
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # an older kernel, or no pidfd_open in this Python
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        deadline = time.monotonic() + timeout
+        while not poller.poll(min(max(0.0, deadline - time.monotonic()), 3600.0) * 1000):  # poll's int ms
+            if time.monotonic() >= deadline:
+                return False
+    finally:
+        os.close(fd)
+    proc.wait()
+    return True
 
 
 def _pump(proc: subprocess.Popen[bytes], buf: OutputBuffer) -> None:

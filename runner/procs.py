@@ -9,6 +9,7 @@ descendants (only the root and its process group are signalled).
 
 from __future__ import annotations
 
+import enum
 import functools
 import os
 import signal
@@ -161,6 +162,13 @@ def kill_marked(name: str, value: str, *, prefix: bool = False, rounds: int = 5)
     return len(killed)
 
 
+class Target(enum.Enum):
+    """What a ``ProcessTree`` signal goes to: a process group, or one process."""
+
+    GROUP = "group"
+    PROCESS = "process"
+
+
 class ProcessTree:
     """A process and its descendants, each remembered with its start time when first seen, so a
     later signal still reaches children orphaned in between and never a process that reused a pid.
@@ -200,23 +208,31 @@ class ProcessTree:
         for pid in descendants(self.root):
             self._seen.setdefault(pid, start_time(pid))
 
-    def signal(self, sig: int) -> None:
+    def targets(self) -> list[tuple[Target, int]]:
+        """Whom ``signal`` reaches, in order: every member's group (a member in the caller's own
+        group alone), the root's first. A run's process so learns it was stopped before its
+        commands die of the same signal, and never takes a command killed by serve's shutdown
+        for one that failed."""
         own = os.getpgrp()
-        groups = {self.group} if self.group is not None else set()
-        alone: list[int] = []
-        for pid in self.members():
+        seen: set[int] = {own}
+        out: list[tuple[Target, int]] = []
+        for pid in self.members():  # the root is the first remembered
             try:
                 pgid = os.getpgid(pid)
             except ProcessLookupError:
                 continue
             if pgid == own:
-                alone.append(pid)  # not in a group of its own (yet): never signal the caller's group
-            else:
-                groups.add(pgid)
-        for pgid in groups - {own}:
-            _send(os.killpg, pgid, sig)
-        for pid in alone:
-            _send(os.kill, pid, sig)
+                out.append((Target.PROCESS, pid))  # not in a group of its own (yet): never the caller's group
+            elif pgid not in seen:
+                seen.add(pgid)
+                out.append((Target.GROUP, pgid))
+        if self.group is not None and self.group not in seen:
+            out.append((Target.GROUP, self.group))
+        return out
+
+    def signal(self, sig: int) -> None:
+        for kind, target in self.targets():
+            _send(os.killpg if kind is Target.GROUP else os.kill, target, sig)
 
 
 def kill_tree(pid: int, grace: float, *, start: str | None = None, group: int | None = None) -> bool:

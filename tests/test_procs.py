@@ -67,6 +67,24 @@ def test_kill_tree_reaches_every_descendant_also_in_other_sessions() -> None:
     assert proc.returncode == -signal.SIGTERM
 
 
+@pytest.mark.parametrize("own_session", [False, True])
+def test_the_root_is_signalled_before_its_descendants(own_session: bool) -> None:
+    """A worker hears serve's SIGTERM before its commands die of it (or it could take a command
+    killed by the shutdown for one that failed): the root, or its group, comes first."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", TREE, "0", TREE], stdout=subprocess.PIPE, text=True, start_new_session=own_session
+    )
+    assert proc.stdout is not None
+    pids = [int(proc.stdout.readline()) for _ in range(3)]
+    try:
+        targets = procs.ProcessTree(proc.pid).targets()
+        root = (procs.Target.GROUP, proc.pid) if own_session else (procs.Target.PROCESS, proc.pid)
+        assert targets == [root, (procs.Target.GROUP, pids[1])]  # the grandchild is in its parent's session
+    finally:
+        procs.kill_tree(proc.pid, 0)
+        proc.wait()
+
+
 def test_kill_tree_sigkills_what_ignores_sigterm_after_the_grace() -> None:
     proc = subprocess.Popen([sys.executable, "-c", STUBBORN], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"

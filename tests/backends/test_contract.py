@@ -184,3 +184,23 @@ def assert_nothing_left(kind: str, backend: Any, seconds: int) -> None:
     for arg in (str(seconds), str(seconds + 1)):
         assert eventually(lambda arg=arg: not host_processes_with_arg(arg)), arg  # type: ignore[misc]
 
+
+# -- the local backend's wait ------------------------------------------------------------------
+def test_exited_within_reaps_a_command_that_ends_and_leaves_one_that_does_not() -> None:
+    import subprocess
+    import sys
+
+    from backends.local import exited_within
+
+    quick = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    assert exited_within(quick, 60.0)
+    assert quick.returncode == 3  # reaped, with its exit code
+    slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert not exited_within(slow, 0.2)
+        assert slow.poll() is None  # still running: the caller decides what to do with it
+        slow.kill()
+        assert exited_within(slow, 3000 * 86400.0)  # beyond poll()'s int milliseconds: no OverflowError
+    finally:
+        slow.kill()
+        slow.wait()
