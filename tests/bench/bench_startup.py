@@ -92,20 +92,19 @@ def imports(tree: Tree, args: list[str], env: dict[str, str], cwd: Path) -> str:
 
 
 SDK_BEFORE = "import runner.cli.run, runner.run.execute, runner.agent.llm"  # what a run has loaded when it asks the model
-# what ``runner.agent.llm``'s first request adds: the SDK's import, its HTTP client (httpx2 and
-# its transport) and its chat resources, made the way ``_sdk()`` makes them
+# what a run's first request adds: the SDK's import, its HTTP client and its chat resources,
+# made by the chat client's own ``_sdk()``
 SDK_AFTER = SDK_BEFORE + (
-    "; import openai; from runner.tls import verify_for; u = 'http://127.0.0.1:9/v1'"
-    "; c = openai.OpenAI(api_key='x', base_url=u, max_retries=0,"
-    " http_client=openai.DefaultHttpx2Client(verify=verify_for(u))); c.chat.completions"
+    "; from runner.agent.keys import StaticKeys"
+    "; runner.agent.llm.ChatClient(base_url='http://127.0.0.1:9/v1', model='m', keys=StaticKeys(None))._sdk()"
 )
 
 
 def sdk_share(both: list[Tree], runs: int = 9) -> dict[str, float]:
     """The openai SDK's share of a run, per tree: the median wall of a fresh interpreter that
     imports what a run has loaded when it first asks the model and then makes the SDK's client as
-    a run does (import, HTTP client, chat resources), less the median of one that stops before the SDK, both alternating. A tree
-    whose model client is not the SDK shows ~0."""
+    a run does (import, HTTP client, chat resources), less the median of one that stops before
+    the SDK, both alternating. A tree whose model client is not the SDK shows ~0."""
     argv: dict[str, list[str]] = {}
     envs: dict[str, dict[str, str]] = {}
     for t in both:
