@@ -8,7 +8,8 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,16 @@ def _flips(counter: Path) -> int:
     return int(counter.read_text())
 
 
+def _rounds(seen_enough: Callable[[], bool], at_least: int = ROUNDS, seconds: float = 30.0) -> Iterator[int]:
+    """Round numbers: ``at_least`` of them, then more until ``seen_enough()`` or ``seconds`` have
+    passed (a busy machine may park the flipper on one side of the flip for a while)."""
+    deadline = time.monotonic() + seconds
+    for i in itertools.count():
+        if i >= at_least and (seen_enough() or time.monotonic() > deadline):
+            return
+        yield i
+
+
 def test_the_flipper_defeats_a_check_then_open_reader(box, flipper):
     """Control: the race is real. A reader that checks the real path, then opens by name (what the
     file tools did before) reads the outside file at least once in ROUNDS tries."""
@@ -103,58 +114,49 @@ def test_the_flipper_defeats_a_check_then_open_reader(box, flipper):
 def test_reads_never_leave_the_workdir_while_a_symlink_flips(box, flipper):
     ctx, _, _ = box
     before = _flips(flipper)
-    inside = escapes = refused = 0
-    deadline = time.monotonic() + 30  # a busy machine may park the flipper on one side for a while
-    for rounds in itertools.count():
-        if rounds >= ROUNDS and ((inside and refused and _flips(flipper) > before) or time.monotonic() > deadline):
-            break
+    hits: Counter[str] = Counter()
+    for _ in _rounds(lambda: bool(hits["inside"] and hits["refused"] and _flips(flipper) > before)):
         try:
             text = read_file({"path": "d/f.txt"}, ctx).text
         except ToolError:
-            refused += 1
+            hits["refused"] += 1
             continue
         if "SECRET" in text:
-            escapes += 1
+            hits["escapes"] += 1
         elif "inside" in text:
-            inside += 1
-    assert escapes == 0
-    assert inside > 0 and refused > 0  # both sides of the race were hit
+            hits["inside"] += 1
+    assert hits["escapes"] == 0
+    assert hits["inside"] > 0 and hits["refused"] > 0  # both sides of the race were hit
     assert _flips(flipper) > before
 
 
 def test_writes_never_leave_the_workdir_while_a_symlink_flips(box, flipper):
     ctx, work, outside = box
     before = _flips(flipper)
-    written = 0
-    deadline = time.monotonic() + 30
-    for i in itertools.count():
-        if i >= ROUNDS and ((written and _flips(flipper) > before) or time.monotonic() > deadline):
-            break
+    hits: Counter[str] = Counter()
+    for i in _rounds(lambda: bool(hits["written"] and _flips(flipper) > before)):
         try:
             write_file({"path": f"d/w{i}.txt", "content": "x"}, ctx)
-            written += 1
+            hits["written"] += 1
         except ToolError:
             continue
     assert sorted(p.name for p in outside.iterdir()) == ["f.txt"]
-    assert written > 0 and _flips(flipper) > before
+    assert hits["written"] > 0 and _flips(flipper) > before
 
 
 def test_search_and_list_never_leave_the_workdir_while_a_symlink_flips(box, flipper):
     ctx, _, _ = box
-    found = listed = 0
-    deadline = time.monotonic() + 30  # as above: the flipper may sit on one side for a while
-    for rounds in itertools.count():
-        if rounds >= 200 and ((found and listed) or rounds >= ROUNDS and time.monotonic() > deadline):
-            break
+    hits: Counter[str] = Counter()
+    for _ in _rounds(lambda: bool(hits["found"] and hits["listed"]), at_least=200):
         for call in (lambda: search_files({"pattern": "SECRET|inside"}, ctx), lambda: list_dir({"path": "d"}, ctx)):
             try:
                 text = call().text
             except ToolError:
                 continue
             assert "SECRET outside" not in text
-            found += "d/f.txt:1:inside" in text
-            listed += " f.txt" in text
-    assert found > 0 and listed > 0
+            hits["found"] += "d/f.txt:1:inside" in text
+            hits["listed"] += " f.txt" in text
+    assert hits["found"] > 0 and hits["listed"] > 0
 
 
 def test_a_hard_link_to_an_outside_file_is_refused(box):
