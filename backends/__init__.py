@@ -1,20 +1,23 @@
 """Terminal backends: where a job's commands run.
 
-``resolve(spec, ...)`` turns a spec (a model of backends/spec.py, a jobs.yaml mapping or a string:
-``local``, ``docker:IMAGE``, ``ssh:user@host:port``) into a backend object. The implementation is
-imported only for the chosen type, so a local run never imports the Docker SDK.
+``resolve(spec, ...)`` turns a spec (a model of backends/spec.py or its plain form from
+``runner.config.plain``, which is not imported here), a jobs.yaml mapping or a string: ``local``, ``docker:IMAGE``,
+``ssh:user@host:port``) into a backend object. The implementation is imported only for the chosen
+type, so a local run never imports the Docker SDK; a plain spec is used as it is, so a run on its
+plain form never imports pydantic either.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from backends.spec import BackendSpec, known_types, parse_spec
 from runner.errors import BackendError
 
 if TYPE_CHECKING:
     from backends.base import Backend, ExecResult
+    from backends.spec import BackendSpec, known_types, parse_spec
 
 # type name -> "module:factory"; a factory takes (spec: the type's model, *, ctx: BackendContext)
 _FACTORIES: dict[str, str] = {
@@ -26,7 +29,12 @@ _FACTORIES: dict[str, str] = {
 
 def resolve(spec: object, **kwargs: Any) -> Backend:
     """A ready backend for ``spec``; pass ``ctx=BackendContext(...)``. Close it when done."""
-    model = parse_spec(spec)
+    if isinstance(spec, str | Mapping) or getattr(spec, "type", None) not in _FACTORIES:
+        from backends.spec import parse_spec
+
+        model: Any = parse_spec(spec)  # UsageError unless it is a valid spec
+    else:
+        model = spec  # validated already: a model of backends/spec.py or its plain form
     module_name, _, attr = _FACTORIES[model.type].partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -38,11 +46,16 @@ def resolve(spec: object, **kwargs: Any) -> Backend:
 
 
 def __getattr__(name: str) -> Any:
-    """``backends.Backend`` and ``backends.ExecResult`` without importing backends.base for a spec."""
+    """``backends.Backend`` and ``backends.ExecResult`` without importing backends.base for a spec;
+    ``BackendSpec``, ``known_types`` and ``parse_spec`` without importing pydantic for a run."""
     if name in ("Backend", "ExecResult"):
         from backends import base
 
         return getattr(base, name)
+    if name in ("BackendSpec", "known_types", "parse_spec"):
+        from backends import spec
+
+        return getattr(spec, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -18,9 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from runner.config.machine import Cooldowns
+if TYPE_CHECKING:
+    from runner.config.machine import Cooldowns
 
 
 @dataclass(frozen=True)

@@ -24,14 +24,17 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.agent.cooldowns import KeyVerdict, classify
 from runner.agent.keys import Action, Credential
-from runner.config.machine import Config, Cooldowns, Provider, resolve_key
+from runner.config.refs import resolve_key
 from runner.errors import ModelError, UsageError
 from runner.safety.redact import Redactor
 from runner.store import Store
+
+if TYPE_CHECKING:
+    from runner.config.machine import Config, Cooldowns, Provider
 
 Emit = Callable[[str, dict[str, Any]], None]
 MIN_WAIT = 0.25  # never spin: a wait for a cooling key is at least this long
@@ -187,7 +190,11 @@ class CredentialPool:
         self.provider = provider
         self.creds = {c.fingerprint: c for c in _unique(creds)}
         self.strategy = strategy
-        self.rules = cooldowns or Cooldowns()
+        if cooldowns is None:
+            from runner.config.machine import Cooldowns
+
+            cooldowns = Cooldowns()
+        self.rules = cooldowns
         self.max_wait = max_wait
         self.may_wait = may_wait
         self.emit: Emit = emit or (lambda kind, payload: None)

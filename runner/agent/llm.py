@@ -34,12 +34,14 @@ from runner.agent.stream import (
     whole_as_chunks,
 )
 from runner.agent.types import WIRE_DROPPED, Message
-from runner.config.model_options import MaxTokensField, ModelOptions, request_fields
+from runner.config.request_fields import MaxTokensField, request_fields
 from runner.errors import ModelError
 from runner.tls import verify_for
 
 if TYPE_CHECKING:
     from openai import OpenAI
+
+    from runner.config.model_options import ModelOptions
 
 Emit = Callable[[str, dict[str, Any]], None]
 RETRYABLE = {408, 409, 425, 500, 502, 503, 504, 520, 521, 522, 524, 529}
@@ -153,7 +155,11 @@ class ChatClient:
         self.sleep = sleep
         self.idle_timeout = idle_timeout
         self.stream = stream
-        self.options = options or ModelOptions()
+        if options is None:
+            from runner.config.model_options import ModelOptions
+
+            options = ModelOptions()
+        self.options = options
         self.max_tokens_field = max_tokens_field
         self._client: OpenAI | None = None
 

@@ -17,7 +17,7 @@ class ProbeResult:
 
 def probe_provider(name: str, provider: Any, models: set[str], *, deep: bool, environ: Any = None) -> ProbeResult:
     """Check provider ``name`` and the ``models`` jobs ask of it."""
-    from runner.config.machine import resolve_key
+    from runner.config.refs import resolve_key
 
     labels, key = [], None
     for i, ref in enumerate(provider.api_keys):

@@ -83,7 +83,7 @@ def _add_mcp(s: Settings, registry: Registry, ctx: ToolContext, job: Job | None)
     """Start the configured servers (the job's only, with ``--job``) on this host, add their tools,
     stop them; {"mcp:SERVER": why} for those that did not start."""
     from runner import secrets
-    from runner.config.mcp import is_ref, parse_ref
+    from runner.config.refs import is_ref, parse_ref
 
     servers = s.config.mcp_servers
     if job is not None:

@@ -48,7 +48,7 @@ def _cache_file(home: Path, jobs_path: Path) -> Path:
     return home / "cache" / f"jobs-list-{tag}.json"
 
 
-def _code_stamp() -> str:
+def code_stamp() -> str:
     """Path and mtime of every ``.py`` file under runner/ and backends/, subpackages included."""
     h = hashlib.sha256()
     for folder in PACKAGE_DIRS:
@@ -66,7 +66,7 @@ def _key(jobs_path: Path, config_path: Path) -> str:
     h.update(jobs_path.read_bytes())
     h.update(b"\0")
     h.update(config_path.read_bytes() if config_path.exists() else b"(no config)")
-    h.update(_code_stamp().encode())
+    h.update(code_stamp().encode())
     return h.hexdigest()
 
 

@@ -13,6 +13,7 @@ from runner.config import yamlio
 from runner.config.jobs import Duration, SinkItem
 from runner.config.mcp import McpServer
 from runner.config.model_options import MaxTokensField, ModelOptions
+from runner.config.plain import ConfigMethods
 from runner.config.strict import Strict
 from runner.errors import ConfigError, UsageError
 
@@ -239,7 +240,7 @@ class Budgets(Caps):
     jobs: dict[str, Caps] = Field(default_factory=dict)
 
 
-class Config(Strict):
+class Config(ConfigMethods, Strict):
     timezone: str = "UTC"
     providers: dict[str, Provider] = Field(default_factory=dict)
     serve: ServeConfig = Field(default_factory=ServeConfig)
@@ -265,25 +266,10 @@ class Config(Strict):
     database: str | None = None
     path: str | None = None
 
-    def split_model_ref(self, ref: str) -> tuple[str, str]:
-        """(provider name, model or "") of a jobs.yaml ``model:`` entry.
-
-        ``NAME`` is a provider; ``NAME/model`` is a provider and its model only when NAME names a
-        configured provider; otherwise a text with a slash is a model id for the ``default``
-        provider (``meta-llama/Llama-3.1-8B-Instruct``)."""
-        if ref in self.providers:
-            return ref, ""
-        name, slash, model = ref.partition("/")
-        if slash and name in self.providers:
-            return name, model
-        if slash and name and model:
-            return "default", ref
-        return ref, ""
-
     @field_validator("mcp_servers")
     @classmethod
     def _server_names(cls, value: dict[str, McpServer]) -> dict[str, McpServer]:
-        from runner.config.mcp import SERVER_NAME
+        from runner.config.refs import SERVER_NAME
 
         for name in value:
             if not SERVER_NAME.match(name):
@@ -342,7 +328,7 @@ def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
         config = Config(**data, path=str(path))
     except ValidationError as exc:
         raise ConfigError([f"{path}: {_loc(e['loc'])}: {e['msg']}" for e in exc.errors()]) from None
-    if path.exists() and _has_literal_keys(config):
+    if path.exists() and has_literal_keys(config):
         mode = path.stat().st_mode
         if mode & (stat.S_IRWXG | stat.S_IRWXO):
             raise UsageError(f"{path} holds literal API keys and is readable by others; run: chmod 600 {path}")
@@ -359,7 +345,7 @@ def load_config(path: Path, environ: dict[str, str] | None = None) -> Config:
     return config
 
 
-def _has_literal_keys(config: Config) -> bool:
+def has_literal_keys(config: Config) -> bool:
     if any(not k.startswith(("env:", "envlist:")) for p in config.providers.values() for k in p.api_keys):
         return True
     password = config.smtp.password if config.smtp else None
@@ -367,20 +353,6 @@ def _has_literal_keys(config: Config) -> bool:
     search_key = config.search.api_key if config.search else None
     literal = [v for v in (password, search_key) if v and not v.startswith("env:")]
     return bool(literal) or not token.startswith("env:")
-
-
-def resolve_key(ref: str, index: int = 0, environ: dict[str, str] | None = None) -> tuple[str, str | None]:
-    """Return (label, value) for the ``index``-th ``api_keys`` entry; value None when its env var is unset."""
-    env = secrets.environ() if environ is None else environ
-    if ref.startswith("env:"):
-        name = ref[4:]
-        return name, env.get(name) or None
-    if ref.startswith("envlist:"):
-        _, name, position = ref.split(":")
-        items = [k.strip() for k in env.get(name, "").split(",") if k.strip()]
-        i = int(position)
-        return f"{name}[{i}]", items[i] if i < len(items) else None
-    return f"config[{index}]", ref
 
 
 def _loc(loc: tuple[Any, ...]) -> str:

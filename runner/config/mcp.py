@@ -19,12 +19,13 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from runner.config.refs import PREFIX, SERVER_NAME, is_ref, parse_ref
 from runner.config.strict import Strict
 
+__all__ = ["PREFIX", "SERVER_NAME", "Level", "McpServer", "is_ref", "parse_ref"]
+
 Level = Literal["safe", "dangerous"]
-SERVER_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]|_(?!_)){0,31}$")  # no "__": it separates prefixed names
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-PREFIX = "mcp:"
 
 
 class McpServer(Strict):
@@ -101,18 +102,3 @@ class McpServer(Strict):
         if isinstance(self.approvals, dict) and tool in self.approvals:
             return self.approvals[tool]
         return "safe" if read_only else "dangerous"
-
-
-def parse_ref(item: str) -> tuple[str, str | None]:
-    """``mcp:SERVER`` -> (SERVER, None); ``mcp:SERVER/TOOL`` -> (SERVER, TOOL); ValueError if malformed."""
-    body = item[len(PREFIX) :]
-    server, slash, tool = body.partition("/")
-    if not SERVER_NAME.match(server):
-        raise ValueError(f"{item!r}: the server name must match {SERVER_NAME.pattern}")
-    if slash and not tool:
-        raise ValueError(f"{item!r}: name a tool after the slash (mcp:SERVER/TOOL) or drop it (mcp:SERVER)")
-    return server, (tool if slash else None)
-
-
-def is_ref(item: str) -> bool:
-    return item.startswith(PREFIX)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.config.jobs import JobsFile, inputs_of
+from runner.config.jobfile import JobsFile, inputs_of
 
 
 def jobs_hash(jobs: JobsFile) -> str:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.clock import utcnow
-from runner.config.jobs import Job
+from runner.config.jobfile import Job
 from runner.errors import RunnerError, UsageError
 from runner.kanban.board import Board
 from runner.kanban.dispatch import ENV_FENCE, ENV_TASK

@@ -7,13 +7,15 @@ reserved by the run before its first model call; settled by ``finish_run`` at it
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from runner.config.jobs import Job
-from runner.config.machine import Caps, Config
+from runner.config.jobfile import Job
 from runner.errors import ConfigError
 from runner.store import Store
 from runner.store.budget import Cap, Hold, Period, Refusal, Scope, reserve, to_micro
+
+if TYPE_CHECKING:
+    from runner.config.machine import Caps, Config
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner.config.jobs import Job, JobsFile
+from runner.config.jobfile import Job, JobsFile
 from runner.config.schedules import OneShotSchedule
 from runner.errors import ConfigError
 
@@ -67,7 +67,7 @@ def check_job(job: Job, config: Config | None, *, env: Any, now: datetime, skill
 
 def _check_mcp(job: Job, config: Config) -> list[str]:
     """Each ``mcp:SERVER`` entry names a server of config.yaml (its tools are known only once it runs)."""
-    from runner.config.mcp import is_ref, parse_ref
+    from runner.config.refs import is_ref, parse_ref
 
     problems = []
     for item in job.spec.toolsets:

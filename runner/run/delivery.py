@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.atomic import write_private
-from runner.config.jobs import Job
+from runner.config.jobfile import Job
 from runner.config.sinks import Sink, parse_sink
 from runner.delivery.message import Message
 from runner.delivery.send import Delivered, SendContext, send

@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 from runner.agent.keys import Credential, KeySource, StaticKeys
 from runner.agent.loop import Pricing
-from runner.config.jobs import Job
-from runner.config.machine import Config, Provider, resolve_key
-from runner.config.model_options import ModelOptions
+from runner.config.jobfile import Job
+from runner.config.refs import resolve_key
 from runner.errors import ConfigError
 
 if TYPE_CHECKING:
     from runner.agent.auxiliary import AuxiliaryModel
+    from runner.config.machine import Config, Provider
+    from runner.config.model_options import ModelOptions
 
 NO_MODEL = (
     "no model is configured for job {job}: set OPENAI_API_KEY (and OPENAI_BASE_URL for another "

@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from runner.agent.keys import KeySource
 from runner.agent.loop import Pricing
 from runner.agent.types import LLM, Message, Usage
-from runner.config.jobs import Job
-from runner.config.model_options import ModelOptions
+from runner.config.jobfile import Job
 from runner.run.model_choice import ModelChoice
 from runner.run.request import Given, ModelSource, Record, Replay
 from runner.safety.redact import Redactor
@@ -26,6 +25,7 @@ from runner.tools.context import EmitFn
 if TYPE_CHECKING:
     from runner.agent.auxiliary import AuxiliaryModel
     from runner.agent.credentials import PoolFactory
+    from runner.config.model_options import ModelOptions
 
 OnModel = Callable[[str], None]
 

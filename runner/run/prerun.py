@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from backends.base import Backend
-from runner.config.jobs import Job
+from runner.config.jobfile import Job
 from runner.errors import Blocked
 
 if TYPE_CHECKING:

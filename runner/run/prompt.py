@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import secrets
-from runner.config.jobs import Job, context_key
+from runner.config.jobfile import Job, context_key
 from runner.errors import TemplateError
 
 SYSTEM_RULES = """\

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from runner.config.jobs import Job, JobsFile, job_inputs, referenced_files
+from runner.config.jobfile import Job, JobsFile, job_inputs, referenced_files
 from runner.safety.control import ControlPlane, Fingerprint, hold_path
 from runner.settings import Settings
 

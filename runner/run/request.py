@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from runner.agent.types import LLM
-from runner.config.jobs import Job
+from runner.config.jobfile import Job
 from runner.statuses import RunStatus, Trigger
 
 if TYPE_CHECKING:

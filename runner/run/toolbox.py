@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from runner.config.mcp import is_ref
+from runner.config.refs import is_ref
 from runner.errors import ConfigError
 from runner.tools import Registry, discover, known_toolset_names
 

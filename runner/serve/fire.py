@@ -7,7 +7,7 @@ import signal
 from dataclasses import dataclass
 from datetime import datetime
 
-from runner.config.jobs import Job
+from runner.config.jobfile import Job
 from runner.statuses import Trigger
 
 

@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from runner.config.jobs import Job
+from runner.config.jobfile import Job
 from runner.forks import LOST_EXIT, ForkError, Spawn, Warm, WarmForks
 from runner.procs import ProcessTree, become_subreaper, install_two_stage_stop
 from runner.statuses import RunStatus, Trigger

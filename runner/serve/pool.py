@@ -23,7 +23,7 @@ from multiprocessing.connection import wait
 from typing import Protocol
 
 from runner.clock import iso
-from runner.config.jobs import Job
+from runner.config.jobfile import Job
 from runner.config.schedules import format_duration
 from runner.delivery.alerts import RunEnd, is_alerted
 from runner.mcp.keep import Bridges

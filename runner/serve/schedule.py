@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from runner.clock import iso
-from runner.config.jobs import Job, inputs_of
+from runner.config.jobfile import Job, inputs_of
 from runner.config.schedules import Schedule
 from runner.serve.planner import (
     JobState,

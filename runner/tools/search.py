@@ -127,7 +127,7 @@ def web_search(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
 def _key(cfg: SearchConfig) -> str | None:
     if cfg.api_key is None:
         return None
-    from runner.config.machine import resolve_key
+    from runner.config.refs import resolve_key
 
     label, value = resolve_key(cfg.api_key)
     if value is None:

@@ -17,20 +17,20 @@ def test_touching_a_file_in_a_subpackage_changes_the_stamp(tmp_path: Path, monke
     (nested / "mod.py").write_text("X = 1\n")
     (nested / "notes.txt").write_text("not code")
     monkeypatch.setattr(listing, "PACKAGE_DIRS", [tmp_path / "runner"])
-    before = listing._code_stamp()
+    before = listing.code_stamp()
     os.utime(nested / "notes.txt", ns=(1, 1))
-    assert listing._code_stamp() == before
+    assert listing.code_stamp() == before
     os.utime(nested / "mod.py", ns=(2_000_000_000, 2_000_000_000))
-    assert listing._code_stamp() != before
+    assert listing.code_stamp() != before
 
 
 def test_the_real_stamp_covers_runner_tools() -> None:
     path = Path(listing.PACKAGE_DIRS[0]) / "tools" / "files.py"
     st = path.stat()
-    before = listing._code_stamp()
+    before = listing.code_stamp()
     try:
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000))
-        assert listing._code_stamp() != before
+        assert listing.code_stamp() != before
     finally:
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert listing._code_stamp() == before
+    assert listing.code_stamp() == before
