@@ -25,8 +25,11 @@ a token or a secret-named entry the run's redactor would mask, a webhook whose U
 signing secret carry one), no snapshot is written: those runs validate in full every time. Keep
 secrets in the environment (``env:NAME``) for the fast start.
 
-The snapshot is as trusted as the rest of ``RUNNER_HOME`` (the ledger, the credentials): a run's
-tools may not write there (``runner.safety.control``), and the file is 0600 in a 0700 folder.
+The snapshot is as trusted as jobs.yaml: a run's tools may not write ``RUNNER_HOME``
+(``runner.safety.control``), the file is 0600 in a 0700 folder, and the tamper check at the end
+of a run covers it too (``Used.tampered``): the snapshot this run read or wrote, found with its
+own key but other content, ends the run ``tampered`` and is removed, so the next run validates in
+full. (A snapshot with another key is another process's legitimate one.)
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -57,6 +60,7 @@ class Settings(Protocol):
     jobs_path: Path
     config_path: Path
     config_given: bool
+    snapshot: Used | None
 
     def own_tool_names(self) -> set[str]: ...
 
@@ -65,6 +69,27 @@ class Settings(Protocol):
 
     @property
     def jobs(self) -> JobsFile: ...
+
+
+@dataclass(frozen=True)
+class Used:
+    """The snapshot a run read or wrote: its file, key and the sha256 of its bytes."""
+
+    path: Path
+    key: str
+    digest: str
+
+    def tampered(self) -> bool:
+        """Whether the file now holds other content under the same key (then it is removed)."""
+        try:
+            data = self.path.read_bytes()
+            same_key = json.loads(data).get("key") == self.key
+        except (OSError, ValueError, AttributeError):
+            return False  # gone or replaced by another process: nothing of this run's
+        if not same_key or hashlib.sha256(data).hexdigest() == self.digest:
+            return False
+        self.path.unlink(missing_ok=True)
+        return True
 
 
 class Source(Enum):
@@ -128,10 +153,12 @@ def attach(settings: Settings) -> Source:
         wanted = key(settings)
     except OSError:
         return Source.FULL  # jobs.yaml unreadable: the full path says so
-    doc = _read(snapshot_file(settings), wanted)
+    path = snapshot_file(settings)
+    doc, digest = _read(path, wanted)
     if doc is not None:
         config, specs = thaw(doc["config"]), {name: thaw(tree) for name, tree in doc["jobs"].items()}
         _attach(settings, config, _checked(settings, config, specs))
+        settings.snapshot = Used(path, wanted, digest)
         return Source.SNAPSHOT
     config_model, jobs_model = settings.config, settings.jobs  # the full validation
     try:
@@ -140,7 +167,8 @@ def attach(settings: Settings) -> Source:
         return Source.FULL
     secret = holds_secret(config_model, tree)
     if not secret and key(settings) == wanted:  # (and the files did not change while validated)
-        _write(snapshot_file(settings), {"version": VERSION, "key": wanted, **tree})
+        written = _write(path, {"version": VERSION, "key": wanted, **tree})
+        settings.snapshot = Used(path, wanted, written) if written else None
     plain_jobs = {n: replace(j, spec=thaw(tree["jobs"][n])) for n, j in jobs_model.jobs.items()}
     _attach(settings, thaw(tree["config"]), JobsFile(path=jobs_model.path, jobs=plain_jobs))
     return Source.SECRET if secret else Source.VALIDATED
@@ -202,33 +230,39 @@ def _user_text(tree: Any) -> list[str]:
     return pairs + [k for k in entries] + [s for v in entries.values() for s in _user_text(v)]
 
 
-def _read(path: Path, wanted: str) -> dict[str, Any] | None:
-    """The snapshot at ``path`` if it is well formed and has the key ``wanted``."""
+def _read(path: Path, wanted: str) -> tuple[dict[str, Any] | None, str]:
+    """The snapshot at ``path`` if it is well formed and has the key ``wanted``, and the sha256
+    of its bytes."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        data = path.read_bytes()
+        doc = json.loads(data)
     except (OSError, ValueError):
-        return None
+        return None, ""
     if not isinstance(doc, dict) or doc.get("version") != VERSION or doc.get("key") != wanted:
-        return None
+        return None, ""
     if not isinstance(doc.get("jobs"), dict) or "config" not in doc:
-        return None
+        return None, ""
     try:
         thaw(doc["config"])  # a malformed tree is a stale snapshot, not an error
         for tree in doc["jobs"].values():
             thaw(tree)
     except (ValueError, TypeError):
-        return None
-    return doc
+        return None, ""
+    return doc, hashlib.sha256(data).hexdigest()
 
 
-def _write(path: Path, doc: dict[str, Any]) -> None:
+def _write(path: Path, doc: dict[str, Any]) -> str:
+    """Write the snapshot; the sha256 of its bytes, or "" when it could not be written (a full
+    disk or a read-only home costs the next run a full validation, nothing else)."""
     from runner.atomic import write_private
 
+    text = json.dumps(doc, separators=(",", ":"))
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        write_private(path, json.dumps(doc, separators=(",", ":")))
+        write_private(path, text)
     except OSError:
-        return  # a full disk or a read-only home costs the next run a full validation, nothing else
+        return ""
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _checked(settings: Settings, config: Config, specs: dict[str, Any]) -> JobsFile:

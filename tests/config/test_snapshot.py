@@ -16,6 +16,7 @@ from runner.config.plain import Plain
 from runner.config.snapshot import Source, attach, snapshot_file
 from runner.errors import ConfigError
 from runner.settings import Settings
+from runner.testing import FakeOpenAI, call, final
 from tests.conftest import Project
 
 JOBS = """\
@@ -176,3 +177,24 @@ def test_a_changed_runner_source_file_means_a_full_validation(proj: Project, tmp
         assert attached(proj)[0] is Source.VALIDATED
     finally:
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_a_run_that_rewrites_its_snapshot_ends_tampered_and_the_snapshot_is_dropped(
+    project: Project, fake: FakeOpenAI
+) -> None:
+    """A command an `approve` job may run could edit the snapshot a later run reads instead of
+    jobs.yaml (allowing more): the tamper check covers it, and the next run validates in full."""
+    project.write_jobs("jobs:\n  j:\n    prompt: go\n    approvals: approve\n    max_iterations: 5\n")
+    fake.default = final("ok")
+    first = project.run("run-job", "j")
+    assert first.returncode == 0, first.stderr
+    [path] = (project.home / "cache").glob("run-*.json")
+    fake.default = None
+    command = f"sed -i 's/max_iterations\":5,/max_iterations\":50,/' {path}"
+    fake.add(call("terminal", {"command": command}), final("done"))
+    second = project.run("run-job", "j")
+    assert second.returncode == 1, second.stderr
+    assert "tampered" in second.stderr and str(path) in second.stderr
+    assert not path.exists()
+    assert attached(project)[0] is Source.VALIDATED
+    assert json.loads(path.read_text())["jobs"]["j"]["f"]["max_iterations"] == 5
