@@ -233,6 +233,8 @@ def thaw(tree: Any) -> Any:
     """The plain objects of a tree ``freeze`` made; ValueError for anything else."""
     if isinstance(tree, dict):
         if set(tree) == {"m", "f"} and isinstance(tree["f"], dict):
+            if not all(k.isidentifier() and not k.startswith("_") for k in tree["f"]):
+                raise ValueError("a field name that is no field name")
             return plain_class(str(tree["m"]))({k: thaw(v) for k, v in tree["f"].items()})
         if set(tree) == {"d"} and isinstance(tree["d"], dict):
             return {k: thaw(v) for k, v in tree["d"].items()}

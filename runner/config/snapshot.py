@@ -154,9 +154,9 @@ def attach(settings: Settings) -> Source:
     except OSError:
         return Source.FULL  # jobs.yaml unreadable: the full path says so
     path = snapshot_file(settings)
-    doc, digest = _read(path, wanted)
-    if doc is not None:
-        config, specs = thaw(doc["config"]), {name: thaw(tree) for name, tree in doc["jobs"].items()}
+    found = _read(path, wanted)
+    if found is not None:
+        config, specs, digest = found
         _attach(settings, config, _checked(settings, config, specs))
         settings.snapshot = Used(path, wanted, digest)
         return Source.SNAPSHOT
@@ -230,25 +230,23 @@ def _user_text(tree: Any) -> list[str]:
     return pairs + [k for k in entries] + [s for v in entries.values() for s in _user_text(v)]
 
 
-def _read(path: Path, wanted: str) -> tuple[dict[str, Any] | None, str]:
-    """The snapshot at ``path`` if it is well formed and has the key ``wanted``, and the sha256
-    of its bytes."""
+def _read(path: Path, wanted: str) -> tuple[Any, dict[str, Any], str] | None:
+    """The thawed config and job specs of the snapshot at ``path`` and the sha256 of its bytes,
+    if it is well formed and has the key ``wanted`` (a malformed one is stale, not an error)."""
     try:
         data = path.read_bytes()
         doc = json.loads(data)
     except (OSError, ValueError):
-        return None, ""
+        return None
     if not isinstance(doc, dict) or doc.get("version") != VERSION or doc.get("key") != wanted:
-        return None, ""
+        return None
     if not isinstance(doc.get("jobs"), dict) or "config" not in doc:
-        return None, ""
+        return None
     try:
-        thaw(doc["config"])  # a malformed tree is a stale snapshot, not an error
-        for tree in doc["jobs"].values():
-            thaw(tree)
+        specs = {name: thaw(tree) for name, tree in doc["jobs"].items()}
+        return thaw(doc["config"]), specs, hashlib.sha256(data).hexdigest()
     except (ValueError, TypeError):
-        return None, ""
-    return doc, hashlib.sha256(data).hexdigest()
+        return None
 
 
 def _write(path: Path, doc: dict[str, Any]) -> str:

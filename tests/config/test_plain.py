@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from runner.config.jobs import load_jobs
 from runner.config.machine import load_config
@@ -169,3 +171,26 @@ def test_a_user_mapping_shaped_like_a_model_stays_a_mapping(tmp_path: Path) -> N
     plain = _through_json(spec)
     assert plain.vars == {"m": "runner.config.jobs:JobSpec", "f": {"prompt": "other"}}
     assert plain_class("runner.config.jobs:JobSpec") is type(plain)
+
+
+_SCALAR = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8)
+_KEYS = st.sampled_from(["m", "f", "d", "t", "x", "__class__"]) | st.text(max_size=6)
+_VALUES = st.recursive(_SCALAR, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEYS, inner, max_size=3), max_leaves=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(st.text(min_size=1, max_size=6), _VALUES, max_size=4))
+def test_any_vars_survive_the_round_trip_exactly(values: dict[str, Any]) -> None:
+    from runner.config.jobs import JobSpec
+
+    spec = JobSpec(prompt="Say ok", vars=values)
+    assert _through_json(spec).vars == spec.vars
+
+
+@settings(max_examples=300, deadline=None)
+@given(_VALUES)
+def test_thaw_takes_any_json_or_refuses_it_with_a_value_error(tree: Any) -> None:
+    try:
+        thaw(tree)
+    except ValueError:
+        pass
