@@ -4,7 +4,6 @@ as the pydantic models it was frozen from, read-only, and nothing but config mod
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -129,15 +128,15 @@ def test_a_plain_object_is_read_only_and_copies_with_changes(loaded: tuple[Any, 
         _ = spec.no_such_field
 
 
-def test_values_json_cannot_hold_are_refused(tmp_path: Path) -> None:
+def _spec_with_vars(tmp_path: Path, vars_yaml: str) -> Any:
+    """The validated spec of a one-job jobs.yaml whose ``vars:`` is ``vars_yaml``."""
     jobs_path = tmp_path / "jobs.yaml"
-    jobs_path.write_text(textwrap.dedent("""\
-        jobs:
-          dated:
-            prompt: Say ok
-            vars: {since: 2024-01-01}
-        """))
-    spec = load_jobs(jobs_path).jobs["dated"].spec
+    jobs_path.write_text(f"jobs:\n  one:\n    prompt: Say ok\n    vars: {vars_yaml}\n")
+    return load_jobs(jobs_path).jobs["one"].spec
+
+
+def test_values_json_cannot_hold_are_refused(tmp_path: Path) -> None:
+    spec = _spec_with_vars(tmp_path, "{since: 2024-01-01}")
     with pytest.raises(Unfreezable, match="date"):
         freeze(spec)
 
@@ -160,14 +159,7 @@ def test_thaw_takes_nothing_but_config_models(tree: Any) -> None:
 
 
 def test_a_user_mapping_shaped_like_a_model_stays_a_mapping(tmp_path: Path) -> None:
-    jobs_path = tmp_path / "jobs.yaml"
-    jobs_path.write_text(textwrap.dedent("""\
-        jobs:
-          tricky:
-            prompt: Say ok
-            vars: {m: "runner.config.jobs:JobSpec", f: {prompt: other}}
-        """))
-    spec = load_jobs(jobs_path).jobs["tricky"].spec
+    spec = _spec_with_vars(tmp_path, '{m: "runner.config.jobs:JobSpec", f: {prompt: other}}')
     plain = _through_json(spec)
     assert plain.vars == {"m": "runner.config.jobs:JobSpec", "f": {"prompt": "other"}}
     assert plain_class("runner.config.jobs:JobSpec") is type(plain)
