@@ -32,6 +32,11 @@ MODULES = [
     "runner.store.runs",
     "runner.store.files",  # a run's output and transcript kept in the store
     "runner.config.tooldirs",  # the operator's tools folders, protected by every run
+    # the job and config models, built once here (ready_loaded): a worker unpickles its job and a
+    # kanban worker validates jobs.yaml; the run path itself imports them for typing only
+    "runner.config.jobs",
+    "runner.config.machine",
+    "backends.spec",
     "runner.store.budget",
     "runner.run.budget",
     "runner.run.toolbox",

@@ -123,3 +123,32 @@ def test_a_forked_worker_imports_nothing_the_forkserver_did_not(project, fake, j
     for code, status, imported in runs.values():
         assert (code, status) == (0, "succeeded")
         assert imported == [], f"a {job} run imported in its worker what serve's forkserver did not: {imported}"
+
+
+LOAD_AFTER_PRELOAD = """
+import json, sys
+import runner.serve.prefork
+from runner.warm import ready_loaded
+from runner.settings import Settings
+
+ready_loaded()
+before = set(sys.modules)
+settings = Settings.from_options()
+settings.jobs.get("agent")
+print(json.dumps(sorted(set(sys.modules) - before)))
+"""
+
+
+def test_a_kanban_worker_finds_the_job_and_config_models_preloaded(project) -> None:
+    """A kanban worker forked from the warm forkserver loads jobs.yaml and config.yaml itself (a
+    serve worker gets its job pickled): the models it validates with are the forkserver's, not
+    imported again in every worker. The run path imports them for typing only, so the preload
+    must name them."""
+    project.write_jobs("jobs:\n  agent:\n    prompt: look around\n    toolsets: [terminal, files]\n")
+    proc = subprocess.run(
+        [sys.executable, "-c", LOAD_AFTER_PRELOAD], env=project.env(), cwd=project.root, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    imported = json.loads(proc.stdout)
+    models = [m for m in imported if m.startswith(("pydantic", "runner.config.", "backends"))]
+    assert models == [], f"loading jobs.yaml in a forked worker imported: {models}"
