@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from runner.config.jobs import load_jobs
 from runner.config.machine import load_config
 from runner.config.plain import Plain, Unfreezable, freeze, plain_class, thaw
+from runner.errors import UsageError
 
 CONFIG = """\
 timezone: Europe/Berlin
@@ -103,10 +104,18 @@ def test_the_plain_form_answers_as_the_models_do(loaded: tuple[Any, Any], tmp_pa
     assert pdocker.nano_cpus == docker.nano_cpus == 1_500_000_000
     assert pdocker.host_mounts(tmp_path) == docker.host_mounts(tmp_path)
     assert [str(m) for m in pdocker.mounts] == [str(m) for m in docker.mounts]
+    assert pdocker.check(tmp_path) is None and docker.check(tmp_path) is None  # the checks a snapshot's hit runs
+    (tmp_path / "data").rmdir()
+    with pytest.raises(UsageError) as plain_refusal:
+        pdocker.check(tmp_path)
+    with pytest.raises(UsageError) as model_refusal:
+        docker.check(tmp_path)
+    assert str(plain_refusal.value) == str(model_refusal.value)
     ssh = jobs.jobs["remote"].spec.backend
     pssh = _through_json(ssh)
     assert (pssh.destination, pssh.workdir) == (ssh.destination, ssh.workdir) == ("deploy@build.example.org:2222", "/srv/app")
     assert pssh.ssh_argv(tmp_path / "c", "60") == ssh.ssh_argv(tmp_path / "c", "60")
+    assert pssh.check(tmp_path) is None and ssh.check(tmp_path) is None
     for name, server in config.mcp_servers.items():
         plain = pconfig.mcp_servers[name]
         assert plain.kind == server.kind
