@@ -188,6 +188,29 @@ def _check_toolsets(spec: JobSpec, own: OwnNames) -> list[str]:
     return problems
 
 
+def job_prefix(path: Path, name: str) -> str:
+    """How a problem of job ``name`` of jobs.yaml at ``path`` starts."""
+    return f"{path}: job {name}: "
+
+
+def check_jobs(path: Path, specs: Mapping[str, JobSpec], *, default_tz: str, own: OwnNames) -> JobsFile:
+    """The jobs of a file whose schema is known valid (a snapshot's, ``runner.config.snapshot``)
+    through the checks ``load_jobs`` runs after the schema; ConfigError listing every problem."""
+    from runner.errors import ConfigError
+
+    names = list(specs)
+    problems: list[str] = []
+    jobs = {}
+    for name, spec in specs.items():
+        found, job = check_job(name, spec, path.parent.resolve(), default_tz=default_tz, now=None, own=own, names=names)
+        problems.extend(job_prefix(path, name) + p for p in found)
+        if job is not None:
+            jobs[name] = job
+    if problems:
+        raise ConfigError(problems)
+    return JobsFile(path=path.resolve(), jobs=jobs)
+
+
 def check_job(
     name: str, spec: JobSpec, base_dir: Path, *, default_tz: str, now: datetime | None, own: OwnNames, names: list[str]
 ) -> tuple[list[str], Job | None]:

@@ -29,6 +29,7 @@ from runner.config.jobfile import (
     context_key,
     inputs_of,
     job_inputs,
+    job_prefix,
     looks_like_path,
     referenced_files,
 )
@@ -263,7 +264,7 @@ def load_jobs(
     names = [str(n) for n in raw_jobs]
     for name, body in raw_jobs.items():
         name = str(name)
-        prefix = f"{path}: job {name}: "
+        prefix = job_prefix(path, name)
         if not JOB_NAME.match(name):
             problems.append(f"{prefix}name: must match ^[a-z0-9][a-z0-9_-]{{0,63}}$")
             continue

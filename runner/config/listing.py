@@ -61,7 +61,8 @@ def code_stamp() -> str:
     return h.hexdigest()
 
 
-def _key(jobs_path: Path, config_path: Path) -> str:
+def files_key(jobs_path: Path, config_path: Path) -> str:
+    """The hash of jobs.yaml, config.yaml (or its absence) and runner's code (``code_stamp``)."""
     h = hashlib.sha256()
     h.update(jobs_path.read_bytes())
     h.update(b"\0")
@@ -83,7 +84,7 @@ def save(home: Path, jobs_path: Path, config_path: Path, jobs: list[Any], labels
     checks = {p: os.path.exists(p) for job in jobs for p in _depends_on(job)}
     doc = {
         "version": VERSION,
-        "key": _key(jobs_path, config_path),
+        "key": files_key(jobs_path, config_path),
         "checks": checks,
         "jobs": [
             {
@@ -110,7 +111,7 @@ def load(home: Path, jobs_path: Path, config_path: Path) -> list[ListedJob] | No
     path = _cache_file(home, jobs_path)
     try:
         doc = json.loads(path.read_text())
-        if doc.get("version") != VERSION or doc.get("key") != _key(jobs_path, config_path):
+        if doc.get("version") != VERSION or doc.get("key") != files_key(jobs_path, config_path):
             return None
     except (OSError, ValueError):
         return None

@@ -42,9 +42,8 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from runner.config.jobfile import JobsFile, OwnNames, check_job
+from runner.config.jobfile import JobsFile, OwnNames, check_jobs
 from runner.config.plain import Unfreezable, freeze, thaw
-from runner.errors import ConfigError
 
 if TYPE_CHECKING:
     from runner.config.machine import Config
@@ -109,13 +108,12 @@ def snapshot_file(settings: Settings) -> Path:
 def key(settings: Settings) -> str:
     """The hash of everything a full validation of the two files reads (OSError: jobs.yaml unreadable)."""
     from runner import secrets
-    from runner.config.listing import code_stamp
+    from runner.config.listing import files_key
 
     h = hashlib.sha256()
     h.update(f"{VERSION}\0{sys.version}\0{settings.jobs_path.resolve()}\0".encode())
-    h.update(hashlib.sha256(settings.jobs_path.read_bytes()).digest())
+    h.update(files_key(settings.jobs_path, settings.config_path).encode())  # both files and runner's code
     try:
-        h.update(hashlib.sha256(settings.config_path.read_bytes()).digest())
         h.update(f"\0mode {settings.config_path.stat().st_mode}".encode())
     except FileNotFoundError:
         h.update(b"\0(no config.yaml)")
@@ -127,7 +125,6 @@ def key(settings: Settings) -> str:
         "OPENAI_API_KEYS": sum(1 for k in env.get("OPENAI_API_KEYS", "").split(",") if k.strip()),
     }
     h.update(json.dumps(facts, sort_keys=True).encode())
-    h.update(code_stamp().encode())
     h.update(_pydantic_stamp().encode())
     return h.hexdigest()
 
@@ -157,7 +154,8 @@ def attach(settings: Settings) -> Source:
     found = _read(path, wanted)
     if found is not None:
         config, specs, digest = found
-        _attach(settings, config, _checked(settings, config, specs))
+        own = OwnNames(settings.own_tool_names)
+        _attach(settings, config, check_jobs(settings.jobs_path, specs, default_tz=config.timezone, own=own))
         settings.snapshot = Used(path, wanted, digest)
         return Source.SNAPSHOT
     config_model, jobs_model = settings.config, settings.jobs  # the full validation
@@ -261,23 +259,6 @@ def _write(path: Path, doc: dict[str, Any]) -> str:
     except OSError:
         return ""
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _checked(settings: Settings, config: Config, specs: dict[str, Any]) -> JobsFile:
-    """The jobs of a snapshot through the same checks ``load_jobs`` runs after the schema."""
-    own = OwnNames(settings.own_tool_names)
-    base_dir = settings.jobs_path.parent.resolve()
-    names = list(specs)
-    problems: list[str] = []
-    jobs = {}
-    for name, spec in specs.items():
-        found, job = check_job(name, spec, base_dir, default_tz=config.timezone, now=None, own=own, names=names)
-        problems.extend(f"{settings.jobs_path}: job {name}: {p}" for p in found)
-        if job is not None:
-            jobs[name] = job
-    if problems:
-        raise ConfigError(problems)
-    return JobsFile(path=settings.jobs_path.resolve(), jobs=jobs)
 
 
 def _attach(settings: Settings, config: Any, jobs: JobsFile) -> None:
