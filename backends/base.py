@@ -16,11 +16,14 @@ import shlex
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from runner.lazyre import LazyPattern
+
+if TYPE_CHECKING:
+    from backends.sandbox import Plan
 
 DEFAULT_OUTPUT_CAP = 64 * 1024  # bytes of combined output kept per command
 TIMEOUT_EXIT = 124
@@ -44,10 +47,14 @@ class BackendContext:
     run_id: str | None = None
     job: str | None = None
     env_passthrough: tuple[str, ...] = ()
+    #: variables every command of the run gets (the run's id and job, a kanban task's id and fence)
+    env: Mapping[str, str] = field(default_factory=dict)
     secret_values: tuple[str, ...] = ()
     output_cap: int = DEFAULT_OUTPUT_CAP
     #: the runner's control files and folders inside the workdir (Docker mounts them read-only)
     protected: tuple[Path, ...] = ()
+    #: the local backend runs everything in this sandbox (None: on the host as the runner's user)
+    sandbox: Plan | None = None
 
 
 @runtime_checkable
@@ -150,21 +157,16 @@ def split_marker(output: str, nonce: str) -> tuple[str, str | None]:
     return output[: match.start()], match.group("cwd") or None
 
 
-SECRET_NAME = LazyPattern(r"(API_KEY|APIKEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|PRIVATE_KEY)$", re.I)
+#: what a command inherits of the runner's environment, whatever else is set there (an allow list:
+#: a secret under a name nobody thought of stays out); the job's ``env_passthrough`` adds names
+ALLOWED_ENV = frozenset({"PATH", "HOME", "LANG", "LANGUAGE", "TERM", "TZ", "USER", "LOGNAME", "TMPDIR"})
 
 
-def scrub_env(
-    environ: Mapping[str, str], *, passthrough: Sequence[str] = (), secret_values: Sequence[str] = ()
-) -> dict[str, str]:
-    """Copy of ``environ`` without credentials, except names listed in ``passthrough``."""
-    keep = set(passthrough)
-    values = {v for v in secret_values if v}
-    out: dict[str, str] = {}
-    for name, value in environ.items():
-        if name not in keep and (SECRET_NAME.search(name) or name.startswith("RUNNER_") or value in values):
-            continue
-        out[name] = value
-    return out
+def command_env(environ: Mapping[str, str], *, passthrough: Sequence[str] = ()) -> dict[str, str]:
+    """The part of ``environ`` a command sees: ``ALLOWED_ENV``, the locale (``LC_*``) and the
+    names in ``passthrough`` (the job's own choice, secrets included)."""
+    keep = ALLOWED_ENV.union(passthrough)
+    return {name: value for name, value in environ.items() if name in keep or name.startswith("LC_")}
 
 
 @dataclass

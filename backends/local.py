@@ -1,4 +1,10 @@
-"""Local backend: commands run as subprocesses of this machine, each in its own session."""
+"""Local backend: commands run as subprocesses of this machine, each in its own session.
+
+With a sandbox plan in its context (every agent run's default, ``backends.sandbox``) the backend
+starts one sandbox per run and runs every command, file read and file write inside it; the
+sandbox's processes are still processes of this machine (timeouts kill their tree the same way),
+and closing the backend ends the sandbox with everything in it. Without one, commands run as the
+runner's user with its view of the machine (``sandbox: off``, ``runner backend run local``)."""
 
 from __future__ import annotations
 
@@ -7,7 +13,8 @@ import select
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,9 +24,9 @@ from backends.base import (
     CwdState,
     ExecResult,
     OutputBuffer,
+    command_env,
     default_shell,
     new_nonce,
-    scrub_env,
     split_marker,
     wrap_command,
 )
@@ -36,6 +43,7 @@ from runner.procs import (
 )
 
 if TYPE_CHECKING:
+    from backends.sandbox import Box
     from backends.spec import LocalSpec
 
 KILL_GRACE_S = 0.5
@@ -46,6 +54,7 @@ MARK_VAR = RUN_MARK
 
 
 class LocalBackend:
+    #: True without a sandbox: the file tools then open files from the runner process itself
     is_local: bool = True
 
     def __init__(self, ctx: BackendContext):
@@ -59,10 +68,17 @@ class LocalBackend:
             int, str | None
         ] = {}  # command sessions that may still have processes: pgid -> start time of its leader
         self._closed = False
-        self._base_env = scrub_env(secrets.environ(), passthrough=ctx.env_passthrough, secret_values=ctx.secret_values)
+        self._base_env = {**command_env(secrets.environ(), passthrough=ctx.env_passthrough), **ctx.env}
         self._mark = f"{ctx.run_id or 'adhoc'}-{self._nonce}"
         if not Path(self.workdir).is_dir():
             raise BackendError(f"local backend: workdir {self.workdir} does not exist")
+        self._box: Box | None = None
+        if ctx.sandbox is not None:
+            from backends.sandbox import Box
+
+            self._base_env["TMPDIR"] = "/tmp"  # the sandbox's own
+            self._box = Box(ctx.sandbox)
+            self.is_local = False
 
     # -- protocol -------------------------------------------------------------------------
     def run(
@@ -82,27 +98,16 @@ class LocalBackend:
             child_env.update(env)
         child_env[MARK_VAR] = self._mark
         script = wrap_command(command, here, self._nonce)
-        try:
-            proc = subprocess.Popen(
-                [self._shell, "-c", script],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                env=child_env,
-                cwd=self.workdir,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise BackendError(f"local backend: cannot start {self._shell}: {exc}") from exc
+        proc = self._start([self._shell, "-c", script], child_env)
         with self._lock:
             self._groups[proc.pid] = start_time(proc.pid)
         buf = OutputBuffer(self.ctx.output_cap)
-        reader = threading.Thread(target=_pump, args=(proc, buf), daemon=True)
+        reader = threading.Thread(target=_pump, args=(proc.stdout, buf), daemon=True)
         reader.start()
-        timed_out = not exited_within(proc, timeout)
+        timed_out = not proc.wait(timeout)
         if timed_out:
             kill_tree(proc.pid, KILL_GRACE_S, group=proc.pid)
-            proc.wait()
+            proc.wait(None)
         # background children may keep the pipe open; do not wait for them
         reader.join(timeout=0.2 if not timed_out else 1.0)
         if timed_out or not group_alive(proc.pid):
@@ -112,7 +117,7 @@ class LocalBackend:
         if not timed_out:
             with self._lock:
                 self._cwd.update(new_cwd)
-        code = TIMEOUT_EXIT if timed_out else proc.returncode
+        code = TIMEOUT_EXIT if timed_out else proc.code()
         if code is not None and code < 0:
             code = 128 - code
         return ExecResult(
@@ -123,16 +128,60 @@ class LocalBackend:
             cwd=self._cwd.cwd,
         )
 
+    def _start(self, argv: list[str], env: dict[str, str]) -> Started:
+        """Start one command's shell in a session of its own, in the sandbox when there is one."""
+        if self._box is not None:
+            read_end, write_end = os.pipe()
+            try:
+                spawned = self._box.spawn(argv, env, self.workdir, write_end)
+            except BaseException:
+                os.close(read_end)
+                raise
+            return Started(spawned.pid, read_end, spawned.wait, lambda: spawned.returncode)
+        try:
+            popen = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=self.workdir,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise BackendError(f"local backend: cannot start {self._shell}: {exc}") from exc
+        assert popen.stdout is not None
+        stdout = os.dup(popen.stdout.fileno())
+        popen.stdout.close()
+        return Started(popen.pid, stdout, lambda timeout: exited_within(popen, timeout), lambda: popen.returncode)
+
     def read_file(self, path: str) -> bytes:
         # FileNotFoundError, IsADirectoryError, PermissionError... are the caller's to report
+        if self._box is not None:
+            return self._box.read(self._cwd.absolute(path))
         return Path(self._cwd.absolute(path)).read_bytes()
 
     def write_file(self, path: str, data: bytes) -> None:
+        if self._box is not None:
+            self._box.write(self._cwd.absolute(path), data, new_nonce())
+            return
         target = Path(self._cwd.absolute(path))
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.{new_nonce()}.tmp")
         tmp.write_bytes(data)
         os.replace(tmp, target)
+
+    def stdio_command(
+        self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None
+    ) -> tuple[list[str], dict[str, str]] | None:
+        """A stdio MCP server of a sandboxed run: bubblewrap around it, in a sandbox of its own
+        with the run's plan (the run's commands cannot read its variables); None without a
+        sandbox (the server runs on the host, as the runner's user)."""
+        if self._box is None:
+            return None
+        from backends.sandbox import stdio_args
+
+        return stdio_args(self._box.plan, argv, self._cwd.resolve(cwd)), dict(env)
 
     def close(self) -> None:
         if self._closed:
@@ -142,6 +191,9 @@ class LocalBackend:
             groups, self._groups = dict(self._groups), {}
         for pgid, start in groups.items():
             kill_tree(pgid, 0, start=start, group=pgid)
+        if self._box is not None:
+            self._box.close()  # and with it everything still running inside
+            return
         if nothing_left():
             return  # a run's own process (a subreaper) with no child: no command left anything behind
         kill_marked(MARK_VAR, self._mark)  # what left the command sessions (setsid, double fork)
@@ -159,12 +211,27 @@ class LocalBackend:
         return self._cwd.cwd
 
 
-def exited_within(proc: subprocess.Popen[bytes], timeout: float) -> bool:
+@dataclass(frozen=True)
+class Started:
+    """A command's shell, started: its pid on this machine, the read end of its output, its exit."""
+
+    pid: int
+    stdout: int
+    #: wait(timeout) -> True when it exited within timeout seconds (None: however long it takes)
+    wait: Callable[[float | None], bool]
+    #: the exit code once it exited (negative: killed by that signal)
+    code: Callable[[], int | None]
+
+
+def exited_within(proc: subprocess.Popen[bytes], timeout: float | None) -> bool:
     """Wait for ``proc`` to exit, at most ``timeout`` seconds; True when it did (it is reaped).
 
     A pidfd (Linux 5.3+) wakes the caller the moment the child exits. ``Popen.wait(timeout=)``
     polls instead, sleeping 0.5, 1, 2 ... 50 ms between looks, so a command of 2 ms was seen
     ending 1-3 ms late, and a slow one up to 50 ms late: time every command of a run pays."""
+    if timeout is None:
+        proc.wait()
+        return True
     try:
         fd = os.pidfd_open(proc.pid)
     except (AttributeError, OSError):  # an older kernel, or no pidfd_open in this Python
@@ -186,15 +253,15 @@ def exited_within(proc: subprocess.Popen[bytes], timeout: float) -> bool:
     return True
 
 
-def _pump(proc: subprocess.Popen[bytes], buf: OutputBuffer) -> None:
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
-    while True:
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            break
-        buf.feed(chunk)
-    proc.stdout.close()
+def _pump(fd: int, buf: OutputBuffer) -> None:
+    try:
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            buf.feed(chunk)
+    finally:
+        os.close(fd)
 
 
 def from_spec(spec: LocalSpec, *, ctx: BackendContext) -> LocalBackend:

@@ -42,6 +42,13 @@ class Job:
         return (self.base_dir / self.spec.workdir).resolve() if self.spec.workdir else self.base_dir
 
     @property
+    def sandboxed(self) -> bool:
+        """An agent job on the local backend runs in the sandbox unless it says ``sandbox: off``
+        (a script-only job runs the operator's own script, as the operator's user)."""
+        spec = self.spec
+        return spec.agent and spec.backend.type == "local" and spec.sandbox.enabled
+
+    @property
     def models(self) -> list[str]:
         return [self.spec.model] if isinstance(self.spec.model, str) else list(self.spec.model)
 

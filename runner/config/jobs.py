@@ -83,6 +83,24 @@ class Budget(Strict):
     max_tokens: int | None = Field(None, ge=1)
 
 
+def _sandbox(value: Any) -> Any:
+    """``sandbox: off`` / ``on`` are YAML booleans; the strings are accepted too."""
+    if value is True or value == "on":
+        return {}
+    if value is False or value == "off":
+        return {"enabled": False}
+    return value
+
+
+class SandboxSpec(Strict):
+    """``sandbox:``: the OS sandbox an agent job's local commands, file tools and MCP servers run
+    in (docs/safety.md#the-sandbox). ``off`` runs them as the runner's own user."""
+
+    enabled: bool = True
+    network: bool = True  # false: a network namespace of the run's own (loopback only)
+    writable: list[str] = Field(default_factory=list)  # folders writable besides the workdir (~ and jobs.yaml-relative)
+
+
 class DelegationSpec(Strict):
     """``delegation:``: how deep subagents (``delegate_task``) may nest and how many run at once."""
 
@@ -126,6 +144,7 @@ class JobSpec(Strict):
     skills: list[str] = Field(default_factory=list)
     workdir: str | None = None  # before ``backend``: the ssh check below reads it
     backend: Annotated[BackendSpec, BeforeValidator(_backend)] = Field(default_factory=LocalSpec)
+    sandbox: Annotated[SandboxSpec, BeforeValidator(_sandbox)] = Field(default_factory=SandboxSpec)
     approvals: Literal["deny", "approve", "manual"] = "deny"
     allow: list[str] = Field(default_factory=list)
     max_iterations: int = Field(30, ge=1, le=10_000)

@@ -269,7 +269,11 @@ def _attempt(settings: Settings, session: TaskSession, stop: threading.Event, ru
     try:
         job = job_for(settings, task)
         hooks = TaskHooks(
-            task_id=str(task_id), session=session, prompt=task_prompt(board, task), follow_up=session.reminder
+            task_id=str(task_id),
+            session=session,
+            prompt=task_prompt(board, task),
+            follow_up=session.reminder,
+            fence=fence,
         )
         req = RunRequest(
             job=job,

@@ -164,6 +164,9 @@ def serve(path: Path, spec: dict[str, Any]) -> int:
 
 
 def main(argv: list[str]) -> int:
+    from runner.procs import become_undumpable
+
+    become_undumpable()  # it holds the server's variables
     line = sys.stdin.readline()
     if not line:
         return 0

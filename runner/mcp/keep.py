@@ -9,6 +9,9 @@ writes ``{"pid": ...}`` when it starts the bridge, the bridge adds ``url`` and `
 server answers. A run (``find_bridge``) connects there instead of spawning the server; a file
 whose bridge is gone or never got ready means the run starts its own server.
 
+A job whose commands run in the sandbox has its kept servers run in one too (``stdio_args``:
+bubblewrap with the job's plan around the server), as a run's own server would.
+
 The server's variables (``env:``) are resolved in serve (which holds the secrets) and handed to
 the bridge through its stdin, which stays open: the bridge stops when serve closes it (shutdown,
 a changed ``mcp_servers:`` entry, or serve dying). Stdlib only: serve imports this.
@@ -26,11 +29,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from runner.atomic import write_private
 from runner.config.mcp import McpServer, is_ref, parse_ref
 from runner.procs import running
+
+if TYPE_CHECKING:
+    from backends.sandbox import Plan
 
 DIR = "mcp-bridges"
 
@@ -114,18 +120,28 @@ class Bridges:
         self._config = (key, servers)
         return servers
 
-    def prepare(self, job: str, toolsets: Sequence[str], local: bool, workdir: Path) -> None:
+    def prepare(
+        self, job: str, toolsets: Sequence[str], local: bool, workdir: Path, plan: Plan | None = None
+    ) -> None:
+        """Start the job's kept servers that are not running; ``plan``: the job's sandbox, which
+        each server then runs in (a bubblewrap sandbox of its own, as a run's own server would)."""
         if not local and not self._live:
             return
         servers = self._load()
         for name in kept_servers(toolsets, servers, local):
             try:
-                self._ensure(job, name, servers[name], workdir)
+                self._ensure(job, name, servers[name], workdir, plan)
             except OSError as exc:
                 self._log.warning("cannot start the keep-alive bridge for %s/%s: %s", job, name, exc)
 
-    def _ensure(self, job: str, name: str, server: McpServer, workdir: Path) -> None:
-        fingerprint = json.dumps([server.model_dump(mode="json"), str(workdir)], sort_keys=True)
+    def _ensure(self, job: str, name: str, server: McpServer, workdir: Path, plan: Plan | None) -> None:
+        argv = [str(server.command), *server.args]
+        cwd = server.cwd or str(workdir)
+        if plan is not None:
+            from backends.sandbox import stdio_args
+
+            argv = stdio_args(plan, argv, cwd)
+        fingerprint = json.dumps([server.model_dump(mode="json"), str(workdir), argv], sort_keys=True)
         bridge = self._live.get((job, name))
         if bridge is not None and bridge.proc.poll() is None and bridge.fingerprint == fingerprint:
             return
@@ -134,10 +150,10 @@ class Bridges:
         env, missing = server.env_values(self._getenv)
         if missing:
             return  # the run reports the unset variables when it starts the server itself
-        self._live[(job, name)] = self._start(job, name, server, workdir, env, fingerprint)
+        self._live[(job, name)] = self._start(job, name, server, argv, cwd, env, fingerprint)
 
     def _start(
-        self, job: str, name: str, server: McpServer, workdir: Path, env: dict[str, str], fingerprint: str
+        self, job: str, name: str, server: McpServer, argv: list[str], cwd: str, env: dict[str, str], fingerprint: str
     ) -> _Bridge:
         path = bridge_file(self.home, job, name)
         path.parent.mkdir(mode=0o700, exist_ok=True)
@@ -155,10 +171,10 @@ class Bridges:
         write_private(path, json.dumps({"pid": proc.pid}))
         spec: dict[str, Any] = {
             "name": name,
-            "command": server.command,
-            "args": server.args,
+            "command": argv[0],
+            "args": argv[1:],
             "env": env,
-            "cwd": server.cwd or str(workdir),
+            "cwd": cwd,
             "start_timeout": server.start_timeout,
         }
         assert proc.stdin is not None

@@ -2,8 +2,9 @@
 
 A stdio server of a job on a backend that can host one (``StdioHost``: Docker, SSH) runs inside
 that backend, so a sandboxed job's tools stay in its sandbox: ``docker exec -i`` into the run's
-container, or ``ssh`` over the backend's master connection. On the local backend it runs on the
-host, in the job's workdir. Only the variables the server's ``env:`` names are passed, besides
+container, ``ssh`` over the backend's master connection, or on the local backend a bubblewrap
+sandbox of its own with the run's plan. With ``sandbox: off`` it runs on the host, in the job's
+workdir. Only the variables the server's ``env:`` names are passed, besides
 the few the SDK always gives a child (HOME, PATH, ...). An HTTP server is reached from the host.
 """
 
@@ -23,8 +24,9 @@ class StdioHost(Protocol):
 
     def stdio_command(
         self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None
-    ) -> tuple[list[str], dict[str, str]]:
-        """(the local command line that runs ``argv`` inside the backend, its environment)."""
+    ) -> tuple[list[str], dict[str, str]] | None:
+        """(the local command line that runs ``argv`` inside the backend, its environment), or
+        None when the server runs on the host (the local backend without a sandbox)."""
         ...
 
 
@@ -38,8 +40,9 @@ def target_for(server: McpServer, backend: Any, getenv: Callable[[str], str | No
     env, missing = server.env_values(getenv)
     _require(missing, "env")
     argv = [server.command, *server.args]
-    if isinstance(backend, StdioHost):
-        local, local_env = backend.stdio_command(argv, env, server.cwd)
+    inside = backend.stdio_command(argv, env, server.cwd) if isinstance(backend, StdioHost) else None
+    if inside is not None:
+        local, local_env = inside
         return _stdio(local[0], local[1:], local_env, None), "backend"
     return _stdio(server.command, list(server.args), env, server.cwd or backend.workdir), "host"
 

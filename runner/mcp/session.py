@@ -117,9 +117,13 @@ class McpSession:
     def _bridged(self, state: _Server) -> tuple[Connection, tuple[RemoteTool, ...], str] | None:
         """serve's keep-alive bridge for this server, when it has one that answers (else None, and
         an event saying why the run starts its own server)."""
+        from backends.local import LocalBackend
+
         config = state.config
-        if self.home is None or not config.keep_alive or config.kind != "stdio" or isinstance(self.backend, StdioHost):
+        if self.home is None or not config.keep_alive or config.kind != "stdio":
             return None
+        if isinstance(self.backend, StdioHost) and not isinstance(self.backend, LocalBackend):
+            return None  # docker and ssh host the run's own server; serve keeps servers for local jobs
         from runner.mcp.keep import find_bridge
 
         address, why = find_bridge(self.home, self.job, state.name, config.start_timeout)

@@ -196,20 +196,34 @@ class Run:
         )
 
     def open_backend(self) -> None:
+        """The job's backend; an agent job's local commands in a sandbox that shows the machine as
+        ``sandbox_plan`` says (``backends.sandbox``), Docker with the control files read-only."""
         import backends
+        from runner.run.protect import masks_inside, sandbox_plan
 
+        assert self.control is not None, "protect() runs first"
+        workdir = Path(self.req.workdir or self.job.workdir)
+        plan = sandbox_plan(self.settings, self.job, self.control, workdir) if self.job.sandboxed else None
+        protected = tuple(sorted({*self.control.inside_workdir(), *masks_inside(self.settings, (str(workdir),))}))
         ctx = BackendContext(
-            workdir=self.req.workdir or self.job.workdir,
+            workdir=workdir,
             home=self.settings.home,
             run_id=self.run_id,
             job=self.job.name,
             env_passthrough=tuple(self.job.spec.env_passthrough),
+            env={
+                "RUNNER_RUN_ID": self.run_id,
+                "RUNNER_JOB": self.job.name,
+                **(self.req.task.env() if self.req.task is not None else {}),
+            },
             secret_values=self.prepared.secrets,
-            protected=self.control.inside_workdir() if self.control is not None else (),
+            protected=protected,
+            sandbox=plan,
         )
         self._backend = backends.resolve(self.job.spec.backend, ctx=ctx)
-        if self.control is not None:
-            self.control = self.control.seen_from(self._backend.workdir)
+        if plan is not None:
+            self.emit("sandbox", {"network": plan.network, "writable": [plan.workdir, *plan.writable]})
+        self.control = self.control.seen_from(self._backend.workdir)
 
     def pre_run(self) -> Produced | None:
         """Run the job's ``pre_run``; a ``{"wake": false}`` or a timeout ends the run here."""

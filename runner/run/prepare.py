@@ -31,6 +31,8 @@ def prepare(settings: Settings, req: RunRequest) -> Prepared:
     job = req.job
     if not job.spec.agent:
         return Prepared(ScriptOutput())
+    if job.sandboxed:
+        check_sandbox(job.name)
     from runner.run.agent_output import AgentOutput
     from runner.run.model_source import Providers, resolve
     from runner.run.prompt import check_syntax, job_template, render, variables
@@ -53,3 +55,16 @@ def prepare(settings: Settings, req: RunRequest) -> Prepared:
 
         budget = plan(settings.config, job, models.provider_names)
     return Prepared(AgentOutput(source, name, models), models.secrets, budget)
+
+
+def check_sandbox(job: str) -> None:
+    """An agent job on the local backend runs only in its sandbox: none on this machine is bad
+    input (exit 2), with the package to install or the key that turns the sandbox off."""
+    from backends.sandbox import problem
+    from runner.errors import UsageError
+
+    why = problem()
+    if why is not None:
+        raise UsageError(
+            f"job {job}: {why}; or set `sandbox: off` on the job to run its commands as the runner's own user"
+        )

@@ -1,4 +1,5 @@
-"""What one run protects (``protected_set``) and the tamper check at its end.
+"""What one run protects (``protected_set``), how its sandbox shows the machine
+(``sandbox_plan``), and the tamper check at its end.
 
 The sets are described in ``runner.safety.control``; this module gathers the paths from the
 settings, jobs.yaml and the skill sources, which the safety package does not import.
@@ -8,10 +9,19 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runner.config.jobfile import Job, JobsFile, job_inputs, referenced_files
 from runner.safety.control import ControlPlane, Fingerprint, hold_path
 from runner.settings import Settings
+
+if TYPE_CHECKING:
+    from backends.sandbox import Plan
+
+#: folders beside jobs.yaml that steer later runs (operator tools run in the runner; bundled
+#: skills are trusted text): made, empty, when missing inside a run's writable area, so that a
+#: read-only mount can stand on them and the run cannot create them
+MASKED_BESIDE_JOBS = ("tools", "skills")
 
 
 def protected_set(
@@ -40,7 +50,7 @@ def protected_set(
     return ControlPlane(
         files=tuple(os.path.normpath(f) for f in files),
         folders=(*skills, *_tool_folders(settings), home),
-        unreadable=(home, os.path.normpath(str(settings.config_path))),
+        unreadable=(home, os.path.normpath(str(settings.config_path)), os.path.normpath(str(settings.jobs_path))),
         skill_folders=skills,
         workdir=os.path.normpath(str(workdir or job.workdir)),
         exempt=(os.path.join(home, "workspaces"),),
@@ -89,3 +99,73 @@ def hold_reloads(settings: Settings, run_id: str, files: tuple[str, ...]) -> Pat
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"run {run_id} changed: {', '.join(files)}\n")
     return path
+
+
+def sandbox_plan(settings: Settings, job: Job, control: ControlPlane, workdir: Path) -> Plan:
+    """What the run's sandbox shows (``backends.sandbox``): the workdir, ``allow_paths`` and
+    ``sandbox.writable`` writable; RUNNER_HOME, config.yaml and jobs.yaml hidden; every other
+    control file and folder, and the workdir's git config and hooks, read-only."""
+    from backends.sandbox import Plan
+
+    writable = tuple(str(job.resolve_path(p)) for p in job.spec.sandbox.writable)
+    writable += tuple(os.path.normpath(os.path.join(workdir, os.path.expanduser(p))) for p in job.spec.allow_paths)
+    hidden = control.unreadable
+    areas = (str(workdir), *writable)
+    read_only = [f for f in control.files if f not in hidden]
+    read_only += [d for d in control.folders if d not in hidden]
+    read_only += [str(p) for p in masks_inside(settings, areas)]
+    return Plan(
+        workdir=str(workdir),
+        writable=writable,
+        read_only=tuple(dict.fromkeys(read_only)),
+        hidden=hidden,
+        network=job.spec.sandbox.network,
+    )
+
+
+def masks_inside(settings: Settings, areas: tuple[str, ...]) -> tuple[Path, ...]:
+    """The folders and files inside ``areas`` (writable folders) that must stay as they are even
+    when missing: ``tools/`` and ``skills/`` beside jobs.yaml and the hooks folder of the git
+    repository the areas are in (made, empty, when missing), and that repository's config."""
+    out: list[Path] = []
+    beside = settings.jobs_path.parent
+    for name in MASKED_BESIDE_JOBS:
+        out.append(beside / name)
+    for area in areas:
+        gitdir = git_dir(Path(area))
+        if gitdir is not None:
+            out += [gitdir / "hooks", gitdir / "config"]
+    inside = [p for p in dict.fromkeys(out) if any(_inside(p, a) for a in areas)]
+    for path in inside:
+        if path.name != "config" and not path.exists():
+            path.mkdir(parents=True, exist_ok=True)
+    return tuple(p for p in inside if p.exists())
+
+
+def git_dir(folder: Path) -> Path | None:
+    """The git folder that holds the config and hooks of the repository ``folder`` is in (a
+    worktree's ``.git`` file leads to its common folder), or None outside any repository."""
+    for candidate in (folder, *folder.parents):
+        dot = candidate / ".git"
+        if dot.is_dir():
+            return dot
+        if dot.is_file():
+            return _linked_git_dir(dot)
+    return None
+
+
+def _linked_git_dir(dot: Path) -> Path | None:
+    text = dot.read_text(encoding="utf-8", errors="replace").strip()
+    if not text.startswith("gitdir:"):
+        return None
+    gitdir = (dot.parent / text.removeprefix("gitdir:").strip()).resolve()
+    common = gitdir / "commondir"
+    if common.is_file():
+        gitdir = (gitdir / common.read_text(encoding="utf-8", errors="replace").strip()).resolve()
+    return gitdir if gitdir.is_dir() else None
+
+
+def _inside(path: Path, area: str) -> bool:
+    root = os.path.realpath(area)
+    real = os.path.realpath(path)
+    return real == root or real.startswith(root.rstrip("/") + "/")

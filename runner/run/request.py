@@ -63,6 +63,14 @@ class TaskHooks:
     # Called when the model gives its final answer: a returned text is sent once as a user turn;
     # still text after that and the run fails with reason "unfinished" (kanban: end the task).
     follow_up: Callable[[], str | None] | None = None
+    fence: int | None = None  # the claim's fence: HERMES_KANBAN_FENCE for the run's commands
+
+    def env(self) -> dict[str, str]:
+        """What the run's commands learn of their task (Hermes's names)."""
+        out = {"HERMES_KANBAN_TASK": self.task_id}
+        if self.fence is not None:
+            out["HERMES_KANBAN_FENCE"] = str(self.fence)
+        return out
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from multiprocessing.connection import wait
-from typing import Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from runner.clock import iso
 from runner.config.jobfile import Job
@@ -34,6 +35,9 @@ from runner.serve.state import record_slot_result, set_paused
 from runner.statuses import RunStatus, Trigger
 from runner.store import Store
 from runner.store.runs import create_run, finish_run, kill_leftovers, update_run
+
+if TYPE_CHECKING:
+    from backends.sandbox import Plan
 
 FAILED = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.UNKNOWN)
 SCHEDULED = (Trigger.SCHEDULE, Trigger.RETRY)
@@ -213,7 +217,8 @@ class Pool:
         )
         if self.bridges is not None and not self.remote:
             job = fire.job
-            self.bridges.prepare(job.name, job.spec.toolsets, job.spec.backend.type == "local", job.workdir)
+            plan = self._sandbox_plan(job) if job.sandboxed else None
+            self.bridges.prepare(job.name, job.spec.toolsets, job.spec.backend.type == "local", job.workdir, plan)
         try:
             handle = self.spawner.spawn(spec)
         except OSError as exc:
@@ -225,6 +230,16 @@ class Pool:
         self._running[fire.run_id] = _Running(fire, handle, now, self.monotonic() + fire.job.spec.timeout)
         self._per_job[fire.job.name] = self._per_job.get(fire.job.name, 0) + 1
         self.log.info("started %s run %s (waited %.3fs)", fire.job.name, fire.run_id, waited)
+
+    def _sandbox_plan(self, job: Job) -> Plan:
+        """The sandbox a run of ``job`` gets (its kept MCP servers run in the same)."""
+        from runner.run.protect import protected_set, sandbox_plan
+        from runner.settings import Settings
+
+        paths = self.paths
+        settings = Settings(home=Path(paths.home), jobs_path=Path(paths.jobs), config_path=Path(paths.config))
+        control = protected_set(settings, job, inputs=self.control_inputs)
+        return sandbox_plan(settings, job, control, job.workdir)
 
     def expect(self, runs: int) -> None:
         """``runs`` script-only fires are due within seconds: have workers ready for as many of

@@ -64,6 +64,7 @@ MODULES = [
     "runner.tools.kanban",
     "backends",
     "backends.local",
+    "backends.sandbox",  # an agent run's sandbox (bubblewrap and the box's client)
     "httpx",
     "httpcore",
     "h11",

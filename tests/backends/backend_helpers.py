@@ -114,14 +114,20 @@ def start_sshd(folder: Path, *, bashrc: str | None = None) -> tuple[subprocess.P
     return proc, port
 
 
-def make_ctx(root: Path, **extra: Any) -> BackendContext:
+def make_ctx(root: Path, kind: str = "local", **extra: Any) -> BackendContext:
+    """A context in ``root/work``; kind ``sandbox`` is the local backend with a sandbox plan (the
+    workdir writable, the rest of the machine read-only), as every agent run gets by default."""
     workdir = root / "work"
     workdir.mkdir(parents=True, exist_ok=True)
+    if kind == "sandbox":
+        from backends.sandbox import Plan
+
+        extra.setdefault("sandbox", Plan(workdir=str(workdir)))
     return BackendContext(workdir=workdir, home=root / "home", **extra)
 
 
 def spec_for(kind: str, request: pytest.FixtureRequest, workdir: Path) -> dict[str, Any]:
-    if kind == "local":
+    if kind in ("local", "sandbox"):
         return {"type": "local"}
     if kind == "docker":
         return {"type": "docker", "image": request.getfixturevalue("docker_image")}

@@ -104,7 +104,7 @@ def make_backend(
     made: list[Backend] = []
 
     def make(kind: str, *, run_id: str = "test-run", **extra: Any) -> tuple[Backend, BackendContext]:
-        ctx = make_ctx(tmp_path / f"b{len(made)}", run_id=run_id, job="backend-tests")
+        ctx = make_ctx(tmp_path / f"b{len(made)}", kind, run_id=run_id, job="backend-tests")
         backend = resolve({**spec_for(kind, request, ctx.workdir), **extra}, ctx=ctx)
         made.append(backend)
         return backend, ctx

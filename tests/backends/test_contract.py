@@ -1,4 +1,5 @@
-"""The backend contract: local, docker and ssh give the same semantics (DESIGN §2, issue 4)."""
+"""The backend contract: local, local in its sandbox, docker and ssh give the same semantics
+(DESIGN §2, issues 4 and 29)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from runner.errors import BackendError
 
 PARAMS = [
     pytest.param("local"),
+    pytest.param("sandbox"),
     pytest.param("docker", marks=pytest.mark.docker),
     pytest.param("ssh", marks=pytest.mark.ssh),
 ]
@@ -33,7 +35,7 @@ def kind(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="class")
 def backend(kind: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
     """One backend per kind, shared by the tests of the class (a container start is slow)."""
-    ctx = make_ctx(tmp_path_factory.mktemp(f"contract-{kind}"), run_id="contract", job="contract")
+    ctx = make_ctx(tmp_path_factory.mktemp(f"contract-{kind}"), kind, run_id="contract", job="contract")
     shared = resolve(spec_for(kind, request, ctx.workdir), ctx=ctx)
     yield shared
     shared.close()

@@ -45,8 +45,12 @@ def shout(times: int) -> str:
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
 def whoami() -> str:
-    """The server's working directory and the TEST_SECRET it got."""
-    return f"cwd={os.getcwd()} secret={'set' if os.environ.get('TEST_SECRET') else 'unset'} pid={os.getpid()}"
+    """The server's working directory, the TEST_SECRET it got, its pid (in its own PID namespace
+    when it runs in a sandbox) and its start time (clock ticks since boot: the same everywhere)."""
+    with open("/proc/self/stat") as fh:
+        start = fh.read().rsplit(")", 1)[1].split()[19]
+    secret = "set" if os.environ.get("TEST_SECRET") else "unset"
+    return f"cwd={os.getcwd()} secret={secret} pid={os.getpid()} start={start}"
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -40,16 +41,37 @@ def setup(project, fake, keep_alive: bool) -> None:
     fake.default = final("done")
 
 
-def pids(fake) -> list[int]:
-    """The server PIDs the tool calls reported, in order."""
-    found: list[int] = []
+def starts(fake) -> list[str]:
+    """The start times of the server processes the tool calls reported, in order: a process's
+    identity across PID namespaces (a server in a sandbox reports its pid in there)."""
+    found: list[str] = []
     for request in fake.requests:
         last = request["body"]["messages"][-1]
         if last["role"] == "tool":
-            match = re.search(r"pid=(\d+)", last["content"])
+            match = re.search(r"pid=(\d+) start=(\d+)", last["content"])
             assert match, last["content"]
-            found.append(int(match.group(1)))
+            found.append(match.group(2))
     return found
+
+
+def pids(fake) -> list[int]:
+    """The server processes the tool calls reported, as pids of this machine (0 once gone)."""
+    return [host_pid(start) for start in starts(fake)]
+
+
+def host_pid(start: str) -> int:
+    """The process of this machine running the test server that started at ``start`` (0: none)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if stat[19] == start and str(SERVER).encode() in argv and not argv[0].endswith(b"bwrap"):
+            return int(entry.name)
+    return 0
 
 
 def succeeded(project, count: int):
@@ -62,7 +84,7 @@ def test_runs_share_the_kept_server_which_restarts_after_a_kill_and_stops_with_s
     daemon = serve().started()
     wait_for(succeeded(project, 2), 40, what="two runs")
     first, second = pids(fake)[:2]
-    assert first == second  # the same server process answered both runs
+    assert first == second and second > 0  # the same server process answered both runs
     os.kill(second, signal.SIGKILL)  # between runs: the bridge restarts it for the next call
     wait_for(succeeded(project, 3), 20, what="a third run")
     third = pids(fake)[2]
@@ -81,8 +103,8 @@ def test_without_keep_alive_each_run_starts_its_own_server(project, fake, serve)
     setup(project, fake, keep_alive=False)
     daemon = serve().started()
     wait_for(succeeded(project, 2), 40, what="two runs")
-    first, second = pids(fake)[:2]
-    assert first != second and not pid_alive(first)
+    first, second = starts(fake)[:2]
+    assert first != second and not host_pid(first)  # the first run's server ended with its run
     assert daemon.stop() == 0
     assert not (project.home / "mcp-bridges").exists()
 

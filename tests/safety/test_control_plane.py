@@ -92,7 +92,7 @@ def test_a_symlink_to_a_control_file_is_the_control_file(project, fake):
     assert r3.startswith("wrote 4 bytes") and (project.root / "notes.md").read_text() == "fine"
 
 
-def test_file_tools_do_not_read_runner_home_or_config(project, fake, tmp_path):
+def test_file_tools_do_not_read_runner_home_config_or_jobs(project, fake, tmp_path):
     inner = project.root / ".runner"
     inner.mkdir()
     (inner / "config.yaml").write_text("timezone: UTC\n# secret-marker\n")
@@ -112,7 +112,7 @@ def test_file_tools_do_not_read_runner_home_or_config(project, fake, tmp_path):
     assert read == "blocked: .runner/config.yaml is one of the runner's control files; find another way"
     assert listed == "blocked: .runner is one of the runner's control files; find another way"
     assert searched == "notes.txt:1:secret-marker in the project"
-    assert "prompt: go" in jobs  # jobs.yaml may be read, only not written
+    assert jobs == "blocked: jobs.yaml is one of the runner's control files; find another way"  # hidden in the sandbox too
 
 
 # -- terminal --------------------------------------------------------------------------------------
@@ -201,8 +201,10 @@ def test_reading_control_files_and_writing_others_stays_safe(tmp_path, command):
 
 
 # -- tamper detection --------------------------------------------------------------------------------
-def test_a_run_that_changes_jobs_yaml_ends_tampered(project, fake):
-    project.write_jobs(JOBS.format(extra="    approvals: approve\n"))
+def test_an_unsandboxed_run_that_changes_jobs_yaml_ends_tampered(project, fake):
+    """The tamper check is the line behind the sandbox: with `sandbox: off` an approved write lands
+    and the run ends tampered; in the sandbox it never lands (tests/safety/test_sandbox.py)."""
+    project.write_jobs(JOBS.format(extra="    approvals: approve\n    sandbox: off\n"))
     fake.add(call("terminal", {"command": "echo '    allow: [\"*\"]' >> jobs.yaml"}), final("done"))
     res = project.cli("run-job", "j")
     assert res.exit_code == 1
@@ -226,7 +228,9 @@ def test_fingerprint_names_changed_added_and_removed_files(tmp_path):
 
 def test_serve_holds_a_tampered_jobs_yaml_until_reload(project, fake, serve):
     write_config(project)
-    project.write_jobs("jobs:\n  j:\n    schedule: in 1s\n    prompt: go\n    approvals: approve\n    catchup: skip\n")
+    project.write_jobs(
+        "jobs:\n  j:\n    schedule: in 1s\n    prompt: go\n    approvals: approve\n    catchup: skip\n    sandbox: off\n"
+    )
     added = "  added:\\n    schedule: every 1h\\n    agent: false\\n    pre_run: echo added\\n"
     fake.add(call("terminal", {"command": f"printf '{added}' >> jobs.yaml"}), final("done"))
     daemon = serve().started()

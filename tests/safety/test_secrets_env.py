@@ -30,13 +30,15 @@ def _blocks(tool_text: str) -> list[bytes]:
 
 
 def test_runner_environ_holds_no_key(project, fake):
+    """With `sandbox: off` a command can walk up to the runner's process: its environment block
+    holds no key (in the sandbox the runner is not even in /proc: tests/safety/test_sandbox.py)."""
     project.home.mkdir(parents=True, exist_ok=True)
     (project.home / "config.yaml").write_text(
         f"providers:\n  default:\n    base_url: {project.base_url}\n    api_keys: ['env:OPENAI_API_KEY', 'env:MY_EXTRA']\n"
     )
     (project.home / "config.yaml").chmod(0o600)
     fake.add(call("terminal", {"command": WALK}), final("done"))
-    project.write_jobs("jobs:\n  s:\n    prompt: look around\n    toolsets: [terminal]\n")
+    project.write_jobs("jobs:\n  s:\n    prompt: look around\n    toolsets: [terminal]\n    sandbox: off\n")
     res = project.run("run-job", "s", env=project.env(OPENAI_API_KEY=KEY, MY_EXTRA=EXTRA))
     assert res.returncode == 0, res.stderr
     assert fake.requests[0]["key"] == KEY  # the held key still authenticates

@@ -278,12 +278,14 @@ def processes_of(run_id: str) -> dict[int, str]:
     return found
 
 
-def test_recovery_kills_what_a_killed_run_left_running(project, fake):
+def _killed_run_with_sleepers(project, fake, sandbox: str) -> tuple[subprocess.Popen[bytes], str]:
+    """``run-job`` whose command left two sleepers (one in a session of its own), SIGKILLed while
+    it waits for the model: no ``finally``, no backend close."""
     fake.add(
         call("terminal", {"command": "sleep 300 & setsid sleep 301 & echo started"}),
         hang(60),  # the next turn: run-job waits for the model while its commands sleep on
     )
-    project.write_jobs("jobs:\n  slow:\n    prompt: go\n    toolsets: [terminal]\n")
+    project.write_jobs(f"jobs:\n  slow:\n    prompt: go\n    toolsets: [terminal]\n    sandbox: {sandbox}\n")
     proc = subprocess.Popen(
         [sys.executable, "-m", "runner", "run-job", "slow"],
         env=project.env(),
@@ -302,6 +304,21 @@ def test_recovery_kills_what_a_killed_run_left_running(project, fake):
     finally:
         proc.kill()  # SIGKILL: no finally, no backend close in run-job
         proc.wait()
+    return proc, run_id
+
+
+def test_a_killed_sandboxed_runs_processes_end_with_it(project, fake):
+    """The sandbox dies with its runner (its first process is told, and the kernel kills the
+    rest of its PID namespace): nothing is left for recovery to find."""
+    _, run_id = _killed_run_with_sleepers(project, fake, "on")
+    deadline = time.monotonic() + 5
+    while processes_of(run_id) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert processes_of(run_id) == {}
+
+
+def test_recovery_kills_what_a_killed_unsandboxed_run_left_running(project, fake):
+    _, run_id = _killed_run_with_sleepers(project, fake, "off")
     assert sorted(processes_of(run_id).values()) == ["sleep 300", "sleep 301"], "still there after the kill"
     res = project.run("runs", "list", "--json")
     assert res.returncode == 0, res.stderr

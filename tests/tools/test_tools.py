@@ -1,9 +1,11 @@
-"""File tools and web_fetch, through a real local backend and a real HTTP server."""
+"""File tools and web_fetch, through a real local backend (on the host, and in the sandbox every
+agent run gets by default) and a real HTTP server."""
 
 import os
 import threading
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -18,11 +20,14 @@ from runner.tools.terminal import terminal
 from runner.tools.web import html_to_text, web_fetch
 
 
-@pytest.fixture
-def ctx(tmp_path):
+@pytest.fixture(params=["host", "sandbox"])
+def ctx(tmp_path, request):
+    from backends.sandbox import Plan
+
     work = tmp_path / "work"
     work.mkdir()
-    backend = LocalBackend(BackendContext(workdir=work, home=tmp_path))
+    plan = Plan(workdir=str(work)) if request.param == "sandbox" else None
+    backend = LocalBackend(BackendContext(workdir=work, home=tmp_path, sandbox=plan))
     yield ToolContext(backend=backend)
     backend.close()
 
@@ -64,11 +69,21 @@ def test_paths_are_confined(ctx, tmp_path):
 
 
 def test_allow_paths_extend_the_roots(ctx, tmp_path):
+    """A run's sandbox plan has its allow_paths writable (``runner.run.protect.sandbox_plan``)."""
+    from backends.sandbox import Plan
+
     shared = tmp_path / "shared"
     shared.mkdir()
     (shared / "data.txt").write_text("shared data")
-    wide = ToolContext(backend=ctx.backend, allow_paths=(str(shared),))
-    assert "shared data" in read_file({"path": str(shared / "data.txt")}, wide).text
+    plan = Plan(workdir=ctx.workdir, writable=(str(shared),)) if not ctx.backend.is_local else None
+    backend = LocalBackend(BackendContext(workdir=Path(ctx.workdir), home=tmp_path, sandbox=plan))
+    try:
+        wide = ToolContext(backend=backend, allow_paths=(str(shared),))
+        assert "shared data" in read_file({"path": str(shared / "data.txt")}, wide).text
+        write_file({"path": str(shared / "out.txt"), "content": "written"}, wide)
+        assert (shared / "out.txt").read_text() == "written"
+    finally:
+        backend.close()
 
 
 def test_search_and_list(ctx):
