@@ -6,7 +6,8 @@ Nothing here talks to a process: each call writes a row to runner.db and returns
 schedule ticker picks up trigger requests (also those written while it was down, at its start);
 a running run's cancel watch (``runner.run.cancel``) sees its cancel request; a run parked on an
 approval (``runner.safety.parked``) sees the answer. So control works without a socket and
-survives a serve restart. ``by`` names who asked: ``user@host`` from the CLI (``whoami``), the
+survives a serve restart. None of it is done for a process that is part of a run
+(``runner.safety.inside``): a run cannot answer its own approval. ``by`` names who asked: ``user@host`` from the CLI (``whoami``), the
 token's name from the web.
 """
 
@@ -19,6 +20,7 @@ from typing import Any
 
 from runner.clock import iso, utcnow
 from runner.errors import UsageError
+from runner.safety.inside import refuse_inside_run
 from runner.statuses import ACTIVE, ApprovalState, ControlKind, RunStatus
 from runner.store import Store
 from runner.store.control import ApprovalRequest, new_id
@@ -49,6 +51,7 @@ def request_trigger(store: Store, job: str, *, by: str, now: datetime | None = N
     """Ask serve to run ``job`` now (trigger ``manual``, through its pool and policies); return the
     request id. The caller checks that the job exists (serve records an unknown one as handled
     with an error)."""
+    refuse_inside_run("trigger a job")
     request_id = new_id("t")
     with store.transaction() as conn:
         conn.execute(
@@ -69,6 +72,7 @@ def request_cancel(store: Store, run_id: str, *, by: str, now: datetime | None =
     ``interrupted`` (reason ``cancelled``), whichever process runs it. A run parked on an approval
     stops waiting. Raises ``ControlRefused`` (``not_found`` / ``not_running``; ``subagent`` for a
     delegate_task child, which stops with its parent)."""
+    refuse_inside_run("cancel a run")
     from runner.store.runs import get_run
 
     row = get_run(store, run_id)
@@ -90,6 +94,7 @@ def request_cancel(store: Store, run_id: str, *, by: str, now: datetime | None =
 def retry_task(store: Store, task_id: str | int, *, by: str, now: datetime | None = None) -> None:
     """A ``failed`` or ``blocked`` task back to ``ready`` with one more attempt. Raises
     ``ControlRefused`` (``not_found``, or ``not_retryable`` for any other state)."""
+    refuse_inside_run("retry a task")
     from runner.kanban.board import Board
     from runner.kanban.model import TaskNotFound
 
@@ -133,6 +138,7 @@ def answer_approval(
     """Grant or deny a parked approval; the waiting run continues with that decision and audits
     ``by`` and the time. Raises ``ControlRefused`` (``not_found`` / ``already_decided``; a run that
     ended without seeing an answer counts as decided: its request becomes ``abandoned``)."""
+    refuse_inside_run("answer an approval")
     stamp = iso(now or utcnow())
     with store.transaction() as conn:
         row = conn.execute(

@@ -447,6 +447,9 @@ def _drain(fd: int) -> None:
 
 
 def main(argv: list[str]) -> None:
+    from runner.procs import become_undumpable
+
+    become_undumpable()  # its forked workers receive keys: they keep this flag
     sock = socket.socket(fileno=int(argv[0]))
     sock.set_inheritable(False)
     try:

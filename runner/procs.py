@@ -334,6 +334,7 @@ def future_results(futures: Sequence[Future[T]], *, first_exception: bool = Fals
 
 # -- a run's own process as the reaper of what it started ---------------------------------------
 PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
+PR_SET_DUMPABLE, PR_GET_DUMPABLE = 4, 3
 
 
 def _prctl(option: int, arg: object) -> int:
@@ -353,6 +354,24 @@ def become_subreaper() -> bool:
         return _prctl(PR_SET_CHILD_SUBREAPER, 1) == 0
     except (OSError, AttributeError):
         return False
+
+
+def become_undumpable() -> bool:
+    """Make this process non-dumpable (Linux ``PR_SET_DUMPABLE`` 0): another process of the same
+    user can no longer read its memory (``/proc/PID/mem``), environment or file descriptors, nor
+    attach a debugger, and it leaves no core dump. For every process that holds keys; a forked
+    child keeps it, an exec'd command does not. False where unsupported."""
+    try:
+        return _prctl(PR_SET_DUMPABLE, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def is_dumpable() -> bool:
+    try:
+        return _prctl(PR_GET_DUMPABLE, 0) == 1
+    except (OSError, AttributeError):
+        return True
 
 
 def is_subreaper() -> bool:

@@ -74,13 +74,14 @@ def doctor(deep: bool, as_json: bool) -> None:
     s = settings()
     checks: list[dict[str, Any]] = []
 
-    def add(name: str, ok: bool, detail: str = "") -> None:
-        checks.append({"check": name, "ok": ok, "detail": detail})
+    def add(name: str, ok: bool, detail: str = "", *, warn: bool = False) -> None:
+        checks.append({"check": name, "ok": ok, "detail": detail, **({"warn": True} if warn else {})})
 
     jobs = _doctor_jobs(s, add)
     _doctor_config(s, add, jobs, deep=deep)
     store_ok = _doctor_store(s, add)
     if jobs is not None:
+        _doctor_sandbox(add, jobs)
         _doctor_backends(s, add, jobs)
     uses_docker = any(c["check"].startswith("backend docker") for c in checks)
     cleaned = _cleanup_containers(s) if uses_docker and store_ok else None
@@ -90,7 +91,8 @@ def doctor(deep: bool, as_json: bool) -> None:
         echo_json(checks)
     else:
         for c in checks:
-            click.echo(f"{'ok ' if c['ok'] else 'BAD'}  {c['check']:<28} {c['detail']}")
+            mark = "BAD" if not c["ok"] else "WARN" if c.get("warn") else "ok "
+            click.echo(f"{mark:<4} {c['check']:<28} {c['detail']}")
     if not all(c["ok"] for c in checks):
         sys.exit(1)
 
@@ -167,6 +169,28 @@ def _doctor_store(s: Any, add: Any) -> bool:
         return False
     add("store", True, f"{store.path} (quick_check ok)")
     return True
+
+
+def _doctor_sandbox(add: Any, jobs: Any) -> None:
+    """Whether the sandbox can start here (when a job needs it), and, loudly, every agent job
+    whose commands run unsandboxed as the runner's own user, with the reason."""
+    from backends.sandbox import problem
+
+    sandboxed = [name for name, job in jobs.jobs.items() if job.sandboxed]
+    if sandboxed:
+        why = problem()
+        detail = why or f"bubblewrap works: {len(sandboxed)} agent job(s) run sandboxed"
+        add("sandbox", why is None, detail if why is None else f"{why}; jobs that cannot run: {', '.join(sandboxed)}")
+    for name, job in sorted(jobs.jobs.items()):
+        spec = job.spec
+        if spec.agent and spec.backend.type == "local" and not spec.sandbox.enabled:
+            add(
+                f"job {name}",
+                True,
+                "UNSANDBOXED (sandbox: off in jobs.yaml): the agent's commands, file tools and MCP servers run as "
+                "the runner's own user and can reach RUNNER_HOME, config.yaml and the keys",
+                warn=True,
+            )
 
 
 def _doctor_backends(s: Any, add: Any, jobs: Any) -> None:
