@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bring up the real services the backend tests use (DESIGN §4). Idempotent; run as root.
 #
-#   - packages: docker.io busybox-static openssh-server chromium redis-server postgresql (and git), installed
+#   - packages: bubblewrap docker.io busybox-static openssh-server chromium redis-server postgresql (and git), installed
 #     only when missing (the distributed tests start their own redis-server and PostgreSQL on free ports)
 #     (chromium is the browser the dashboard's Playwright tests drive: /usr/bin/chromium)
 #   - dockerd on the default socket (vfs driver, no bridge, no iptables), log in $RUNNER_CI_DIR
@@ -20,6 +20,8 @@ log() { printf '[services] %s\n' "$*" >&2; }
 
 install_packages() {
     local missing=()
+    # the sandbox of every agent run on the local backend (backends/sandbox.py)
+    command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
     command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
     [ -x /bin/busybox ] || command -v busybox >/dev/null 2>&1 || missing+=(busybox-static)
     command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || missing+=(openssh-server)

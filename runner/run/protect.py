@@ -46,10 +46,12 @@ def protected_set(
     if cassette is not None:
         files[str(cassette.absolute())] = None
     skills = _skill_folders(settings)
+    tools = _tool_folders(settings)
     home = os.path.normpath(str(settings.home))
     return ControlPlane(
         files=tuple(os.path.normpath(f) for f in files),
-        folders=(*skills, *_tool_folders(settings), home),
+        folders=(*skills, *tools, home),
+        tool_folders=tools,
         unreadable=(home, os.path.normpath(str(settings.config_path)), os.path.normpath(str(settings.jobs_path))),
         skill_folders=skills,
         workdir=os.path.normpath(str(workdir or job.workdir)),

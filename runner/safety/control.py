@@ -12,7 +12,8 @@ jobs.yaml is jobs.yaml. A backend that sees the workdir under another path (Dock
 ``/workspace``) is mapped back to the host with ``seen_from``.
 
 ``Fingerprint`` is the defence in depth behind the checks: the protected files (not all of
-``RUNNER_HOME``: jobs.yaml, config.yaml, the referenced files and the skill folders' SKILL.md)
+``RUNNER_HOME``: jobs.yaml, config.yaml, the referenced files, the skill folders' SKILL.md and
+the tools folders' Python files)
 hashed at the start and the end of a run; a difference ends the run ``failed``/``tampered``.
 """
 
@@ -63,6 +64,7 @@ class ControlPlane:
     folders: tuple[str, ...] = ()  # write-protected folders
     unreadable: tuple[str, ...] = ()  # neither read nor written by the file tools (files or folders)
     skill_folders: tuple[str, ...] = ()  # their SKILL.md files are hashed
+    tool_folders: tuple[str, ...] = ()  # the operator's tools folders: their *.py files are hashed
     workdir: str = ""  # the job's workdir on the host
     exempt: tuple[str, ...] = ()  # work areas inside a protected folder (RUNNER_HOME/workspaces: kanban tasks)
     backend_workdir: str = ""  # the same folder as the backend sees it ("" = the same path)
@@ -170,11 +172,16 @@ class ControlPlane:
 
     # -- hashing ----------------------------------------------------------------------------
     def hashed_files(self) -> tuple[str, ...]:
+        """The files whose content a run checks at its end: the control files, each skill's
+        SKILL.md, and every Python file of the operator's tools folders (a file that appears counts)."""
         out = dict.fromkeys(self.files)
         for folder in self.skill_folders:
             for pattern in ("*/SKILL.md", "*/*/SKILL.md"):
                 for found in sorted(Path(folder).glob(pattern)):
                     out[str(found)] = None
+        for folder in self.tool_folders:
+            for found in sorted(Path(folder).glob("*.py")):
+                out[str(found)] = None
         return tuple(out)
 
     def fingerprint(self) -> Fingerprint:
