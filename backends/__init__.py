@@ -1,16 +1,13 @@
 """Terminal backends: where a job's commands run.
 
-``resolve(spec, ...)`` turns a spec (a model of backends/spec.py or its plain form from
-``runner.config.plain``, which is not imported here), a jobs.yaml mapping or a string: ``local``, ``docker:IMAGE``,
-``ssh:user@host:port``) into a backend object. The implementation is imported only for the chosen
-type, so a local run never imports the Docker SDK; a plain spec is used as it is, so a run on its
-plain form never imports pydantic either.
+``resolve(spec, ...)`` turns a spec (a model of backends/spec.py, a jobs.yaml mapping or a string:
+``local``, ``docker:IMAGE``, ``ssh:user@host:port``) into a backend object. The implementation is
+imported only for the chosen type, so a local run never imports the Docker SDK.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from runner.errors import BackendError
@@ -29,12 +26,9 @@ _FACTORIES: dict[str, str] = {
 
 def resolve(spec: object, **kwargs: Any) -> Backend:
     """A ready backend for ``spec``; pass ``ctx=BackendContext(...)``. Close it when done."""
-    if isinstance(spec, str | Mapping) or getattr(spec, "type", None) not in _FACTORIES:
-        from backends.spec import parse_spec
+    from backends.spec import parse_spec
 
-        model: Any = parse_spec(spec)  # UsageError unless it is a valid spec
-    else:
-        model = spec  # validated already: a model of backends/spec.py or its plain form
+    model = parse_spec(spec)  # UsageError unless it is a valid spec (a model is returned as is)
     module_name, _, attr = _FACTORIES[model.type].partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -47,7 +41,7 @@ def resolve(spec: object, **kwargs: Any) -> Backend:
 
 def __getattr__(name: str) -> Any:
     """``backends.Backend`` and ``backends.ExecResult`` without importing backends.base for a spec;
-    ``BackendSpec``, ``known_types`` and ``parse_spec`` without importing pydantic for a run."""
+    ``BackendSpec``, ``known_types`` and ``parse_spec`` without importing pydantic for ``import backends``."""
     if name in ("Backend", "ExecResult"):
         from backends import base
 

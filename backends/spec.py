@@ -30,8 +30,7 @@ class LocalSpec(BaseModel):
     type: Literal["local"] = "local"
 
     def check(self, base: Path) -> None:
-        """Nothing to check: the local backend has no options (its plain form says the same:
-        ``runner.config.plain.LocalSpecMethods``)."""
+        """Nothing to check: the local backend has no options."""
 
 
 BackendSpec = Annotated[LocalSpec | DockerSpec | SSHSpec, Field(discriminator="type")]

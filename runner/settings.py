@@ -12,7 +12,6 @@ if TYPE_CHECKING:
     from runner.config.database import Target
     from runner.config.jobs import JobsFile
     from runner.config.machine import Config
-    from runner.config.snapshot import Used
     from runner.config.tooldirs import Loaded
     from runner.store import Store
 
@@ -35,7 +34,6 @@ class Settings:
     jobs_path: Path
     config_path: Path
     config_given: bool = False  # --config was passed: a missing file is an error, not "use defaults"
-    snapshot: Used | None = None  # run-job's validated snapshot, read or written (runner.config.snapshot)
 
     @classmethod
     def from_options(cls, *, jobs: str | None = None, config: str | None = None, home: str | None = None) -> Settings:

@@ -34,7 +34,6 @@ def run_job(
     review: bool,
 ) -> None:
     """Run job NAME now and exit with its status (0 ok, 1 failed, 2 bad input, 130 interrupted)."""
-    from runner.config.snapshot import attach
     from runner.run.execute import execute
     from runner.run.request import Live, ModelSource, Record, Replay, RunRequest
     from runner.safety.approval import has_tty
@@ -42,7 +41,6 @@ def run_job(
     if replay and record:
         raise click.UsageError("--replay and --record cannot be used together")
     s = settings()
-    attach(s)  # the validated jobs.yaml and config.yaml, from RUNNER_HOME's snapshot when current
     job = s.jobs.get(name)
     if replay is not None and not replay.is_absolute() and not replay.exists():
         candidate = s.jobs.base_dir / replay

@@ -2,9 +2,7 @@
 checks a job must pass beyond its schema (schedule, prompt template, pre_run script, workdir,
 backend, toolsets, ``context_from``) and the files a job reads.
 
-``runner.config.jobs`` validates the schema with pydantic and then runs ``check_job`` here;
-``runner.config.snapshot`` runs the same ``check_job`` on the plain form of a snapshot, so a
-job that a full validation would refuse is refused on both paths.
+``runner.config.jobs`` validates the schema with pydantic and then runs ``check_job`` here.
 """
 
 from __future__ import annotations
@@ -193,29 +191,6 @@ def _check_toolsets(spec: JobSpec, own: OwnNames) -> list[str]:
         elif item not in known and item not in own:
             problems.append(f"toolsets: unknown toolset or tool {item!r}; known: {', '.join(sorted(known))}")
     return problems
-
-
-def job_prefix(path: Path, name: str) -> str:
-    """How a problem of job ``name`` of jobs.yaml at ``path`` starts."""
-    return f"{path}: job {name}: "
-
-
-def check_jobs(path: Path, specs: Mapping[str, JobSpec], *, default_tz: str, own: OwnNames) -> JobsFile:
-    """The jobs of a file whose schema is known valid (a snapshot's, ``runner.config.snapshot``)
-    through the checks ``load_jobs`` runs after the schema; ConfigError listing every problem."""
-    from runner.errors import ConfigError
-
-    names = list(specs)
-    problems: list[str] = []
-    jobs = {}
-    for name, spec in specs.items():
-        found, job = check_job(name, spec, path.parent.resolve(), default_tz=default_tz, now=None, own=own, names=names)
-        problems.extend(job_prefix(path, name) + p for p in found)
-        if job is not None:
-            jobs[name] = job
-    if problems:
-        raise ConfigError(problems)
-    return JobsFile(path=path.resolve(), jobs=jobs)
 
 
 def check_job(

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, ValidationError, ValidationInfo, field_validator
 
@@ -29,16 +29,17 @@ from runner.config.jobfile import (
     context_key,
     inputs_of,
     job_inputs,
-    job_prefix,
     looks_like_path,
     referenced_files,
 )
 from runner.config.model_options import ModelOptions
-from runner.config.plain import WebSpecMethods
 from runner.config.schedules import parse_duration, parse_timezone
 from runner.config.sinks import check_sink
 from runner.config.strict import Strict
 from runner.errors import ConfigError, UsageError
+
+if TYPE_CHECKING:
+    from runner.safety.ssrf import WebPolicy
 
 __all__ = [
     "JOB_NAME",
@@ -108,7 +109,7 @@ class DelegationSpec(Strict):
     max_children: int = Field(3, ge=1, le=3)  # subagents of one run running at the same time
 
 
-class WebSpec(WebSpecMethods, Strict):
+class WebSpec(Strict):
     """``web:``: where web_fetch may connect (see docs/safety.md)."""
 
     allow_private: bool = False
@@ -122,6 +123,11 @@ class WebSpec(WebSpecMethods, Strict):
             if not re.match(r"^\.?[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\.?$", domain):
                 raise ValueError(f"{domain!r} is not a domain name (write example.com, no scheme or path)")
         return value
+
+    def policy(self) -> WebPolicy:
+        from runner.safety.ssrf import WebPolicy
+
+        return WebPolicy(self.allow_private, tuple(self.allow_domains), tuple(self.deny_domains))
 
 
 class JobSpec(Strict):
@@ -283,7 +289,7 @@ def load_jobs(
     names = [str(n) for n in raw_jobs]
     for name, body in raw_jobs.items():
         name = str(name)
-        prefix = job_prefix(path, name)
+        prefix = f"{path}: job {name}: "
         if not JOB_NAME.match(name):
             problems.append(f"{prefix}name: must match ^[a-z0-9][a-z0-9_-]{{0,63}}$")
             continue

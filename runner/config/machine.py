@@ -13,7 +13,6 @@ from runner.config import yamlio
 from runner.config.jobs import Duration, SinkItem
 from runner.config.mcp import McpServer
 from runner.config.model_options import MaxTokensField, ModelOptions
-from runner.config.plain import ConfigMethods
 from runner.config.strict import Strict
 from runner.errors import ConfigError, UsageError
 
@@ -240,7 +239,7 @@ class Budgets(Caps):
     jobs: dict[str, Caps] = Field(default_factory=dict)
 
 
-class Config(ConfigMethods, Strict):
+class Config(Strict):
     timezone: str = "UTC"
     providers: dict[str, Provider] = Field(default_factory=dict)
     serve: ServeConfig = Field(default_factory=ServeConfig)
@@ -265,6 +264,21 @@ class Config(ConfigMethods, Strict):
     # the store: sqlite:///PATH or postgresql://user@host/name (RUNNER_DATABASE_URL wins); default RUNNER_HOME/runner.db
     database: str | None = None
     path: str | None = None
+
+    def split_model_ref(self, ref: str) -> tuple[str, str]:
+        """(provider name, model or "") of a jobs.yaml ``model:`` entry.
+
+        ``NAME`` is a provider; ``NAME/model`` is a provider and its model only when NAME names a
+        configured provider; otherwise a text with a slash is a model id for the ``default``
+        provider (``meta-llama/Llama-3.1-8B-Instruct``)."""
+        if ref in self.providers:
+            return ref, ""
+        name, slash, model = ref.partition("/")
+        if slash and name in self.providers:
+            return name, model
+        if slash and name and model:
+            return "default", ref
+        return ref, ""
 
     @field_validator("mcp_servers")
     @classmethod

@@ -1,5 +1,4 @@
-"""The request body fields of ``model_options:`` (``runner.config.model_options``), read from
-either form of the options (the pydantic model or its plain form), without pydantic."""
+"""The request body fields of ``model_options:`` (``runner.config.model_options``), without pydantic."""
 
 from __future__ import annotations
 

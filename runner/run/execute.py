@@ -185,7 +185,7 @@ class Run:
         from runner.run.protect import hold_reloads, tampered
 
         before, self._before = self._before, None  # checked once
-        changed = tampered(self.control, before, self.settings)
+        changed = tampered(self.control, before)
         if not changed:
             return
         hold_reloads(self.settings, self.run_id, changed)

@@ -87,12 +87,9 @@ def _skill_folders(settings: Settings) -> tuple[str, ...]:
     return tuple(os.path.normpath(str(s.root)) for s in sources_for(settings) if s.kind != "home")
 
 
-def tampered(plane: ControlPlane, before: Fingerprint, settings: Settings) -> tuple[str, ...]:
-    """The protected files whose content changed since ``before``, and run-job's validated
-    snapshot when it now holds other content under its key (it is removed then)."""
-    changed = before.changed(plane.fingerprint())
-    used = settings.snapshot
-    return (*changed, str(used.path)) if used is not None and used.tampered() else changed
+def tampered(plane: ControlPlane, before: Fingerprint) -> tuple[str, ...]:
+    """The protected files whose content changed since ``before``."""
+    return before.changed(plane.fingerprint())
 
 
 def hold_reloads(settings: Settings, run_id: str, files: tuple[str, ...]) -> Path:

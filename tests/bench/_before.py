@@ -14,7 +14,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,20 +48,13 @@ class Timing:
 
 
 def time_argv(
-    by_tree: dict[str, Sequence[str]],
-    envs: dict[str, dict[str, str]],
-    cwd: Path,
-    runs: int,
-    before_each: Callable[[str], None] | None = None,
+    by_tree: dict[str, Sequence[str]], envs: dict[str, dict[str, str]], cwd: Path, runs: int
 ) -> dict[str, Timing]:
-    """Median wall and CPU time of each tree's argv, the trees alternating, after one warm-up each;
-    ``before_each(tree name)`` runs untimed before every run."""
+    """Median wall and CPU time of each tree's argv, the trees alternating, after one warm-up each."""
     walls: dict[str, list[float]] = {name: [] for name in by_tree}
     cpus: dict[str, list[float]] = {name: [] for name in by_tree}
     for round_ in range(runs + 1):
         for name, argv in by_tree.items():
-            if before_each is not None:
-                before_each(name)
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             started = time.perf_counter()
             proc = subprocess.run(list(argv), env=envs[name], cwd=cwd, capture_output=True)

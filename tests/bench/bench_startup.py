@@ -6,7 +6,7 @@ first chat request 45.7 KB.
 Cold start (issue 20), this tree beside main before (tests/bench/_before.py), the trees
 alternating: warm `jobs list` on 50 jobs (target <= 0.12 s), a one-turn `run-job` against an
 instant server, the same turn from a cassette (`--replay`: the run without the SDK and the
-request; then again with no validated snapshot, as after an edit of jobs.yaml), `approvals check`; each with its CPU time, which load on the machine inflates less than
+request), `approvals check`; each with its CPU time, which load on the machine inflates less than
 wall time, and its module count and import time from `python -X importtime` (README.md,
 "Start-up time"). Then the openai SDK's share of a run (a fresh interpreter importing what a run
 has loaded before its first request, with and without the SDK) and the one-turn run less that
@@ -114,12 +114,6 @@ def sdk_share(both: list[Tree], runs: int = 9) -> dict[str, float]:
     return {t.name: timed[f"{t.name}|with"].wall - timed[f"{t.name}|without"].wall for t in both}
 
 
-def _forget(home: Path) -> None:
-    """Remove run-job's validated snapshots from ``home`` (a tree without them has none to remove)."""
-    for path in (home / "cache").glob("run-*.json"):
-        path.unlink()
-
-
 def cold_start(root: Path, fake: FakeOpenAI) -> None:
     both = trees()
     print("\ncold start: this tree beside main before (median wall, and cpu of the runner processes)")
@@ -139,19 +133,12 @@ def cold_start(root: Path, fake: FakeOpenAI) -> None:
         ("approvals check -- rm -rf build (median 15)", root, ["approvals", "check", "--", "rm", "-rf", "build"], {}, 15, ""),
     ]  # fmt: skip
     runs: dict[str, dict[str, Timing]] = {}
-    homes = {t.name: root / f"cold-{t.name}".replace(" ", "-") for t in both}
     for label, cwd, args, extra, count, target in cases:
-        envs = {t.name: t.env(RUNNER_HOME=str(homes[t.name]), **extra) for t in both}
+        envs = {t.name: t.env(RUNNER_HOME=str(root / f"cold-{t.name}".replace(" ", "-")), **extra) for t in both}
         argv = {t.name: [t.python, "-m", "runner", *args] for t in both}
         runs[label] = time_argv(argv, envs, cwd, count)
         side_by_side(label, runs[label], target)
         print("  imports: " + "   ".join(f"{t.name} {imports(t, args, envs[t.name], cwd)}" for t in both))
-    # the same replay when jobs.yaml or config.yaml has just changed: no current snapshot
-    # (runner.config.snapshot), so the run validates in full and writes a new one
-    label = "  the same, no snapshot (a file just changed)"
-    envs = {t.name: t.env(RUNNER_HOME=str(homes[t.name]), OPENAI_API_KEY="sk-bench") for t in both}
-    argv = {t.name: [t.python, "-m", "runner", "run-job", "one", "--replay", str(cassette)] for t in both}
-    side_by_side(label, time_argv(argv, envs, root / "one", 10, before_each=lambda name: _forget(homes[name])))
     share = sdk_share(both)
     one = runs["run-job, one-turn job, instant server (median 10)"]
     print("  the openai SDK's share of a run (median with - without, 9 each): "

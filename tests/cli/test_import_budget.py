@@ -109,20 +109,3 @@ def test_a_replayed_one_turn_run_loads_no_logging_thread_pool_or_metadata_scan(p
     assert loaded(names, MODEL_CLIENT) == []
     assert {"logging", "concurrent.futures"}.isdisjoint(names)
     assert "importlib.metadata" not in names  # no pydantic plugin scan (socket: the sandbox's channel)
-
-
-
-def test_a_second_replay_of_an_unchanged_project_imports_no_pydantic(project: Project, fake: FakeOpenAI) -> None:
-    """The first run-job validates jobs.yaml and config.yaml and writes the snapshot; the next runs
-    on it (runner.config.snapshot): no pydantic, no model building. An edit brings them back. (A
-    live run imports pydantic anyway: the openai SDK is built on it.)"""
-    project.write_jobs("jobs:\n  one:\n    prompt: Say ok\n    toolsets: [terminal, files]\n")
-    fake.default = final("ok")
-    cassette = project.root / "one.cassette"
-    recorded = project.run("run-job", "one", "--record", str(cassette))
-    assert recorded.returncode == 0, recorded.stderr
-    replay = ("run-job", "one", "--replay", str(cassette))
-    assert loaded(imported(project, *replay), {"pydantic", "pydantic_core", "annotated_types"}) == []
-    project.write_jobs("jobs:\n  one:\n    prompt: Say ok\n    toolsets: [terminal]\n")
-    assert "pydantic" in imported(project, *replay)
-    assert loaded(imported(project, *replay), {"pydantic", "pydantic_core", "annotated_types"}) == []
