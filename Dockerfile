@@ -3,6 +3,9 @@
 #   docker run -d --init --name runner -v runner-home:/var/lib/runner \
 #     -v "$PWD":/srv/project:ro -w /srv/project -e OPENAI_API_KEY runner
 # (docs/operations.md "Docker"). Jobs using the docker backend need the Docker socket mounted too.
+# The agents' sandbox (bubblewrap) needs user namespaces in the container: add
+#   --security-opt seccomp=unconfined --security-opt apparmor=unconfined
+# or give jobs `sandbox: off` (then the container is their only boundary, keys included).
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -10,7 +13,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     RUNNER_HOME=/var/lib/runner
 
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends git openssh-client ca-certificates \
+    && apt-get install -y --no-install-recommends git openssh-client ca-certificates bubblewrap \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --create-home --home-dir /home/runner runner \
     && install -d -o runner -g runner -m 0700 /var/lib/runner

@@ -166,6 +166,9 @@ def test_unit_file_is_a_notify_service_with_hardening():
         "StateDirectory": "runner",
     }.items():
         assert service[key] == value, key
+    # the agents' sandbox needs these namespaces (bubblewrap), and netlink for network: false
+    assert {"user", "pid", "mnt", "ipc", "net"} <= set(service["RestrictNamespaces"].split())
+    assert "AF_NETLINK" in service["RestrictAddressFamilies"].split()
     assert service["Environment"].split("=", 1) == ["RUNNER_HOME", "/var/lib/runner"]
     assert "/var/lib/runner" in service["ReadWritePaths"].split()
     assert parser["Install"]["WantedBy"] == "multi-user.target"
