@@ -51,7 +51,7 @@ HOST_SOCKETS = (
     "/run/systemd/private",
     "/run/user",
 )
-CLOSE_WAIT_S = 5.0
+CLOSE_WAIT_S = 3.0
 
 
 class Mount(enum.Enum):
@@ -207,6 +207,7 @@ class Box:
         self._waiters: dict[int, _Waiter] = {}
         self._spawned: dict[int, Spawned] = {}
         self._dead: str | None = None
+        self._used = False  # nothing was asked of it yet: close() may end it without waiting
         source = Path(__file__).with_name("sandbox_init.py").read_text(encoding="utf-8")
         argv = [BWRAP, *bwrap_args(plan, tmp=tmp, empty_file=empty), "--"]
         argv += [interpreter(), "-I", "-S", "-c", source, str(theirs.fileno())]
@@ -272,6 +273,7 @@ class Box:
             self._next += 1
             rid = self._next
             self._waiters[rid] = waiter
+            self._used = True
         data = json.dumps({**request, "id": rid}).encode()
         try:
             if fd is None:
@@ -357,12 +359,18 @@ class Box:
         return self._proc.pid
 
     def close(self) -> None:
-        """End the sandbox and everything in it; remove its private /tmp."""
+        """End the sandbox and everything in it; remove its private /tmp. Its first process exits
+        when the socket closes (then the kernel ends the rest); one that does not (stopped, or a
+        box nobody used, still starting) is killed with bubblewrap, which takes the sandbox along."""
+        with self._lock:
+            used = self._used
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
         self._sock.close()
+        if not used:
+            self._proc.kill()
         try:
             self._proc.wait(timeout=CLOSE_WAIT_S)
         except subprocess.TimeoutExpired:
