@@ -183,6 +183,14 @@ def _doctor_sandbox(add: Any, jobs: Any) -> None:
         add("sandbox", why is None, detail if why is None else f"{why}; jobs that cannot run: {', '.join(sandboxed)}")
     for name, job in sorted(jobs.jobs.items()):
         spec = job.spec
+        if spec.agent and spec.backend.type == "ssh" and _is_this_machine(spec.backend.host):
+            add(
+                f"job {name}",
+                True,
+                f"ssh backend on this machine ({spec.backend.host}): the agent's commands run as that account, "
+                "outside any sandbox; use a separate account or host",
+                warn=True,
+            )
         if spec.agent and spec.backend.type == "local" and not spec.sandbox.enabled:
             add(
                 f"job {name}",
@@ -191,6 +199,19 @@ def _doctor_sandbox(add: Any, jobs: Any) -> None:
                 "the runner's own user and can reach RUNNER_HOME, config.yaml and the keys",
                 warn=True,
             )
+
+
+def _is_this_machine(host: str) -> bool:
+    """Does ``host`` name this machine (loopback, or its own name)?"""
+    import ipaddress
+    import socket
+
+    if host in ("localhost", socket.gethostname(), socket.getfqdn()):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _doctor_backends(s: Any, add: Any, jobs: Any) -> None:

@@ -287,3 +287,29 @@ def test_an_image_removed_between_runs_is_checked_again(docker_image: str, tmp_p
             client.images.remove(tag)
         except docker.errors.ImageNotFound:  # the test failed before tagging it again
             pass
+
+
+def test_a_run_cannot_plant_operator_tools_through_the_mounted_project(docker_image: str, project: Any, fake: Any) -> None:
+    """Issue 29: a run on the Docker backend created tools/ in the mounted project, and the next
+    `jobs list` imported it inside runner. tools/ and skills/ beside jobs.yaml are made (empty)
+    before the container starts and mounted read-only over themselves."""
+    import json
+
+    from runner.testing import call, final
+
+    marker = project.root.parent / "tools-ran"
+    project.write_jobs(
+        f"jobs:\n  d:\n    prompt: go\n    approvals: approve\n    backend: docker:{docker_image}\n"
+    )
+    plant = (
+        "mkdir -p tools skills/evil; echo 'open(\"" + str(marker) + "\", \"w\")' > tools/x.py; "
+        "echo '# evil' > skills/evil/SKILL.md; ls -la tools skills; true"
+    )
+    fake.add(call("terminal", {"command": plant}), final("done"))
+    res = project.run("run-job", "d", "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["status"] == "succeeded"
+    assert (project.root / "tools").is_dir() and not list((project.root / "tools").iterdir())
+    assert not (project.root / "skills" / "evil").exists()
+    assert project.run("jobs", "list").returncode == 0
+    assert not marker.exists()

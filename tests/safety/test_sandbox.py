@@ -348,11 +348,15 @@ def test_without_bubblewrap_an_agent_job_is_refused_unless_sandbox_off(project: 
 
 
 def test_doctor_names_the_unsandboxed_jobs(project: Project) -> None:
-    project.write_jobs("jobs:\n  safe:\n    prompt: go\n  open:\n    prompt: go\n    sandbox: off\n")
+    project.write_jobs(
+        "jobs:\n  safe:\n    prompt: go\n  open:\n    prompt: go\n    sandbox: off\n"
+        "  self:\n    prompt: go\n    backend: ssh:me@127.0.0.1:2222\n    workdir: /srv\n"
+    )
     res = project.run("doctor", "--json")
     checks = {c["check"]: c for c in json.loads(res.stdout)}
     assert checks["sandbox"]["ok"] and "1 agent job" in checks["sandbox"]["detail"]
     assert checks["job open"]["warn"] and "UNSANDBOXED" in checks["job open"]["detail"]
+    assert checks["job self"]["warn"] and "this machine" in checks["job self"]["detail"]
     assert "job safe" not in checks
     text = project.run("doctor").stdout
     assert any(line.startswith("WARN") and "job open" in line for line in text.splitlines())
