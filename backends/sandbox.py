@@ -6,9 +6,10 @@ host's holds other users' files and sockets; runner's own Python environment, wh
 there, is shown read-only),
 read-only islands inside those (the runner's control files), hidden paths (RUNNER_HOME,
 config.yaml, jobs.yaml, the sockets of host daemons: empty and read-only inside), and whether the
-host's network is shared. ``bwrap_args`` turns it into bubblewrap's options: new PID, IPC,
-mount and (as an unprivileged user) user namespaces, ``--new-session``, ``--die-with-parent``,
-no capabilities, no new privileges (bubblewrap always sets ``PR_SET_NO_NEW_PRIVS``).
+host's network is shared. ``bwrap_args`` turns it into bubblewrap's options: new user, PID, IPC,
+UTS and mount namespaces (no nested user namespaces with bubblewrap 0.8+), ``--new-session``,
+``--die-with-parent``, no capabilities, no new privileges (bubblewrap always sets
+``PR_SET_NO_NEW_PRIVS``).
 
 ``Box`` is one run's sandbox: started once, with ``backends/sandbox_init.py`` inside as its
 first process; every command of the run is a child of it, so the run's commands share one PID
@@ -111,8 +112,7 @@ def bwrap_args(plan: Plan, *, tmp: str | None, empty_file: str, cwd: str | None 
     args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     args += ["--tmpfs", "/tmp"] if tmp is None else ["--bind", tmp, "/tmp"]
     args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
-    args += ["--new-session", "--die-with-parent"]
-    args += ["--unshare-user"] if os.geteuid() != 0 else ["--cap-drop", "ALL"]
+    args += ["--new-session", "--die-with-parent", *_user_args()]
     if not plan.network:
         args.append("--unshare-net")
     remount: list[str] = []
@@ -131,6 +131,23 @@ def bwrap_args(plan: Plan, *, tmp: str | None, empty_file: str, cwd: str | None 
     return [*args, *remount, "--chdir", cwd or plan.workdir]
 
 
+def _user_args() -> list[str]:
+    """A user namespace of its own (no capabilities outside it, also as root), and no nested
+    ones where bubblewrap can refuse them (0.8 and later)."""
+    args = ["--unshare-user", "--cap-drop", "ALL"]
+    return [*args, "--disable-userns"] if _version() >= (0, 8) else args
+
+
+@functools.cache
+def _version() -> tuple[int, ...]:
+    try:
+        out = subprocess.run([BWRAP, "--version"], capture_output=True, text=True, timeout=10, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    digits = out.strip().rpartition(" ")[2].split(".")
+    return tuple(int(d) for d in digits if d.isdigit())
+
+
 @functools.cache
 def problem(bwrap: str = BWRAP) -> str | None:
     """Why no sandbox can start on this machine (bubblewrap missing, user namespaces off), or None.
@@ -138,8 +155,7 @@ def problem(bwrap: str = BWRAP) -> str | None:
     path = shutil.which(bwrap)
     if path is None:
         return f"the sandbox needs bubblewrap, which is not installed: {PACKAGE_HINT}"
-    probe = [path, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--unshare-pid"]
-    probe += ["--unshare-user"] if os.geteuid() != 0 else ["--cap-drop", "ALL"]
+    probe = [path, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--unshare-pid", *_user_args()]
     try:
         proc = subprocess.run([*probe, "--", "true"], capture_output=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
