@@ -108,6 +108,10 @@ from runner.warm import ready_loaded  # noqa: E402
 
 ready_loaded()  # LazyPatterns compiled and deferred validators built once, not in every child
 
+from backends.sandbox import problem  # noqa: E402
+
+problem()  # whether bubblewrap works here, asked once: each agent run's check reads the answer
+
 from runner.serve.launcher import preload_store_driver  # noqa: E402
 
 preload_store_driver(None)  # RUNNER_DATABASE_URL names PostgreSQL: its driver (config.yaml's: preload_config)

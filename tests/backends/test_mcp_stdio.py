@@ -57,7 +57,7 @@ def test_stdio_server_runs_through_ssh(make_backend):
     session, registry, events = session_for(backend, server, {"TEST_SECRET": "x"})
     try:
         result = registry.entries["mcp__box__whoami"].handler({}, ctx_for(backend))
-        pid = int(result.text.rsplit("pid=", 1)[1])
+        pid = int(result.text.rsplit("pid=", 1)[1].split()[0])
         parent = Path(f"/proc/{pid}/status").read_text().split("PPid:")[1].split()[0]
         parent_name = Path(f"/proc/{parent}/comm").read_text().strip()
     finally:
