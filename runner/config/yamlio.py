@@ -30,7 +30,10 @@ class AliasBombError(ConstructorError):
     """The document's aliases expand it beyond MAX_EXPANDED_NODES nodes, or an alias holds itself."""
 
 
-class _Loader(_Base):
+class BoundedLoader(_Base):
+    """The safe loader (libyaml's when present) refusing documents whose aliases expand past
+    MAX_EXPANDED_NODES (AliasBombError, a YAMLError)."""
+
     def get_single_data(self) -> Any:
         node = self.get_single_node()
         if node is None:
@@ -38,6 +41,8 @@ class _Loader(_Base):
         check_expansion(node)
         return self.construct_document(node)
 
+
+class _Loader(BoundedLoader):
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         if isinstance(node, yaml.MappingNode):
             _refuse_duplicates(self, node)
