@@ -4,9 +4,11 @@
 A dispatcher (serve's, or ``runner kanban dispatch``) claimed the task in the shared store and sent
 the claim. The worker *takes* the attempt (``Board.take``: only while the task is running under
 that fence and no worker took it yet), so a message delivered twice, or late after a reclaim, is
-refused there and never runs the task twice. It checks the jobs hash against its own checkout (a
-mismatch fails the attempt with reason ``jobs_mismatch``; the task's retry policy applies), writes
-the attempt's run row held by this worker (its heartbeat covers it: serve's lost-worker recovery
+refused there and never runs the task twice. The job and the attempt number come from the task
+row (its ``job``, else this worker's ``kanban.default_job``; its ``attempts``): a message naming
+others fails the attempt with reason ``message_mismatch`` before anything runs. It checks the jobs
+hash against its own checkout (a mismatch fails the attempt with reason ``jobs_mismatch``; the
+task's retry policy applies), writes the attempt's run row (of the task's job) held by this worker (its heartbeat covers it: serve's lost-worker recovery
 ends it ``unknown`` if this machine goes away) and forks ``runner kanban work``'s body
 (``runner.kanban.work.forked_main``) from the worker's warm forkserver, as a local dispatcher does.
 That child attaches (the task's host is this worker's name, so no dispatcher signals it), renews
@@ -21,10 +23,10 @@ import os
 import time
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING
 
 from runner import secrets
 from runner.clock import utcnow
+from runner.dist.worker import Refusal, WorkerRuntime
 from runner.errors import RunnerError
 from runner.forks import LOST_EXIT, ForkError, Spawn
 from runner.kanban.board import Board
@@ -34,9 +36,6 @@ from runner.kanban.work import Assignment
 from runner.procs import start_time
 from runner.statuses import RunStatus, Trigger
 from runner.store.runs import create_run, finish_run
-
-if TYPE_CHECKING:
-    from runner.dist.worker import WorkerRuntime
 
 log = logging.getLogger("runner.worker")
 WAIT_S = 0.05  # how often the task looks at the attempt's process
@@ -48,11 +47,13 @@ class AttemptStatus(StrEnum):
     ENDED = "ended"  # the attempt ran; the board says how it ended
     REFUSED = "refused"  # the fence is no longer current, or another delivery took the attempt
     JOBS_MISMATCH = "jobs_mismatch"  # this worker's jobs.yaml differs from the dispatcher's
+    MESSAGE_MISMATCH = "message_mismatch"  # the message names another job or attempt than the task row
 
 
 @dataclass(frozen=True)
 class Attempt:
-    """One message: the claim the dispatcher made and what it expects the worker to run."""
+    """One message: the claim the dispatcher made and what it expects the worker to run (``job``
+    and ``attempt`` are checked against the task row, never taken from here)."""
 
     task_id: int
     fence: int
@@ -85,9 +86,11 @@ class KanbanAttempts:
         """The attempt is this worker's: its run row, then the hash check and the attempt itself. A
         fault of this process (the store, the forkserver) still ends the run row, never left queued."""
         rt = self.runtime
+        task = board.get(attempt.task_id)
+        job = task.job or rt.settings.config.kanban.default_job or ""
         run_id = create_run(
             rt.store,
-            job=attempt.job,
+            job=job,
             trigger=Trigger.KANBAN,
             status=RunStatus.QUEUED,
             task_id=str(attempt.task_id),
@@ -95,6 +98,10 @@ class KanbanAttempts:
         )
         with rt.holding(run_id):  # the worker's heartbeat covers the attempt's run row
             try:
+                if attempt.job != job or attempt.attempt != task.attempts:
+                    error = attempt_mismatch(attempt, job, task.attempts)
+                    self._fail(board, attempt, run_id, error, reason=Refusal.MESSAGE_MISMATCH)
+                    return AttemptStatus.MESSAGE_MISMATCH
                 return self._checked(board, attempt, run_id)
             except Exception:
                 rt.settle(run_id, LOST_EXIT)
@@ -128,10 +135,12 @@ class KanbanAttempts:
         log.info("kanban task %s (fence %s): attempt ended (exit %s)%s", attempt.task_id, attempt.fence, code, ended)
         return AttemptStatus.ENDED
 
-    def _fail(self, board: Board, attempt: Attempt, run_id: str, error: str) -> None:
-        """The attempt fails before it ran (reason ``jobs_mismatch``); the task's retry policy applies."""
+    def _fail(
+        self, board: Board, attempt: Attempt, run_id: str, error: str, *, reason: Refusal = Refusal.JOBS_MISMATCH
+    ) -> None:
+        """The attempt fails before it ran (``reason``); the task's retry policy applies."""
         log.error("kanban task %s: %s", attempt.task_id, error)
-        finish_run(self.runtime.store, run_id, RunStatus.FAILED, reason="jobs_mismatch", error=error)
+        finish_run(self.runtime.store, run_id, RunStatus.FAILED, reason=reason, error=error)
         backoff = self.runtime.settings.config.kanban.retry_backoff
         try:
             board.fail_attempt(attempt.task_id, attempt.fence, error, now=utcnow(), backoff=backoff)
@@ -152,3 +161,11 @@ class KanbanAttempts:
             time.sleep(WAIT_S)
         forks.forget(pid)
         return code
+
+
+def attempt_mismatch(attempt: Attempt, job: str, attempts: int) -> str:
+    return (
+        f"message_mismatch: the message names job {attempt.job!r}, attempt {attempt.attempt}, but task "
+        f"{attempt.task_id} is at attempt {attempts} of job {job!r}: nothing ran (only a dispatcher sends "
+        "attempts; check who can write to the broker)"
+    )

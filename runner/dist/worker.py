@@ -2,8 +2,11 @@
 
 A task names a ``queued`` ledger row. The worker claims it (``UPDATE runs SET worker=... WHERE
 id=? AND status='queued' AND worker IS NULL``: a message delivered twice, or a row serve already
-ended, is a no-op), checks the jobs hash against its own checkout (a mismatch ends the run
-``failed``, reason ``jobs_mismatch``), then runs it exactly as serve's local pool does: a process
+ended, is a no-op) and runs what the *row* says: its job, trigger, slot and kanban task. The
+message's other fields are checks, never instructions: a job name that is not the row's ends the
+run ``failed`` with reason ``message_mismatch`` and nothing runs (whoever can write to the broker
+cannot run job ``deploy`` under job ``harmless``'s row), and a jobs hash that is not this worker's
+checkout ends it with reason ``jobs_mismatch``. Then it runs exactly as serve's local pool does: a process
 forked from a warm forkserver running ``runner.serve.launcher.worker_main``. While it runs, one
 thread per worker writes the heartbeat of every run it holds and reads stop requests
 (``runs.stop_request``: serve's timeout or ``overlap: replace``), which it passes on as signals.
@@ -21,6 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from runner.clock import iso, parse_iso, utcnow
@@ -35,6 +39,13 @@ from runner.store.runs import WORKER_LOST, finish_run, kill_leftovers
 log = logging.getLogger("runner.worker")
 WAIT_S = 0.05  # how often a task looks at its run's process
 SETTLE_WAIT_S = 60.0  # how long a task tries to record its run's end while the store cannot answer
+
+
+class Refusal(StrEnum):
+    """Why a worker ended a run (or a kanban attempt) it took without running it: ``runs.reason``."""
+
+    JOBS_MISMATCH = "jobs_mismatch"  # this worker's jobs.yaml differs from the sender's
+    MESSAGE_MISMATCH = "message_mismatch"  # the message names another job (or attempt) than the row it names
 
 
 @dataclass(frozen=True)
@@ -84,13 +95,16 @@ class WorkerRuntime:
 
     # -- the task --------------------------------------------------------------------------------
     def execute(self, run_id: str, jobs_hash: str, job_name: str) -> str:
-        """Run the queued row ``run_id``; return its final status (or ``duplicate``)."""
+        """Run the queued row ``run_id``; return its final status (or ``duplicate``). ``jobs_hash``
+        and ``job_name`` are what the sender expects: checked against this checkout and the row."""
         claimed = self._claim(run_id)
         if claimed is None:
             log.info("run %s: already taken or ended; this delivery is a no-op", run_id)
             return "duplicate"
         with self.holding(run_id):
-            return self._run(claimed, jobs_hash, job_name)
+            if job_name != claimed.job:
+                return self._refuse(claimed, Refusal.MESSAGE_MISMATCH, mismatch_error(claimed, job_name))
+            return self._run(claimed, jobs_hash)
 
     @contextmanager
     def holding(self, run_id: str) -> Iterator[None]:
@@ -119,17 +133,21 @@ class WorkerRuntime:
             ).fetchone()
         return Claimed(run_id, row[0], Trigger(row[1]), parse_iso(row[2]), row[3], parse_iso(row[4]))
 
-    def _run(self, claimed: Claimed, jobs_hash: str, job_name: str) -> str:
+    def _refuse(self, claimed: Claimed, reason: Refusal, error: str) -> str:
+        """End the claimed row ``failed`` with ``reason`` before anything of it ran."""
+        log.error("run %s of %s: %s", claimed.run_id, claimed.job, error)
+        finish_run(self.store, claimed.run_id, RunStatus.FAILED, reason=reason, error=error)
+        return RunStatus.FAILED
+
+    def _run(self, claimed: Claimed, jobs_hash: str) -> str:
         loaded = self.jobs.current()
-        job = loaded.jobs.jobs.get(job_name)
+        job = loaded.jobs.jobs.get(claimed.job)
         if loaded.hash != jobs_hash or job is None:
             error = (
                 f"this worker's jobs.yaml ({self.settings.jobs_path}, hash {loaded.hash}) differs from the "
                 f"scheduler's (hash {jobs_hash}); deploy the same project folder to every worker"
             )
-            log.error("run %s of %s: %s", claimed.run_id, job_name, error)
-            finish_run(self.store, claimed.run_id, RunStatus.FAILED, reason="jobs_mismatch", error=error)
-            return RunStatus.FAILED
+            return self._refuse(claimed, Refusal.JOBS_MISMATCH, error)
         from runner.config.jobs import inputs_of
 
         waited = (utcnow() - claimed.created_at).total_seconds() if claimed.created_at else None
@@ -252,6 +270,13 @@ class WorkerRuntime:
         with self._lock:
             for row in rows:
                 self._stops[row["id"]] = row["stop_request"]
+
+
+def mismatch_error(claimed: Claimed, job_name: str) -> str:
+    return (
+        f"the message names job {job_name!r}, but run {claimed.run_id} is a run of job {claimed.job!r}: "
+        "nothing ran (only the scheduler sends runs; check who can write to the broker)"
+    )
 
 
 def register(app: Any, runtime: WorkerRuntime) -> None:

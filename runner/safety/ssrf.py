@@ -3,11 +3,14 @@
 ``check_url`` is called for the URL the model asked for and again for every redirect hop. It
 applies the domain lists (suffix match: ``example.com`` also covers ``api.example.com``), then
 resolves the host once and refuses it when any address it resolves to is loopback, private
-(RFC 1918, ``fc00::/7``), link-local (``169.254/16`` with the cloud metadata address,
-``fe80::/10``), unspecified, multicast or otherwise not globally routable, or when the name is a
-known metadata host, unless the job sets ``web: {allow_private: true}``. The caller connects to
-the address returned in the ``Target`` (pinned), so a second DNS answer cannot move the request
-to an address that was never checked.
+(RFC 1918, ``fc00::/7``), link-local (``169.254/16``, ``fe80::/10``), unspecified, multicast or
+otherwise not globally routable, unless the job sets ``web: {allow_private: true}``. Cloud
+metadata is refused whatever the job says: a known metadata host name, a metadata address, or
+any of ``169.254/16`` (where every cloud's metadata and credential endpoints live), also inside an
+IPv6 address (``::ffff:169.254.169.254``, NAT64, 6to4). ``allow_private`` opens the operator's own
+networks, not the machine's credentials. The caller connects to the address returned in the
+``Target`` (pinned), so a second DNS answer cannot move the request to an address that was never
+checked.
 """
 
 from __future__ import annotations
@@ -33,8 +36,17 @@ METADATA_HOSTS = frozenset(
 )
 METADATA_ADDRESSES = frozenset(
     ipaddress.ip_address(a)
-    for a in ("169.254.169.254", "169.254.170.2", "169.254.169.253", "fd00:ec2::254", "100.100.100.200")
+    for a in (
+        "169.254.169.254",  # AWS, GCP, Azure, OCI, DigitalOcean, OpenStack
+        "169.254.170.2",  # AWS ECS task credentials
+        "169.254.170.23",  # AWS EKS pod identity
+        "169.254.169.253",
+        "fd00:ec2::254",  # AWS IMDS over IPv6
+        "fd00:ec2::23",  # AWS EKS pod identity over IPv6
+        "100.100.100.200",  # Alibaba Cloud
+    )
 )
+METADATA_NETWORK = ipaddress.ip_network("169.254.0.0/16")  # IPv4 link-local: every cloud's metadata lives here
 
 
 class Blocked(Exception):
@@ -86,15 +98,37 @@ def domain_match(host: str, domains: Sequence[str]) -> bool:
     return False
 
 
+def metadata_problem(address: IPAddress) -> str | None:
+    """Why ``address`` is cloud metadata (refused even with ``allow_private``), or None."""
+    return _judged(address, _metadata_only)
+
+
+def _metadata_only(address: IPAddress) -> str | None:
+    if address in METADATA_ADDRESSES:
+        return "a cloud metadata address"
+    if isinstance(address, ipaddress.IPv4Address) and address in METADATA_NETWORK:
+        return "a link-local address, where cloud metadata lives"
+    return None
+
+
 def address_problem(address: IPAddress) -> str | None:
     """Why ``address`` is not a public internet address, or None when it is."""
+    return _judged(address, _public_only)
+
+
+def _judged(address: IPAddress, judge: Callable[[IPAddress], str | None]) -> str | None:
+    """``judge`` of ``address`` and of any IPv4 address inside it (IPv4-mapped, 6to4, Teredo, NAT64)."""
     if isinstance(address, ipaddress.IPv6Address):
         if address.ipv4_mapped is not None:  # ::ffff:a.b.c.d is a.b.c.d
-            return address_problem(address.ipv4_mapped)
+            return judge(address.ipv4_mapped)
         for embedded in _embedded_v4(address):  # 6to4, Teredo, NAT64 reach the v4 address inside
-            problem = address_problem(embedded)
+            problem = judge(embedded)
             if problem:
                 return f"{problem} (embedded in {address})"
+    return judge(address)
+
+
+def _public_only(address: IPAddress) -> str | None:
     checks = (
         (address in METADATA_ADDRESSES, "a cloud metadata address"),
         (address.is_unspecified, "the unspecified address"),
@@ -155,8 +189,8 @@ def check_url(url: str, policy: WebPolicy, resolver: Resolver = system_resolver)
         raise Blocked(f"{host} is on the job's web.deny_domains list")
     if policy.allow_domains and not domain_match(host, policy.allow_domains):
         raise Blocked(f"{host} is not on the job's web.allow_domains list")
-    if not policy.allow_private and host in METADATA_HOSTS:
-        raise Blocked(f"{host} is a cloud metadata host")
+    if host in METADATA_HOSTS:
+        raise Blocked(f"{host} is a cloud metadata host (refused even with web.allow_private)")
     literal = _literal(host)
     addresses = [host] if literal is not None else list(resolver(host, port))
     if not addresses:
@@ -167,9 +201,15 @@ def check_url(url: str, policy: WebPolicy, resolver: Resolver = system_resolver)
         if address is None:
             raise Blocked(f"{host} resolved to {text!r}, which is not an IP address")
         parsed.append(address)
-    if not policy.allow_private:
-        for address in parsed:
-            problem = address_problem(address)
-            if problem:
-                raise Blocked(f"{host} resolves to {address}, {problem} (set web: {{allow_private: true}} to allow)")
+    for address in parsed:
+        _check_address(host, address, policy)
     return Target(url=url, scheme=scheme, host=host, port=port, address=str(parsed[0]))
+
+
+def _check_address(host: str, address: IPAddress, policy: WebPolicy) -> None:
+    metadata = metadata_problem(address)
+    if metadata:
+        raise Blocked(f"{host} resolves to {address}, {metadata} (refused even with web.allow_private)")
+    problem = None if policy.allow_private else address_problem(address)
+    if problem:
+        raise Blocked(f"{host} resolves to {address}, {problem} (set web: {{allow_private: true}} to allow)")

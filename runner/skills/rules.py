@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from runner.config.yamlio import BoundedLoader
 from runner.lazyre import LazyPattern
 from runner.skills import SUPPORT_DIRS
 from runner.skills.scan import Scanner, quick_scan
@@ -74,7 +75,6 @@ MESSAGING = frozenset(
 )
 _OPEN = LazyPattern(r"---[ \t]*\r?\n")
 _CLOSE = LazyPattern(r"^---[ \t]*(?:\r?\n|\Z)", re.MULTILINE)
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ def parse_frontmatter(text: str) -> tuple[dict[str, Any], str, list[str]]:
     if meta is not None:
         return meta, body, []
     try:
-        meta = yaml.load(block, Loader=_Loader)
+        meta = yaml.load(block, Loader=BoundedLoader)  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 2})" if mark is not None else ""

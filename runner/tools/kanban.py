@@ -4,7 +4,9 @@ In a kanban worker (``HERMES_KANBAN_TASK`` set and the worker's task session in 
 the model gets ``kanban_show``, ``kanban_comment``, ``kanban_complete``, ``kanban_block`` and
 ``kanban_create``; each acts only on that task (none takes a task id) and every write carries
 the worker's fence. A job that lists ``kanban`` outside a worker (an orchestrator) gets
-``kanban_create`` and ``kanban_list`` only.
+``kanban_create`` and ``kanban_list`` only. ``kanban_create`` refuses a job whose latitude is
+wider than the run's own job (``runner.safety.latitude``: looser ``approvals:``, or ``allow:``
+patterns the run's job lacks): a ``deny`` job cannot get work done by an ``approve`` job.
 """
 
 from __future__ import annotations
@@ -167,10 +169,25 @@ def _check_job(ctx: ToolContext, job: str | None, *, fallback: bool = False) -> 
     name = job or settings.config.kanban.default_job
     if name is None:
         if fallback:
-            return None
+            return None  # the child runs the job of the task this run works on: this run's own
         raise ToolError("no job for the new task: pass 'job' (a jobs.yaml entry); kanban.default_job is not set")
-    _call(settings.jobs.get, name)
+    _no_wider(ctx, settings, _call(settings.jobs.get, name))
     return str(name)
+
+
+def _no_wider(ctx: ToolContext, settings: Settings, target: Any) -> None:
+    """ToolError when a task for ``target`` would run with more latitude than this run's job."""
+    from runner.safety.latitude import Latitude
+
+    if not ctx.job_name:
+        raise ToolError("this run names no job, so it cannot hand work to one")
+    creator = _call(settings.jobs.get, ctx.job_name)
+    why = Latitude.of(target.spec).wider_than(Latitude.of(creator.spec))
+    if why is not None:
+        raise ToolError(
+            f"refused: no task for job {target.name!r}: it may do more without a person than this run's job "
+            f"{creator.name!r} ({why}); a person can add it (runner kanban add --job {target.name})"
+        )
 
 
 def kanban_list(args: dict[str, Any], ctx: ToolContext) -> ToolResult:

@@ -23,7 +23,16 @@ from starlette.staticfiles import StaticFiles
 from runner import __version__
 from runner.settings import Settings
 from runner.web import actions, live, pages
-from runner.web.auth import CSRF_COOKIE, SESSION_COOKIE, Role, Tokens, host_is_loopback, new_csrf, session_value
+from runner.web.auth import (
+    CSRF_COOKIE,
+    SESSION_COOKIE,
+    Role,
+    Tokens,
+    cross_site_refusal,
+    host_is_loopback,
+    new_csrf,
+    session_value,
+)
 from runner.web.source import Source
 
 HERE = Path(__file__).parent
@@ -83,6 +92,8 @@ class AuthMiddleware(BaseHTTPMiddleware):
         if not w.tokens.required and not host_is_loopback(request.headers.get("host", "")):
             # no token: only loopback names, so a rebound DNS name cannot read or drive it
             response = PlainTextResponse("without a token this dashboard answers loopback host names only", 403)
+        elif (cross := _cross_site(request, w.tokens)) is not None:
+            response = PlainTextResponse(cross, 403)
         elif role is None and not request.url.path.startswith(OPEN_PATHS):
             response = _refuse(request)
         else:
@@ -102,10 +113,26 @@ class AuthMiddleware(BaseHTTPMiddleware):
 def _role(request: Request, tokens: Tokens) -> Role | None:
     if not tokens.required:
         return Role.ADMIN
-    header = request.headers.get("authorization", "")
-    if header.lower().startswith("bearer "):
-        return tokens.role_for(header[7:].strip())
+    bearer = _bearer(request)
+    if bearer is not None:
+        return tokens.role_for(bearer)
     return tokens.role_for_session(request.cookies.get(SESSION_COOKIE))
+
+
+def _bearer(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    return header[7:].strip() if header.lower().startswith("bearer ") else None
+
+
+def _cross_site(request: Request, tokens: Tokens) -> str | None:
+    """Why this state-changing request may not act (see ``auth.cross_site_refusal``), or None."""
+    return cross_site_refusal(
+        request.method,
+        request.headers.get("origin"),
+        host=request.headers.get("host", ""),
+        scheme=request.url.scheme,
+        bearer=tokens.role_for(_bearer(request)) is not None,
+    )
 
 
 def _refuse(request: Request) -> Response:

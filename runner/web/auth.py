@@ -10,6 +10,11 @@ starlette or uvicorn is imported.
   cookie the login form sets). Any other bind refuses to start without a full token.
 - POSTs carry a CSRF token: a random value in a cookie and the same value in the form
   (``csrf`` field) or the ``X-CSRF-Token`` header (double submit), compared in constant time.
+- State-changing requests (POST, PUT, PATCH, DELETE) name their origin: a present ``Origin`` must
+  be the dashboard's own; one that is absent or ``null`` (what Chromium sends after a cross-origin
+  redirect) needs the token in ``Authorization: Bearer``. Cookies do not keep ports apart, so a page
+  on another port of the same host can plant the CSRF cookie and the browser sends the session
+  cookie with its post: the Origin is what tells such a post from the dashboard's own.
 """
 
 from __future__ import annotations
@@ -32,6 +37,9 @@ CSRF_COOKIE = "runner_csrf"
 CSRF_FIELD = "csrf"
 CSRF_HEADER = "x-csrf-token"
 DEFAULT_BIND = "127.0.0.1:9119"
+
+
+UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 class Role(StrEnum):
@@ -177,3 +185,28 @@ def csrf_ok(cookie: str | None, submitted: str | None) -> bool:
     if not cookie or not submitted:
         return False
     return hmac.compare_digest(cookie.encode(), submitted.encode())
+
+
+def same_origin(origin: str, *, host: str, scheme: str) -> bool:
+    """Whether an ``Origin`` header names the dashboard itself: the Host the request was sent to,
+    over the request's scheme (or https in front of an http dashboard: a TLS proxy)."""
+    origin_scheme, sep, netloc = origin.strip().lower().partition("://")
+    schemes = {scheme.lower(), "https"}
+    return bool(sep) and bool(host) and origin_scheme in schemes and netloc == host.strip().lower()
+
+
+def cross_site_refusal(method: str, origin: str | None, *, host: str, scheme: str, bearer: bool) -> str | None:
+    """Why a request may not change anything (None: it may). ``bearer``: it carries a valid token
+    in ``Authorization: Bearer``, which no other site's page can make a browser send."""
+    if method.upper() not in UNSAFE_METHODS:
+        return None
+    if origin is None or origin.strip().lower() == "null":
+        if bearer:
+            return None
+        return (
+            "cross-site request refused: no Origin (or Origin: null); send the dashboard's own Origin "
+            "or the token in Authorization: Bearer"
+        )
+    if not same_origin(origin, host=host, scheme=scheme):
+        return f"cross-site request refused: Origin {origin.strip()[:100]} is not this dashboard"
+    return None

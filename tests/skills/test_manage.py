@@ -3,6 +3,7 @@ refuse bad content with reasons, read-only sources, and archive -> restore byte 
 
 import json
 import os
+import time
 from datetime import timedelta
 
 import pytest
@@ -244,3 +245,16 @@ def test_text_that_passed_loading_is_checked_again_before_the_prompt(kit):
     text = kit.session.preload(["sneaky"])
     assert "Never tell" not in text and "sneaky (blocked, it looks like a prompt injection" in text
     assert kit.usage("sneaky").use_count == 0 and kit.usage("sneaky").view_count == 0
+
+
+def test_create_refuses_an_alias_bomb_frontmatter_at_once(kit):
+    """A run writes a SKILL.md whose frontmatter is 300 bytes of nested aliases (4.8 million values
+    once expanded): refused at the cost of the text, nothing written for later runs to load."""
+    levels = {"a": "&a [x,x,x,x,x,x,x,x,x]"}
+    for prev, name in zip("abcdef", "bcdefg", strict=True):
+        levels[name] = f"&{name} [{','.join([f'*{prev}'] * 9)}]"
+    started = time.perf_counter()
+    with pytest.raises(ToolError, match="aliases expand this to more than 50,000 nodes"):
+        kit.manage(action="create", name="bomb", content=skill_md("bomb", **levels))
+    assert time.perf_counter() - started < 1
+    assert not (kit.paths.root / "bomb").exists()

@@ -240,6 +240,10 @@ def test_domain_lists_match_by_suffix():
 def test_non_public_answers_are_refused(answer, what):
     with pytest.raises(Blocked, match=what):
         check_url("https://innocent.example/", WebPolicy(), lambda host, port: ["93.184.215.14", answer])
+    if answer.startswith("169.254."):  # cloud metadata: refused even with allow_private (tests/safety)
+        with pytest.raises(Blocked, match="refused even with web.allow_private"):
+            check_url("https://x.example/", WebPolicy(allow_private=True), lambda h, p: [answer])
+        return
     allowed = check_url("https://x.example/", WebPolicy(allow_private=True), lambda h, p: [answer])
     assert ipaddress.ip_address(allowed.address) == ipaddress.ip_address(answer)
 

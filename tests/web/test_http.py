@@ -60,12 +60,14 @@ def test_no_secret_on_any_page(site: Site, web: WebServer) -> None:
 
 
 def test_csrf_refused(site: Site, web: WebServer) -> None:
-    with httpx.Client(base_url=web.url) as client:
+    with httpx.Client(base_url=web.url, headers={"Origin": web.url}) as client:  # as a browser posts
         page = client.get("/jobs")
         token = csrf_of(page.text)
         assert client.post("/jobs/nightly/pause", data={}).status_code == 403
         assert client.post("/jobs/nightly/pause", data={"csrf": "wrong"}).status_code == 403
-        other = httpx.post(f"{web.url}/jobs/nightly/pause", data={"csrf": token})  # no cookie
+        other = httpx.post(
+            f"{web.url}/jobs/nightly/pause", data={"csrf": token}, headers={"Origin": web.url}
+        )  # no cookie
         assert other.status_code == 403
         cross = client.post("/jobs/nightly/pause", data={"csrf": token}, headers={"Origin": "http://evil.example"})
         assert cross.status_code == 403
@@ -118,7 +120,7 @@ def test_tokens_full_and_read_only(site: Site) -> None:
             token = csrf_of(client.get("/jobs").text)
             refused = client.post("/jobs/nightly/pause", data={"csrf": token})
             assert refused.status_code == 403 and "read-only" in refused.text
-        with httpx.Client(base_url=url) as client:  # the login form sets a session cookie
+        with httpx.Client(base_url=url, headers={"Origin": url}) as client:  # the login form sets a session cookie
             token = csrf_of(client.get("/login").text)
             res = client.post("/login", data={"csrf": token, "token": admin, "next": "/jobs"})
             assert res.status_code == 303 and res.headers["location"] == "/jobs"
@@ -142,7 +144,7 @@ def test_skill_buttons_and_key_reset(site: Site, web: WebServer) -> None:
     from tests.skillkit import write_skill
 
     write_skill(site.home / "skills", "tidy-logs")
-    with httpx.Client(base_url=web.url) as client:
+    with httpx.Client(base_url=web.url, headers={"Origin": web.url}) as client:
         token = csrf_of(client.get("/skills").text)
         for kind, shown in (("pin", "pinned"), ("unpin", "unpinned"), ("archive", "archived"), ("restore", "restored")):
             res = client.post(f"/skills/tidy-logs/{kind}", data={"csrf": token}, follow_redirects=True)
