@@ -22,7 +22,6 @@ from runner.lazyre import LazyPattern
 from runner.safety.injection import INVISIBLE_CLASS
 
 _HIDDEN = LazyPattern(f"[{INVISIBLE_CLASS}]")
-_ENTITIES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
 
 
 def visible(text: str) -> str:
@@ -34,7 +33,9 @@ def visible(text: str) -> str:
 
 def escape(text: str) -> str:
     """``text`` safe inside a tagged block: entities for ``& < >``, marks for hidden characters."""
-    return visible(text.translate(_ENTITIES))
+    if "&" in text or "<" in text or ">" in text:
+        text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return visible(text)
 
 
 def attribute(value: str) -> str:
