@@ -73,3 +73,11 @@ class ControlKind(StrEnum):
 
     TRIGGER = "trigger"  # serve: run this job now (``runner jobs trigger``)
     CANCEL = "cancel"  # the run's own process: stop after the current step (``runner runs cancel``)
+
+
+class HeldState(StrEnum):
+    """A memory note held for the operator (``memory_pending.status``)."""
+
+    PENDING = "pending"  # the injection scan flagged it; no run sees it
+    ACCEPTED = "accepted"  # the operator stored it in the notebook (``runner memory accept``)
+    REJECTED = "rejected"  # the operator dropped it (``runner memory reject``)

@@ -1,4 +1,6 @@
-"""``runner memory list | show | edit | clear``: the notebooks jobs keep across runs (docs/memory.md)."""
+"""``runner memory list | show | edit | clear | pending | accept | reject``: the notebooks jobs keep
+across runs, and the notes held for the operator because the injection scan flagged them
+(docs/memory.md)."""
 
 from __future__ import annotations
 
@@ -11,13 +13,15 @@ from runner.cli._util import echo_json, local_time, settings, table
 if TYPE_CHECKING:
     from runner.memory.notebook import Notebook, Scope
     from runner.settings import Settings
+    from runner.store.memory_pending import HeldNote
 
 SCOPE_HELP = "a job name (its own notebook) or shared:NAME"
 
 
 @click.group("memory")
 def memory_group() -> None:
-    """Notebooks the memory tool writes: a job's own (memory: job) or shared ones (memory: shared:NAME)."""
+    """Notebooks the memory tool writes: a job's own (memory: job) or shared ones (memory: shared:NAME);
+    notes held for review."""
 
 
 def _scope(s: Settings, text: str) -> Scope:
@@ -105,13 +109,14 @@ def memory_edit(scope: str) -> None:
     if edited is None or edited == text:
         click.echo(f"{where}: unchanged")
         return
-    new = _checked(where, edited, s)
+    new = _checked(where, edited, stored.notebook)
     change(s.store, where, lambda _: new, by="cli", expect_version=stored.version)
     click.echo(f"{where}: saved; {new.usage()}")
 
 
-def _checked(where: Scope, edited: str, s: Settings) -> Notebook:
-    """The edited text as a notebook; UsageError (exit 2) for text over the cap or an injection."""
+def _checked(where: Scope, edited: str, before: Notebook) -> Notebook:
+    """The edited text as a notebook; UsageError (exit 2) for text over the cap or a new or changed
+    entry the injection scan flags (entries already stored passed it, or the operator accepted them)."""
     from runner.errors import UsageError
     from runner.memory.notebook import MemoryRefused, Notebook, parse
     from runner.memory.write import check_text
@@ -120,7 +125,8 @@ def _checked(where: Scope, edited: str, s: Settings) -> Notebook:
     entries = parse(edited)
     try:
         for i, entry in enumerate(entries, 1):
-            check_text(entry, f"entry {i}")
+            if entry not in before.entries:
+                check_text(entry, f"entry {i}")
         new = Notebook(tuple(dict.fromkeys(Redactor()(e) for e in entries))).within_cap()
     except MemoryRefused as exc:
         raise UsageError(f"{where}: {exc}") from None
@@ -145,6 +151,64 @@ def memory_clear(scope: str, yes: bool) -> None:
         return
     count = clear(s.store, where, by="cli")
     click.echo(f"{where}: cleared {count} {'entry' if count == 1 else 'entries'}")
+
+
+@memory_group.command("pending")
+@click.option("--json", "as_json", is_flag=True, help="every field, the whole note")
+def memory_pending(as_json: bool) -> None:
+    """Notes runs wrote that the injection scan flagged, held for you, oldest first. No run sees
+    one until you accept it."""
+    from runner.store.memory_pending import pending
+
+    items = pending(settings().store)
+    if as_json:
+        echo_json([n.as_dict() for n in items])
+        return
+    if not items:
+        click.echo("no memory note is waiting for review")
+        return
+    table([_pending_row(n) for n in items], ["ID", "NOTEBOOK", "ACTION", "HELD", "RUN", "FLAGGED", "NOTE"])
+    click.echo(
+        "whole notes: runner memory pending --json  |  answer with: runner memory accept ID  |  runner memory reject ID"
+    )
+
+
+def _pending_row(n: HeldNote) -> list[str]:
+    from runner.safety.quoting import visible
+
+    kinds = "; ".join(dict.fromkeys(f.split(":", 1)[0] for f in n.findings))
+    text = " ⏎ ".join(visible(n.content).splitlines())
+    return [n.id, n.scope, n.action, local_time(n.held_at), n.run_id or "", kinds, text[:80]]
+
+
+@memory_group.command("accept")
+@click.argument("note_id", metavar="ID")
+def memory_accept(note_id: str) -> None:
+    """Store a held note in its notebook as your decision; runs see it (quoted, as data) from the
+    next one on. Exit 2 when ID is not pending or the notebook does not take it."""
+    from runner.control import whoami
+    from runner.errors import UsageError
+    from runner.memory.held import accept
+    from runner.memory.notebook import MemoryRefused
+
+    by = whoami()
+    try:
+        note, after = accept(settings().store, note_id, by=by)
+    except MemoryRefused as exc:
+        raise UsageError(f"held note {note_id}: not accepted: {exc}") from None
+    click.echo(f"held note {note.id}: accepted by {by} into {note.scope} ({after.usage()})")
+
+
+@memory_group.command("reject")
+@click.argument("note_id", metavar="ID")
+def memory_reject(note_id: str) -> None:
+    """Drop a held note (kept in the store as rejected). Exit 2 when ID is not pending."""
+    from runner.control import whoami
+    from runner.memory.held import reject
+
+    by = whoami()
+    note = reject(settings().store, note_id, by=by)
+    click.echo(f"held note {note.id}: rejected by {by}")
 
 
 COMMANDS = [memory_group]

@@ -174,17 +174,16 @@ def _memory(run: Run) -> Binding | None:
     scope = job_scope(run.job.spec.memory, run.job.name)
     if scope is None:
         return None
-    return Binding(run.settings.store, scope, run.run_id, run.redactor)
+    return Binding(run.settings.store, scope, run.run_id, run.redactor, job=run.job.name)
 
 
 def _memory_block(ctx: ToolContext, writable: bool) -> str:
     """The notebook as it is now, for the frozen system prompt ("" when off or empty)."""
     if ctx.memory is None:
         return ""
-    from runner.memory.notebooks import load
-    from runner.memory.write import snapshot
+    from runner.memory.write import run_snapshot
 
-    return snapshot(load(ctx.memory.store, ctx.memory.scope).notebook, ctx.memory.scope, writable=writable)
+    return run_snapshot(ctx.memory.store, ctx.memory.scope, writable=writable)
 
 
 def _first_messages(

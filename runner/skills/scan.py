@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from runner.lazyre import LazyPattern
+from runner.safety.injection import INVISIBLE_CLASS
 
 Kind = Literal["markdown", "script", "text"]
 
@@ -86,11 +87,10 @@ _INJECTION = [
 _INJECTION_RE = [(LazyPattern(p, re.IGNORECASE), why, triggers) for p, why, triggers in _INJECTION]
 _TRIGGERS = tuple(sorted({t for _, _, triggers in _INJECTION for t in triggers}))
 
-# zero-width and joiner characters, word joiners and invisible operators, bidi embeddings and
-# isolates, the BOM (inside text), Unicode "tag" characters (used to smuggle hidden text)
-_INVISIBLE_RE = LazyPattern(
-    "[\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\U000e0000-\U000e007f]"
-)
+# the shared scanner's hidden characters (zero-width and joiners, direction marks and overrides,
+# invisible operators, the BOM inside text, Unicode "tag" characters, soft hyphens, fillers, the
+# variation selectors supplement), plus the line and paragraph separators
+_INVISIBLE_RE = LazyPattern(f"[\u2028\u2029{INVISIBLE_CLASS}]")
 
 
 def _line_of(text: str, pos: int) -> int:
@@ -127,8 +127,9 @@ def scan_skill_text(text: str, *, kind: Kind = "markdown") -> list[SkillFinding]
 
     findings = quick_scan(text, kind=kind)
     flagged_lines = {f.line for f in findings if f.rule == "injection"}
+    has_invisible = any(f.rule == "invisible_unicode" for f in findings)
     for shared in scan(text):
-        if shared.kind == "invisible unicode":
+        if shared.kind == "invisible unicode" and has_invisible:
             continue  # quick_scan reports these with their lines
         line = _line_of(text, text.find(shared.excerpt[:20])) if shared.excerpt[:20] in text else 0
         if line and line in flagged_lines:

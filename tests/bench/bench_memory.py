@@ -2,8 +2,9 @@
 
 1. The first request's body in bytes (as the fake model server receives it) of a one-turn job:
    main before (no memory), this tree with ``memory: off``, with an empty notebook (the tool's
-   schema only) and with a full one (1,800-character cap). Target: memory adds <= 2.5 KB
-   (2,560 bytes) with a full notebook.
+   schema only) and with a full one (1,800-character cap). Target: memory adds <= 2.75 KB
+   (2,816 bytes) with a full notebook: 2.5 KB for issue 18, plus the quoted block and its
+   "data, not instructions" line of issue 29 (about 160 bytes).
 2. Time per memory write through ``runner.memory.write.write`` (injection scan, redaction, one
    ``BEGIN IMMEDIATE`` read-modify-write, the run event) on a real runner.db holding 1,000 other
    notebooks; median and p99. Main before had no memory (n/a).
@@ -99,7 +100,7 @@ def request_bytes() -> None:
         row("main before (no memory)", f"{base:,} B", "-")
     row("this tree, memory: off", f"{off:,} B", "-")
     row("this tree, memory: job, empty notebook (tool schema)", f"{empty:,} B (+{empty - off:,})", "-")
-    row("this tree, memory: job, full notebook", f"{full:,} B (+{full - off:,})", "+<= 2,560 B")
+    row("this tree, memory: job, full notebook", f"{full:,} B (+{full - off:,})", "+<= 2,816 B")
 
 
 def write_cost(samples: int = 2_000, others: int = 1_000) -> None:

@@ -1,10 +1,14 @@
-"""Load the command corpora in tests/safety/data (format described in each file's header).
+"""Load the corpora in tests/safety/data: the command lines (format described in each file's
+header) and the memory notes (``notes.json``).
 
-The corpora are data for ``classify``: nothing here, nor in any test, hands them to a shell.
+The corpora are data for ``classify`` and ``scan``: nothing here, nor in any test, hands them to a
+shell or to a model.
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -32,3 +36,19 @@ def load(name: str) -> tuple[str, ...]:
     if block is not None:
         raise ValueError(f"{name}.txt: unterminated {BLOCK} block")
     return tuple(entries)
+
+
+@dataclass(frozen=True)
+class Note:
+    """A memory note of ``data/notes.json``: ``round`` is when it was written (see its ``about``)."""
+
+    round: str
+    hostile: bool
+    style: str
+    text: str
+
+
+@cache
+def notes() -> tuple[Note, ...]:
+    data = json.loads((DATA / "notes.json").read_text(encoding="utf-8"))
+    return tuple(Note(n["set"], n["label"] == "hostile", n["style"], n["text"]) for n in data["notes"])

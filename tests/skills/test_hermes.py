@@ -151,7 +151,7 @@ def test_import_a_hermes_folder_then_it_loads_in_a_run(project, fake, tmp_path):
     res = project.run("run-job", "ops")
     assert res.returncode == 0, res.stderr
     system = fake.requests[0]["body"]["messages"][0]["content"]
-    assert "### devops\n- deploy-app: Use deploy-app for the job." in system and "### research" in system
+    assert "### devops (run-written)\n- deploy-app: Use deploy-app for the job." in system and "### research" in system
     viewed = [m for m in fake.requests[1]["body"]["messages"] if m["role"] == "tool"][0]["content"]
     assert "1. Do the first step." in viewed and "scripts/check.sh" in viewed
 

@@ -131,6 +131,7 @@ JSON_COLUMNS = [
     ("budget_runs", "providers"),
     ("curator_runs", "changes"),
     ("task_events", "payload"),
+    ("memory_pending", "findings"),
 ]
 
 

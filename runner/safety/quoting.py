@@ -1,0 +1,50 @@
+"""Text a run wrote, shown to a later run as data: inside one tagged block, escaped so that nothing
+in it can open or close a tag, and with hidden characters made visible.
+
+``data_block("memory", {"scope": "job:x"}, LABEL, body)`` gives::
+
+    <memory scope="job:x">
+    LABEL
+    ...body, escaped...
+    </memory>
+
+Escaping is XML's (``&``, ``<``, ``>`` as entities), so a note holding ``</memory>`` reads as
+``&lt;/memory&gt;`` and the block ends only where runner ends it. Invisible and direction-changing
+characters (``runner.safety.injection.INVISIBLE_CLASS``) become ``[U+200B]`` marks: what the model
+reads is what a person reading the prompt sees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from runner.lazyre import LazyPattern
+from runner.safety.injection import INVISIBLE_CLASS
+
+_HIDDEN = LazyPattern(f"[{INVISIBLE_CLASS}]")
+
+
+def visible(text: str) -> str:
+    """``text`` with each hidden character as a ``[U+200B]`` mark (for the model and for people)."""
+    if text.isascii():
+        return text
+    return _HIDDEN.sub(lambda m: f"[U+{ord(m.group()):04X}]", text)
+
+
+def escape(text: str) -> str:
+    """``text`` safe inside a tagged block: entities for ``& < >``, marks for hidden characters."""
+    if "&" in text or "<" in text or ">" in text:
+        text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return visible(text)
+
+
+def attribute(value: str) -> str:
+    """An attribute value: escaped, quotes as entities, on one line."""
+    return " ".join(escape(value).replace('"', "&quot;").split())
+
+
+def data_block(tag: str, attrs: Mapping[str, str], label: str, body: str) -> str:
+    """``<tag a="v">``, the label line, the escaped body, ``</tag>``. ``label`` is runner's own
+    text (not escaped); ``body`` is the data."""
+    shown = "".join(f' {name}="{attribute(value)}"' for name, value in attrs.items())
+    return f"<{tag}{shown}>\n{label}\n{escape(body).rstrip()}\n</{tag}>"
