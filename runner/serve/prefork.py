@@ -50,6 +50,7 @@ MODULES = [
     "runner.agent.credentials",
     "runner.memory.notebooks",  # an agent run's memory snapshot and tool
     "runner.memory.write",
+    "runner.store.memory_pending",  # the notes held for the operator (accepted ones join the snapshot)
     "runner.skills.review",  # skills_review after a run, and its auxiliary-model call
     "runner.skills.sidecall",
     "runner.procs",
