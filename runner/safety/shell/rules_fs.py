@@ -8,6 +8,7 @@ from runner.lazyre import LazyPattern
 from runner.safety.shell.common import Parsed, Rule, Sink, Traits, check_write, has_long, parse_args
 from runner.safety.shell.paths import is_block_device, normalize_path, protected_target
 from runner.safety.shell.rules_exec import exec_value, runs_code
+from runner.safety.shell.unwrap import command_name
 
 
 def rm(name: str, args: tuple[str, ...], sink: Sink) -> None:
@@ -37,6 +38,7 @@ _FIND_NEUTRAL = frozenset(
      "-nowarn", "-warn", "-true"}
 )  # fmt: skip
 _FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
+_PER_FILE_RECURSIVE = frozenset({"chmod", "chown", "chgrp"})  # run on every file: the same as their -R
 
 
 def find(name: str, args: tuple[str, ...], sink: Sink) -> None:
@@ -62,7 +64,10 @@ def find(name: str, args: tuple[str, ...], sink: Sink) -> None:
     for argv in execs:
         if runs_code(argv):
             sink.danger(f"find -exec runs code ({argv[0]})")
-        sink.run_argv(tuple(a.replace("{}", placeholder) for a in argv))
+        run = tuple(a.replace("{}", placeholder) for a in argv)
+        if protected and not filtered and run and command_name(run[0]) in _PER_FILE_RECURSIVE:
+            run = (run[0], "-R", *run[1:])  # on every file under a protected start: a recursive change
+        sink.run_argv(run)
         if any("{}" in a and a != "{}" for a in argv):  # a string that holds {}: a command of its own
             sink.run_argv(argv)  # (``sh -c 'find / -exec rm -rf {} +'``) is judged as written too
 
@@ -278,22 +283,25 @@ def _world_writable_symbolic(mode: str) -> bool:
 
 
 def chown(name: str, args: tuple[str, ...], sink: Sink) -> None:
+    """chown and chgrp; ``-R`` of ``/``, a system folder or a home is hardline."""
     parsed = parse_args(args, long_with_value="--reference --from")
     if not parsed.operands:
         return
     owner, files = parsed.operands[0], parsed.operands[1:]
     recursive = "R" in parsed.short or has_long(parsed, "--recursive")
-    if recursive and owner.split(":")[0].split(".")[0] in ("root", "0"):
+    if name == "chown" and recursive and owner.split(":")[0].split(".")[0] in ("root", "0"):
         sink.danger("chown -R to root")
     _recursive_on_system(parsed, files, sink, name)
 
 
 def _recursive_on_system(parsed: Parsed, files: tuple[str, ...], sink: Sink, what: str) -> None:
+    """Changing the mode or owner of every file of the system or a home cannot be undone:
+    sudo, ssh and the login shell stop working."""
     if "R" in parsed.short or has_long(parsed, "--recursive"):
         for target in files:
             where = protected_target(target, sink.cwd)
             if where:
-                sink.danger(f"recursive {what} of {where}")
+                sink.hard(f"recursive {what} of {where}")
 
 
 def _executes_download(files: tuple[str, ...], sink: Sink) -> None:
@@ -327,4 +335,5 @@ RULES: dict[str, Rule] = {
     "tar": tar,
     "chmod": chmod,
     "chown": chown,
+    "chgrp": chown,
 }
