@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from runner.safety.shell.paths import is_block_device, is_sysrq, normalize_path, sensitive_write
+from runner.safety.shell.paths import is_block_device, is_sysrq, kernel_write, normalize_path, sensitive_write
 
 
 class Sink(Protocol):
@@ -135,13 +135,14 @@ def written_text(path: str, sink: Sink) -> str | None:
 
 
 def check_write(path: str, sink: Sink, how: str = "write") -> None:
-    """Report a write to ``path``: block devices and the sysrq trigger are hardline,
-    configuration, keys and secrets files need a decision."""
+    """Report a write to ``path``: block devices and the sysrq trigger are hardline;
+    configuration, keys, secrets files and kernel settings (``/proc/sys``, ``/sys``) need a
+    decision."""
     if is_block_device(path):
         sink.hard(f"{how} to block device {path}")
-    elif is_sysrq(path):
+    elif is_sysrq(path, sink.cwd):
         sink.hard("write to /proc/sysrq-trigger (reboot or crash)")
     else:
-        reason = sensitive_write(path, sink.cwd)
+        reason = sensitive_write(path, sink.cwd) or kernel_write(path, sink.cwd)
         if reason:
             sink.danger(reason)

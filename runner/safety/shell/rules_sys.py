@@ -110,6 +110,14 @@ def killall(name: str, args: tuple[str, ...], sink: Sink) -> None:
         sink.danger("killall")
 
 
+def sysctl(name: str, args: tuple[str, ...], sink: Sink) -> None:
+    """``sysctl -w key=value``, ``sysctl key=value``, ``-p``/``--system``: kernel settings change."""
+    parsed = parse_args(args, with_value="p", long_with_value="--load --pattern")
+    loads = "p" in parsed.short or has_long(parsed, "--load", "--system")
+    if loads or "w" in parsed.short or has_long(parsed, "--write") or any("=" in op for op in parsed.operands):
+        sink.danger("kernel setting change (sysctl)")
+
+
 # ---------------------------------------------------------------- git
 
 _GIT_GLOBAL_VALUE = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--super-prefix", "--config-env"})
@@ -426,6 +434,7 @@ RULES: dict[str, Rule] = {
     "systemctl": systemctl,
     "loginctl": loginctl,
     "service": service,
+    "sysctl": sysctl,
     "kill": kill,
     "pkill": pkill,
     "killall": killall,
