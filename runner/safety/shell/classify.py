@@ -24,8 +24,9 @@ from runner.safety.shell.normalize import normalize
 from runner.safety.shell.paths import normalize_path
 from runner.safety.shell.payloads import coarse_hardline, is_fork_bomb, scan_sql
 from runner.safety.shell.rules import run_rules
-from runner.safety.shell.rules_exec import exec_value, runs_code
+from runner.safety.shell.rules_exec import runs_code
 from runner.safety.shell.rules_net import canonical_name, replay_transform, run_code
+from runner.safety.shell.rules_shell import check_assignment
 from runner.safety.shell.split import parse
 from runner.safety.shell.syntax import MAX_DEPTH, Command, ParseBudget, ParseError, Redirect, Script, render
 from runner.safety.shell.unwrap import unwrap
@@ -282,7 +283,9 @@ class _Context:
     def _xargs_run(self, template: tuple[str, ...], replace_str: str | None, text: str | None) -> None:
         if replace_str is not None:
             items = [_UNKNOWN_INPUT] if text is None else [line for line in text.split("\n") if line.strip()]
-            if text is not None and len(items) > 1:  # also as one item: a payload split over lines is judged whole (fail closed)
+            if (
+                text is not None and len(items) > 1
+            ):  # also as one item: a payload split over lines is judged whole (fail closed)
                 items.insert(0, text.strip())
             for item in items[:_XARGS_ITEMS]:
                 self.run_argv(tuple(a.replace(replace_str, item) for a in template))
@@ -350,10 +353,7 @@ class _Context:
         if not m:
             return
         name, value = m.groups()
-        if name == "DOCKER_HOST":
-            self.danger("DOCKER_HOST (talks to another Docker daemon)")
-        if name in _EXEC_VARS and value:
-            exec_value(value, self, f"{name}=")
+        check_assignment(name, value, word[len(name)] == "+", self)
         if standalone:
             self._vars[name] = value
 
@@ -401,12 +401,6 @@ def _head_substituted(cmd: Command) -> bool:
 _SILENT = frozenset({"true", "false", ":"})
 _UNKNOWN_INPUT = "${xargs_input}"  # an argument xargs reads that we cannot see
 _XARGS_ITEMS = 64
-# Environment variables whose value a program runs as a command.
-_EXEC_VARS = frozenset(
-    {"GIT_SSH_COMMAND", "GIT_SSH", "GIT_PAGER", "PAGER", "MANPAGER", "GIT_EDITOR", "EDITOR", "VISUAL",
-     "GIT_EXTERNAL_DIFF", "GIT_SEQUENCE_EDITOR", "GIT_ASKPASS", "SSH_ASKPASS", "GIT_PROXY_COMMAND",
-     "LESSOPEN", "LESSCLOSE", "BASH_ENV", "ENV", "PROMPT_COMMAND", "SUDO_ASKPASS", "BROWSER"}
-)  # fmt: skip
 _XARGS_VALUE = frozenset(
     {"-a", "-d", "-E", "-L", "-n", "-P", "-s", "--arg-file", "--delimiter", "--eof", "--max-lines",
      "--max-args", "--max-procs", "--max-chars", "--process-slot-var"}

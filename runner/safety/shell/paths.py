@@ -47,7 +47,9 @@ RC_FILES = frozenset(
 )  # fmt: skip
 _CREDENTIAL_FILES = frozenset({".netrc", ".pgpass", ".git-credentials"})
 # Every path sensitive_write flags contains one of these; most paths contain none.
-_MAYBE_SENSITIVE = LazyPattern(r"etc|\.ssh|rc|\.env|profile|bash_log|zlog|zshenv|netrc|pgpass|credentials|\.fish")
+_MAYBE_SENSITIVE = LazyPattern(
+    r"etc|\.ssh|rc|\.env|profile|bash_log|zlog|zshenv|netrc|pgpass|credentials|\.fish|history"
+)
 
 
 def normalize_path(path: str, cwd: str | None = None) -> str:
@@ -144,6 +146,8 @@ def sensitive_write(path: str, cwd: str | None = None) -> str | None:
         return f"write to environment file {name}"
     if name in _CREDENTIAL_FILES:
         return f"write to credentials file {name}"
+    if name.startswith(".") and (name.endswith("_history") or name == ".history"):
+        return f"write to shell history file {name} (covering tracks)"
     if norm.endswith(".aws/credentials"):
         return "write to credentials file .aws/credentials"
     return None

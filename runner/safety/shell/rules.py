@@ -8,10 +8,16 @@ Commands whose arguments are only text (``echo``, ``grep``, ``git commit -m``) a
 
 from __future__ import annotations
 
-from runner.safety.shell import rules_exec, rules_fs, rules_net, rules_sys
+from runner.safety.shell import rules_exec, rules_fs, rules_net, rules_shell, rules_sys
 from runner.safety.shell.common import NO_TRAITS, Rule, Sink, Traits
 
-RULES: dict[str, Rule] = {**rules_fs.RULES, **rules_net.RULES, **rules_sys.RULES, **rules_exec.RULES}
+RULES: dict[str, Rule] = {
+    **rules_fs.RULES,
+    **rules_net.RULES,
+    **rules_sys.RULES,
+    **rules_exec.RULES,
+    **rules_shell.RULES,
+}
 
 INERT = frozenset(
     {"echo", "printf", "grep", "egrep", "fgrep", "zgrep", "rg", "ag", "ack", "true", "false", ":",
