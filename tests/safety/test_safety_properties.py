@@ -120,6 +120,10 @@ STRING_WRAPPERS = (
     "xargs -I{{}} sh -c '{{}}' <<< {q}",
     "GIT_SSH_COMMAND={q} git fetch",
     'c={q}; eval "$c"',
+    # issue 29: the body of an alias or function runs where the name is used
+    "alias x={q}; x",
+    'f() {{ eval "$1"; }}; f {q}',
+    "x; alias x={q}",
 )
 PREFIX_WRAPPERS = ("timeout 10", "timeout --signal=KILL 5", "nice -n 19", "nohup", "stdbuf -oL", "setsid -f",
                    "ionice -c3", "chrt -i 0", "command", "exec", "time")  # fmt: skip
@@ -136,6 +140,7 @@ def test_a_multi_line_command_in_any_string_wrapper_keeps_its_level() -> None:
         if RANK[classify(wrapper.format(q=shlex.quote(command))).level] < RANK[classify(command).level]
     ]
     assert lowered == []
+
 
 @SETTINGS
 @given(st.sampled_from(HARDLINE + DANGEROUS), st.sampled_from(STRING_WRAPPERS))

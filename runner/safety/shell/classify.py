@@ -4,8 +4,8 @@ The pipeline: normalise the text (``normalize.py``), split it into simple comman
 (``split.py``), and for each command expand what we statically can (``expand.py``), peel
 wrappers (``unwrap.py``), and apply the rules for the command that actually runs
 (``rules*.py``). Text a command *executes* (``bash -c``, ``eval``, here-documents fed to
-a shell, ``echo ... | sh``) is classified recursively; text a command only *receives*
-(``echo "rm -rf /"``) is not.
+a shell, ``echo ... | sh``, the body of an alias or function it uses: ``defs.py``) is
+classified recursively; text a command only *receives* (``echo "rm -rf /"``) is not.
 
 Anything we cannot analyse fails closed: over 128k characters, unparseable, nested too
 deep, too many commands or too much re-parsed text is "dangerous", and "hardline" when a
@@ -19,6 +19,7 @@ from typing import Literal
 
 from runner.lazyre import LazyPattern
 from runner.safety.shell.common import MAX_WRITTEN, NO_TRAITS, TOO_LARGE, Traits, check_write
+from runner.safety.shell.defs import Definitions, Expansion, Kind, Use, expansion
 from runner.safety.shell.expand import ASSIGNMENT, UNKNOWN, expand, stdin_text, strip_keywords
 from runner.safety.shell.normalize import normalize
 from runner.safety.shell.paths import normalize_path
@@ -94,6 +95,10 @@ class _Context:
         self._budget = ParseBudget(2 * len(text) + _REPARSE_SLACK)
         self._depth = -1
         self._top = text.strip()
+        self._defs = Definitions()
+        self._expanding: set[str] = set()  # names whose body is being examined: a use inside is not expanded
+        self._expanded: dict[tuple[str | None, str | None, int], Traits] = {}  # by text, cwd and variables
+        self._vars_version = 0
 
     def hard_found(self) -> tuple[str, ...]:
         """The hardline reasons found before the classification stopped."""
@@ -140,8 +145,11 @@ class _Context:
         script's output when every pipeline's output is known."""
         if is_fork_bomb(script.skeleton):
             self.hard("fork bomb")
+        for fn in script.functions:
+            self._define(fn.name, "function", fn.body)
         downloads = decodes = False
         outputs: list[str] | None = []
+        reader: Traits | None = None
         for pipeline in script.pipelines:
             texts = [render(c) for c in pipeline.commands]
             if self._depth == 0:
@@ -152,8 +160,10 @@ class _Context:
                 outputs = None if out is None else [*outputs, out]
             downloads = downloads or any(t.downloads for t in traits)
             decodes = decodes or any(t.decodes for t in traits)
+            if reader is None:
+                reader = _reader(traits)
         output = "\n".join(o.rstrip("\n") for o in outputs) if outputs else None
-        return _Flow(downloads, decodes, output)
+        return _Flow(downloads, decodes, output, reader)
 
     def _command(self, cmd: Command, text: str) -> Traits:
         self._segments.append(text)
@@ -252,6 +262,18 @@ class _Context:
             argv = step.argv
         if not argv:
             return _RAN_CODE if ran_code else NO_TRAITS
+        traits = self._simple(argv)
+        if argv[0] not in self._expanding:
+            traits = self._use(argv, traits)
+        if stdin is not None:
+            self._feed(traits, stdin)
+            if len(argv) == 1 and canonical_name(argv[0]) == "cat":
+                return Traits(stdout_text=stdin)
+        return traits
+
+    def _simple(self, argv: tuple[str, ...]) -> Traits:
+        """The rules for one unwrapped command; builtins that change what the classifier
+        knows (``cd``, ``export``, ``alias``) update it."""
         name = canonical_name(argv[0])
         if UNKNOWN.search(argv[0], _known_prefix(argv[0])):
             self.danger("command name comes from an expansion the classifier cannot resolve")
@@ -262,14 +284,12 @@ class _Context:
             for arg in argv[1:]:
                 self._assign(arg, standalone=True)
             return NO_TRAITS
+        if name == "alias":
+            self._aliases(argv[1:])
+            return NO_TRAITS
         if name in _SILENT:
             return Traits(stdout_text="")
-        traits = run_rules(argv, self)
-        if stdin is not None:
-            self._feed(traits, stdin)
-            if name == "cat" and len(argv) == 1:
-                return Traits(stdout_text=stdin)
-        return traits
+        return run_rules(argv, self)
 
     def _xargs(self, argv: tuple[str, ...], stdin: str | None) -> Traits:
         """``xargs [opts] CMD``: CMD runs with words read from stdin. Unknown input may be
@@ -283,10 +303,8 @@ class _Context:
     def _xargs_run(self, template: tuple[str, ...], replace_str: str | None, text: str | None) -> None:
         if replace_str is not None:
             items = [_UNKNOWN_INPUT] if text is None else [line for line in text.split("\n") if line.strip()]
-            if (
-                text is not None and len(items) > 1
-            ):  # also as one item: a payload split over lines is judged whole (fail closed)
-                items.insert(0, text.strip())
+            if text is not None and len(items) > 1:
+                items.insert(0, text.strip())  # also as one item: a payload split over lines is judged whole
             for item in items[:_XARGS_ITEMS]:
                 self.run_argv(tuple(a.replace(replace_str, item) for a in template))
         else:
@@ -337,6 +355,60 @@ class _Context:
             if r.op in _WRITE_OPS or (r.op == ">&" and not (target.isdigit() or target == "-")):
                 check_write(target, self, how="redirect")
 
+    # ------------------------------------------------------------------ aliases and functions
+
+    def _aliases(self, args: tuple[str, ...]) -> None:
+        """``alias NAME=VALUE ...``: VALUE is examined now (as a function's body is where it is
+        written) and with the arguments of every use."""
+        for arg in args:
+            name, eq, value = arg.partition("=")
+            if eq and name and not name.startswith("-"):
+                self._define(name, "alias", value)
+                self._examine(expansion(name, "alias", value, Use((), self.cwd, self._top)))
+
+    def _define(self, name: str, kind: Kind, body: str | None) -> None:
+        for found in self._defs.define(name, kind, body):
+            self._examine(found, deferred=True)
+
+    def _use(self, argv: tuple[str, ...], traits: Traits) -> Traits:
+        """A command that may be a use of an alias or function of this command line: its
+        ``traits`` and what the bodies do with its stdin and stdout."""
+        found = self._defs.use(argv, self.cwd, self._top)
+        return _called(traits, _bodies([self._examine(f) for f in found])) if found else traits
+
+    def _examine(self, found: Expansion, deferred: bool = False) -> Traits:
+        """Examine the text a use runs, once per text, working directory and variables. A
+        deferred one (a use met before the definition) runs where the use was met."""
+        key = (found.text, found.use.cwd, self._vars_version)
+        known = self._expanded.get(key)
+        if known is not None:
+            return known
+        self._expanded[key] = NO_TRAITS
+        saved = self.cwd, self._top
+        if deferred:
+            self.cwd, self._top = found.use.cwd, found.use.top
+        self._expanding.add(found.name)
+        try:
+            traits = self._body(found)
+        finally:
+            self._expanding.discard(found.name)
+            if deferred:
+                self.cwd, self._top = saved
+        self._expanded[key] = traits
+        return traits
+
+    def _body(self, found: Expansion) -> Traits:
+        if found.text is None:
+            self.danger(f"runs function {found.name}, whose body the classifier cannot delimit")
+            return NO_TRAITS
+        self._enter()
+        try:
+            flow = self._script(parse(found.text, self._budget, self._depth))
+        finally:
+            self._depth -= 1
+        reader = flow.reader or NO_TRAITS
+        return Traits(stdin_exec=reader.stdin_exec, xargs=reader.xargs, sql=reader.sql, stdout_text=flow.output)
+
     # ------------------------------------------------------------------ state
 
     def _cd(self, args: tuple[str, ...]) -> None:
@@ -356,6 +428,7 @@ class _Context:
         check_assignment(name, value, word[len(name)] == "+", self)
         if standalone:
             self._vars[name] = value
+            self._vars_version += 1
 
     def _assignments(self, argv: tuple[str, ...]) -> tuple[str, ...]:
         """Strip leading ``NAME=value`` words; remember them when nothing else follows.
@@ -375,6 +448,7 @@ class _Flow:
     downloads: bool
     decodes: bool
     output: str | None  # what the script prints, when it is known
+    reader: Traits | None = None  # the first command that executes what it reads on stdin
 
 
 _NO_FLOW = _Flow(False, False, None)
@@ -388,6 +462,38 @@ def _known_prefix(word: str) -> int:
     """``$HOME/bin/tool`` names a program by a path, not by a hidden expansion."""
     m = _KNOWN_PREFIX.match(word)
     return m.end() if m else 0
+
+
+def _reader(traits: list[Traits]) -> Traits | None:
+    """The first command of a pipeline that executes what it reads on stdin."""
+    for t in traits:
+        if t.stdin_exec or t.xargs is not None or t.sql:
+            return t
+    return None
+
+
+def _called(traits: Traits, body: Traits) -> Traits:
+    """A command that is also a use of an alias or function: the command as written (an
+    alias is not active on its own line) and what the body does with stdin and stdout."""
+    return replace(
+        traits,
+        stdin_exec=traits.stdin_exec or body.stdin_exec,
+        xargs=traits.xargs or body.xargs,
+        sql=traits.sql or body.sql,
+        stdout_text=traits.stdout_text if traits.stdout_text is not None else body.stdout_text,
+    )
+
+
+def _bodies(found: list[Traits]) -> Traits:
+    """One use examined with several bodies: each may run, so any may read stdin; the output
+    is known only when there is one body."""
+    if len(found) == 1:
+        return found[0]
+    return Traits(
+        stdin_exec=next((t.stdin_exec for t in found if t.stdin_exec), None),
+        xargs=next((t.xargs for t in found if t.xargs is not None), None),
+        sql=any(t.sql for t in found),
+    )
 
 
 def _head_substituted(cmd: Command) -> bool:

@@ -1,0 +1,82 @@
+"""Aliases and shell functions defined in one command line, and the text a use of one runs.
+
+``alias x='rm -rf'; x /`` and ``f() { rm -rf "$1"; }; f /`` both run ``rm -rf /``. A use
+of a name runs its body: an alias's value followed by the use's arguments, a function's
+body with ``$1``, ``$@``, ... set to them. bash expands an alias only on a later line (and
+only with ``expand_aliases``) and knows a function only once its definition ran; the
+classifier ignores both limits, since it may only ever flag more: a use anywhere in the
+command line, before or after a definition, is examined with every body the name got.
+
+Pure bookkeeping: ``Definitions`` says which texts to examine; the classifier examines them
+(and guards against a body that uses its own name).
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Literal
+
+from runner.safety.shell.unwrap import with_positionals
+
+Kind = Literal["alias", "function"]
+
+
+@dataclass(frozen=True, slots=True)
+class Use:
+    """A command whose name may be an alias or a function: its arguments, and the working
+    directory and top-level pipeline it was met in."""
+
+    args: tuple[str, ...]
+    cwd: str | None
+    top: str
+
+
+@dataclass(frozen=True, slots=True)
+class Expansion:
+    """What one use of ``name`` runs with one of its bodies; ``text`` is None for a function
+    body the parser could not delimit."""
+
+    name: str
+    text: str | None
+    use: Use
+
+
+class Definitions:
+    """The bodies given to each name, and every command met so far (as ``argv``, working
+    directory and top-level pipeline: a use is made of one only when its name has a body)."""
+
+    __slots__ = ("_bodies", "_met")
+
+    def __init__(self) -> None:
+        self._bodies: dict[str, list[tuple[Kind, str | None]]] = {}
+        self._met: list[tuple[tuple[str, ...], str | None, str]] = []
+
+    def define(self, name: str, kind: Kind, body: str | None) -> list[Expansion]:
+        """Give ``name`` a body; returns what the commands met before now run with it."""
+        bodies = self._bodies.setdefault(name, [])
+        if (kind, body) in bodies:
+            return []
+        bodies.append((kind, body))
+        return [expansion(name, kind, body, Use(a[1:], cwd, top)) for a, cwd, top in self._met if a[0] == name]
+
+    def use(self, argv: tuple[str, ...], cwd: str | None, top: str) -> list[Expansion]:
+        """Note a command; returns what it runs with each body its name was given so far."""
+        self._met.append((argv, cwd, top))
+        bodies = self._bodies.get(argv[0])
+        if not bodies:
+            return []
+        use = Use(argv[1:], cwd, top)
+        return [expansion(argv[0], kind, body, use) for kind, body in bodies]
+
+
+def expansion(name: str, kind: Kind, body: str | None, use: Use) -> Expansion:
+    """The shell text a use runs: ``VALUE ARGS...`` for an alias, the body with its
+    positional parameters set for a function."""
+    if body is None:
+        return Expansion(name, None, use)
+    if kind == "alias":
+        text = " ".join([body, *map(shlex.quote, use.args)]) if use.args else body
+    else:
+        text = with_positionals(body, (name, *use.args))
+    return Expansion(name, text, use)
