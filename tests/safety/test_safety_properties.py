@@ -124,6 +124,12 @@ STRING_WRAPPERS = (
     "alias x={q}; x",
     'f() {{ eval "$1"; }}; f {q}',
     "x; alias x={q}",
+    "printf '%s\\n' {q} | at now",
+    "batch <<< {q}",
+    "parallel ::: {q}",
+    "parallel sh -c ::: {q}",
+    "tmux new -d {q}",
+    "hyperfine {q}",
 )
 PREFIX_WRAPPERS = ("timeout 10", "timeout --signal=KILL 5", "nice -n 19", "nohup", "stdbuf -oL", "setsid -f",
                    "ionice -c3", "chrt -i 0", "command", "exec", "time")  # fmt: skip

@@ -104,6 +104,9 @@ _SPECS: dict[str, _Spec] = {
     "unshare": _spec("--propagation --setgroups --map-user --map-group -R --root -w --wd -S -G"),
     "flock": _spec("-w --timeout -E --conflict-exit-code", positionals=1),
     "catchsegv": _spec(),
+    "daemonize": _spec("-c -e -o -p -l -u -E"),
+    "xvfb-run": _spec("-e -f -n -p -s -w --error-file --auth-file --server-num --xauth-protocol --server-args --wait"),
+    "caffeinate": _spec("-t -w"),
 }
 
 
