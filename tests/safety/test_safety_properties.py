@@ -130,6 +130,7 @@ STRING_WRAPPERS = (
     "parallel sh -c ::: {q}",
     "tmux new -d {q}",
     "hyperfine {q}",
+    "docker run --rm -v /:/host alpine sh -c {q}",
 )
 PREFIX_WRAPPERS = ("timeout 10", "timeout --signal=KILL 5", "nice -n 19", "nohup", "stdbuf -oL", "setsid -f",
                    "ionice -c3", "chrt -i 0", "command", "exec", "time")  # fmt: skip
@@ -205,3 +206,19 @@ def test_brace_expansion_above_the_cap_fails_closed() -> None:
     assert verdict.level == "dangerous"
     assert verdict.reasons[-1].endswith("failing closed")
     assert classify("mkfs.ext4 " + "{,}" * 13 + "/dev/sda1").level == "hardline"
+
+
+# ---------------------------------------------------------------- containers (issue 29)
+
+_abs_path = st.lists(st.sampled_from(["/", "etc", "usr", "x", "..", "*", "tmp", "/bin"]), min_size=1, max_size=6).map(
+    lambda parts: "/" + "".join(parts)
+)
+
+
+@SETTINGS
+@given(_abs_path, st.sampled_from(["/h", "/host", "/mnt/root"]))
+def test_a_command_on_a_mount_of_root_is_as_severe_as_on_the_host(path: str, target: str) -> None:
+    """With ``-v /:TARGET`` the container's TARGET/p is the host's /p."""
+    on_host = classify(f"rm -rf {shlex.quote(path)}").level
+    inside = classify(f"docker run --rm -v /:{target} alpine rm -rf {shlex.quote(target + path)}").level
+    assert RANK[inside] >= max(RANK[on_host], RANK["dangerous"])

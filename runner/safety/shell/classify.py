@@ -99,6 +99,7 @@ class _Context:
         self._expanding: set[str] = set()  # names whose body is being examined: a use inside is not expanded
         self._expanded: dict[tuple[str | None, str | None, int], Traits] = {}  # by text, cwd and variables
         self._vars_version = 0
+        self._contained = 0  # inside a container that does not expose the host: hardline counts as dangerous
 
     def hard_found(self) -> tuple[str, ...]:
         """The hardline reasons found before the classification stopped."""
@@ -111,6 +112,9 @@ class _Context:
     # ------------------------------------------------------------------ Sink
 
     def hard(self, reason: str) -> None:
+        if self._contained and reason != "fork bomb":
+            self.danger(f"{reason} (inside a container)")
+            return
         self._hard[reason] = None
         self._flagged[self._top] = None
 
@@ -132,6 +136,14 @@ class _Context:
             self._argv(argv, None)
         finally:
             self._depth -= 1
+
+    def run_in_container(self, argv: tuple[str, ...], host_exposed: bool) -> None:
+        contained = 0 if host_exposed else 1
+        self._contained += contained
+        try:
+            self.run_argv(argv)
+        finally:
+            self._contained -= contained
 
     def _enter(self) -> None:
         self._depth += 1

@@ -34,6 +34,12 @@ class Sink(Protocol):
     def run_script(self, text: str) -> None:
         """Examine shell text this command will run (``bash -c``, ``os.system``)."""
 
+    def run_in_container(self, argv: tuple[str, ...], host_exposed: bool) -> None:
+        """Examine a command a container runs. Unless ``host_exposed`` (a host mount of a
+        system folder, ``--privileged``, ...), only the container's own files and
+        processes are in reach: a hardline finding (other than a fork bomb) counts as
+        dangerous."""
+
 
 @dataclass(frozen=True)
 class Traits:

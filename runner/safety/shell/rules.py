@@ -8,7 +8,7 @@ Commands whose arguments are only text (``echo``, ``grep``, ``git commit -m``) a
 
 from __future__ import annotations
 
-from runner.safety.shell import rules_exec, rules_fs, rules_net, rules_run, rules_shell, rules_sys
+from runner.safety.shell import rules_container, rules_exec, rules_fs, rules_net, rules_run, rules_shell, rules_sys
 from runner.safety.shell.common import NO_TRAITS, Rule, Sink, Traits
 
 RULES: dict[str, Rule] = {
@@ -18,6 +18,7 @@ RULES: dict[str, Rule] = {
     **rules_exec.RULES,
     **rules_shell.RULES,
     **rules_run.RULES,
+    **rules_container.RULES,
 }
 
 INERT = frozenset(

@@ -1,5 +1,5 @@
 """Rules for commands that act on the system, its services and processes, on version
-control, packages, containers and databases."""
+control, packages, infrastructure and databases."""
 
 from __future__ import annotations
 
@@ -288,26 +288,7 @@ def dpkg_like(name: str, args: tuple[str, ...], sink: Sink) -> None:
         sink.danger(f"package uninstall ({name})")
 
 
-# ---------------------------------------------------------------- containers and infra
-
-
-def docker(name: str, args: tuple[str, ...], sink: Sink) -> None:
-    i = 0
-    while i < len(args) and args[i].startswith("-"):
-        arg = args[i]
-        if arg in ("-H", "--host") or arg.startswith(("--host=", "-H")):
-            sink.danger("docker -H (talks to another Docker daemon)")
-        i += 2 if arg in ("-H", "--host", "-c", "--context", "--config", "-l", "--log-level") else 1
-    rest = args[i:]
-    if rest[:2] in (("system", "prune"), ("volume", "prune"), ("volume", "rm")):
-        sink.danger(f"docker {rest[0]} {rest[1]}")
-    if rest[:1] in (("run",), ("create",)) and "--privileged" in rest:
-        sink.danger("docker --privileged")
-    if rest[:1] == ("push",) or rest[:2] in (("image", "push"), ("manifest", "push"), ("buildx", "imagetools")):
-        sink.danger(f"{name} push (publishes an image)")
-    compose = rest[1:] if rest[:1] == ("compose",) else rest if name == "docker-compose" else ()
-    if compose[:1] == ("down",) and ({"-v", "--volumes"} & set(compose)):
-        sink.danger("docker compose down -v (deletes volumes)")
+# ---------------------------------------------------------------- infrastructure
 
 
 def infra(name: str, args: tuple[str, ...], sink: Sink) -> None:
@@ -446,9 +427,6 @@ RULES: dict[str, Rule] = {
     "dpkg": dpkg_like,
     "rpm": dpkg_like,
     "pacman": dpkg_like,
-    "docker": docker,
-    "podman": docker,
-    "docker-compose": docker,
     "kubectl": infra,
     "helm": infra,
     "terraform": infra,
