@@ -170,6 +170,21 @@ def test_a_script_written_then_run_keeps_hardline(command: str) -> None:
     assert classify(f"{script} && chmod +x job.sh && ./job.sh").level == "hardline"
 
 
+_SINGLE_LINE = [c for c in HARDLINE if "\n" not in c and "$" not in c]
+
+
+@SETTINGS
+@given(st.sampled_from(_SINGLE_LINE))
+def test_a_makefile_or_test_file_written_then_run_keeps_hardline(command: str) -> None:
+    """issue 29: ``make`` runs a Makefile's recipes, ``pytest`` imports test files."""
+    recipe = shlex.quote(f"all:\n\t{command}\n")
+    assert classify(f"printf '%s' {recipe} > Makefile; make").level == "hardline"
+    if command.isascii() and command.isprintable():  # else repr() escapes what the classifier folds
+        program = shlex.quote(f"import os\nos.system({command!r})\n")
+        assert classify(f"printf '%s' {program} > test_x.py; pytest -q").level == "hardline"
+    assert classify(f"printf '%s\\n' {shlex.quote(command)} > a; cp a b.sh; sh b.sh").level == "hardline"
+
+
 # ---------------------------------------------------------------- brace expansion (issue 13)
 
 _brace_word = st.text(alphabet="ab01,{}.", min_size=1, max_size=12)

@@ -26,8 +26,9 @@ from runner.safety.shell.paths import normalize_path
 from runner.safety.shell.payloads import coarse_hardline, is_fork_bomb, scan_sql
 from runner.safety.shell.rules import run_rules
 from runner.safety.shell.rules_exec import runs_code
-from runner.safety.shell.rules_net import canonical_name, replay_transform, run_code
+from runner.safety.shell.rules_net import canonical_name, replay_transform
 from runner.safety.shell.rules_shell import check_assignment
+from runner.safety.shell.rules_written import run_code
 from runner.safety.shell.split import parse
 from runner.safety.shell.syntax import MAX_DEPTH, Command, ParseBudget, ParseError, Redirect, Script, render
 from runner.safety.shell.unwrap import unwrap
@@ -241,8 +242,9 @@ class _Context:
         """Remember files this command writes, with their text when it is known, so a
         script written and then run in the same command line is examined."""
         for r in redirects:
-            if r.op in _WRITE_OPS and r.fd in ("", "1"):
-                self._remember(r.target.value, text, append=r.op in (">>", "&>>"))
+            if r.op in _WRITE_OPS:
+                known = text if r.fd in ("", "1") else None  # stderr or another descriptor: unknown
+                self._remember(r.target.value, known, append=r.op in (">>", "&>>"))
 
     def _remember(self, path: str, text: str | None, append: bool = False) -> None:
         key = normalize_path(path, self.cwd)

@@ -133,11 +133,17 @@ MAX_WRITTEN = 256 * 1024
 TOO_LARGE = "\x00(a script too large to examine)"  # compared by identity: written text beyond MAX_WRITTEN
 
 
-def written_text(path: str, sink: Sink) -> str | None:
-    """The known text of a file written earlier in the same command, or None."""
-    if not sink.written:
-        return None
-    return sink.written.get(normalize_path(path, sink.cwd))
+def record_write(path: str, sink: Sink, text: str | None = None, keep: bool = False) -> None:
+    """Remember that the command line writes ``path``, with ``text`` when it is known (see
+    ``rules_written.py``). ``keep``: a file already written keeps its text (``touch``)."""
+    key = normalize_path(path, sink.cwd)
+    if not (keep and key in sink.written):
+        sink.written[key] = text
+
+
+def written(path: str, sink: Sink) -> str | None:
+    """The known text of a file written earlier in the same command line, else None."""
+    return sink.written.get(normalize_path(path, sink.cwd)) if sink.written else None
 
 
 def check_write(path: str, sink: Sink, how: str = "write") -> None:

@@ -8,7 +8,16 @@ Commands whose arguments are only text (``echo``, ``grep``, ``git commit -m``) a
 
 from __future__ import annotations
 
-from runner.safety.shell import rules_container, rules_exec, rules_fs, rules_net, rules_run, rules_shell, rules_sys
+from runner.safety.shell import (
+    rules_container,
+    rules_exec,
+    rules_fs,
+    rules_net,
+    rules_run,
+    rules_shell,
+    rules_sys,
+    rules_written,
+)
 from runner.safety.shell.common import NO_TRAITS, Rule, Sink, Traits
 
 RULES: dict[str, Rule] = {
@@ -19,6 +28,7 @@ RULES: dict[str, Rule] = {
     **rules_shell.RULES,
     **rules_run.RULES,
     **rules_container.RULES,
+    **rules_written.RULES,
 }
 
 INERT = frozenset(
@@ -40,7 +50,7 @@ def run_rules(argv: tuple[str, ...], sink: Sink) -> Traits:
     if not _inert(name, args):
         rules_net.scan_args(args, sink)
     if "/" in argv[0]:
-        rules_net.run_file(argv[0], sink, "shell")
+        rules_written.run_file(argv[0], sink, "shell")
     if argv[0].startswith(("$(", "`")):  # the output of a command is run as a command
         traits = Traits(shellish=True) if traits is None else traits
     return traits or NO_TRAITS

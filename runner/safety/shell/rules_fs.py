@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import posixpath
 import re
 
 from runner.lazyre import LazyPattern
-from runner.safety.shell.common import Parsed, Rule, Sink, Traits, check_write, has_long, parse_args
+from runner.safety.shell.common import (
+    Parsed,
+    Rule,
+    Sink,
+    Traits,
+    check_write,
+    has_long,
+    parse_args,
+    record_write,
+    written,
+)
 from runner.safety.shell.paths import is_block_device, normalize_path, protected_target
 from runner.safety.shell.rules_exec import exec_value, runs_code
 from runner.safety.shell.unwrap import command_name
@@ -149,6 +160,7 @@ def dd(name: str, args: tuple[str, ...], sink: Sink) -> None:
     for arg in args:
         if arg.startswith("of="):
             check_write(arg[3:], sink, how="dd")
+            record_write(arg[3:], sink)
 
 
 _COPY_VALUE = "tSmog"
@@ -168,6 +180,7 @@ def copy(name: str, args: tuple[str, ...], sink: Sink) -> None:
         sources = operands[:-1]
     else:
         sources = []
+    _record_copies(sources, target_dir, operands[-1] if operands and not target_dir else None, sink)
     if name == "mv":
         for src in sources:
             what = protected_target(src, sink.cwd)
@@ -177,10 +190,24 @@ def copy(name: str, args: tuple[str, ...], sink: Sink) -> None:
                 check_write(src, sink, how="move")
 
 
+def _record_copies(sources: list[str], folder: str | None, dest: str | None, sink: Sink) -> None:
+    """The copies hold their source's text when the command line wrote it: DEST itself, or
+    the file of that name in DEST or the ``-t`` folder."""
+    for src in sources:
+        text = written(src, sink)
+        base = posixpath.basename(src.rstrip("/"))
+        if folder is not None:
+            record_write(posixpath.join(folder, base), sink, text)
+        elif dest is not None:
+            record_write(dest, sink, text)
+            record_write(posixpath.join(dest, base), sink, text)
+
+
 def tee(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
     targets = parse_args(args).operands
     for target in targets:
         check_write(target, sink)
+        record_write(target, sink)  # the text, when stdin is known, arrives with it
     return Traits(transform="identity", tees=targets)
 
 
@@ -189,6 +216,7 @@ def touch_like(name: str, args: tuple[str, ...], sink: Sink) -> None:
     parsed = parse_args(args, with_value="sdrt", long_with_value="--size --reference --date")
     for target in parsed.operands:
         check_write(target, sink)
+        record_write(target, sink, keep=name == "touch")
 
 
 def sed(name: str, args: tuple[str, ...], sink: Sink) -> None:
@@ -200,6 +228,7 @@ def sed(name: str, args: tuple[str, ...], sink: Sink) -> None:
     files = parsed.operands if script_given else parsed.operands[1:]
     for target in files:
         check_write(target, sink)
+        record_write(target, sink)
 
 
 # tar options whose value is a command tar runs: always a decision; compressors may be

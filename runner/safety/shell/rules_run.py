@@ -19,7 +19,7 @@ from itertools import islice, product
 
 from runner.lazyre import LazyPattern
 from runner.safety.shell.common import Rule, Sink, Traits, parse_args
-from runner.safety.shell.rules_net import run_file
+from runner.safety.shell.rules_written import run_file
 
 UNKNOWN_INPUT = "${parallel_input}"  # an argument read from a file: anything
 _MAX_RUNS = 64  # argument combinations examined per command

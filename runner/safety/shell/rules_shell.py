@@ -28,7 +28,7 @@ from runner.lazyre import LazyPattern
 from runner.safety.shell.common import Rule, Sink, parse_args
 from runner.safety.shell.paths import normalize_path
 from runner.safety.shell.rules_exec import exec_value
-from runner.safety.shell.rules_net import run_file
+from runner.safety.shell.rules_written import run_file
 
 # Environment variables whose value a program runs as a command.
 _EXEC_VARS = frozenset(
