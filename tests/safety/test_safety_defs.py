@@ -149,6 +149,9 @@ def test_a_finding_in_a_body_flags_the_pipeline_of_the_use() -> None:
     verdict = classify("alias x='rm -rf'; ls; x /")
     assert verdict.level == "hardline"
     assert "x /" in verdict.flagged
+    # the same text examined once (at the definition) still flags every pipeline that runs it
+    again = classify("alias x='rm -rf build'; ls; x; f(){ rm -rf out; }; ls && f")
+    assert again.flagged == ('alias "x=rm -rf build"', "x", "f", "{ rm -rf out")  # "f" before "()" too
 
 
 def test_definitions_pair_every_use_with_every_body() -> None:

@@ -19,7 +19,7 @@ from typing import Literal
 
 from runner.lazyre import LazyPattern
 from runner.safety.shell.common import MAX_WRITTEN, NO_TRAITS, TOO_LARGE, Traits, check_write
-from runner.safety.shell.defs import Definitions, Expansion, Kind, Use, expansion
+from runner.safety.shell.defs import Definitions, Expansion, Kind, Use, body_traits, called, expansion
 from runner.safety.shell.expand import ASSIGNMENT, UNKNOWN, expand, stdin_text, strip_keywords
 from runner.safety.shell.normalize import normalize
 from runner.safety.shell.paths import normalize_path
@@ -98,7 +98,8 @@ class _Context:
         self._top = text.strip()
         self._defs = Definitions()
         self._expanding: set[str] = set()  # names whose body is being examined: a use inside is not expanded
-        self._expanded: dict[tuple[str | None, str | None, int], Traits] = {}  # by text, cwd and variables
+        self._expanded: dict[tuple[str | None, str | None, int], tuple[Traits, bool]] = {}  # by text, cwd, variables
+        self._findings = 0  # findings reported so far (a body examined again flags its use if it had any)
         self._vars_version = 0
         self._contained = 0  # inside a container that does not expose the host: hardline counts as dangerous
 
@@ -118,10 +119,12 @@ class _Context:
             return
         self._hard[reason] = None
         self._flagged[self._top] = None
+        self._findings += 1
 
     def danger(self, reason: str) -> None:
         self._danger[reason] = None
         self._flagged[self._top] = None
+        self._findings += 1
 
     def run_script(self, text: str) -> None:
         """Examine shell text that will be executed, one nesting level down."""
@@ -388,17 +391,20 @@ class _Context:
         """A command that may be a use of an alias or function of this command line: its
         ``traits`` and what the bodies do with its stdin and stdout."""
         found = self._defs.use(argv, self.cwd, self._top)
-        return _called(traits, _bodies([self._examine(f) for f in found])) if found else traits
+        return called(traits, [self._examine(f) for f in found]) if found else traits
 
     def _examine(self, found: Expansion, deferred: bool = False) -> Traits:
-        """Examine the text a use runs, once per text, working directory and variables. A
-        deferred one (a use met before the definition) runs where the use was met."""
+        """Examine the text a use runs, once per text, working directory and variables (a
+        text seen before flags this use too when it had findings). A deferred one (a use met
+        before the definition) runs where the use was met."""
         key = (found.text, found.use.cwd, self._vars_version)
         known = self._expanded.get(key)
         if known is not None:
-            return known
-        self._expanded[key] = NO_TRAITS
-        saved = self.cwd, self._top
+            if known[1]:
+                self._flagged[found.use.top] = None
+            return known[0]
+        self._expanded[key] = (NO_TRAITS, False)
+        saved, before = (self.cwd, self._top), self._findings
         if deferred:
             self.cwd, self._top = found.use.cwd, found.use.top
         self._expanding.add(found.name)
@@ -408,7 +414,7 @@ class _Context:
             self._expanding.discard(found.name)
             if deferred:
                 self.cwd, self._top = saved
-        self._expanded[key] = traits
+        self._expanded[key] = (traits, self._findings > before)
         return traits
 
     def _body(self, found: Expansion) -> Traits:
@@ -420,8 +426,7 @@ class _Context:
             flow = self._script(parse(found.text, self._budget, self._depth))
         finally:
             self._depth -= 1
-        reader = flow.reader or NO_TRAITS
-        return Traits(stdin_exec=reader.stdin_exec, xargs=reader.xargs, sql=reader.sql, stdout_text=flow.output)
+        return body_traits(flow.reader, flow.output)
 
     # ------------------------------------------------------------------ state
 
@@ -484,30 +489,6 @@ def _reader(traits: list[Traits]) -> Traits | None:
         if t.stdin_exec or t.xargs is not None or t.sql:
             return t
     return None
-
-
-def _called(traits: Traits, body: Traits) -> Traits:
-    """A command that is also a use of an alias or function: the command as written (an
-    alias is not active on its own line) and what the body does with stdin and stdout."""
-    return replace(
-        traits,
-        stdin_exec=traits.stdin_exec or body.stdin_exec,
-        xargs=traits.xargs or body.xargs,
-        sql=traits.sql or body.sql,
-        stdout_text=traits.stdout_text if traits.stdout_text is not None else body.stdout_text,
-    )
-
-
-def _bodies(found: list[Traits]) -> Traits:
-    """One use examined with several bodies: each may run, so any may read stdin; the output
-    is known only when there is one body."""
-    if len(found) == 1:
-        return found[0]
-    return Traits(
-        stdin_exec=next((t.stdin_exec for t in found if t.stdin_exec), None),
-        xargs=next((t.xargs for t in found if t.xargs is not None), None),
-        sql=any(t.sql for t in found),
-    )
 
 
 def _head_substituted(cmd: Command) -> bool:

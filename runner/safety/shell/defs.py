@@ -8,15 +8,17 @@ classifier ignores both limits, since it may only ever flag more: a use anywhere
 command line, before or after a definition, is examined with every body the name got.
 
 Pure bookkeeping: ``Definitions`` says which texts to examine; the classifier examines them
-(and guards against a body that uses its own name).
+(and guards against a body that uses its own name); ``called`` says what a use does with its
+standard streams (``f() { sh; }; echo ... | f`` feeds ``sh``).
 """
 
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
+from runner.safety.shell.common import NO_TRAITS, Traits
 from runner.safety.shell.unwrap import with_positionals
 
 Kind = Literal["alias", "function"]
@@ -80,3 +82,28 @@ def expansion(name: str, kind: Kind, body: str | None, use: Use) -> Expansion:
     else:
         text = with_positionals(body, (name, *use.args))
     return Expansion(name, text, use)
+
+
+# ---------------------------------------------------------------- what a use does with its streams
+
+
+def body_traits(reader: Traits | None, output: str | None) -> Traits:
+    """A body's streams: the first of its commands that executes its stdin, its known output."""
+    if reader is None:
+        return Traits(stdout_text=output) if output is not None else NO_TRAITS
+    return Traits(stdin_exec=reader.stdin_exec, xargs=reader.xargs, sql=reader.sql, stdout_text=output)
+
+
+def called(traits: Traits, bodies: list[Traits]) -> Traits:
+    """A command that is also a use: the command as written (an alias is not active on its
+    own line) and what its bodies do: any may read stdin; the output is known for one body."""
+    stdout = traits.stdout_text
+    if stdout is None and len(bodies) == 1:
+        stdout = bodies[0].stdout_text
+    return replace(
+        traits,
+        stdin_exec=traits.stdin_exec or next((b.stdin_exec for b in bodies if b.stdin_exec), None),
+        xargs=traits.xargs or next((b.xargs for b in bodies if b.xargs is not None), None),
+        sql=traits.sql or any(b.sql for b in bodies),
+        stdout_text=stdout,
+    )
