@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from runner.safety.shell.common import NO_TRAITS, Traits
+from runner.safety.shell.syntax import ParseError
 from runner.safety.shell.unwrap import with_positionals
 
 Kind = Literal["alias", "function"]
@@ -44,32 +45,61 @@ class Expansion:
     use: Use
 
 
-class Definitions:
-    """The bodies given to each name, and every command met so far (as ``argv``, working
-    directory and top-level pipeline: a use is made of one only when its name has a body)."""
+MAX_EXPANSIONS = 1024  # (use, body) pairs examined per classification; beyond: fail closed
 
-    __slots__ = ("_bodies", "_met")
+_Met = tuple[tuple[str, ...], str | None, str]  # a command's argv, working directory, top-level pipeline
+
+
+class Definitions:
+    """The bodies given to each name, and every command met so far (a use is made of one
+    only when its name has a body). Commands met before the first definition are kept in a
+    list (the common case: no definition at all costs one append per command), afterwards
+    by name. More than ``MAX_EXPANSIONS`` pairs raise ``ParseError``: the classification
+    fails closed instead of pairing thousands of uses with thousands of bodies."""
+
+    __slots__ = ("_bodies", "_by_name", "_left", "_met")
 
     def __init__(self) -> None:
-        self._bodies: dict[str, list[tuple[Kind, str | None]]] = {}
-        self._met: list[tuple[tuple[str, ...], str | None, str]] = []
+        self._bodies: dict[str, dict[tuple[Kind, str | None], None]] = {}
+        self._met: list[_Met] = []
+        self._by_name: dict[str, list[_Met]] | None = None
+        self._left = MAX_EXPANSIONS
 
     def define(self, name: str, kind: Kind, body: str | None) -> list[Expansion]:
         """Give ``name`` a body; returns what the commands met before now run with it."""
-        bodies = self._bodies.setdefault(name, [])
+        bodies = self._bodies.setdefault(name, {})
         if (kind, body) in bodies:
             return []
-        bodies.append((kind, body))
-        return [expansion(name, kind, body, Use(a[1:], cwd, top)) for a, cwd, top in self._met if a[0] == name]
+        bodies[(kind, body)] = None
+        earlier = self._index().get(name, ())
+        self._spend(len(earlier))
+        return [expansion(name, kind, body, Use(argv[1:], cwd, top)) for argv, cwd, top in earlier]
 
     def use(self, argv: tuple[str, ...], cwd: str | None, top: str) -> list[Expansion]:
         """Note a command; returns what it runs with each body its name was given so far."""
-        self._met.append((argv, cwd, top))
+        if self._by_name is None:
+            self._met.append((argv, cwd, top))
+            return []
+        self._by_name.setdefault(argv[0], []).append((argv, cwd, top))
         bodies = self._bodies.get(argv[0])
         if not bodies:
             return []
+        self._spend(len(bodies))
         use = Use(argv[1:], cwd, top)
         return [expansion(argv[0], kind, body, use) for kind, body in bodies]
+
+    def _index(self) -> dict[str, list[_Met]]:
+        if self._by_name is None:
+            self._by_name = {}
+            for met in self._met:
+                self._by_name.setdefault(met[0][0], []).append(met)
+            self._met = []
+        return self._by_name
+
+    def _spend(self, pairs: int) -> None:
+        self._left -= pairs
+        if self._left < 0:
+            raise ParseError(f"more than {MAX_EXPANSIONS} uses of aliases and functions to examine")
 
 
 def expansion(name: str, kind: Kind, body: str | None, use: Use) -> Expansion:

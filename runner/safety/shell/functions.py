@@ -8,7 +8,7 @@ there as well), and tells this scanner about the few tokens that delimit a body:
 * ``(`` right after a word ``NAME`` (``function NAME``, ...), when ``)`` follows: a
   definition; its body is the next ``{ ... }`` group or ``( ... )`` subshell (anything
   else: unknown body);
-* ``{`` and ``}`` where a command starts (``{`` also after ``if``/``then``/``do``/...),
+* ``{`` and ``}`` where a command starts (``{`` also right after ``if``/``then``/``do``/...),
   and ``function NAME {`` without parentheses;
 * ``(`` and ``)`` of subshells, with the tokenizer's nesting count.
 
@@ -70,7 +70,7 @@ class FunctionScanner:
         """An unquoted ``{`` or ``}`` word from ``start`` to ``end``; ``words`` precede it."""
         if value == "{":
             name = self._pending.pop(start, None) or _keyword_name(words)
-            if name is not None or all(w.value in _LEADING for w in words):
+            if name is not None or not words or words[-1].value in _LEADING:  # O(1): hostile "{ { { ..."
                 self._braces += 1
             if name is not None:
                 self._open.append(_Body(name, start, "{", self._braces))

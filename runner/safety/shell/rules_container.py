@@ -168,9 +168,22 @@ def _run(name: str, run: _Run, sink: Sink) -> None:
     exposed = [*(f"{name} {reason}" for reason in run.exposures), *_critical_mounts(name, run, sink.cwd)]
     for reason in exposed:
         sink.danger(reason)
+    if len(run.mounts) > _MAX_FOLLOWED:
+        sink.danger(f"{name} run with more than {_MAX_FOLLOWED} mounts (not all followed)")
     inner = ((run.entrypoint,) if run.entrypoint else ()) + run.command
     if inner:
-        sink.run_in_container(tuple(_on_host(w, run.mounts) for w in inner), bool(exposed))
+        mounts = _followed(run.mounts, sink.cwd)
+        sink.run_in_container(tuple(_on_host(w, mounts) for w in inner), bool(exposed))
+
+
+_MAX_FOLLOWED = 64
+
+
+def _followed(mounts: list[tuple[str, str]], cwd: str | None) -> list[tuple[str, str]]:
+    """The mounts whose targets are put back in the command: system folders first, at most
+    ``_MAX_FOLLOWED``; the longest target first, so ``/h/etc`` wins over ``/h``."""
+    ranked = sorted(mounts, key=lambda m: (protected_target(m[0], cwd) is None, -len(m[1])))
+    return sorted(ranked[:_MAX_FOLLOWED], key=lambda m: -len(m[1]))
 
 
 def _critical_mounts(name: str, run: _Run, cwd: str | None) -> list[str]:
@@ -187,7 +200,7 @@ def _critical_mounts(name: str, run: _Run, cwd: str | None) -> list[str]:
 
 def _on_host(word: str, mounts: list[tuple[str, str]]) -> str:
     """``word`` with each mount target it names (as a path) put back to the host source."""
-    for source, target in sorted(mounts, key=lambda m: -len(m[1])):
+    for source, target in mounts:
         target = target.rstrip("/")
         if target and target in word:
             pattern = r"(?<![\w.~$/-])" + re.escape(target) + r"(?=/|$|[\s'\";&|)<>])"
