@@ -176,7 +176,7 @@ class _Context:
                 outputs = None if out is None else [*outputs, out]
             downloads = downloads or any(t.downloads for t in traits)
             decodes = decodes or any(t.decodes for t in traits)
-            if reader is None:
+            if reader is None and self._expanding:  # only a body's reader is asked for
                 reader = _reader(traits)
         output = "\n".join(o.rstrip("\n") for o in outputs) if outputs else None
         return _Flow(downloads, decodes, output, reader)
@@ -280,8 +280,10 @@ class _Context:
         if not argv:
             return _RAN_CODE if ran_code else NO_TRAITS
         traits = self._simple(argv)
-        if argv[0] not in self._expanding:
-            traits = self._use(argv, traits)
+        if argv[0] not in self._expanding:  # a use of an alias or function runs its bodies too
+            found = self._defs.use(argv, self.cwd, self._top)
+            if found:
+                traits = called(traits, [self._examine(f) for f in found])
         if stdin is not None:
             self._feed(traits, stdin)
             if len(argv) == 1 and canonical_name(argv[0]) == "cat":
@@ -386,12 +388,6 @@ class _Context:
     def _define(self, name: str, kind: Kind, body: str | None) -> None:
         for found in self._defs.define(name, kind, body):
             self._examine(found, deferred=True)
-
-    def _use(self, argv: tuple[str, ...], traits: Traits) -> Traits:
-        """A command that may be a use of an alias or function of this command line: its
-        ``traits`` and what the bodies do with its stdin and stdout."""
-        found = self._defs.use(argv, self.cwd, self._top)
-        return called(traits, [self._examine(f) for f in found]) if found else traits
 
     def _examine(self, found: Expansion, deferred: bool = False) -> Traits:
         """Examine the text a use runs, once per text, working directory and variables (a
