@@ -133,6 +133,12 @@ def test_definitions_on_any_text_are_consistent(text: str) -> None:
         ("f() if true; then ls; fi; f", "dangerous"),
         ("alias x='rm -rf '; x /tmp/a", "dangerous"),
         ('rm(){ echo "$@"; }; rm -rf build', "dangerous"),  # the command as written still counts
+        ("BASH_ALIASES[x]='rm -rf /'; x", "hardline"),  # bash's alias table is an array
+        ("declare -A BASH_ALIASES=([x]='rm -rf /'); x", "hardline"),
+        ('BASH_ALIASES+=([y]=ls [x]="rm -rf"); x /', "hardline"),
+        ("env 'BASH_FUNC_x%%=() { rm -rf \"$1\"; }' bash -c 'x /'", "hardline"),  # an exported function
+        ("BASH_ALIASES[ll]='ls -la'; ll", "safe"),
+        ("a[1]=x; ls", "safe"),
         ("f(){ f; }; f", "safe"),  # a body using its own name is examined once
         ("alias ls='ls --color'; ls", "safe"),
         ("alias a=b; alias b=a; a", "safe"),

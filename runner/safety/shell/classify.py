@@ -19,8 +19,17 @@ from typing import Literal
 
 from runner.lazyre import LazyPattern
 from runner.safety.shell.common import MAX_WRITTEN, NO_TRAITS, TOO_LARGE, Traits, check_write
-from runner.safety.shell.defs import Definitions, Expansion, Kind, Use, body_traits, called, expansion
-from runner.safety.shell.expand import ASSIGNMENT, UNKNOWN, expand, stdin_text, strip_keywords
+from runner.safety.shell.defs import (
+    Definitions,
+    Expansion,
+    Kind,
+    Use,
+    assigned_definitions,
+    body_traits,
+    called,
+    expansion,
+)
+from runner.safety.shell.expand import ASSIGNMENT, ELEMENT, UNKNOWN, expand, stdin_text, strip_keywords
 from runner.safety.shell.normalize import normalize
 from runner.safety.shell.paths import normalize_path
 from runner.safety.shell.payloads import coarse_hardline, is_fork_bomb, scan_sql
@@ -436,6 +445,9 @@ class _Context:
         self.cwd = path if path.startswith("/") else None
 
     def _assign(self, word: str, standalone: bool) -> None:
+        for name, kind, body in assigned_definitions(word):
+            self._define(name, kind, body)
+            self._examine(expansion(name, kind, body, Use((), self.cwd, self._top)))
         m = ASSIGNMENT.match(word)
         if not m:
             return
@@ -451,7 +463,7 @@ class _Context:
         ``HOME=/x rm -rf $HOME`` expands ``$HOME`` before the assignment applies, so a
         prefix assignment must not change how later words of the same command expand."""
         i = 0
-        while i < len(argv) and ASSIGNMENT.match(argv[i]):
+        while i < len(argv) and (ASSIGNMENT.match(argv[i]) or ELEMENT.match(argv[i])):
             i += 1
         for word in argv[:i]:
             self._assign(word, standalone=i == len(argv))

@@ -14,10 +14,12 @@ standard streams (``f() { sh; }; echo ... | f`` feeds ``sh``).
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from runner.lazyre import LazyPattern
 from runner.safety.shell.common import NO_TRAITS, Traits
 from runner.safety.shell.syntax import ParseError
 from runner.safety.shell.unwrap import with_positionals
@@ -112,6 +114,39 @@ def expansion(name: str, kind: Kind, body: str | None, use: Use) -> Expansion:
     else:
         text = with_positionals(body, (name, *use.args))
     return Expansion(name, text, use)
+
+
+# ---------------------------------------------------------------- definitions that are assignments
+
+_ELEMENT = LazyPattern(r"^BASH_ALIASES\[([^\]]*)\]\+?=(.*)$", re.S)
+_ARRAY_ITEM = LazyPattern(r"\[([^\]]+)\]=(\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s)]+)")
+_EXPORTED = LazyPattern(r"^BASH_FUNC_(.+?)(?:%%|\(\))=\(\)\s*(.*)$", re.S)
+
+
+def assigned_definitions(word: str) -> list[tuple[str, Kind, str]]:
+    """Aliases and functions an assignment word defines: ``BASH_ALIASES[x]=VALUE``,
+    ``BASH_ALIASES=([x]=VALUE ...)`` (also after ``declare -A``), and a function exported
+    in the environment (``env 'BASH_FUNC_f%%=() { ...; }' bash -c f``)."""
+    if not word.startswith("BASH_"):
+        return []
+    m = _ELEMENT.match(word)
+    if m:
+        return [(m.group(1), "alias", m.group(2))]
+    m = _EXPORTED.match(word)
+    if m:
+        return [(m.group(1), "function", m.group(2))]
+    name, _, value = word.partition("=")
+    if name.rstrip("+") == "BASH_ALIASES" and value.startswith("("):
+        return [(key, "alias", _unquoted(item)) for key, item in _ARRAY_ITEM.findall(value)]
+    return []
+
+
+def _unquoted(item: str) -> str:
+    try:
+        words = shlex.split(item)
+    except ValueError:
+        return item
+    return words[0] if len(words) == 1 else item
 
 
 # ---------------------------------------------------------------- what a use does with its streams

@@ -251,7 +251,7 @@ def _env(argv: tuple[str, ...]) -> Step:
             break
         i += 2 if arg in ("-u", "--unset", "-C", "--chdir", "-P") else 1
     start = i
-    while i < len(argv) and _is_assignment(argv[i]):
+    while i < len(argv) and "=" in argv[i][1:]:  # env takes any NAME=VALUE (BASH_FUNC_f%%=...)
         i += 1
     return Step(tuple(argv[i:]), assignments=tuple(argv[start:i]))
 
