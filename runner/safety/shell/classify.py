@@ -33,7 +33,7 @@ from runner.safety.shell.expand import ASSIGNMENT, ELEMENT, UNKNOWN, expand, std
 from runner.safety.shell.normalize import normalize
 from runner.safety.shell.paths import normalize_path
 from runner.safety.shell.payloads import coarse_hardline, is_fork_bomb, scan_sql
-from runner.safety.shell.rules import run_rules
+from runner.safety.shell.rules import STDIN_COMMANDS, run_rules
 from runner.safety.shell.rules_exec import runs_code
 from runner.safety.shell.rules_net import canonical_name, replay_transform
 from runner.safety.shell.rules_shell import check_assignment
@@ -345,6 +345,9 @@ class _Context:
             self.run_script(stdin)
         elif traits.stdin_exec == "interpreter":
             run_code(stdin, self, "interpreter")
+        elif traits.stdin_exec in STDIN_COMMANDS:
+            for command in STDIN_COMMANDS[traits.stdin_exec](stdin):
+                self.run_script(command)
         if traits.sql:
             scan_sql(stdin, self)
         if traits.xargs is not None:

@@ -48,7 +48,7 @@ class Traits:
     downloads: bool = False  # fetches from the network (curl, wget)
     decodes: bool = False  # turns encoded input into something else (base64 -d, xxd -r)
     transform: str | None = None  # "base64" | "rev": a decoding we can replay on known text
-    stdin_exec: str | None = None  # "shell" | "interpreter": executes the program on stdin
+    stdin_exec: str | None = None  # "shell" | "interpreter" | "crontab" | "make": executes what is on stdin
     shellish: bool = False  # executes its arguments as code (shells, eval, source, python)
     socket: bool = False  # raw network socket (nc, socat, telnet)
     interactive: bool = False  # an interactive shell (bash -i)

@@ -31,6 +31,9 @@ RULES: dict[str, Rule] = {
     **rules_written.RULES,
 }
 
+# Programs that read a list of shell commands in another format on stdin (Traits.stdin_exec).
+STDIN_COMMANDS = {"crontab": rules_run.crontab_commands, "make": rules_written.makefile_commands}
+
 INERT = frozenset(
     {"echo", "printf", "grep", "egrep", "fgrep", "zgrep", "rg", "ag", "ack", "true", "false", ":",
      "test", "[", "[[", "man", "help", "type", "which", "whatis", "apropos", "logger", "wc", "jq",

@@ -76,10 +76,7 @@ def source(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
 
 def interpreter(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
     if name in ("deno", "bun"):
-        if len(args) >= 2 and args[0] in ("run", "x") and "://" in args[1]:
-            sink.danger("runs code straight from the network")
-        if len(args) >= 2 and args[0] == "eval":
-            scan_code(args[1], sink)
+        _deno_bun(args, sink)
         return Traits(shellish=True)
     with_value, long_value, code_opts = _CODE_SYNTAX[name]
     parsed = parse_args(args, with_value=with_value, long_with_value=long_value, stop_at_operand=True)
@@ -105,6 +102,19 @@ def interpreter(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
         run_file(script, sink, "interpreter")
     reads_stdin = (not codes and module is None and not parsed.operands) or script == "-"
     return Traits(shellish=True, stdin_exec="interpreter" if reads_stdin else None, lang="interpreter")
+
+
+def _deno_bun(args: tuple[str, ...], sink: Sink) -> None:
+    """``deno run URL`` runs code from the network; ``deno run FILE`` / ``bun FILE`` a file;
+    ``deno eval CODE`` inline code."""
+    if len(args) >= 2 and args[0] in ("run", "x") and "://" in args[1]:
+        sink.danger("runs code straight from the network")
+    if len(args) >= 2 and args[0] == "eval":
+        scan_code(args[1], sink)
+    rest = args[1:] if args[:1] == ("run",) else args
+    script = next((a for a in rest if not a.startswith("-")), None)
+    if script is not None and "://" not in script:
+        run_file(script, sink, "interpreter")
 
 
 def awk(name: str, args: tuple[str, ...], sink: Sink) -> None:

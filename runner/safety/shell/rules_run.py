@@ -1,4 +1,4 @@
-"""Commands that run other commands: later (``at``, ``batch``), many times (GNU
+"""Commands that run other commands: later (``at``, ``batch``, ``crontab``), many times (GNU
 ``parallel``, ``sem``, ``hyperfine``, ``entr``), or in another session or in the background
 (``screen``, ``tmux``, ``dtach``, ``start-stop-daemon``).
 
@@ -18,8 +18,8 @@ import shlex
 from itertools import islice, product
 
 from runner.lazyre import LazyPattern
-from runner.safety.shell.common import Rule, Sink, Traits, parse_args
-from runner.safety.shell.rules_written import run_file
+from runner.safety.shell.common import Rule, Sink, Traits, has_long, parse_args
+from runner.safety.shell.rules_written import run_file, run_written
 
 UNKNOWN_INPUT = "${parallel_input}"  # an argument read from a file: anything
 _MAX_RUNS = 64  # argument combinations examined per command
@@ -38,6 +38,47 @@ def at(name: str, args: tuple[str, ...], sink: Sink) -> Traits | None:
         run_file(script, sink, "shell")
         return None
     return Traits(stdin_exec="shell")
+
+
+def crontab(name: str, args: tuple[str, ...], sink: Sink) -> Traits | None:
+    """``crontab FILE`` / ``crontab -`` (stdin) installs jobs: a change, and each job's
+    command (a line after its five time fields) is classified."""
+    parsed = parse_args(args, with_value="u")
+    if "r" in parsed.short:
+        sink.danger("crontab -r (removes all cron jobs)")
+        return None
+    if {"l", "e", "V", "T"} & parsed.short or has_long(parsed, "--help", "--version"):
+        if "e" in parsed.short:
+            sink.danger("crontab change")
+        return None
+    sink.danger("crontab change")
+    table = parsed.operands[0] if parsed.operands else "-"
+    if table in ("-", "/dev/stdin"):
+        return Traits(stdin_exec="crontab")
+    run_written(table, sink, "a crontab", lambda text: _run_all(crontab_commands(text), sink))
+    return None
+
+
+_CRON_LINE = LazyPattern(r"^\s*(?:@\w+|(?:\S+\s+){5})(.*)$")
+_CRON_VARIABLE = LazyPattern(r"^\s*[A-Za-z_]\w*\s*=")
+
+
+def crontab_commands(text: str) -> list[str]:
+    """The shell commands of a crontab's job lines (``%`` starts the job's stdin: read as
+    more commands, which can only flag more)."""
+    commands = []
+    for line in text.split("\n"):
+        if not line.strip() or line.lstrip().startswith("#") or _CRON_VARIABLE.match(line):
+            continue
+        m = _CRON_LINE.match(line)
+        if m and m.group(1).strip():
+            commands.append(m.group(1).replace("%", "\n"))
+    return commands
+
+
+def _run_all(commands: list[str], sink: Sink) -> None:
+    for command in commands:
+        sink.run_script(command)
 
 
 # ---------------------------------------------------------------- parallel
@@ -303,6 +344,7 @@ _SSD_LONG = (
 RULES: dict[str, Rule] = {
     "at": at,
     "batch": at,
+    "crontab": crontab,
     "parallel": parallel,
     "sem": sem,
     "hyperfine": hyperfine,

@@ -303,14 +303,6 @@ def infra(name: str, args: tuple[str, ...], sink: Sink) -> None:
         sink.danger(f"{name} {words[0]}")
 
 
-def crontab(name: str, args: tuple[str, ...], sink: Sink) -> None:
-    parsed = parse_args(args, with_value="u")
-    if "r" in parsed.short:
-        sink.danger("crontab -r (removes all cron jobs)")
-    elif parsed.operands or "e" in parsed.short:
-        sink.danger("crontab change")
-
-
 # ---------------------------------------------------------------- firewall and accounts
 
 
@@ -430,7 +422,6 @@ RULES: dict[str, Rule] = {
     "kubectl": infra,
     "helm": infra,
     "terraform": infra,
-    "crontab": crontab,
     **{p: publisher for p in _PUBLISHERS if p not in ("uv", "helm")},
     **{f: iptables for f in ("iptables", "ip6tables", "iptables-legacy", "iptables-nft", "ip6tables-legacy")},
     "nft": nft,

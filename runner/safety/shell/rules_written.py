@@ -94,13 +94,20 @@ _SHELL_FUNCTION = LazyPattern(r"\$[({]shell\s+([^)}]*)[)}]")
 _REFERENCE = LazyPattern(r"\$[({]([A-Za-z_][\w.]*)[)}]")
 
 
-def make(name: str, args: tuple[str, ...], sink: Sink) -> None:
-    """``make [-C DIR] [-f FILE] ...``: a Makefile written in this command line runs."""
-    if not sink.written:
-        return
+def make(name: str, args: tuple[str, ...], sink: Sink) -> Traits | None:
+    """``make [-C DIR] [-f FILE] ...``: a Makefile written in this command line runs;
+    ``-f -`` reads one from stdin."""
     parsed = parse_args(args, with_value="fCIjlWo", long_with_value=_MAKE_LONG)
-    folder = parsed.values.get("-C") or parsed.values.get("--directory")
     named = [v for k, v in parsed.values.items() if k in ("-f", "--file", "--makefile")]
+    if {"-", "/dev/stdin"} & set(named):
+        sink.danger("make reads a Makefile from stdin")
+        return Traits(stdin_exec="make")
+    if sink.written:
+        _run_makefiles(named, parsed.values.get("-C") or parsed.values.get("--directory"), sink)
+    return None
+
+
+def _run_makefiles(named: list[str], folder: str | None, sink: Sink) -> None:
     for makefile in named or _MAKEFILES:
         path = posixpath.join(folder, makefile) if folder else makefile
         run_written(path, sink, "a Makefile", lambda text: _run_makefile(text, sink))
