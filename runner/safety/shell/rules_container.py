@@ -1,4 +1,4 @@
-"""Container CLIs: docker, podman, nerdctl (and docker-compose).
+"""Container CLIs: docker, podman, nerdctl (and docker-compose), and bubblewrap (``bwrap``).
 
 ``docker run [OPTS] IMAGE CMD ...`` (also ``create``, ``container run``) and ``docker exec
 [OPTS] CONTAINER CMD ...`` run CMD: it is classified as a command. What it can reach on
@@ -164,7 +164,9 @@ def _mount(run: _Run, value: str) -> None:
         run.mounts.append((source, target))
 
 
-def _run(name: str, run: _Run, sink: Sink) -> None:
+def _run(name: str, run: _Run, sink: Sink, shares_processes: bool = False) -> None:
+    """Report what exposes the host and examine the command with mount targets put back;
+    ``shares_processes`` (bwrap without its own PID namespace): ``kill -1`` inside is real."""
     exposed = [*(f"{name} {reason}" for reason in run.exposures), *_critical_mounts(name, run, sink.cwd)]
     for reason in exposed:
         sink.danger(reason)
@@ -173,7 +175,7 @@ def _run(name: str, run: _Run, sink: Sink) -> None:
     inner = ((run.entrypoint,) if run.entrypoint else ()) + run.command
     if inner:
         mounts = _followed(run.mounts, sink.cwd)
-        sink.run_in_container(tuple(_on_host(w, mounts) for w in inner), bool(exposed))
+        sink.run_in_container(tuple(_on_host(w, mounts) for w in inner), bool(exposed) or shares_processes)
 
 
 _MAX_FOLLOWED = 64
@@ -227,4 +229,47 @@ def _exec(name: str, args: tuple[str, ...], sink: Sink) -> None:
         sink.run_in_container(args[i + 1 :], privileged)
 
 
-RULES: dict[str, Rule] = {"docker": container, "podman": container, "nerdctl": container, "docker-compose": container}
+# ---------------------------------------------------------------- bubblewrap
+
+_BWRAP_TWO = (
+    "--bind --bind-try --dev-bind --dev-bind-try --ro-bind --ro-bind-try --symlink --setenv --file "
+    "--bind-data --ro-bind-data --chmod --bind-fd --ro-bind-fd"
+)
+_BWRAP_ONE = (
+    "--args --argv0 --unsetenv --lock-file --sync-fd --remount-ro --exec-label --file-label --proc --dev "
+    "--tmpfs --mqueue --dir --seccomp --add-seccomp-fd --block-fd --userns-block-fd --info-fd "
+    "--json-status-fd --cap-add --cap-drop --uid --gid --hostname --chdir --userns --userns2 --pidns "
+    "--perms --size --overlay-src --tmp-overlay --ro-overlay"
+)
+# How many words each option takes (flags: none).
+_BWRAP_WORDS = {**{o: 2 for o in _BWRAP_TWO.split()}, "--overlay": 3, **{o: 1 for o in _BWRAP_ONE.split()}}
+_BWRAP_WRITABLE = frozenset({"--bind", "--bind-try", "--dev-bind", "--dev-bind-try"})
+
+
+def bwrap(name: str, args: tuple[str, ...], sink: Sink) -> None:
+    """bubblewrap: a writable ``--bind SRC DEST`` of a system folder exposes the host
+    (``--ro-bind`` is the usual sandbox view); the command runs with the host's processes
+    unless ``--unshare-pid``/``--unshare-all``, so its findings then count in full."""
+    run = _Run()
+    own_pids = False
+    i = 0
+    while i < len(args) and args[i].startswith("--"):
+        option, count = args[i], _BWRAP_WORDS.get(args[i], 0)
+        values = args[i + 1 : i + 1 + count]
+        own_pids = own_pids or option in ("--unshare-pid", "--unshare-all")
+        if option in _BWRAP_WRITABLE and len(values) == 2:  # read-only binds are the sandbox's usual view
+            run.mounts.append((values[0], values[1]))
+        elif option == "--cap-add" and values and values[0].upper().removeprefix("CAP_") in _ESCAPING_CAPS:
+            run.exposures.append(f"--cap-add {values[0]}")
+        i += 1 + count
+    run.command = args[i + 1 :] if args[i : i + 1] == ("--",) else args[i:]
+    _run(name, run, sink, shares_processes=not own_pids)
+
+
+RULES: dict[str, Rule] = {
+    "docker": container,
+    "podman": container,
+    "nerdctl": container,
+    "docker-compose": container,
+    "bwrap": bwrap,
+}
