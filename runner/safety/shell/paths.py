@@ -48,7 +48,7 @@ RC_FILES = frozenset(
 _CREDENTIAL_FILES = frozenset({".netrc", ".pgpass", ".git-credentials"})
 # Every path sensitive_write flags contains one of these; most paths contain none.
 _MAYBE_SENSITIVE = LazyPattern(
-    r"etc|\.ssh|rc|\.env|profile|bash_log|zlog|zshenv|netrc|pgpass|credentials|\.fish|history"
+    r"etc|\.ssh|rc|\.env|profile|bash_log|zlog|zshenv|netrc|pgpass|credentials|\.fish|history|git"
 )
 
 
@@ -148,6 +148,8 @@ def sensitive_write(path: str, cwd: str | None = None) -> str | None:
         return f"write to credentials file {name}"
     if name.startswith(".") and (name.endswith("_history") or name == ".history"):
         return f"write to shell history file {name} (covering tracks)"
+    if "/.git/hooks/" in f"/{norm}" or f"/{norm}".endswith("/.git/config") or name == ".gitconfig":
+        return "write to git hooks or configuration (run by later git commands)"
     if norm.endswith(".aws/credentials"):
         return "write to credentials file .aws/credentials"
     return None

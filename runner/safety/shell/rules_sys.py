@@ -9,6 +9,7 @@ from runner.lazyre import LazyPattern
 from runner.safety.shell.common import Rule, Sink, Traits, has_long, parse_args
 from runner.safety.shell.payloads import scan_sql
 from runner.safety.shell.rules_exec import exec_value
+from runner.safety.shell.rules_written import git_hooks, package_scripts
 
 # ---------------------------------------------------------------- power and processes
 
@@ -161,6 +162,8 @@ _GIT_REMOTE_SUBS = frozenset({"clone", "fetch", "pull", "ls-remote", "push", "ar
 
 
 def git(name: str, args: tuple[str, ...], sink: Sink) -> None:
+    if sink.written:
+        git_hooks(sink)
     i = _git_globals(args, sink)
     if i >= len(args):
         return
@@ -245,6 +248,8 @@ def package(name: str, args: tuple[str, ...], sink: Sink) -> None:
         sink.danger(f"package uninstall ({name})")
     if words and words[0] in _PUBLISH.get(name, ()):
         sink.danger(f"package publish ({name} {words[0]})")
+    if name in ("npm", "yarn", "pnpm"):
+        package_scripts(name, args, sink)
 
 
 _PUBLISHERS: dict[str, tuple[str, ...]] = {

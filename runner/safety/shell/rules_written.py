@@ -8,12 +8,13 @@ command: a shell script (``sh x``, ``./x``, ``. x``, ``source x``, ``BASH_ENV=x`
 x``), an interpreter's program (``python3 x.py``: like ``python -c``, dangerous unless it
 only computes), a Makefile (``make``: its recipes and ``$(shell ...)`` are shell commands),
 a test file (``pytest``: ``test_*.py``, ``*_test.py``, ``conftest.py`` and named files are
-imported). Running a written file is dangerous whatever it holds, and hardline when what
+imported), a git hook (any git command), a ``package.json`` (its scripts, for npm, yarn, pnpm). Running a written file is dangerous whatever it holds, and hardline when what
 it runs is; when its content cannot be seen it is dangerous.
 """
 
 from __future__ import annotations
 
+import json
 import posixpath
 from collections.abc import Callable
 
@@ -114,8 +115,7 @@ def _run_makefiles(named: list[str], folder: str | None, sink: Sink) -> None:
 
 
 def _run_makefile(text: str, sink: Sink) -> None:
-    for command in makefile_commands(text):
-        sink.run_script(command)
+    _run_all(makefile_commands(text), sink)
 
 
 def makefile_commands(text: str) -> list[str]:
@@ -161,6 +161,42 @@ def pytest(name: str, args: tuple[str, ...], sink: Sink) -> None:
     for key in list(sink.written):
         if key in named or _TEST_FILE.fullmatch(posixpath.basename(key)):
             run_written_key(key, sink, "a test file", lambda text: run_code(text, sink, "interpreter"))
+
+
+# ---------------------------------------------------------------- git hooks, package scripts
+
+
+def git_hooks(sink: Sink) -> None:
+    """A git command runs the hooks in ``.git/hooks``: any written in this command line."""
+    for key in [k for k in sink.written if "/.git/hooks/" in f"/{k}"]:
+        run_written_key(key, sink, "a git hook", lambda text: run_code(text, sink, "shell"))
+
+
+def package_scripts(name: str, args: tuple[str, ...], sink: Sink) -> None:
+    """npm, yarn and pnpm run the ``scripts`` of ``package.json`` (``npm test``, ``npm run
+    X``, install hooks): when the command line wrote it, every script is a command."""
+    if not sink.written or "--ignore-scripts" in args:
+        return
+    prefix = next((args[i + 1] for i, a in enumerate(args[:-1]) if a in ("--prefix", "--cwd", "-C", "--dir")), None)
+    path = posixpath.join(prefix, "package.json") if prefix else "package.json"
+    run_written(path, sink, "a package.json", lambda text: _run_all(_package_scripts(text), sink))
+
+
+def _package_scripts(text: str) -> list[str]:
+    """The script commands of a package.json; text that is not JSON is read as one script."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return [text]
+    scripts = data.get("scripts") if isinstance(data, dict) else None
+    if not isinstance(scripts, dict):
+        return []
+    return [v for v in scripts.values() if isinstance(v, str)]
+
+
+def _run_all(commands: list[str], sink: Sink) -> None:
+    for command in commands:
+        sink.run_script(command)
 
 
 RULES: dict[str, Rule] = {
