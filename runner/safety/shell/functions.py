@@ -9,6 +9,7 @@ there as well), and tells this scanner about the few tokens that delimit a body:
   definition; its body is the next ``{ ... }`` group or ``( ... )`` subshell (anything
   else: unknown body);
 * ``{`` and ``}`` where a command starts (``{`` also right after ``if``/``then``/``do``/...),
+  while a body is open or about to start (the nesting only matters relative to a body),
   and ``function NAME {`` without parentheses;
 * ``(`` and ``)`` of subshells, with the tokenizer's nesting count.
 
@@ -48,7 +49,12 @@ class FunctionScanner:
         self.found: list[FunctionDef] = []
         self._pending: dict[int, str] = {}  # offset where a body must start -> function name
         self._open: list[_Body] = []
-        self._braces = 0  # "{" groups open at command position
+        self._braces = 0  # "{" groups open at command position since the scanner watched
+
+    @property
+    def watching(self) -> bool:
+        """A body is open or about to start: ``{`` and ``}`` must be counted."""
+        return bool(self._open or self._pending)
 
     def header(self, words: list[Word], pos: int) -> int:
         """At ``(`` (``pos`` just after it) following ``words``: when this is ``NAME ()`` or

@@ -66,7 +66,7 @@ class _Parser(WordReader):
         pending: list[_PendingHeredoc] = []
         skel: list[str] = []
         parens = 0  # open subshell parentheses inside this script
-        functions: FunctionScanner | None = None  # made at the first "{", "}" or "NAME ("
+        functions: FunctionScanner | None = None  # made at the first "NAME (" or "function NAME {"
 
         def end_command() -> None:
             if words or redirects:
@@ -88,7 +88,9 @@ class _Parser(WordReader):
             if kind == "whole":  # the common case, kept cheap
                 self.pos = m.end()
                 value = m.group("plain")
-                if value == "{" or value == "}":
+                if (value == "{" or value == "}") and (
+                    (functions is not None and functions.watching) or (value == "{" and len(words) >= 2)
+                ):  # braces count only while a body may be open; "function NAME {" opens one
                     functions = functions or FunctionScanner(text)
                     functions.brace(value, words, m.start("plain"), self.pos)
                 words.append(self._maybe_array(Word(value)) if value[-1] == "=" else Word(value))
@@ -136,15 +138,17 @@ class _Parser(WordReader):
                         words.append(self.arith_command())
                         skel.append("A")
                         continue
-                    functions = functions or FunctionScanner(text)
-                    after = functions.header(words, self.pos) if words else -1
-                    if after >= 0:  # NAME (): a function definition, not a subshell
-                        self.pos = after
-                        skel.append("( )")
-                        end_pipeline()
-                        continue
+                    if words:
+                        functions = functions or FunctionScanner(text)
+                        after = functions.header(words, self.pos)
+                        if after >= 0:  # NAME (): a function definition, not a subshell
+                            self.pos = after
+                            skel.append("( )")
+                            end_pipeline()
+                            continue
                     parens += 1
-                    functions.paren_opened(parens, self.pos - 1)
+                    if functions is not None:
+                        functions.paren_opened(parens, self.pos - 1)
                 skel.append(op)
                 if op in ("|", "|&"):
                     end_command()
