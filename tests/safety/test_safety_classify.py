@@ -159,6 +159,7 @@ def test_unanalysable_input_is_dangerous(command: str) -> None:
     "command",
     [
         "rm -rf /\necho 'unterminated",  # bash runs line one before the syntax error
+        "sudo chown -R nobody /etc\necho 'unterminated",  # issue 29: recursive owner change of a system folder
         "r''m -rf / ; echo $(",
         "a;" * 6000 + "reboot",
         "x" * 200_000 + "; rm -rf /",
