@@ -34,7 +34,10 @@ REPEATS = 5
 # 512k-character inputs: separators, substitutions, quotes, here-documents, nesting.
 ADVERSARIAL_UNITS = (";&|", "a;", "a|", "$(", "`", "'a' ", "<<a ", "${IFS}", "rm -rf x; ", ":(){ :|:& };",
                      "{a,b}", "{", "echo a | xargs rm -rf; ", "echo x >> a.sh; bash a.sh; ", "x=$y; $x ",
-                     "git -c core.pager=x log; ")  # fmt: skip
+                     "git -c core.pager=x log; ",
+                     # issue 29: function bodies, aliases, executors, containers, written Makefiles
+                     "{ ", "f(){ f; }; f; ", "alias a=b; a ", "parallel x {1} ::: a b; ",
+                     "docker run -v /:/h a x /h; ", "printf 'all:\\n\\tx\\n' > Makefile; make; ")  # fmt: skip
 
 
 def per_command_us(command: str) -> float:

@@ -159,6 +159,7 @@ def test_unanalysable_input_is_dangerous(command: str) -> None:
     "command",
     [
         "rm -rf /\necho 'unterminated",  # bash runs line one before the syntax error
+        "sudo chown -R nobody /etc\necho 'unterminated",  # issue 29: recursive owner change of a system folder
         "r''m -rf / ; echo $(",
         "a;" * 6000 + "reboot",
         "x" * 200_000 + "; rm -rf /",
@@ -186,7 +187,32 @@ SHAPES = ["a;", ";", "a|", "a&&", "a\n", "$(", "`", "'a' ", '"', "\\", "<<a ", "
           "{a,b}", "{,}", "{", "{}", "{a{", "x{1..9}", "{a,b} ", "echo a | xargs rm -rf; ", "xargs -I{} sh -c {} ",
           "IFS=,; ", "x=$y; $x ", "echo x >> a.sh; ", "bash a.sh; ", "source <(echo x); ", "python3 -c 'os' ",
           "git -c core.pager=x log; ", "vim -c x ", "awk 'BEGIN{system(1)}' ", "exec(b64decode('cm0=')) ",
-          "tar --to-command=x ", "echo cm0= | base64 -d | sh; "]  # fmt: skip
+          "tar --to-command=x ", "echo cm0= | base64 -d | sh; ",
+          # issue 29: definitions, executors, containers, written files, environment
+          "{ ", "} ", "f() ", "function f { ", "f(){ f; }; f; ", "alias a=b; a ", "alias a='b '; a a ",
+          "parallel x {1}{2} ::: a b ::: c; ", "echo x | at now; ", "tmux new -d x \\; ", "screen -dmS a x ",
+          "docker run -v /:/h a x /h; ", "printf 'all:\\n\\tx\\n' > Makefile; make; ", "cp a b; sh b; ",
+          "export PATH=/x:$PATH; ", "hyperfine -L a 1,2 'x {a}' "]  # fmt: skip
+
+
+def _definitions_and_mounts() -> list[str]:
+    """Inputs that pair many uses with many bodies, or many mounts with many words (issue 29)."""
+    return [
+        "a; " * 1000 + "".join(f"a(){{ x{i}; }}; " for i in range(1000)),
+        "".join(f"alias a{i}=a{i + 1}; " for i in range(3000)) + "a0",
+        'f(){ rm -rf "$1"; }; ' + "".join(f"f {i}; " for i in range(4000)),
+        "f0(){ :; }; " + "".join(f"f{i + 1}(){{ f{i} 1; f{i} 2; f{i} 3; }}; " for i in range(40)) + "f40",
+        "docker run " + " ".join(f"-v /{i}:/m{i}" for i in range(3000)) + " alpine " + "/m1 " * 3000,
+        "".join(f"echo a > test_{i}.py; " for i in range(2000)) + "pytest",
+    ]
+
+
+@pytest.mark.parametrize("command", _definitions_and_mounts(), ids=lambda c: c[:30])
+def test_many_definitions_or_mounts_are_classified_quickly(command: str) -> None:
+    start = time.process_time()
+    verdict = classify(command)
+    assert time.process_time() - start < 2.0
+    assert verdict.level in ("safe", "dangerous", "hardline")
 
 
 def test_512k_separator_heavy_input_is_classified_in_under_2_seconds() -> None:

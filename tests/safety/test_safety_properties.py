@@ -120,6 +120,18 @@ STRING_WRAPPERS = (
     "xargs -I{{}} sh -c '{{}}' <<< {q}",
     "GIT_SSH_COMMAND={q} git fetch",
     'c={q}; eval "$c"',
+    # issue 29: the body of an alias or function runs where the name is used
+    "alias x={q}; x",
+    'f() {{ eval "$1"; }}; f {q}',
+    "x; alias x={q}",
+    "printf '%s\\n' {q} | at now",
+    "batch <<< {q}",
+    "parallel ::: {q}",
+    "parallel sh -c ::: {q}",
+    "tmux new -d {q}",
+    "hyperfine {q}",
+    "docker run --rm -v /:/host alpine sh -c {q}",
+    "echo {q} > job.sh; crontab <<< '@reboot sh job.sh'",
 )
 PREFIX_WRAPPERS = ("timeout 10", "timeout --signal=KILL 5", "nice -n 19", "nohup", "stdbuf -oL", "setsid -f",
                    "ionice -c3", "chrt -i 0", "command", "exec", "time")  # fmt: skip
@@ -136,6 +148,7 @@ def test_a_multi_line_command_in_any_string_wrapper_keeps_its_level() -> None:
         if RANK[classify(wrapper.format(q=shlex.quote(command))).level] < RANK[classify(command).level]
     ]
     assert lowered == []
+
 
 @SETTINGS
 @given(st.sampled_from(HARDLINE + DANGEROUS), st.sampled_from(STRING_WRAPPERS))
@@ -156,6 +169,21 @@ def test_a_script_written_then_run_keeps_hardline(command: str) -> None:
     script = f"printf '%s\\n' {shlex.quote(command)} > job.sh"
     assert classify(f"{script}; bash job.sh").level == "hardline"
     assert classify(f"{script} && chmod +x job.sh && ./job.sh").level == "hardline"
+
+
+_SINGLE_LINE = [c for c in HARDLINE if "\n" not in c and "$" not in c]
+
+
+@SETTINGS
+@given(st.sampled_from(_SINGLE_LINE))
+def test_a_makefile_or_test_file_written_then_run_keeps_hardline(command: str) -> None:
+    """issue 29: ``make`` runs a Makefile's recipes, ``pytest`` imports test files."""
+    recipe = shlex.quote(f"all:\n\t{command}\n")
+    assert classify(f"printf '%s' {recipe} > Makefile; make").level == "hardline"
+    if command.isascii() and command.isprintable():  # else repr() escapes what the classifier folds
+        program = shlex.quote(f"import os\nos.system({command!r})\n")
+        assert classify(f"printf '%s' {program} > test_x.py; pytest -q").level == "hardline"
+    assert classify(f"printf '%s\\n' {shlex.quote(command)} > a; cp a b.sh; sh b.sh").level == "hardline"
 
 
 # ---------------------------------------------------------------- brace expansion (issue 13)
@@ -194,3 +222,19 @@ def test_brace_expansion_above_the_cap_fails_closed() -> None:
     assert verdict.level == "dangerous"
     assert verdict.reasons[-1].endswith("failing closed")
     assert classify("mkfs.ext4 " + "{,}" * 13 + "/dev/sda1").level == "hardline"
+
+
+# ---------------------------------------------------------------- containers (issue 29)
+
+_abs_path = st.lists(st.sampled_from(["/", "etc", "usr", "x", "..", "*", "tmp", "/bin"]), min_size=1, max_size=6).map(
+    lambda parts: "/" + "".join(parts)
+)
+
+
+@SETTINGS
+@given(_abs_path, st.sampled_from(["/h", "/host", "/mnt/root"]))
+def test_a_command_on_a_mount_of_root_is_as_severe_as_on_the_host(path: str, target: str) -> None:
+    """With ``-v /:TARGET`` the container's TARGET/p is the host's /p."""
+    on_host = classify(f"rm -rf {shlex.quote(path)}").level
+    inside = classify(f"docker run --rm -v /:{target} alpine rm -rf {shlex.quote(target + path)}").level
+    assert RANK[inside] >= max(RANK[on_host], RANK["dangerous"])

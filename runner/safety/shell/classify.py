@@ -4,8 +4,8 @@ The pipeline: normalise the text (``normalize.py``), split it into simple comman
 (``split.py``), and for each command expand what we statically can (``expand.py``), peel
 wrappers (``unwrap.py``), and apply the rules for the command that actually runs
 (``rules*.py``). Text a command *executes* (``bash -c``, ``eval``, here-documents fed to
-a shell, ``echo ... | sh``) is classified recursively; text a command only *receives*
-(``echo "rm -rf /"``) is not.
+a shell, ``echo ... | sh``, the body of an alias or function it uses: ``defs.py``) is
+classified recursively; text a command only *receives* (``echo "rm -rf /"``) is not.
 
 Anything we cannot analyse fails closed: over 128k characters, unparseable, nested too
 deep, too many commands or too much re-parsed text is "dangerous", and "hardline" when a
@@ -19,13 +19,25 @@ from typing import Literal
 
 from runner.lazyre import LazyPattern
 from runner.safety.shell.common import MAX_WRITTEN, NO_TRAITS, TOO_LARGE, Traits, check_write
-from runner.safety.shell.expand import ASSIGNMENT, UNKNOWN, expand, stdin_text, strip_keywords
+from runner.safety.shell.defs import (
+    Definitions,
+    Expansion,
+    Kind,
+    Use,
+    assigned_definitions,
+    body_traits,
+    called,
+    expansion,
+)
+from runner.safety.shell.expand import ASSIGNMENT, ELEMENT, UNKNOWN, expand, stdin_text, strip_keywords
 from runner.safety.shell.normalize import normalize
 from runner.safety.shell.paths import normalize_path
 from runner.safety.shell.payloads import coarse_hardline, is_fork_bomb, scan_sql
-from runner.safety.shell.rules import run_rules
-from runner.safety.shell.rules_exec import exec_value, runs_code
-from runner.safety.shell.rules_net import canonical_name, replay_transform, run_code
+from runner.safety.shell.rules import STDIN_COMMANDS, run_rules
+from runner.safety.shell.rules_exec import runs_code
+from runner.safety.shell.rules_net import canonical_name, replay_transform
+from runner.safety.shell.rules_shell import check_assignment
+from runner.safety.shell.rules_written import run_code
 from runner.safety.shell.split import parse
 from runner.safety.shell.syntax import MAX_DEPTH, Command, ParseBudget, ParseError, Redirect, Script, render
 from runner.safety.shell.unwrap import unwrap
@@ -93,6 +105,12 @@ class _Context:
         self._budget = ParseBudget(2 * len(text) + _REPARSE_SLACK)
         self._depth = -1
         self._top = text.strip()
+        self._defs = Definitions()
+        self._expanding: set[str] = set()  # names whose body is being examined: a use inside is not expanded
+        self._expanded: dict[tuple[str | None, str | None, int], tuple[Traits, bool]] = {}  # by text, cwd, variables
+        self._findings = 0  # findings reported so far (a body examined again flags its use if it had any)
+        self._vars_version = 0
+        self._contained = 0  # inside a container that does not expose the host: hardline counts as dangerous
 
     def hard_found(self) -> tuple[str, ...]:
         """The hardline reasons found before the classification stopped."""
@@ -105,12 +123,17 @@ class _Context:
     # ------------------------------------------------------------------ Sink
 
     def hard(self, reason: str) -> None:
+        if self._contained and reason != "fork bomb":
+            self.danger(f"{reason} (inside a container)")
+            return
         self._hard[reason] = None
         self._flagged[self._top] = None
+        self._findings += 1
 
     def danger(self, reason: str) -> None:
         self._danger[reason] = None
         self._flagged[self._top] = None
+        self._findings += 1
 
     def run_script(self, text: str) -> None:
         """Examine shell text that will be executed, one nesting level down."""
@@ -127,6 +150,14 @@ class _Context:
         finally:
             self._depth -= 1
 
+    def run_in_container(self, argv: tuple[str, ...], host_exposed: bool) -> None:
+        contained = 0 if host_exposed else 1
+        self._contained += contained
+        try:
+            self.run_argv(argv)
+        finally:
+            self._contained -= contained
+
     def _enter(self) -> None:
         self._depth += 1
         if self._depth > MAX_DEPTH:
@@ -139,8 +170,11 @@ class _Context:
         script's output when every pipeline's output is known."""
         if is_fork_bomb(script.skeleton):
             self.hard("fork bomb")
+        for fn in script.functions:
+            self._define(fn.name, "function", fn.body)
         downloads = decodes = False
         outputs: list[str] | None = []
+        reader: Traits | None = None
         for pipeline in script.pipelines:
             texts = [render(c) for c in pipeline.commands]
             if self._depth == 0:
@@ -151,8 +185,10 @@ class _Context:
                 outputs = None if out is None else [*outputs, out]
             downloads = downloads or any(t.downloads for t in traits)
             decodes = decodes or any(t.decodes for t in traits)
+            if reader is None and self._expanding:  # only a body's reader is asked for
+                reader = _reader(traits)
         output = "\n".join(o.rstrip("\n") for o in outputs) if outputs else None
-        return _Flow(downloads, decodes, output)
+        return _Flow(downloads, decodes, output, reader)
 
     def _command(self, cmd: Command, text: str) -> Traits:
         self._segments.append(text)
@@ -218,8 +254,9 @@ class _Context:
         """Remember files this command writes, with their text when it is known, so a
         script written and then run in the same command line is examined."""
         for r in redirects:
-            if r.op in _WRITE_OPS and r.fd in ("", "1"):
-                self._remember(r.target.value, text, append=r.op in (">>", "&>>"))
+            if r.op in _WRITE_OPS:
+                known = text if r.fd in ("", "1") else None  # stderr or another descriptor: unknown
+                self._remember(r.target.value, known, append=r.op in (">>", "&>>"))
 
     def _remember(self, path: str, text: str | None, append: bool = False) -> None:
         key = normalize_path(path, self.cwd)
@@ -251,6 +288,20 @@ class _Context:
             argv = step.argv
         if not argv:
             return _RAN_CODE if ran_code else NO_TRAITS
+        traits = self._simple(argv)
+        if argv[0] not in self._expanding:  # a use of an alias or function runs its bodies too
+            found = self._defs.use(argv, self.cwd, self._top)
+            if found:
+                traits = called(traits, [self._examine(f) for f in found])
+        if stdin is not None:
+            self._feed(traits, stdin)
+            if len(argv) == 1 and canonical_name(argv[0]) == "cat":
+                return Traits(stdout_text=stdin)
+        return traits
+
+    def _simple(self, argv: tuple[str, ...]) -> Traits:
+        """The rules for one unwrapped command; builtins that change what the classifier
+        knows (``cd``, ``export``, ``alias``) update it."""
         name = canonical_name(argv[0])
         if UNKNOWN.search(argv[0], _known_prefix(argv[0])):
             self.danger("command name comes from an expansion the classifier cannot resolve")
@@ -261,14 +312,12 @@ class _Context:
             for arg in argv[1:]:
                 self._assign(arg, standalone=True)
             return NO_TRAITS
+        if name == "alias":
+            self._aliases(argv[1:])
+            return NO_TRAITS
         if name in _SILENT:
             return Traits(stdout_text="")
-        traits = run_rules(argv, self)
-        if stdin is not None:
-            self._feed(traits, stdin)
-            if name == "cat" and len(argv) == 1:
-                return Traits(stdout_text=stdin)
-        return traits
+        return run_rules(argv, self)
 
     def _xargs(self, argv: tuple[str, ...], stdin: str | None) -> Traits:
         """``xargs [opts] CMD``: CMD runs with words read from stdin. Unknown input may be
@@ -282,8 +331,8 @@ class _Context:
     def _xargs_run(self, template: tuple[str, ...], replace_str: str | None, text: str | None) -> None:
         if replace_str is not None:
             items = [_UNKNOWN_INPUT] if text is None else [line for line in text.split("\n") if line.strip()]
-            if text is not None and len(items) > 1:  # also as one item: a payload split over lines is judged whole (fail closed)
-                items.insert(0, text.strip())
+            if text is not None and len(items) > 1:
+                items.insert(0, text.strip())  # also as one item: a payload split over lines is judged whole
             for item in items[:_XARGS_ITEMS]:
                 self.run_argv(tuple(a.replace(replace_str, item) for a in template))
         else:
@@ -296,6 +345,9 @@ class _Context:
             self.run_script(stdin)
         elif traits.stdin_exec == "interpreter":
             run_code(stdin, self, "interpreter")
+        elif traits.stdin_exec in STDIN_COMMANDS:
+            for command in STDIN_COMMANDS[traits.stdin_exec](stdin):
+                self.run_script(command)
         if traits.sql:
             scan_sql(stdin, self)
         if traits.xargs is not None:
@@ -334,6 +386,56 @@ class _Context:
             if r.op in _WRITE_OPS or (r.op == ">&" and not (target.isdigit() or target == "-")):
                 check_write(target, self, how="redirect")
 
+    # ------------------------------------------------------------------ aliases and functions
+
+    def _aliases(self, args: tuple[str, ...]) -> None:
+        """``alias NAME=VALUE ...``: VALUE is examined now (as a function's body is where it is
+        written) and with the arguments of every use."""
+        for arg in args:
+            name, eq, value = arg.partition("=")
+            if eq and name and not name.startswith("-"):
+                self._define(name, "alias", value)
+                self._examine(expansion(name, "alias", value, Use((), self.cwd, self._top)))
+
+    def _define(self, name: str, kind: Kind, body: str | None) -> None:
+        for found in self._defs.define(name, kind, body):
+            self._examine(found, deferred=True)
+
+    def _examine(self, found: Expansion, deferred: bool = False) -> Traits:
+        """Examine the text a use runs, once per text, working directory and variables (a
+        text seen before flags this use too when it had findings). A deferred one (a use met
+        before the definition) runs where the use was met."""
+        key = (found.text, found.use.cwd, self._vars_version)
+        known = self._expanded.get(key)
+        if known is not None:
+            if known[1]:
+                self._flagged[found.use.top] = None
+            return known[0]
+        self._expanded[key] = (NO_TRAITS, False)
+        saved, before = (self.cwd, self._top), self._findings
+        if deferred:
+            self.cwd, self._top = found.use.cwd, found.use.top
+        self._expanding.add(found.name)
+        try:
+            traits = self._body(found)
+        finally:
+            self._expanding.discard(found.name)
+            if deferred:
+                self.cwd, self._top = saved
+        self._expanded[key] = (traits, self._findings > before)
+        return traits
+
+    def _body(self, found: Expansion) -> Traits:
+        if found.text is None:
+            self.danger(f"runs function {found.name}, whose body the classifier cannot delimit")
+            return NO_TRAITS
+        self._enter()
+        try:
+            flow = self._script(parse(found.text, self._budget, self._depth))
+        finally:
+            self._depth -= 1
+        return body_traits(flow.reader, flow.output)
+
     # ------------------------------------------------------------------ state
 
     def _cd(self, args: tuple[str, ...]) -> None:
@@ -346,16 +448,17 @@ class _Context:
         self.cwd = path if path.startswith("/") else None
 
     def _assign(self, word: str, standalone: bool) -> None:
+        for name, kind, body in assigned_definitions(word):
+            self._define(name, kind, body)
+            self._examine(expansion(name, kind, body, Use((), self.cwd, self._top)))
         m = ASSIGNMENT.match(word)
         if not m:
             return
         name, value = m.groups()
-        if name == "DOCKER_HOST":
-            self.danger("DOCKER_HOST (talks to another Docker daemon)")
-        if name in _EXEC_VARS and value:
-            exec_value(value, self, f"{name}=")
+        check_assignment(name, value, word[len(name)] == "+", self)
         if standalone:
             self._vars[name] = value
+            self._vars_version += 1
 
     def _assignments(self, argv: tuple[str, ...]) -> tuple[str, ...]:
         """Strip leading ``NAME=value`` words; remember them when nothing else follows.
@@ -363,7 +466,7 @@ class _Context:
         ``HOME=/x rm -rf $HOME`` expands ``$HOME`` before the assignment applies, so a
         prefix assignment must not change how later words of the same command expand."""
         i = 0
-        while i < len(argv) and ASSIGNMENT.match(argv[i]):
+        while i < len(argv) and (ASSIGNMENT.match(argv[i]) or ELEMENT.match(argv[i])):
             i += 1
         for word in argv[:i]:
             self._assign(word, standalone=i == len(argv))
@@ -375,6 +478,7 @@ class _Flow:
     downloads: bool
     decodes: bool
     output: str | None  # what the script prints, when it is known
+    reader: Traits | None = None  # the first command that executes what it reads on stdin
 
 
 _NO_FLOW = _Flow(False, False, None)
@@ -390,6 +494,14 @@ def _known_prefix(word: str) -> int:
     return m.end() if m else 0
 
 
+def _reader(traits: list[Traits]) -> Traits | None:
+    """The first command of a pipeline that executes what it reads on stdin."""
+    for t in traits:
+        if t.stdin_exec or t.xargs is not None or t.sql:
+            return t
+    return None
+
+
 def _head_substituted(cmd: Command) -> bool:
     """Does the command word (after any ``NAME=value``) come from a substitution?"""
     for word in cmd.words:
@@ -401,12 +513,6 @@ def _head_substituted(cmd: Command) -> bool:
 _SILENT = frozenset({"true", "false", ":"})
 _UNKNOWN_INPUT = "${xargs_input}"  # an argument xargs reads that we cannot see
 _XARGS_ITEMS = 64
-# Environment variables whose value a program runs as a command.
-_EXEC_VARS = frozenset(
-    {"GIT_SSH_COMMAND", "GIT_SSH", "GIT_PAGER", "PAGER", "MANPAGER", "GIT_EDITOR", "EDITOR", "VISUAL",
-     "GIT_EXTERNAL_DIFF", "GIT_SEQUENCE_EDITOR", "GIT_ASKPASS", "SSH_ASKPASS", "GIT_PROXY_COMMAND",
-     "LESSOPEN", "LESSCLOSE", "BASH_ENV", "ENV", "PROMPT_COMMAND", "SUDO_ASKPASS", "BROWSER"}
-)  # fmt: skip
 _XARGS_VALUE = frozenset(
     {"-a", "-d", "-E", "-L", "-n", "-P", "-s", "--arg-file", "--delimiter", "--eof", "--max-lines",
      "--max-args", "--max-procs", "--max-chars", "--process-slot-var"}

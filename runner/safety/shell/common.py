@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from runner.safety.shell.paths import is_block_device, is_sysrq, normalize_path, sensitive_write
+from runner.safety.shell.paths import is_block_device, is_sysrq, kernel_write, normalize_path, sensitive_write
 
 
 class Sink(Protocol):
@@ -34,6 +34,12 @@ class Sink(Protocol):
     def run_script(self, text: str) -> None:
         """Examine shell text this command will run (``bash -c``, ``os.system``)."""
 
+    def run_in_container(self, argv: tuple[str, ...], host_exposed: bool) -> None:
+        """Examine a command a container runs. Unless ``host_exposed`` (a host mount of a
+        system folder, ``--privileged``, ...), only the container's own files and
+        processes are in reach: a hardline finding (other than a fork bomb) counts as
+        dangerous."""
+
 
 @dataclass(frozen=True)
 class Traits:
@@ -42,7 +48,7 @@ class Traits:
     downloads: bool = False  # fetches from the network (curl, wget)
     decodes: bool = False  # turns encoded input into something else (base64 -d, xxd -r)
     transform: str | None = None  # "base64" | "rev": a decoding we can replay on known text
-    stdin_exec: str | None = None  # "shell" | "interpreter": executes the program on stdin
+    stdin_exec: str | None = None  # "shell" | "interpreter" | "crontab" | "make": executes what is on stdin
     shellish: bool = False  # executes its arguments as code (shells, eval, source, python)
     socket: bool = False  # raw network socket (nc, socat, telnet)
     interactive: bool = False  # an interactive shell (bash -i)
@@ -127,21 +133,28 @@ MAX_WRITTEN = 256 * 1024
 TOO_LARGE = "\x00(a script too large to examine)"  # compared by identity: written text beyond MAX_WRITTEN
 
 
-def written_text(path: str, sink: Sink) -> str | None:
-    """The known text of a file written earlier in the same command, or None."""
-    if not sink.written:
-        return None
-    return sink.written.get(normalize_path(path, sink.cwd))
+def record_write(path: str, sink: Sink, text: str | None = None, keep: bool = False) -> None:
+    """Remember that the command line writes ``path``, with ``text`` when it is known (see
+    ``rules_written.py``). ``keep``: a file already written keeps its text (``touch``)."""
+    key = normalize_path(path, sink.cwd)
+    if not (keep and key in sink.written):
+        sink.written[key] = text
+
+
+def written(path: str, sink: Sink) -> str | None:
+    """The known text of a file written earlier in the same command line, else None."""
+    return sink.written.get(normalize_path(path, sink.cwd)) if sink.written else None
 
 
 def check_write(path: str, sink: Sink, how: str = "write") -> None:
-    """Report a write to ``path``: block devices and the sysrq trigger are hardline,
-    configuration, keys and secrets files need a decision."""
+    """Report a write to ``path``: block devices and the sysrq trigger are hardline;
+    configuration, keys, secrets files and kernel settings (``/proc/sys``, ``/sys``) need a
+    decision."""
     if is_block_device(path):
         sink.hard(f"{how} to block device {path}")
-    elif is_sysrq(path):
+    elif is_sysrq(path, sink.cwd):
         sink.hard("write to /proc/sysrq-trigger (reboot or crash)")
     else:
-        reason = sensitive_write(path, sink.cwd)
+        reason = sensitive_write(path, sink.cwd) or kernel_write(path, sink.cwd)
         if reason:
             sink.danger(reason)

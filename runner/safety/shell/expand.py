@@ -18,6 +18,7 @@ from runner.safety.shell.braces import brace_expand
 from runner.safety.shell.syntax import Redirect, Word
 
 ASSIGNMENT = LazyPattern(r"^([A-Za-z_]\w*)\+?=(.*)$", re.S)
+ELEMENT = LazyPattern(r"^[A-Za-z_]\w*\[[^\]]*\]\+?=", re.S)  # an array element: a[1]=x
 _VAR_REF = LazyPattern(r"\$(?:\{([A-Za-z_]\w*)\}|([A-Za-z_]\w*))")
 UNKNOWN = LazyPattern(r"\$[({A-Za-z_]|`")  # an expansion still unresolved in a word
 

@@ -47,7 +47,9 @@ RC_FILES = frozenset(
 )  # fmt: skip
 _CREDENTIAL_FILES = frozenset({".netrc", ".pgpass", ".git-credentials"})
 # Every path sensitive_write flags contains one of these; most paths contain none.
-_MAYBE_SENSITIVE = LazyPattern(r"etc|\.ssh|rc|\.env|profile|bash_log|zlog|zshenv|netrc|pgpass|credentials|\.fish")
+_MAYBE_SENSITIVE = LazyPattern(
+    r"etc|\.ssh|rc|\.env|profile|bash_log|zlog|zshenv|netrc|pgpass|credentials|\.fish|history|git"
+)
 
 
 def normalize_path(path: str, cwd: str | None = None) -> str:
@@ -144,10 +146,33 @@ def sensitive_write(path: str, cwd: str | None = None) -> str | None:
         return f"write to environment file {name}"
     if name in _CREDENTIAL_FILES:
         return f"write to credentials file {name}"
+    if name.startswith(".") and (name.endswith("_history") or name == ".history"):
+        return f"write to shell history file {name} (covering tracks)"
+    if "/.git/hooks/" in f"/{norm}" or f"/{norm}".endswith("/.git/config") or name == ".gitconfig":
+        return "write to git hooks or configuration (run by later git commands)"
     if norm.endswith(".aws/credentials"):
         return "write to credentials file .aws/credentials"
     return None
 
 
-def is_sysrq(path: str) -> bool:
-    return "sysrq" in path and normalize_path(path) == "/proc/sysrq-trigger"
+def is_sysrq(path: str, cwd: str | None = None) -> bool:
+    return "sysrq" in path and normalize_path(path, cwd) == "/proc/sysrq-trigger"
+
+
+_PROC_FD = LazyPattern(r"^/proc/(?:self|thread-self|\d+)(?:/task/\d+)?/fd/")
+
+
+def kernel_write(path: str, cwd: str | None = None) -> str | None:
+    """Why writing to ``path`` changes the running kernel or a device (``/proc/sys``,
+    ``/sys``, other ``/proc`` files), or None. A process's own descriptors
+    (``/proc/self/fd/1``) are only its output."""
+    if "proc" not in path and "sys" not in path and not (cwd and ("proc" in cwd or "sys" in cwd)):
+        return None
+    norm = normalize_path(path, cwd)
+    if norm == "/proc/sys" or norm.startswith("/proc/sys/"):
+        return "write under /proc/sys (kernel settings)"
+    if norm == "/sys" or norm.startswith("/sys/"):
+        return "write under /sys (kernel and device settings)"
+    if norm.startswith("/proc/") and not _PROC_FD.match(norm):
+        return "write under /proc (kernel and process settings)"
+    return None

@@ -188,6 +188,14 @@ _COARSE: tuple[tuple[str, LazyPattern, str], ...] = (
         ),
         "recursive delete of / or a system directory",
     ),
+    (
+        "ch",
+        LazyPattern(
+            r"ch(?:mod|own|grp)(?<![\w./-]ch...)\s++(?:-\S*+\s++)*?(?:-[^\s-]*?R\S*+|--recursive)\s++"
+            r"(?:-\S*+\s++)*+\S++\s++(?:-\S*+\s++)*+(?:/|~|\$HOME|\$\{HOME\}|/" + _SYS + r")/?\*?(?=[\s;&|)]|$)"
+        ),
+        "recursive mode or owner change of / or a system directory",
+    ),
     ("kill", LazyPattern(r"kill(?<![\w-]kill)\s++(?:-\S++\s++)*?-1\b"), "kill -1"),
     ("init", LazyPattern(r"init(?<![\w-]init)\s++[06]\b"), "shutdown or reboot"),
     (

@@ -8,10 +8,31 @@ Commands whose arguments are only text (``echo``, ``grep``, ``git commit -m``) a
 
 from __future__ import annotations
 
-from runner.safety.shell import rules_exec, rules_fs, rules_net, rules_sys
+from runner.safety.shell import (
+    rules_container,
+    rules_exec,
+    rules_fs,
+    rules_net,
+    rules_run,
+    rules_shell,
+    rules_sys,
+    rules_written,
+)
 from runner.safety.shell.common import NO_TRAITS, Rule, Sink, Traits
 
-RULES: dict[str, Rule] = {**rules_fs.RULES, **rules_net.RULES, **rules_sys.RULES, **rules_exec.RULES}
+RULES: dict[str, Rule] = {
+    **rules_fs.RULES,
+    **rules_net.RULES,
+    **rules_sys.RULES,
+    **rules_exec.RULES,
+    **rules_shell.RULES,
+    **rules_run.RULES,
+    **rules_container.RULES,
+    **rules_written.RULES,
+}
+
+# Programs that read a list of shell commands in another format on stdin (Traits.stdin_exec).
+STDIN_COMMANDS = {"crontab": rules_run.crontab_commands, "make": rules_written.makefile_commands}
 
 INERT = frozenset(
     {"echo", "printf", "grep", "egrep", "fgrep", "zgrep", "rg", "ag", "ack", "true", "false", ":",
@@ -32,7 +53,7 @@ def run_rules(argv: tuple[str, ...], sink: Sink) -> Traits:
     if not _inert(name, args):
         rules_net.scan_args(args, sink)
     if "/" in argv[0]:
-        rules_net.run_file(argv[0], sink, "shell")
+        rules_written.run_file(argv[0], sink, "shell")
     if argv[0].startswith(("$(", "`")):  # the output of a command is run as a command
         traits = Traits(shellish=True) if traits is None else traits
     return traits or NO_TRAITS

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import posixpath
 import re
 
 from runner.lazyre import LazyPattern
-from runner.safety.shell.common import Parsed, Rule, Sink, Traits, check_write, has_long, parse_args
+from runner.safety.shell.common import (
+    Parsed,
+    Rule,
+    Sink,
+    Traits,
+    check_write,
+    has_long,
+    parse_args,
+    record_write,
+    written,
+)
 from runner.safety.shell.paths import is_block_device, normalize_path, protected_target
 from runner.safety.shell.rules_exec import exec_value, runs_code
+from runner.safety.shell.unwrap import command_name
 
 
 def rm(name: str, args: tuple[str, ...], sink: Sink) -> None:
@@ -37,6 +49,7 @@ _FIND_NEUTRAL = frozenset(
      "-nowarn", "-warn", "-true"}
 )  # fmt: skip
 _FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
+_PER_FILE_RECURSIVE = frozenset({"chmod", "chown", "chgrp"})  # run on every file: the same as their -R
 
 
 def find(name: str, args: tuple[str, ...], sink: Sink) -> None:
@@ -62,7 +75,10 @@ def find(name: str, args: tuple[str, ...], sink: Sink) -> None:
     for argv in execs:
         if runs_code(argv):
             sink.danger(f"find -exec runs code ({argv[0]})")
-        sink.run_argv(tuple(a.replace("{}", placeholder) for a in argv))
+        run = tuple(a.replace("{}", placeholder) for a in argv)
+        if protected and not filtered and run and command_name(run[0]) in _PER_FILE_RECURSIVE:
+            run = (run[0], "-R", *run[1:])  # on every file under a protected start: a recursive change
+        sink.run_argv(run)
         if any("{}" in a and a != "{}" for a in argv):  # a string that holds {}: a command of its own
             sink.run_argv(argv)  # (``sh -c 'find / -exec rm -rf {} +'``) is judged as written too
 
@@ -144,6 +160,7 @@ def dd(name: str, args: tuple[str, ...], sink: Sink) -> None:
     for arg in args:
         if arg.startswith("of="):
             check_write(arg[3:], sink, how="dd")
+            record_write(arg[3:], sink)
 
 
 _COPY_VALUE = "tSmog"
@@ -163,6 +180,7 @@ def copy(name: str, args: tuple[str, ...], sink: Sink) -> None:
         sources = operands[:-1]
     else:
         sources = []
+    _record_copies(sources, target_dir, operands[-1] if operands and not target_dir else None, sink)
     if name == "mv":
         for src in sources:
             what = protected_target(src, sink.cwd)
@@ -172,10 +190,24 @@ def copy(name: str, args: tuple[str, ...], sink: Sink) -> None:
                 check_write(src, sink, how="move")
 
 
+def _record_copies(sources: list[str], folder: str | None, dest: str | None, sink: Sink) -> None:
+    """The copies hold their source's text when the command line wrote it: DEST itself, or
+    the file of that name in DEST or the ``-t`` folder."""
+    for src in sources:
+        text = written(src, sink)
+        base = posixpath.basename(src.rstrip("/"))
+        if folder is not None:
+            record_write(posixpath.join(folder, base), sink, text)
+        elif dest is not None:
+            record_write(dest, sink, text)
+            record_write(posixpath.join(dest, base), sink, text)
+
+
 def tee(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
     targets = parse_args(args).operands
     for target in targets:
         check_write(target, sink)
+        record_write(target, sink)  # the text, when stdin is known, arrives with it
     return Traits(transform="identity", tees=targets)
 
 
@@ -184,6 +216,7 @@ def touch_like(name: str, args: tuple[str, ...], sink: Sink) -> None:
     parsed = parse_args(args, with_value="sdrt", long_with_value="--size --reference --date")
     for target in parsed.operands:
         check_write(target, sink)
+        record_write(target, sink, keep=name == "touch")
 
 
 def sed(name: str, args: tuple[str, ...], sink: Sink) -> None:
@@ -195,6 +228,7 @@ def sed(name: str, args: tuple[str, ...], sink: Sink) -> None:
     files = parsed.operands if script_given else parsed.operands[1:]
     for target in files:
         check_write(target, sink)
+        record_write(target, sink)
 
 
 # tar options whose value is a command tar runs: always a decision; compressors may be
@@ -278,22 +312,25 @@ def _world_writable_symbolic(mode: str) -> bool:
 
 
 def chown(name: str, args: tuple[str, ...], sink: Sink) -> None:
+    """chown and chgrp; ``-R`` of ``/``, a system folder or a home is hardline."""
     parsed = parse_args(args, long_with_value="--reference --from")
     if not parsed.operands:
         return
     owner, files = parsed.operands[0], parsed.operands[1:]
     recursive = "R" in parsed.short or has_long(parsed, "--recursive")
-    if recursive and owner.split(":")[0].split(".")[0] in ("root", "0"):
+    if name == "chown" and recursive and owner.split(":")[0].split(".")[0] in ("root", "0"):
         sink.danger("chown -R to root")
     _recursive_on_system(parsed, files, sink, name)
 
 
 def _recursive_on_system(parsed: Parsed, files: tuple[str, ...], sink: Sink, what: str) -> None:
+    """Changing the mode or owner of every file of the system or a home cannot be undone:
+    sudo, ssh and the login shell stop working."""
     if "R" in parsed.short or has_long(parsed, "--recursive"):
         for target in files:
             where = protected_target(target, sink.cwd)
             if where:
-                sink.danger(f"recursive {what} of {where}")
+                sink.hard(f"recursive {what} of {where}")
 
 
 def _executes_download(files: tuple[str, ...], sink: Sink) -> None:
@@ -327,4 +364,5 @@ RULES: dict[str, Rule] = {
     "tar": tar,
     "chmod": chmod,
     "chown": chown,
+    "chgrp": chown,
 }

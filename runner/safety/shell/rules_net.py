@@ -16,10 +16,11 @@ from functools import lru_cache
 from urllib.parse import urlsplit
 
 from runner.lazyre import LazyPattern
-from runner.safety.shell.common import TOO_LARGE, Rule, Sink, Traits, check_write, has_long, parse_args, written_text
+from runner.safety.shell.common import Rule, Sink, Traits, check_write, has_long, parse_args, record_write
 from runner.safety.shell.normalize import decode_ansi_c
 from runner.safety.shell.payloads import code_risk, scan_code
 from runner.safety.shell.rules_exec import awk_program
+from runner.safety.shell.rules_written import pytest, run_file
 from runner.safety.shell.unwrap import SHELLS, command_name
 
 _VERSION_SUFFIX = LazyPattern(r"[\d.]+$")
@@ -73,39 +74,9 @@ def source(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
     return Traits(shellish=True, stdin_exec="shell" if stdin else None, lang="shell")
 
 
-_CODE_SUFFIXES = (".py", ".pl", ".rb", ".js", ".mjs", ".cjs", ".php", ".lua", ".ts")
-
-
-def run_file(path: str, sink: Sink, lang: str) -> None:
-    """A script file is run: downloaded in this command, or written with known text?"""
-    if path.rsplit("/", 1)[-1] in sink.downloaded:
-        sink.danger("download then execute")
-    text = written_text(path, sink)
-    if text is TOO_LARGE:
-        sink.danger("runs a script written by the same command, too large to examine")
-    elif text is not None:
-        sink.danger("runs a script written by the same command")
-        run_code(text, sink, "interpreter" if path.endswith(_CODE_SUFFIXES) else lang)
-
-
-def run_code(text: str, sink: Sink, lang: str) -> None:
-    """Run ``text`` as a shell script or as an interpreter's program (by its ``#!`` line)."""
-    first = text.lstrip().split("\n", 1)[0]
-    if lang == "interpreter" or (first.startswith("#!") and not any(s in first for s in SHELLS)):
-        scan_code(text, sink)
-        reason = code_risk(text)
-        if reason:
-            sink.danger(reason)
-    else:
-        sink.run_script(text)
-
-
 def interpreter(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
     if name in ("deno", "bun"):
-        if len(args) >= 2 and args[0] in ("run", "x") and "://" in args[1]:
-            sink.danger("runs code straight from the network")
-        if len(args) >= 2 and args[0] == "eval":
-            scan_code(args[1], sink)
+        _deno_bun(args, sink)
         return Traits(shellish=True)
     with_value, long_value, code_opts = _CODE_SYNTAX[name]
     parsed = parse_args(args, with_value=with_value, long_with_value=long_value, stop_at_operand=True)
@@ -118,16 +89,32 @@ def interpreter(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
     if name in ("perl", "ruby") and "i" in parsed.short:  # in-place edit of every operand
         for target in parsed.operands:
             check_write(target, sink)
+            record_write(target, sink)
     module = parsed.values.get("-m") if name == "python" else None
     if module == "pip" and parsed.operands[:1] == ("uninstall",):
         sink.danger("package uninstall (pip)")
     if module == "twine" and parsed.operands[:1] == ("upload",):
         sink.danger("package publish (twine upload)")
+    if module == "pytest":
+        pytest("pytest", parsed.operands, sink)
     script = parsed.operands[0] if parsed.operands and not codes and module is None else None
     if script and script != "-":
         run_file(script, sink, "interpreter")
     reads_stdin = (not codes and module is None and not parsed.operands) or script == "-"
     return Traits(shellish=True, stdin_exec="interpreter" if reads_stdin else None, lang="interpreter")
+
+
+def _deno_bun(args: tuple[str, ...], sink: Sink) -> None:
+    """``deno run URL`` runs code from the network; ``deno run FILE`` / ``bun FILE`` a file;
+    ``deno eval CODE`` inline code."""
+    if len(args) >= 2 and args[0] in ("run", "x") and "://" in args[1]:
+        sink.danger("runs code straight from the network")
+    if len(args) >= 2 and args[0] == "eval":
+        scan_code(args[1], sink)
+    rest = args[1:] if args[:1] == ("run",) else args
+    script = next((a for a in rest if not a.startswith("-")), None)
+    if script is not None and "://" not in script:
+        run_file(script, sink, "interpreter")
 
 
 def awk(name: str, args: tuple[str, ...], sink: Sink) -> None:

@@ -1,5 +1,5 @@
 """Rules for commands that act on the system, its services and processes, on version
-control, packages, containers and databases."""
+control, packages, infrastructure and databases."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from runner.lazyre import LazyPattern
 from runner.safety.shell.common import Rule, Sink, Traits, has_long, parse_args
 from runner.safety.shell.payloads import scan_sql
 from runner.safety.shell.rules_exec import exec_value
+from runner.safety.shell.rules_written import git_hooks, package_scripts
 
 # ---------------------------------------------------------------- power and processes
 
@@ -110,6 +111,14 @@ def killall(name: str, args: tuple[str, ...], sink: Sink) -> None:
         sink.danger("killall")
 
 
+def sysctl(name: str, args: tuple[str, ...], sink: Sink) -> None:
+    """``sysctl -w key=value``, ``sysctl key=value``, ``-p``/``--system``: kernel settings change."""
+    parsed = parse_args(args, with_value="p", long_with_value="--load --pattern")
+    loads = "p" in parsed.short or has_long(parsed, "--load", "--system")
+    if loads or "w" in parsed.short or has_long(parsed, "--write") or any("=" in op for op in parsed.operands):
+        sink.danger("kernel setting change (sysctl)")
+
+
 # ---------------------------------------------------------------- git
 
 _GIT_GLOBAL_VALUE = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--super-prefix", "--config-env"})
@@ -153,6 +162,8 @@ _GIT_REMOTE_SUBS = frozenset({"clone", "fetch", "pull", "ls-remote", "push", "ar
 
 
 def git(name: str, args: tuple[str, ...], sink: Sink) -> None:
+    if sink.written:
+        git_hooks(sink)
     i = _git_globals(args, sink)
     if i >= len(args):
         return
@@ -237,6 +248,8 @@ def package(name: str, args: tuple[str, ...], sink: Sink) -> None:
         sink.danger(f"package uninstall ({name})")
     if words and words[0] in _PUBLISH.get(name, ()):
         sink.danger(f"package publish ({name} {words[0]})")
+    if name in ("npm", "yarn", "pnpm"):
+        package_scripts(name, args, sink)
 
 
 _PUBLISHERS: dict[str, tuple[str, ...]] = {
@@ -280,26 +293,7 @@ def dpkg_like(name: str, args: tuple[str, ...], sink: Sink) -> None:
         sink.danger(f"package uninstall ({name})")
 
 
-# ---------------------------------------------------------------- containers and infra
-
-
-def docker(name: str, args: tuple[str, ...], sink: Sink) -> None:
-    i = 0
-    while i < len(args) and args[i].startswith("-"):
-        arg = args[i]
-        if arg in ("-H", "--host") or arg.startswith(("--host=", "-H")):
-            sink.danger("docker -H (talks to another Docker daemon)")
-        i += 2 if arg in ("-H", "--host", "-c", "--context", "--config", "-l", "--log-level") else 1
-    rest = args[i:]
-    if rest[:2] in (("system", "prune"), ("volume", "prune"), ("volume", "rm")):
-        sink.danger(f"docker {rest[0]} {rest[1]}")
-    if rest[:1] in (("run",), ("create",)) and "--privileged" in rest:
-        sink.danger("docker --privileged")
-    if rest[:1] == ("push",) or rest[:2] in (("image", "push"), ("manifest", "push"), ("buildx", "imagetools")):
-        sink.danger(f"{name} push (publishes an image)")
-    compose = rest[1:] if rest[:1] == ("compose",) else rest if name == "docker-compose" else ()
-    if compose[:1] == ("down",) and ({"-v", "--volumes"} & set(compose)):
-        sink.danger("docker compose down -v (deletes volumes)")
+# ---------------------------------------------------------------- infrastructure
 
 
 def infra(name: str, args: tuple[str, ...], sink: Sink) -> None:
@@ -312,14 +306,6 @@ def infra(name: str, args: tuple[str, ...], sink: Sink) -> None:
     }[name]
     if destroys:
         sink.danger(f"{name} {words[0]}")
-
-
-def crontab(name: str, args: tuple[str, ...], sink: Sink) -> None:
-    parsed = parse_args(args, with_value="u")
-    if "r" in parsed.short:
-        sink.danger("crontab -r (removes all cron jobs)")
-    elif parsed.operands or "e" in parsed.short:
-        sink.danger("crontab change")
 
 
 # ---------------------------------------------------------------- firewall and accounts
@@ -426,6 +412,7 @@ RULES: dict[str, Rule] = {
     "systemctl": systemctl,
     "loginctl": loginctl,
     "service": service,
+    "sysctl": sysctl,
     "kill": kill,
     "pkill": pkill,
     "killall": killall,
@@ -437,13 +424,9 @@ RULES: dict[str, Rule] = {
     "dpkg": dpkg_like,
     "rpm": dpkg_like,
     "pacman": dpkg_like,
-    "docker": docker,
-    "podman": docker,
-    "docker-compose": docker,
     "kubectl": infra,
     "helm": infra,
     "terraform": infra,
-    "crontab": crontab,
     **{p: publisher for p in _PUBLISHERS if p not in ("uv", "helm")},
     **{f: iptables for f in ("iptables", "ip6tables", "iptables-legacy", "iptables-nft", "ip6tables-legacy")},
     "nft": nft,

@@ -11,7 +11,8 @@ enough of bash to find every place a command can start:
 * redirections with their targets, and here-documents, whose bodies are kept as data
   (substitutions in an unquoted here-document still run, so they are parsed too);
 * ``(( ... ))`` arithmetic and ``name=( ... )`` arrays, so their ``<<`` and parentheses
-  are not mistaken for here-documents or subshells.
+  are not mistaken for here-documents or subshells;
+* function definitions (``NAME () { ...; }``), whose body text ``functions.py`` finds.
 
 Anything it cannot make sense of raises ``ParseError``, which the classifier treats as
 dangerous.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import re
 
 from runner.lazyre import LazyPattern
+from runner.safety.shell.functions import FunctionScanner
 from runner.safety.shell.syntax import MAX_DEPTH, Command, ParseBudget, ParseError, Pipeline, Redirect, Script, Word
 from runner.safety.shell.words import WordReader
 
@@ -63,7 +65,8 @@ class _Parser(WordReader):
         redirects: list[Redirect] = []
         pending: list[_PendingHeredoc] = []
         skel: list[str] = []
-        parens = 0  # open subshell / function-definition parentheses inside this script
+        parens = 0  # open subshell parentheses inside this script
+        functions: FunctionScanner | None = None  # made at the first "NAME (" or "function NAME {"
 
         def end_command() -> None:
             if words or redirects:
@@ -85,6 +88,11 @@ class _Parser(WordReader):
             if kind == "whole":  # the common case, kept cheap
                 self.pos = m.end()
                 value = m.group("plain")
+                if (value == "{" or value == "}") and (
+                    (functions is not None and functions.watching) or (value == "{" and len(words) >= 2)
+                ):  # braces count only while a body may be open; "function NAME {" opens one
+                    functions = functions or FunctionScanner(text)
+                    functions.brace(value, words, m.start("plain"), self.pos)
                 words.append(self._maybe_array(Word(value)) if value[-1] == "=" else Word(value))
                 skel.append(value)
                 continue
@@ -122,13 +130,25 @@ class _Parser(WordReader):
                     if parens == 0 and end == ")":
                         break
                     parens = max(parens - 1, 0)
+                    if functions is not None:
+                        functions.paren_closed(parens, self.pos)
                 elif op == "(":
                     if not words and text.startswith("(", self.pos):
                         self.pos -= 1
                         words.append(self.arith_command())
                         skel.append("A")
                         continue
+                    if words:
+                        functions = functions or FunctionScanner(text)
+                        after = functions.header(words, self.pos)
+                        if after >= 0:  # NAME (): a function definition, not a subshell
+                            self.pos = after
+                            skel.append("( )")
+                            end_pipeline()
+                            continue
                     parens += 1
+                    if functions is not None:
+                        functions.paren_opened(parens, self.pos - 1)
                 skel.append(op)
                 if op in ("|", "|&"):
                     end_command()
@@ -142,7 +162,7 @@ class _Parser(WordReader):
         end_pipeline()
         if pending:  # here-document never terminated: bash reads to EOF, so do we
             self._heredoc_bodies(pending)
-        return Script(tuple(pipelines), " ".join(skel))
+        return Script(tuple(pipelines), " ".join(skel), functions.finish() if functions else ())
 
     def _maybe_array(self, word: Word) -> Word:
         if not word.quoted and word.value.endswith("=") and self.text.startswith("(", self.pos):

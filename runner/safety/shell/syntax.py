@@ -1,5 +1,6 @@
 """The tree the tokenizer produces: scripts of pipelines of simple commands, whose words
-may carry command substitutions (themselves scripts). Plus the parse limits.
+may carry command substitutions (themselves scripts), and the functions a script defines.
+Plus the parse limits.
 
 ``render`` turns a simple command back into one canonical line: that text is what the
 verdict lists as a segment, and what ``allow:`` patterns are matched against.
@@ -91,9 +92,21 @@ class Pipeline:
 
 
 @dataclass(frozen=True, slots=True)
+class FunctionDef:
+    """``NAME () BODY`` or ``function NAME [()] BODY``. Its commands stay in the script's
+    pipelines where they were written; this names the body's source text (``{ ...; }`` or
+    ``( ... )``) so a call can be examined with its arguments, or None when the body is a
+    compound command the parser does not delimit (``f() if ...; fi``)."""
+
+    name: str
+    body: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Script:
     pipelines: tuple[Pipeline, ...]
     skeleton: str  # operators and unquoted words only: structure without quoted text
+    functions: tuple[FunctionDef, ...] = ()  # functions defined in this script (not in substitutions)
 
 
 _SAFE_WORD = LazyPattern(r"[\w@%+=:,./~*?^!#{}\[\]-]+")

@@ -104,6 +104,9 @@ _SPECS: dict[str, _Spec] = {
     "unshare": _spec("--propagation --setgroups --map-user --map-group -R --root -w --wd -S -G"),
     "flock": _spec("-w --timeout -E --conflict-exit-code", positionals=1),
     "catchsegv": _spec(),
+    "daemonize": _spec("-c -e -o -p -l -u -E"),
+    "xvfb-run": _spec("-e -f -n -p -s -w --error-file --auth-file --server-num --xauth-protocol --server-args --wait"),
+    "caffeinate": _spec("-t -w"),
 }
 
 
@@ -187,28 +190,49 @@ def _shell(argv: tuple[str, ...]) -> Step | None:
         return None
     if i >= len(argv):
         return Step(())
-    return Step((), payloads=(_with_positionals(argv[i], argv[i + 1 :]),))
+    return Step((), payloads=(with_positionals(argv[i], argv[i + 1 :]),))
 
 
-_POSITIONAL = LazyPattern(r"\$(?:\{([0-9@*])\}|([0-9@*]))")
+_PARAM = r"\$(?:\{(?P<braced>[0-9@*])\}|(?P<bare>[0-9@*]))"
+# Outside double quotes: an escape, a single-quoted string, "$@" whole, a double quote, a parameter.
+_OUTSIDE = LazyPattern(r"\\.|'[^']*'|(?P<all>\"\$(?:\{@\}|@)\")|\"|" + _PARAM, re.S)
+_INSIDE = LazyPattern(r"\\.|\"|" + _PARAM, re.S)  # inside double quotes
+_DQ_SPECIAL = LazyPattern(r'([\\"$`])')
 
 
-def _with_positionals(payload: str, params: tuple[str, ...]) -> str:
+def with_positionals(payload: str, params: tuple[str, ...]) -> str:
     """``sh -c '"$0" -rf /' rm``: words after the payload are ``$0``, ``$1``, ...; put them
-    in, quoted, so the payload is examined with the values it will run with."""
+    in, quoted for where they stand (``"$1"`` and ``$1`` alike, ``"$@"`` one word each), so
+    the payload is examined with the values it will run with."""
     if not params or "$" not in payload:
         return payload
-    rest = " ".join(shlex.quote(p) for p in params[1:])
-    payload = payload.replace('"$@"', rest).replace('"${@}"', rest)  # one word per parameter
+    out: list[str] = []
+    pos = 0
+    in_dquote = False
+    while True:
+        m = (_INSIDE if in_dquote else _OUTSIDE).search(payload, pos)
+        if m is None:
+            out.append(payload[pos:])
+            return "".join(out)
+        out.append(payload[pos : m.start()])
+        pos = m.end()
+        token, group = m.group(), m.lastgroup
+        if group is None:  # an escape, a single-quoted string or a double quote
+            in_dquote = in_dquote != (token == '"')
+            out.append(token)
+        elif group == "all":
+            out.append(" ".join(map(shlex.quote, params[1:])))
+        else:
+            out.append(_parameter(m.group(group), params, in_dquote))
 
-    def value(m: re.Match[str]) -> str:
-        key = m.group(1) or m.group(2)
-        if key in "@*":
-            return rest
+
+def _parameter(key: str, params: tuple[str, ...], in_dquote: bool) -> str:
+    if key in "@*":
+        value = " ".join(params[1:])
+    else:
         index = int(key)
-        return shlex.quote(params[index]) if index < len(params) else ""
-
-    return _POSITIONAL.sub(value, payload)
+        value = params[index] if index < len(params) else ""
+    return _DQ_SPECIAL.sub(r"\\\1", value) if in_dquote else shlex.quote(value) if value else ""
 
 
 def _env(argv: tuple[str, ...]) -> Step:
@@ -227,7 +251,7 @@ def _env(argv: tuple[str, ...]) -> Step:
             break
         i += 2 if arg in ("-u", "--unset", "-C", "--chdir", "-P") else 1
     start = i
-    while i < len(argv) and _is_assignment(argv[i]):
+    while i < len(argv) and "=" in argv[i][1:]:  # env takes any NAME=VALUE (BASH_FUNC_f%%=...)
         i += 1
     return Step(tuple(argv[i:]), assignments=tuple(argv[start:i]))
 
