@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import BackendError
+from runner.safety.inside import LAUNCHER_MARK
 
 BWRAP = "bwrap"
 PACKAGE_HINT = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap)"
@@ -226,7 +227,7 @@ class Box:
         self._used = False  # nothing was asked of it yet: close() may end it without waiting
         source = Path(__file__).with_name("sandbox_init.py").read_text(encoding="utf-8")
         argv = [BWRAP, *bwrap_args(plan, tmp=tmp, empty_file=empty), "--"]
-        argv += [interpreter(), "-I", "-S", "-c", source, str(theirs.fileno())]
+        argv += [interpreter(), "-I", "-S", "-c", source, str(theirs.fileno()), LAUNCHER_MARK]
         try:
             self._proc = subprocess.Popen(
                 argv,

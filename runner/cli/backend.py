@@ -168,7 +168,28 @@ def _doctor_store(s: Any, add: Any) -> bool:
         add("store", False, f"{store.path}: quick_check: {problems[0]}{more}; {WHAT_TO_DO}")
         return False
     add("store", True, f"{store.path} (quick_check ok)")
+    url = s.database.url
+    if url is not None and _open_to_this_machine(str(url)):
+        add(
+            "store access",
+            True,
+            "the PostgreSQL store takes connections without a password from this machine: a sandboxed run "
+            "with network on could reach it (use password authentication, or sandbox: {network: false})",
+            warn=True,
+        )
     return True
+
+
+def _open_to_this_machine(url: str) -> bool:
+    """A PostgreSQL URL with no password whose server is on this machine (a socket or loopback)."""
+    from urllib.parse import parse_qs, urlsplit
+
+    parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    host = parts.hostname or (query.get("host") or [""])[0]
+    if parts.password or query.get("password"):
+        return False
+    return not host or host.startswith("/") or _is_this_machine(host)
 
 
 def _doctor_sandbox(add: Any, jobs: Any) -> None:

@@ -3,11 +3,13 @@
 A run's commands could otherwise answer the run's own parked approval, cancel or trigger runs,
 or reset keys with the operator's authority (``runner approvals grant`` in a background loop).
 The sandbox is the first line: it shows a run neither the store nor config.yaml. This check is
-the second, for ``sandbox: off`` and remote shells: a process is inside a run when
-``RUNNER_RUN_ID`` is set (every command of a run gets it), or when one of its ancestors is a
-runner process that runs agents (``run-job``, ``serve`` and its warm forkserver, ``kanban
-work``/``dispatch``, ``worker``). A command cannot change who its ancestors are: a run's process
-is the subreaper of what its commands start, so even a double fork stays below it.
+the second, for ``sandbox: off`` and for a PostgreSQL store a sandboxed run could reach over the
+network: a process is inside a run when ``RUNNER_RUN_ID`` is set (every command of a run gets
+it), or when one of its ancestors is a runner process that runs agents (``run-job``, ``serve`` and
+its warm forkserver, ``kanban work``/``dispatch``, ``worker``) or a sandbox's first process. A
+command cannot change who its ancestors are: a run's process is the subreaper of what its
+commands start, so even a double fork stays below it, and inside a sandbox every process
+descends from its first.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ RUNS_AGENTS = frozenset({("run-job",), ("serve",), ("worker",), ("kanban", "work
 #: modules run with ``python -m`` that belong to such a process tree (serve's forkserver, MCP bridges)
 AGENT_MODULES = frozenset({"runner.forks", "runner.mcp.bridge"})
 MAX_DEPTH = 64
+#: the last argument of a run's sandbox's first process (``backends.sandbox``): every process in
+#: the sandbox descends from it
+LAUNCHER_MARK = "runner-sandbox"
 
 
 def run_of(environ: Mapping[str, str] | None = None, pid: int | None = None) -> str | None:
@@ -57,9 +62,11 @@ def ancestors(pid: int) -> list[tuple[int, list[str]]]:
 
 
 def runs_agents(argv: Sequence[str]) -> bool:
-    """Is ``argv`` a runner process that runs agents (see ``RUNS_AGENTS``)?"""
+    """Is ``argv`` a runner process that runs agents (see ``RUNS_AGENTS``), or a sandbox's first process?"""
     from runner.secrets import command_path
 
+    if argv[-1:] == [LAUNCHER_MARK] and "-c" in argv:
+        return True
     for i, arg in enumerate(argv):
         if arg == "-m" and i + 1 < len(argv):
             module = argv[i + 1]

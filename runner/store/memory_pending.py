@@ -85,8 +85,8 @@ def insert(store: Store, hold: Hold, *, now: datetime | None = None) -> HeldNote
     """Store ``hold`` as pending; the note as stored."""
     note_id = new_id("m")
     store.execute(
-        "INSERT INTO memory_pending (id, scope, action, content, old_text, findings, run_id, job, held_at, status) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO memory_pending (id, scope, action, content, old_text, findings, run_id, job, held_at, status, seq) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM memory_pending))",
         (
             note_id,
             hold.scope,
@@ -112,7 +112,7 @@ def get(store: Store, note_id: str) -> HeldNote | None:
 
 def pending(store: Store) -> list[HeldNote]:
     """Every note still waiting for the operator, oldest first."""
-    rows = store.query("SELECT * FROM memory_pending WHERE status=? ORDER BY held_at, id", (HeldState.PENDING,))
+    rows = store.query("SELECT * FROM memory_pending WHERE status=? ORDER BY seq", (HeldState.PENDING,))
     return [HeldNote.from_row(r) for r in rows]
 
 

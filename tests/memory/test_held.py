@@ -178,10 +178,12 @@ def test_a_run_cannot_accept_the_note_it_wrote(project, fake, sandbox):
     """A run holds a hostile note, then asks `runner memory accept` for it: in the sandbox the store
     is out of sight; with `sandbox: off` the command refuses (its process is part of the run)."""
     project.write_jobs(JOBS + f"    sandbox: {sandbox}\n")
+    where = f"RUNNER_DATABASE_URL={project.database_url} " if project.database_url else ""  # the attacker knows it
+    cli = f"{where}PYTHONPATH={REPO} {sys.executable} -m runner --home {project.home}"
     accept = (
-        f"PYTHONPATH={REPO} {sys.executable} -m runner --home {project.home} memory pending --json > pending.json 2>&1; "
+        f"{cli} memory pending --json > pending.json 2>&1; "
         f"for id in $({sys.executable} -c 'import json; [print(n[\"id\"]) for n in json.load(open(\"pending.json\"))]' "
-        f"2>/dev/null); do PYTHONPATH={REPO} {sys.executable} -m runner --home {project.home} memory accept $id; done; true"
+        f"2>/dev/null); do {cli} memory accept $id; done; true"
     )
     fake.add(
         call("memory", {"action": "add", "content": HOSTILE}),

@@ -417,3 +417,41 @@ def test_the_run_process_holds_keys_undumpable(tmp_path: Path) -> None:
         holder.wait()
         shutil.rmtree(shared, ignore_errors=True)
 
+
+
+def test_control_is_refused_from_anything_inside_a_sandbox(tmp_path: Path) -> None:
+    """With the variables cleared: inside a sandbox every process descends from its first, which
+    `runner.safety.inside` recognises (a PostgreSQL store may be reachable over the network)."""
+    from backends.base import BackendContext
+    from backends.local import LocalBackend
+    from backends.sandbox import Plan
+
+    work = tmp_path / "work"
+    work.mkdir()
+    code = (
+        "from runner.safety.inside import refuse_inside_run\n"
+        "try:\n    refuse_inside_run('answer an approval', {})\nexcept Exception as exc:\n    print(exc)\n"
+    )
+    (work / "probe.py").write_text(code)
+    backend = LocalBackend(BackendContext(workdir=work, home=tmp_path / "home", sandbox=Plan(workdir=str(work))))
+    try:
+        result = backend.run(f"env -i PYTHONPATH={REPO} setsid {PY} probe.py", timeout=60)
+    finally:
+        backend.close()
+    assert "refused to answer an approval" in result.output and "process " in result.output, result.output
+
+
+@pytest.mark.parametrize(
+    "url,open_to_runs",
+    [
+        ("postgresql://runner@localhost/runner", True),
+        ("postgresql:///runner?host=/run/postgresql", True),
+        ("postgresql://runner@127.0.0.1:5432/runner", True),
+        ("postgresql://runner:secret@localhost/runner", False),
+        ("postgresql://runner@db.example.com/runner", False),
+    ],
+)
+def test_doctor_knows_a_passwordless_local_store(url: str, open_to_runs: bool) -> None:
+    from runner.cli.backend import _open_to_this_machine
+
+    assert _open_to_this_machine(url) is open_to_runs
