@@ -54,6 +54,7 @@ HOST_SOCKETS = (
     "/run/user",
 )
 CLOSE_WAIT_S = 3.0
+USER_ARGS = ("--unshare-user", "--cap-drop", "ALL")
 
 
 class Mount(enum.Enum):
@@ -135,37 +136,35 @@ def bwrap_args(plan: Plan, *, tmp: str | None, empty_file: str, cwd: str | None 
 def _user_args() -> list[str]:
     """A user namespace of its own (no capabilities outside it, also as root), and no nested
     ones where bubblewrap can refuse them (0.8 and later)."""
-    args = ["--unshare-user", "--cap-drop", "ALL"]
-    return [*args, "--disable-userns"] if _version() >= (0, 8) else args
+    return list(_setup()[1])
+
+
+def problem() -> str | None:
+    """Why no sandbox can start on this machine (bubblewrap missing, user namespaces off), or None."""
+    return _setup()[0]
 
 
 @functools.cache
-def _version() -> tuple[int, ...]:
-    try:
-        out = subprocess.run([BWRAP, "--version"], capture_output=True, text=True, timeout=10, check=False).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return ()
-    digits = out.strip().rpartition(" ")[2].split(".")
-    return tuple(int(d) for d in digits if d.isdigit())
-
-
-@functools.cache
-def problem(bwrap: str = BWRAP) -> str | None:
-    """Why no sandbox can start on this machine (bubblewrap missing, user namespaces off), or None.
-    Asked once per process: starting a tiny sandbox costs a few milliseconds."""
-    path = shutil.which(bwrap)
+def _setup() -> tuple[str | None, tuple[str, ...]]:
+    """(the problem, or None; the user-namespace options that work here), found once per process
+    by starting a tiny sandbox (a few milliseconds): with ``--disable-userns``, else without it
+    (bubblewrap before 0.8 does not know it)."""
+    path = shutil.which(BWRAP)
     if path is None:
-        return f"the sandbox needs bubblewrap, which is not installed: {PACKAGE_HINT}"
-    probe = [path, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--unshare-pid", *_user_args()]
-    try:
-        proc = subprocess.run([*probe, "--", "true"], capture_output=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"bubblewrap ({path}) cannot start a sandbox: {exc}"
-    if proc.returncode != 0:
-        why = proc.stderr.decode(errors="replace").strip().splitlines()
-        hint = " (are unprivileged user namespaces disabled? sysctl kernel.unprivileged_userns_clone=1)"
-        return f"bubblewrap ({path}) cannot start a sandbox: {why[-1] if why else 'exit ' + str(proc.returncode)}{hint}"
-    return None
+        return f"the sandbox needs bubblewrap, which is not installed: {PACKAGE_HINT}", ()
+    base = [path, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--unshare-pid"]
+    why = ""
+    for user in (USER_ARGS + ("--disable-userns",), USER_ARGS):
+        try:
+            proc = subprocess.run([*base, *user, "--", "true"], capture_output=True, timeout=30, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"bubblewrap ({path}) cannot start a sandbox: {exc}", ()
+        if proc.returncode == 0:
+            return None, user
+        lines = proc.stderr.decode(errors="replace").strip().splitlines()
+        why = lines[-1] if lines else f"exit {proc.returncode}"
+    hint = " (are unprivileged user namespaces disabled? sysctl kernel.unprivileged_userns_clone=1)"
+    return f"bubblewrap ({path}) cannot start a sandbox: {why}{hint}", ()
 
 
 def interpreter() -> str:

@@ -9,7 +9,10 @@ local backend ran commands on the host):
    process start, and end with the run);
 3. a 20-command job, ``run-job --replay`` end to end (the commands a real nightly job runs: git,
    grep, ls, cat, find, wc, python), main before against this tree (the sandbox on by default);
-4. a one-turn replayed run (no command), main before against this tree.
+4. a one-turn replayed run (no command), main before against this tree;
+and for 3 and 4 this tree with ``sandbox: off`` too, so the sandbox's own share shows apart from
+the rest of this tree's start (since issue 29 every ``run-job`` validates jobs.yaml and config.yaml
+itself: ~0.1 s of pydantic that main before's snapshot saved).
 
 Targets (issue 29): p50 per command within 15 ms of main before's; the 20-command job within
 1.3x of main before; the one-turn run within 150 ms of main before.
@@ -73,6 +76,10 @@ COMMANDS = [
 ] * 2
 
 JOBS = "jobs:\n  one:\n    prompt: Say ok\n    toolsets: [terminal, files]\n  twenty:\n    prompt: Look around\n    toolsets: [terminal, files]\n    max_iterations: 40\n"
+#: this tree also runs both jobs with ``sandbox: off``: what the sandbox itself adds to a run
+UNSANDBOXED = JOBS + "  one-off:\n    prompt: Say ok\n    toolsets: [terminal, files]\n    sandbox: off\n" + (
+    "  twenty-off:\n    prompt: Look around\n    toolsets: [terminal, files]\n    max_iterations: 40\n    sandbox: off\n"
+)
 
 
 def cassette(commands: list[str]) -> dict[str, object]:
@@ -115,7 +122,8 @@ def per_command(all_trees: list[Tree], runs: int) -> None:
 def runs_end_to_end(all_trees: list[Tree], runs: int) -> None:
     project = Path(tempfile.mkdtemp(prefix="bench-sandbox-project-"))
     try:
-        (project / "jobs.yaml").write_text(JOBS)
+        (project / "jobs.yaml").write_text(JOBS)  # main before knows no sandbox: key
+        (project / "jobs-here.yaml").write_text(UNSANDBOXED)
         (project / "README.md").write_text("# a project\n" + "import x\n" * 50)
         (project / "one.json").write_text(json.dumps(cassette([])))
         (project / "twenty.json").write_text(json.dumps(cassette(COMMANDS)))
@@ -123,15 +131,22 @@ def runs_end_to_end(all_trees: list[Tree], runs: int) -> None:
         for job in ("one", "twenty"):
             by_tree, envs = {}, {}
             for tree in all_trees:
+                jobs = project / ("jobs-here.yaml" if tree.name == "this tree" else "jobs.yaml")
                 home = project / f"home-{tree.name.replace(' ', '-')}"
-                envs[tree.name] = tree.env(RUNNER_HOME=str(home), RUNNER_JOBS=str(project / "jobs.yaml"))
+                envs[tree.name] = tree.env(RUNNER_HOME=str(home), RUNNER_JOBS=str(jobs))
                 by_tree[tree.name] = [tree.python, "-m", "runner", "run-job", job, "--replay", str(project / f"{job}.json")]
+            here = all_trees[0]
+            envs["this tree, sandbox: off"] = envs["this tree"]
+            by_tree["this tree, sandbox: off"] = [*by_tree["this tree"][:4], f"{job}-off", *by_tree["this tree"][5:]]
             timings = time_argv(by_tree, envs, project, runs)
             label = "one-turn replayed run (no command)" if job == "one" else "20-command job, replayed"
             side_by_side(f"  {label}", timings, "+150 ms" if job == "one" else "1.3x")
-            if len(timings) > 1:
-                here, before = timings["this tree"].wall, timings["main before"].wall
-                print(f"    this tree - main before: {1000 * (here - before):+.0f} ms, ratio {here / before:.2f}x")
+            sandbox = timings["this tree"].wall - timings["this tree, sandbox: off"].wall
+            print(f"    the sandbox's share: {1000 * sandbox:+.0f} ms ({here.name} with it / without it: "
+                  f"{timings['this tree'].wall / timings['this tree, sandbox: off'].wall:.2f}x)")
+            if "main before" in timings:
+                now, before = timings["this tree"].wall, timings["main before"].wall
+                print(f"    this tree - main before: {1000 * (now - before):+.0f} ms, ratio {now / before:.2f}x")
     finally:
         shutil.rmtree(project, ignore_errors=True)
 
