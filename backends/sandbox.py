@@ -2,8 +2,8 @@
 
 A ``Plan`` says what a sandbox shows of the host: the whole file system read-only, the writable
 folders (the workdir, ``allow_paths``, the job's ``sandbox.writable``) and a private ``/tmp`` (the
-host's holds other users' files and sockets; runner's own Python environment, when it lives
-there, is shown read-only),
+host's holds other users' files and sockets; runner's own Python environment and code, when they
+live there, are shown read-only),
 read-only islands inside those (the runner's control files), hidden paths (RUNNER_HOME,
 config.yaml, jobs.yaml, the sockets of host daemons: empty and read-only inside), and whether the
 host's network is shared. ``bwrap_args`` turns it into bubblewrap's options: new user, PID, IPC,
@@ -55,6 +55,8 @@ HOST_SOCKETS = (
 )
 CLOSE_WAIT_S = 3.0
 USER_ARGS = ("--unshare-user", "--cap-drop", "ALL")
+#: the folder holding runner's own packages (a checkout, or site-packages)
+RUNNER_ROOT = str(Path(__file__).resolve().parents[1])
 
 
 class Mount(enum.Enum):
@@ -87,7 +89,7 @@ class Plan:
                 real = os.path.realpath(path)
                 if os.path.lexists(real):
                     chosen[real] = kind
-        for prefix in (sys.prefix, sys.base_prefix):  # runner's own Python under /tmp stays usable
+        for prefix in (sys.prefix, sys.base_prefix, RUNNER_ROOT):  # runner's own Python and code under /tmp
             real = os.path.realpath(prefix)
             if _under(real, "/tmp") and real not in chosen and not any(
                 _under(real, p) for p, k in chosen.items() if k is Mount.WRITABLE
