@@ -49,7 +49,6 @@ class BackendContext:
     env_passthrough: tuple[str, ...] = ()
     #: variables every command of the run gets (the run's id and job, a kanban task's id and fence)
     env: Mapping[str, str] = field(default_factory=dict)
-    secret_values: tuple[str, ...] = ()
     output_cap: int = DEFAULT_OUTPUT_CAP
     #: the runner's control files and folders inside the workdir (Docker mounts them read-only)
     protected: tuple[Path, ...] = ()

@@ -204,7 +204,9 @@ class Run:
         assert self.control is not None, "protect() runs first"
         workdir = Path(self.req.workdir or self.job.workdir)
         plan = sandbox_plan(self.settings, self.job, self.control, workdir) if self.job.sandboxed else None
-        protected = tuple(sorted({*self.control.inside_workdir(), *masks_inside(self.settings, (str(workdir),))}))
+        protected: tuple[Path, ...] = ()  # what Docker mounts read-only over itself
+        if self.job.spec.backend.type == "docker":
+            protected = tuple(sorted({*self.control.inside_workdir(), *masks_inside(self.settings, (str(workdir),))}))
         ctx = BackendContext(
             workdir=workdir,
             home=self.settings.home,
@@ -216,7 +218,6 @@ class Run:
                 "RUNNER_JOB": self.job.name,
                 **(self.req.task.env() if self.req.task is not None else {}),
             },
-            secret_values=self.prepared.secrets,
             protected=protected,
             sandbox=plan,
         )
