@@ -455,3 +455,62 @@ def test_doctor_knows_a_passwordless_local_store(url: str, open_to_runs: bool) -
     from runner.cli.backend import _open_to_this_machine
 
     assert _open_to_this_machine(url) is open_to_runs
+
+
+UNPRIVILEGED = """
+import json, sys, tempfile
+from pathlib import Path
+from backends.base import BackendContext
+from backends.local import LocalBackend
+from backends.sandbox import Plan, problem
+work = Path(tempfile.mkdtemp(dir=sys.argv[1]))
+secret = work / "secret.txt"
+secret.write_text("hidden-31337")
+b = LocalBackend(BackendContext(workdir=work, home=work / "h", sandbox=Plan(workdir=str(work), hidden=(str(secret),))))
+out = {"problem": problem()}
+out["etc"] = b.run("touch /etc/runner-x 2>&1; echo $?", timeout=30).output
+out["id"] = b.run("id -u; ls /proc | grep -c '^[0-9]'", timeout=30).output
+out["secret"] = b.run("cat secret.txt; echo; echo written > mine.txt", timeout=30).output
+out["timeout"] = b.run("sleep 30", timeout=1).exit_code
+b.close()
+out["mine"] = (work / "mine.txt").read_text()
+print(json.dumps(out))
+"""
+
+
+def test_the_sandbox_as_an_unprivileged_user() -> None:
+    """A service account is how runner runs in production (CI runs as root): the same sandbox
+    through an unprivileged user namespace."""
+    import tempfile
+
+    python = "/usr/bin/python3"
+    if os.geteuid() != 0 or not os.access(python, os.X_OK):
+        pytest.skip("needs root (to become another user) and /usr/bin/python3")
+    if any(not os.access(p, os.R_OK | os.X_OK) or (os.stat(p).st_mode & 0o005) != 0o005 for p in [REPO, *REPO.parents]):
+        pytest.skip(f"{REPO} is not readable by other users")
+    shared = Path(tempfile.mkdtemp(prefix="runner-unprivileged-"))
+    os.chmod(shared, 0o777)
+
+    def as_nobody() -> None:
+        os.setgid(65534)
+        os.setuid(65534)
+
+    try:
+        res = subprocess.run(
+            [python, "-c", UNPRIVILEGED, str(shared)],
+            capture_output=True,
+            text=True,
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HOME": str(shared)},
+            preexec_fn=as_nobody,
+            timeout=120,
+        )
+        assert res.returncode == 0, res.stderr
+        out = json.loads(res.stdout)
+        assert out["problem"] is None
+        assert out["etc"].strip().endswith("1")  # read-only
+        uid, procs = out["id"].split()
+        assert uid == "65534" and int(procs) < 10  # its own PID namespace
+        assert "hidden-31337" not in out["secret"] and out["mine"] == "written\n"
+        assert out["timeout"] == 124
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
