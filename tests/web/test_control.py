@@ -9,7 +9,6 @@ import importlib.util
 import subprocess
 import sys
 import time
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +17,10 @@ import pytest
 pytest.importorskip("starlette", reason="runner web needs the web extra: pip install -e '.[web]'")
 pytest.importorskip("playwright.sync_api", reason="browser tests need playwright (the test extra)")
 
-from runner.clock import utcnow  # noqa: E402
 from runner.statuses import ApprovalState, Trigger  # noqa: E402
 from runner.store import Store  # noqa: E402
 from runner.testing import call, final  # noqa: E402
-from tests.web.webhelp import CHROMIUM, Site, WebServer  # noqa: E402
+from tests.web.webhelp import CHROMIUM, Site, WebServer, park_one  # noqa: E402
 
 pytestmark = [
     pytest.mark.slow,
@@ -111,22 +109,12 @@ def test_cancel_writes_a_cancel_request(site: Site, web: WebServer, page: Any) -
 
 @pytest.mark.parametrize("answer", ["Approve", "Deny"])
 def test_answer_a_parked_approval(site: Site, web: WebServer, page: Any, answer: str) -> None:
-    from runner.store.control import get_request, park
-    from runner.store.runs import create_run, finish_run
+    from runner.store.control import get_request
+    from runner.store.runs import finish_run
 
     store = _store(site)
     try:
-        run_id = create_run(store, job="hello", trigger=Trigger.MANUAL)
-        now = utcnow()
-        request = park(
-            store,
-            run_id=run_id,
-            job="hello",
-            command="rm -rf build",
-            reasons=("rm -r",),
-            now=now,
-            expires=now + timedelta(hours=1),
-        )
+        run_id, request = park_one(store)
         page.goto(f"{web.url}/approvals")
         row = page.locator(f"#approval-{request.id}")
         assert "rm -rf build" in row.inner_text()

@@ -10,7 +10,6 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -20,9 +19,8 @@ import pytest
 pytest.importorskip("starlette", reason="runner web needs the web extra: pip install -e '.[web]'")
 httpx = pytest.importorskip("httpx")
 
-from runner.clock import utcnow  # noqa: E402
-from runner.statuses import ApprovalState, Trigger  # noqa: E402
-from tests.web.webhelp import CHROMIUM, Site, WebServer, csrf_of, free_port, start_web  # noqa: E402
+from runner.statuses import ApprovalState  # noqa: E402
+from tests.web.webhelp import CHROMIUM, Site, WebServer, csrf_of, free_port, park_one, start_web  # noqa: E402
 
 PLANTED = "planted-csrf-value-0123456789"
 
@@ -90,21 +88,10 @@ def evil_site(web: WebServer, approval_id: str) -> Iterator[Evil]:
 
 @pytest.fixture
 def parked(site: Site) -> Iterator[Any]:
-    from runner.store.control import park
-    from runner.store.runs import create_run, finish_run
+    from runner.store.runs import finish_run
 
     store = site.open_store()
-    run_id = create_run(store, job="hello", trigger=Trigger.MANUAL)
-    now = utcnow()
-    request = park(
-        store,
-        run_id=run_id,
-        job="hello",
-        command="rm -rf build",
-        reasons=("rm -r",),
-        now=now,
-        expires=now + timedelta(hours=1),
-    )
+    run_id, request = park_one(store)
     yield request
     finish_run(store, run_id, "succeeded")
     store.close()

@@ -203,3 +203,20 @@ def csrf_of(html: str) -> str:
 
 
 PAGES = ["/", "/jobs", "/runs", "/board", "/approvals", "/credentials", "/skills", "/charts", "/metrics"]
+
+
+def park_one(store: Any, job: str = "hello") -> tuple[str, Any]:
+    """A run of ``job`` parked on ``rm -rf build`` for an hour: (its run id, the approval request)."""
+    from datetime import timedelta
+
+    from runner.clock import utcnow
+    from runner.statuses import Trigger
+    from runner.store.control import park
+    from runner.store.runs import create_run
+
+    run_id = create_run(store, job=job, trigger=Trigger.MANUAL)
+    now = utcnow()
+    request = park(
+        store, run_id=run_id, job=job, command="rm -rf build", reasons=("rm -r",), now=now, expires=now + timedelta(hours=1)
+    )
+    return run_id, request
