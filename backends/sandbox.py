@@ -27,6 +27,7 @@ import functools
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -225,15 +226,15 @@ class Box:
         self._waiters: dict[int, _Waiter] = {}
         self._spawned: dict[int, Spawned] = {}
         self._dead: str | None = None
-        self._used = False  # nothing was asked of it yet: close() may end it without waiting
         source = Path(__file__).with_name("sandbox_init.py").read_text(encoding="utf-8")
-        argv = [BWRAP, *bwrap_args(plan, tmp=tmp, empty_file=empty), "--"]
+        self._info, info = os.pipe()  # bubblewrap writes the host pid of the sandbox's pid 1 there
+        argv = [BWRAP, *bwrap_args(plan, tmp=tmp, empty_file=empty), "--info-fd", str(info), "--"]
         argv += [interpreter(), "-I", "-S", "-c", source, str(theirs.fileno()), LAUNCHER_MARK]
         try:
             self._proc = subprocess.Popen(
                 argv,
                 env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},  # bwrap and pid 2 are visible inside
-                pass_fds=(theirs.fileno(),),
+                pass_fds=(theirs.fileno(), info),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=self._errors,
@@ -241,10 +242,12 @@ class Box:
         except OSError as exc:
             ours.close()
             self._errors.close()
+            os.close(self._info)
             shutil.rmtree(self._home, ignore_errors=True)
             raise BackendError(f"sandbox: cannot start bubblewrap: {exc}; {PACKAGE_HINT}") from exc
         finally:
             theirs.close()
+            os.close(info)
         self._reader = threading.Thread(target=self._read, name="sandbox-reader", daemon=True)
         self._reader.start()
 
@@ -291,7 +294,6 @@ class Box:
             self._next += 1
             rid = self._next
             self._waiters[rid] = waiter
-            self._used = True
         data = json.dumps({**request, "id": rid}).encode()
         try:
             if fd is None:
@@ -378,25 +380,62 @@ class Box:
 
     def close(self) -> None:
         """End the sandbox and everything in it; remove its private /tmp. Its first process exits
-        when the socket closes (then the kernel ends the rest); one that does not (stopped, or a
-        box nobody used, still starting) is killed with bubblewrap, which takes the sandbox along."""
-        with self._lock:
-            used = self._used
+        when the socket closes (one still starting exits at its first read), and the kernel ends
+        the rest with its PID namespace; one that does not within ``CLOSE_WAIT_S`` (stopped) is
+        killed with the namespace's init."""
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
         self._sock.close()
-        if not used:
-            self._proc.kill()
         try:
             self._proc.wait(timeout=CLOSE_WAIT_S)
         except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
+            self._kill()
+        _reap(self._init())
         self._reader.join(timeout=2.0)
         self._errors.close()
         shutil.rmtree(self._home, ignore_errors=True)
+
+    def _init(self) -> int | None:
+        """The host pid of the sandbox's pid 1, as bubblewrap wrote it to its info pipe (read once
+        bubblewrap is gone: every writer has closed it by then); None if it never got that far."""
+        chunks = []
+        with os.fdopen(self._info, "rb") as fh:
+            chunks.append(fh.read(4096))
+        try:
+            return int(json.loads(b"".join(chunks) or b"{}").get("child-pid", 0)) or None
+        except ValueError:
+            return None
+
+    def _kill(self) -> None:
+        """SIGKILL the sandbox's pid 1 (the kernel then kills every process of its namespace), then
+        bubblewrap. Killing bubblewrap alone can leave pid 1 behind: its parent-death signal does
+        not survive the user namespace's set-up."""
+        pid = self._proc.pid
+        try:
+            inits = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        except OSError:
+            inits = []
+        for init in inits:
+            try:
+                os.kill(init, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self._proc.kill()
+        self._proc.wait()
+
+
+def _reap(init: int | None) -> None:
+    """bubblewrap exits without reaping the sandbox's pid 1; the orphan goes to the nearest
+    subreaper, which a run's own process is (``runner.procs.become_subreaper``): reap it here so
+    a long-lived worker collects no zombies. Elsewhere it is not our child, and init reaps it."""
+    if init is None:
+        return
+    try:
+        os.waitpid(init, 0)
+    except ChildProcessError:
+        pass
 
 
 def _ancillary(ancillary: Iterable[tuple[int, int, bytes]]) -> tuple[list[int], int | None]:

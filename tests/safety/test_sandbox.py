@@ -514,3 +514,36 @@ def test_the_sandbox_as_an_unprivileged_user() -> None:
         assert out["timeout"] == 124
     finally:
         shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_closing_a_sandbox_leaves_no_process(tmp_path: Path) -> None:
+    """Used or not, closed at once or after a command: nothing of the sandbox lives on (bubblewrap,
+    its pid 1, the first process). Killing bubblewrap alone once left pid 1 sleeping forever."""
+    from backends.sandbox import Box, Plan
+
+    work = tmp_path / "work"
+    work.mkdir()
+    mark = f"--chdir {work}".encode()
+    for used in (False, True, False, True):
+        box = Box(Plan(workdir=str(work)))
+        if used:
+            out_r, out_w = os.pipe()
+            box.spawn(["/bin/sh", "-c", "sleep 600 & echo started"], {"PATH": "/usr/bin:/bin"}, str(work), out_w).wait(30)
+            os.close(out_r)
+        box.close()
+
+    def alive() -> list[int]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                argv = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if mark in argv and state != "Z":
+                found.append(int(entry.name))
+        return found
+
+    wait_for(lambda: not alive(), 10, what="every process of the closed sandboxes to end")
