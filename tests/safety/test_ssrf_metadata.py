@@ -6,11 +6,9 @@ injected resolver sends it to a local "metadata" server holding a marker, which 
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -24,55 +22,18 @@ from runner.safety.result import ApprovalResult
 from runner.safety.ssrf import METADATA_ADDRESSES, METADATA_HOSTS, Blocked, Target, WebPolicy, check_url
 from runner.tools.context import ToolContext
 from runner.tools.web import Response, fetch, host_get, web_fetch
+from tests.pages import Server, pages
 
 MARKER = b"aws-secret-access-key-MARKER-5e1f"
 OPEN = WebPolicy(allow_private=True)
 
 
-@dataclass
-class Server:
-    """A real HTTP server on 127.0.0.1: ``routes`` maps a path to (status, headers, body)."""
-
-    port: int = 0
-    routes: dict[str, tuple[int, dict[str, str], bytes]] = field(default_factory=dict)
-    paths: list[str] = field(default_factory=list)
-
-    def url(self, path: str = "/") -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-
 @pytest.fixture
 def servers() -> Iterator[list[Server]]:
-    """Two servers: [0] redirects wherever a test says, [1] is "metadata" (serves the marker)."""
-    started: list[ThreadingHTTPServer] = []
-    states = [Server(), Server(routes={"/latest/meta-data/iam": (200, {}, MARKER)})]
-    for state in states:
-        srv = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
-        state.port = srv.server_address[1]
-        threading.Thread(target=srv.serve_forever, daemon=True).start()
-        started.append(srv)
-    yield states
-    for srv in started:
-        srv.shutdown()
-        srv.server_close()
-
-
-def _handler(state: Server) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            state.paths.append(self.path)
-            status, headers, body = state.routes.get(self.path, (404, {}, b"no such page"))
-            self.send_response(status)
-            for name, value in headers.items():
-                self.send_header(name, value)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    return Handler
+    """Two real servers: [0] redirects wherever a test says, [1] is "metadata" (serves the marker)."""
+    with pages() as hop, pages() as metadata:
+        metadata.routes["/latest/meta-data/iam"] = (200, {}, MARKER)
+        yield [hop, metadata]
 
 
 @dataclass

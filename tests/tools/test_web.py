@@ -7,6 +7,7 @@ import ipaddress
 import os
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -25,57 +26,14 @@ from runner.safety.ssrf import Blocked, Target, WebPolicy, address_problem, chec
 from runner.tools import ToolError, discover
 from runner.tools.context import ToolContext
 from runner.tools.web import MAX_REDIRECTS, fetch, host_get, web_fetch
+from tests.pages import Server, pages
 
 DOCKER_IMAGE = os.environ.get("RUNNER_TEST_DOCKER_IMAGE", "runner-test:busybox")
-PAGE = b"<html><head><title>T</title></head><body><p>hello from the server</p></body></html>"
-
-
-@dataclass
-class Server:
-    """A real HTTP server on 127.0.0.1; ``routes`` maps a path to (status, headers, body)."""
-
-    routes: dict[str, tuple[int, dict[str, str], bytes]] = field(default_factory=dict)
-    requests: list[dict[str, str]] = field(default_factory=list)
-    port: int = 0
-
-    def url(self, path: str = "/", host: str = "127.0.0.1") -> str:
-        return f"http://{host}:{self.port}{path}"
-
-
 @pytest.fixture
 def serve() -> Iterator[Callable[[], Server]]:
-    servers: list[ThreadingHTTPServer] = []
-
-    def start() -> Server:
-        state = Server()
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                state.requests.append(
-                    {"path": self.path, "host": self.headers.get("Host", ""), "version": self.request_version}
-                )
-                status, headers, body = state.routes.get(self.path, (200, {"Content-Type": "text/html"}, PAGE))
-                self.send_response(status)
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        state.port = srv.server_address[1]
-        threading.Thread(target=srv.serve_forever, daemon=True).start()
-        servers.append(srv)
-        return state
-
-    yield start
-    for srv in servers:
-        srv.shutdown()
-        srv.server_close()
-
+    """``serve()`` starts a page server (tests/pages.py), stopped after the test."""
+    with ExitStack() as stack:
+        yield lambda: stack.enter_context(pages())
 
 @dataclass
 class Gate:
