@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from runner import secrets
+from runner.agent.profiles import Family
 from runner.config import yamlio
 from runner.config.jobs import Duration, SinkItem
 from runner.config.mcp import McpServer
@@ -47,6 +48,9 @@ class Provider(Strict):
     stream: bool = True  # responses arrive as server-sent events
     max_tokens_field: MaxTokensField = "auto"
     model_options: ModelOptions = Field(default_factory=ModelOptions)
+    # the provider family's wire rules (runner/agent/profiles.py); unset: read from base_url
+    profile: Family | None = None
+    api_version: str | None = None  # Azure OpenAI's api-version query (e.g. 2024-10-21)
 
     @field_validator("api_keys")
     @classmethod
