@@ -50,6 +50,7 @@ class Reply:
     stall: float = 0.0
     cut_after: int | None = None  # stream this many events, then drop the connection
     raw: bytes | None = None  # the body, byte for byte (a recorded response); headers as given
+    events: list[bytes] | None = None  # a recorded stream: each piece sent as it is, ``delay`` apart
     when: str | None = None  # only answer this way when a user message contains this text (a subagent's goal)
 
     def fits(self, key: str | None, messages: Any) -> bool:
@@ -212,6 +213,9 @@ class FakeOpenAI:
         if reply.hang:
             time.sleep(reply.hang)
         try:
+            if reply.events is not None:
+                self._send_events(handler, reply)
+                return
             if reply.status == 200 and reply.raw is None and body.get("stream") is True:
                 self._stream(handler, reply, body, n)
                 return
@@ -253,6 +257,23 @@ class FakeOpenAI:
             elif reply.delay and i:
                 time.sleep(reply.delay)
             handler.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+            handler.wfile.flush()
+        handler.wfile.write(b"0\r\n\r\n")
+
+    @staticmethod
+    def _send_events(handler: BaseHTTPRequestHandler, reply: Reply) -> None:
+        """A recorded stream, piece by piece (chunked), ``delay`` seconds apart."""
+        handler.send_response(reply.status)
+        if not any(k.lower() == "content-type" for k in reply.headers):
+            handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Transfer-Encoding", "chunked")
+        for k, v in reply.headers.items():
+            handler.send_header(k, v)
+        handler.end_headers()
+        for i, piece in enumerate(reply.events or ()):
+            if reply.delay and i:
+                time.sleep(reply.delay)
+            handler.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
             handler.wfile.flush()
         handler.wfile.write(b"0\r\n\r\n")
 
