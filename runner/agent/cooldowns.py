@@ -3,12 +3,16 @@
 A pure function of (status, headers, body, the key's row, the provider's ``cooldowns:``, now),
 so every rule is testable without a clock or a server:
 
-- 402, or ``insufficient_quota`` in the body (some providers send it with 429): ``quota_s`` (24 h).
-- 401 / 403: ``auth_s`` (5 min); failing auth again after that cooldown, with no success in
+What the error means (``ErrorKind``) comes from the provider's profile (a Gemini 400
+``API_KEY_INVALID`` is a bad key; an OpenRouter 403 for flagged input never reaches the pool):
+
+- no credit (402, ``insufficient_quota``, "credit balance is too low"...): ``quota_s`` (24 h).
+- a bad key (401 / 403): ``auth_s`` (5 min); failing auth again after that cooldown, with no success in
   between, marks the key ``dead`` until ``runner creds reset``. A second report that arrives
   while the key is still cooling for auth (another process's request in flight) changes nothing.
-- 429 with ``Retry-After``, ``retry-after-ms`` or ``x-ratelimit-reset-*`` above zero: exactly that long.
-- 429 without: the first of a streak retries the same key after ``rate_limit_retry_s``; the
+- a rate limit with ``Retry-After``, ``retry-after-ms``, a reset header (Go durations, epoch
+  seconds or milliseconds, RFC 3339) or Gemini's ``retryDelay`` above zero: exactly that long.
+- a rate limit without: the first of a streak retries the same key after ``rate_limit_retry_s``; the
   next cools it ``rate_limit_s`` (60 s), doubling for each further consecutive 429 up to
   ``rate_limit_max_s`` (1 h). A success ends the streak.
 """
@@ -19,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
+
+from runner.agent.profiles import PROFILES, ErrorKind, Family, error_kind, retry_after
 
 if TYPE_CHECKING:
     from runner.config.machine import Cooldowns
@@ -34,25 +40,34 @@ class KeyVerdict:
 
 
 def classify(
-    status: int, headers: Mapping[str, str], body: str, row: Mapping[str, Any], rules: Cooldowns, now: float
+    status: int,
+    headers: Mapping[str, str],
+    body: str,
+    row: Mapping[str, Any],
+    rules: Cooldowns,
+    now: float,
+    *,
+    kind: ErrorKind | None = None,
 ) -> KeyVerdict:
+    """``kind``: what the provider's profile says the error means (runner/agent/profiles.py);
+    without it, the status alone decides (401/403 auth, 402 quota, 429 rate limit)."""
     auth, strikes = int(row["auth_strikes"] or 0), int(row["rate_limit_strikes"] or 0)
     until = datetime.fromisoformat(row["cooldown_until"]).timestamp() if row["cooldown_until"] else 0.0
     current = row["status"] if row["status"] == "dead" else ("cooling" if until > now else "ok")
-    if status == 402 or "insufficient_quota" in body:
+    if kind is None:
+        kind = error_kind(PROFILES[Family.GENERIC], status, body)
+    if kind is ErrorKind.NO_CREDIT:
         return KeyVerdict("quota", "cooling", rules.quota_s, auth, strikes)
-    if status in (401, 403):
+    if kind is ErrorKind.BAD_KEY:
         if current == "dead":
             return KeyVerdict("auth_repeat", "dead", 0.0, auth, strikes)
-        if current == "cooling" and row["last_error_code"] in (401, 403):
+        if current == "cooling" and row["last_error_code"] in (401, 403, status):
             return KeyVerdict("auth_repeat", "cooling", 0.0, auth, strikes)
         if auth >= 1:
             return KeyVerdict("auth", "dead", 0.0, auth + 1, strikes)
         return KeyVerdict("auth", "cooling", rules.auth_s, 1, strikes)
-    if status == 429:
-        from runner.agent.llm import retry_after_seconds
-
-        wait = retry_after_seconds(headers)
+    if kind is ErrorKind.RATE_LIMIT:
+        wait = retry_after(headers, body, now)
         if wait is not None and wait > 0:
             return KeyVerdict("rate_limit", "cooling", wait, auth, strikes + 1)
         if strikes == 0:

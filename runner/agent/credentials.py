@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.agent.cooldowns import KeyVerdict, classify
 from runner.agent.keys import Action, Credential
+from runner.agent.profiles import ErrorKind, error_message
 from runner.config.refs import resolve_key
 from runner.errors import ModelError, UsageError
 from runner.safety.redact import Redactor
@@ -205,6 +206,7 @@ class CredentialPool:
         self._sticky: str | None = None
         self._why_rotate = ""
         self._waited = 0.0  # seconds spent waiting for keys since the last success
+        self._last: dict[str, tuple[ErrorKind | None, str]] = {}  # fingerprint: this run's last failure of it
         sync(store, provider, list(self.creds.values()), now=clock())
 
     def attach(self, *, emit: Emit | None = None, deadline: float | None = None) -> None:
@@ -243,19 +245,20 @@ class CredentialPool:
                 (self.provider, cred.fingerprint),
             )
 
-    def failed(self, cred: Credential | None, status: int, headers: Mapping[str, str], body: str) -> Action:
+    def failed(
+        self, cred: Credential | None, status: int, headers: Mapping[str, str], body: str, *, kind: ErrorKind | None = None
+    ) -> Action:
         if cred is None or cred.fingerprint not in self.creds:
             return Action.FAIL
-        from runner.agent.llm import provider_message
-
         now = self.clock()
-        message = self.redact(provider_message(body))[:300]
+        message = self.redact(error_message(body))[:300]
         with self.store.transaction() as conn:
             row = conn.execute(
                 f"SELECT {_COLUMNS} FROM credentials WHERE provider=? AND fingerprint=?",
                 (self.provider, cred.fingerprint),
             ).fetchone()
-            verdict = classify(status, headers, body, row, self.rules, now)
+            verdict = classify(status, headers, body, row, self.rules, now, kind=kind)
+            self._last[cred.fingerprint] = (kind, f"HTTP {status}: {message}")
             until = ts_iso(now + verdict.seconds) if verdict.seconds > 0 else row["cooldown_until"]
             conn.execute(
                 "UPDATE credentials SET status=?, cooldown_until=?, last_error_code=?, last_error_message=?, "
@@ -338,11 +341,34 @@ class CredentialPool:
             why = f"longer than the run's remaining time ({max(0.0, remaining):.0f}s)"
         from runner.config.schedules import format_duration
 
+        reason, said = self._cause(live)
+        hint = ""
+        if reason in ("no_credit", "auth_failed"):
+            fix = "add credits" if reason == "no_credit" else "fix the key"
+            hint = f"; {fix}, then: runner creds reset --provider {self.provider}"
         raise ModelError(
-            f"{self.provider}: all API keys are cooling down: {keys}; the first frees at {ts_iso(free_at)} "
-            f"(in {format_duration(max(1.0, free_at - now))}), {why}",
-            reason="credentials_exhausted",
+            f"{self.provider}: {said}{'; ' if said else ''}all API keys are cooling down: {keys}; the first frees at "
+            f"{ts_iso(free_at)} (in {format_duration(max(1.0, free_at - now))}), {why}{hint}",
+            reason=reason,
         )
+
+    def _cause(self, rows: list[dict[str, Any]]) -> tuple[str, str]:
+        """The run reason and the provider's own words for why no key is usable: this run's last
+        failure of each key (else the key's stored last error). One kind for every key names it
+        (``auth_failed``, ``no_credit``, ``rate_limited``); a mix is ``credentials_exhausted``."""
+        kinds: set[ErrorKind | None] = set()
+        said = ""
+        for row in rows:
+            kind, words = self._last.get(row["fingerprint"], (None, ""))
+            if not words and row["last_error_code"]:
+                code = int(row["last_error_code"])
+                kind = {401: ErrorKind.BAD_KEY, 403: ErrorKind.BAD_KEY, 402: ErrorKind.NO_CREDIT, 429: ErrorKind.RATE_LIMIT}.get(code)
+                words = f"HTTP {code}: {row['last_error_message'] or ''}".rstrip(": ")
+            kinds.add(kind)
+            said = said or words
+        reasons = {ErrorKind.BAD_KEY: "auth_failed", ErrorKind.NO_CREDIT: "no_credit", ErrorKind.RATE_LIMIT: "rate_limited"}
+        only = kinds.pop() if len(kinds) == 1 else None
+        return reasons.get(only, "credentials_exhausted") if only else "credentials_exhausted", said
 
     def _report(self, cred: Credential, status: int, verdict: KeyVerdict, until: str | None, message: str) -> None:
         info = {

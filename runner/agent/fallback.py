@@ -1,8 +1,9 @@
 """Fallback providers: a job's ``model:`` list, tried in order.
 
 ``FallbackLLM`` is an ``LLM`` over a chain of (provider name, LLM). It asks the current one;
-when that one's keys are all cooling past what the run may wait (``credentials_exhausted``) or
-all dead (``credentials_dead``), it moves to the next provider for the rest of the run and
+when that one's keys are all cooling past what the run may wait (``credentials_exhausted``, or
+``auth_failed`` / ``no_credit`` / ``rate_limited`` when one kind of failure cooled them all) or all
+dead (``credentials_dead``), it moves to the next provider for the rest of the run and
 records a ``provider_fallback`` event. Every other error is the run's to handle, as before.
 """
 
@@ -14,7 +15,8 @@ from typing import Any
 from runner.agent.types import LLM, Message
 from runner.errors import ModelError
 
-SWITCH_REASONS = frozenset({"credentials_exhausted", "credentials_dead"})
+# the provider cannot answer this run: its keys are cooling, dead, out of credit, refused or rate limited
+SWITCH_REASONS = frozenset({"credentials_exhausted", "credentials_dead", "auth_failed", "no_credit", "rate_limited"})
 
 
 class FallbackLLM:

@@ -1,7 +1,8 @@
 """Where the chat client gets its API key: the ``KeySource`` seam.
 
 The client asks ``current()`` before each request and reports the outcome. A source answers a
-failure with an ``Action``: ``ROTATE`` (try again now with another key; the client's retry
+failure (its HTTP status, headers, body and, from the provider's profile, its ``ErrorKind``)
+with an ``Action``: ``ROTATE`` (try again now with another key; the client's retry
 budget is not used), ``TRANSIENT`` (retry with backoff, counted), or ``FAIL``. The credential
 pool (runner/agent/credentials.py) is a KeySource shared across processes; ``StaticKeys`` is the
 simple one for a single key.
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from runner.agent.profiles import ErrorKind
 from runner.safety.redact import fingerprint
 
 
@@ -41,7 +43,9 @@ class KeySource(Protocol):
 
     def succeeded(self, cred: Credential | None) -> None: ...
 
-    def failed(self, cred: Credential | None, status: int, headers: Mapping[str, str], body: str) -> Action: ...
+    def failed(
+        self, cred: Credential | None, status: int, headers: Mapping[str, str], body: str, *, kind: ErrorKind | None = None
+    ) -> Action: ...
 
     def values(self) -> list[str]: ...
 
@@ -58,8 +62,11 @@ class StaticKeys:
     def succeeded(self, cred: Credential | None) -> None:
         return None
 
-    def failed(self, cred: Credential | None, status: int, headers: Mapping[str, str], body: str) -> Action:
-        return Action.TRANSIENT if status == 429 else Action.FAIL
+    def failed(
+        self, cred: Credential | None, status: int, headers: Mapping[str, str], body: str, *, kind: ErrorKind | None = None
+    ) -> Action:
+        limited = kind is ErrorKind.RATE_LIMIT if kind is not None else status == 429
+        return Action.TRANSIENT if limited else Action.FAIL
 
     def values(self) -> list[str]:
         return [self.cred.value] if self.cred else []

@@ -20,20 +20,30 @@ import json
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from runner.agent.keys import Action, Credential, KeySource
+from runner.agent.profiles import (
+    Auth,
+    ErrorKind,
+    Profile,
+    error_kind,
+    error_message,
+    profile_for,
+    retry_after,
+    wire_messages,
+)
 from runner.agent.stream import (
     Assembly,
     BadChunk,
     StreamCut,
+    StreamError,
     TextEvents,
-    parse_completion,
     sse_events,
     whole_as_chunks,
 )
-from runner.agent.types import WIRE_DROPPED, Message
+from runner.agent.types import Message, Usage
 from runner.config.request_fields import MaxTokensField, request_fields
 from runner.errors import ModelError
 from runner.tls import verify_for
@@ -49,45 +59,6 @@ BACKOFF_BASE = 1.0
 BACKOFF_MAX = 30.0
 
 
-def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
-    """Seconds from ``retry-after-ms``, ``Retry-After`` or ``x-ratelimit-reset-*`` headers."""
-    lower = {k.lower(): v for k, v in headers.items()}
-    try:
-        if "retry-after-ms" in lower:
-            return max(0.0, float(lower["retry-after-ms"]) / 1000)
-        if "retry-after" in lower:
-            return max(0.0, float(lower["retry-after"]))
-    except ValueError:
-        pass
-    resets = []
-    for name in ("x-ratelimit-reset-requests", "x-ratelimit-reset-tokens", "x-ratelimit-reset"):
-        if name in lower:
-            from runner.config.schedules import parse_duration
-
-            try:
-                value = lower[name].strip().lower()
-                if value.endswith("ms"):
-                    resets.append(float(value[:-2]) / 1000)
-                else:
-                    resets.append(
-                        parse_duration(value.rstrip("s") + "s" if value.replace(".", "").isdigit() else value)
-                    )
-            except ValueError:
-                continue
-    return max(resets) if resets else None
-
-
-def provider_message(body: str) -> str:
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return body.strip()[:300]
-    err = data.get("error") if isinstance(data, dict) else None
-    if isinstance(err, dict):
-        return str(err.get("message") or err.get("code") or err)[:300]
-    return str(err or data)[:300]
-
-
 @dataclass(frozen=True)
 class Failure:
     """One failed attempt, as the retry logic sees it: an HTTP status with its headers and body,
@@ -97,6 +68,17 @@ class Failure:
     status: int | None = None
     headers: Mapping[str, str] | None = None
     body: str = ""
+
+
+# the run reason of an error the provider's words decide (the rest are model_error)
+KIND_REASONS = {
+    ErrorKind.BAD_KEY: "auth_failed",
+    ErrorKind.NO_CREDIT: "no_credit",
+    ErrorKind.RATE_LIMIT: "rate_limited",
+    ErrorKind.MODERATION: "moderation",
+    ErrorKind.CONTENT_FILTER: "content_filter",
+}
+CHARS_PER_TOKEN = 4  # for a provider that sends no usage
 
 
 class _Clock:
@@ -112,6 +94,9 @@ class _Clock:
     def progress(self, now: float) -> None:
         if self.idle is not None:
             self.idle_until = now + self.idle
+
+    def idle_over(self, now: float) -> bool:
+        return self.idle_until is not None and now > self.idle_until
 
     def end(self) -> float | None:
         ends = [t for t in (self.deadline, self.idle_until) if t is not None]
@@ -142,10 +127,15 @@ class ChatClient:
         stream: bool = True,
         options: ModelOptions | None = None,
         max_tokens_field: MaxTokensField = "auto",
+        profile: Profile | None = None,
+        api_version: str | None = None,
     ):
         self.model = model
         self.provider = provider
-        self.base_url = base_url.rstrip("/")
+        self.profile = profile or profile_for(base_url)
+        self.base_url, self.query = _split_query(base_url)
+        if api_version:
+            self.query["api-version"] = api_version
         self.keys = keys
         self.request_timeout = request_timeout
         self.max_retries = max_retries
@@ -179,6 +169,7 @@ class ChatClient:
                 max_retries=0,
                 timeout=self.request_timeout,
                 default_headers=self.headers,
+                default_query=self.query or None,  # Azure's api-version
                 http_client=http,
             )
             _ = self._client.chat.completions  # its resource modules load on first access
@@ -214,19 +205,44 @@ class ChatClient:
         self._sdk()  # the first call imports the SDK: inside the call's deadline, not its idle time
         clock = _Clock(deadline, self.idle_timeout)
         retries = 0
+        sent = wire_messages(messages, self.profile)
         while True:
             cred = self.keys.current()
             try:
-                message = self._attempt(wire_messages(messages), body, cred, clock)
+                message = self._attempt(sent, body, cred, clock)
             except StreamCut as cut:
                 self.emit("stream_cut", cut.payload())
                 failure = Failure(f"connection error: stream cut after {cut.chars} characters ({cut.error})")
+            except StreamError as exc:  # an error object where the answer was due (HTTP 200)
+                failure = _error_failure(exc)
+            except BadChunk as exc:
+                self.emit("provider_protocol", {"error": str(exc), "excerpt": exc.excerpt})
+                raise ModelError(
+                    f"{self.provider}: the answer is not a chat completion: {exc} (excerpt in the run's steps)",
+                    reason="provider_protocol",
+                ) from None
             else:
                 if isinstance(message, Message):
                     self.keys.succeeded(cred)
-                    return message
+                    return self._usage_checked(message, sent)
                 failure = message
             retries = self._handle(failure, cred, retries, clock)
+
+    def _usage_checked(self, message: Message, sent: list[dict[str, Any]]) -> Message:
+        """The message, with tokens estimated from characters when the provider sent no usage
+        (so budgets still hold), and a ``usage_estimated`` event saying so."""
+        if not message.usage_estimated:
+            return message
+        prompt = len(json.dumps(sent, ensure_ascii=False)) // CHARS_PER_TOKEN
+        out = len(message.content or "") + len(message.reasoning or "")
+        out += sum(len(c.name) + len(c.arguments) for c in message.tool_calls)
+        usage = Usage(prompt, max(1, out // CHARS_PER_TOKEN))
+        self.emit(
+            "usage_estimated",
+            {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+             "detail": "the provider sent no token counts; estimated from characters (4 per token)"},
+        )  # fmt: skip
+        return replace(message, usage=usage)
 
     def _attempt(
         self, messages: list[dict[str, Any]], body: dict[str, Any], cred: Credential | None, clock: _Clock
@@ -242,63 +258,72 @@ class ChatClient:
                 extra_body=self.options.extra_body or None,
                 **body,
             )
-            if not self.stream:
-                return parse_completion(raw.parse(), provider=self.provider)
-            return self._read_stream(raw.http_response, clock)
+            return self._read(raw.http_response, clock)
         except openai.APIStatusError as exc:
             return _status_failure(exc)
         except openai.APITimeoutError as exc:
             return Failure(f"timeout: {type(exc).__name__}")
         except openai.APIConnectionError as exc:
             return Failure(f"connection error: {type(exc).__name__}: {exc.__cause__ or exc}")
-        except openai.OpenAIError as exc:  # a body the SDK could not read as a chat completion
-            raise ModelError(f"{self.provider}: malformed response: {exc}", reason="model_error") from exc
 
-    def _read_stream(self, response: Any, clock: _Clock) -> Message:
-        """The streamed answer from the raw HTTP response (server-sent events read as JSON)."""
+    def _read(self, response: Any, clock: _Clock) -> Message:
+        """The answer from the raw HTTP response, read as JSON: server-sent events, or a whole
+        completion (not streamed, or a server that answers a stream request with JSON). Any other
+        body (an HTML page at a wrong base URL) is ``BadChunk``: not a cut to retry."""
         import httpx2
 
         assembly = Assembly(provider=self.provider)
-        json_body = response.headers.get("content-type", "").startswith("application/json")
+        kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
         try:
-            chunks = whole_as_chunks(response.read()) if json_body else sse_events(response.iter_bytes())
+            if kind == "text/event-stream":
+                chunks: Any = sse_events(response.iter_bytes())
+            elif kind in ("application/json", "") or kind.endswith("+json") or not self.stream:
+                chunks = whole_as_chunks(response.read())
+            else:
+                excerpt = response.read()[:400].decode("utf-8", "replace")
+                raise BadChunk(f"HTTP {response.status_code} with content-type {kind!r}", excerpt)
             assembly.read(chunks, clock=clock, events=TextEvents(self.emit))
         except (httpx2.HTTPError, httpx2.StreamError) as exc:
-            kind = "timeout" if isinstance(exc, httpx2.TimeoutException) else "connection error"
-            raise assembly.cut(f"{kind}: {type(exc).__name__}: {exc}") from exc
-        except BadChunk as exc:
-            raise ModelError(f"{self.provider}: malformed response: {exc}", reason="model_error") from exc
+            what = "timeout" if isinstance(exc, httpx2.TimeoutException) else "connection error"
+            raise assembly.cut(f"{what}: {type(exc).__name__}: {exc}") from exc
         finally:
             response.close()
-        return assembly.message()
+        message = assembly.message()
+        return message if assembly.usage_seen else replace(message, usage_estimated=True)
 
     def _auth(self, cred: Credential | None) -> dict[str, Any]:
         import openai
 
         headers: dict[str, Any] = dict(self.options.extra_headers)
-        if cred is not None:
+        if self.profile.auth is Auth.API_KEY:
+            headers["Authorization"] = openai.Omit()
+            if cred is not None:
+                headers["api-key"] = cred.value
+        elif cred is not None:
             headers["Authorization"] = f"Bearer {cred.value}"
         elif not any(k.lower() == "authorization" for k in self.headers):
             headers["Authorization"] = openai.Omit()  # a local server that takes no key
         return headers
 
     def _handle(self, failure: Failure, cred: Credential | None, retries: int, clock: _Clock) -> int:
-        """Retry (returns the new count), rotate the key (same count), or raise ``ModelError``."""
+        """Retry (returns the new count), rotate the key (same count), or raise ``ModelError``.
+        What an HTTP error means is the profile's to say (``ErrorKind``)."""
         status, text = failure.status, failure.body
         headers = failure.headers or {}
         if status is None:
             return self._transient(retries, failure.what, None, clock, reason="model_unreachable")
-        if status in RETRYABLE:
-            return self._transient(retries, failure.what, retry_after_seconds(headers), clock, reason="model_error", status=status)
-        if status in (401, 402, 403, 429) or "insufficient_quota" in text:
-            action = self.keys.failed(cred, status, headers, text)
+        kind = error_kind(self.profile, status, text)
+        wait = retry_after(headers, text)
+        if kind in (ErrorKind.BAD_KEY, ErrorKind.NO_CREDIT, ErrorKind.RATE_LIMIT):
+            action = self.keys.failed(cred, status, headers, text, kind=kind)
             if action is Action.ROTATE:
                 return retries
             if action is Action.TRANSIENT:
-                reason = "rate_limited" if status == 429 else "model_error"
-                return self._transient(retries, failure.what, retry_after_seconds(headers), clock, reason=reason, status=status)
-        reason = "auth_failed" if status in (401, 403) else "model_error"
-        raise ModelError(f"{self.provider}: {failure.what}", reason=reason, status=status)
+                return self._transient(retries, failure.what, wait, clock, reason=KIND_REASONS[kind], status=status)
+        elif kind in (ErrorKind.OVERLOAD, ErrorKind.SERVER) or status in RETRYABLE:
+            return self._transient(retries, failure.what, wait, clock, reason="model_error", status=status)
+        reason = KIND_REASONS.get(kind, "model_error")
+        raise ModelError(f"{self.provider}: {failure.what}{_hint(kind, self.provider)}", reason=reason, status=status)
 
     def _transient(
         self, retries: int, what: str, wait: float | None, clock: _Clock, *, reason: str, status: int | None = None
@@ -317,12 +342,29 @@ class ChatClient:
         return retries + 1
 
 
-def wire_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The conversation as sent: runner's own keys (a turn's ``reasoning``) left out."""
-    return [
-        {k: v for k, v in m.items() if k not in WIRE_DROPPED} if WIRE_DROPPED.intersection(m) else m
-        for m in messages
-    ]
+def _hint(kind: ErrorKind, provider: str) -> str:
+    if kind is ErrorKind.NO_CREDIT:
+        return f" (add credits, then: runner creds reset --provider {provider})"
+    if kind is ErrorKind.BAD_KEY:
+        return f" (fix the key, then: runner creds reset --provider {provider})"
+    return ""
+
+
+def _split_query(base_url: str) -> tuple[str, dict[str, str]]:
+    """A base URL without its query (``...?api-version=2024-10-21``), and that query's fields,
+    which go on every request (the SDK would otherwise glue the path after the query)."""
+    from urllib.parse import parse_qsl, urlsplit, urlunsplit
+
+    parts = urlsplit(base_url)
+    query = dict(parse_qsl(parts.query))
+    return urlunsplit(parts._replace(query="", fragment="")).rstrip("/"), query
+
+
+def _error_failure(exc: StreamError) -> Failure:
+    """An error object sent with HTTP 200 (OpenRouter, Groq, TGI, LM Studio; whole or mid-stream)
+    as the HTTP failure it stands for (``StreamError.status``)."""
+    body = json.dumps({"error": exc.error})
+    return Failure(f"HTTP {exc.status} (sent with 200): {exc.message}", exc.status, {}, body)
 
 
 def _status_failure(exc: Any) -> Failure:
@@ -335,4 +377,4 @@ def _status_failure(exc: Any) -> Failure:
     except httpx2.ResponseNotRead:  # closed before it was read: the SDK's copy, if any
         text = json.dumps(exc.body) if exc.body is not None else str(exc.message)
     status = int(exc.status_code)
-    return Failure(f"HTTP {status}: {provider_message(text)}", status, dict(response.headers), text)
+    return Failure(f"HTTP {status}: {error_message(text)}", status, dict(response.headers), text)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from runner.agent.history import history_problem
 from runner.agent.schema import check_args
 from runner.agent.types import LLM, Message, ToolCall, Usage, arguments_value
 from runner.errors import ModelError, RunnerError
@@ -79,6 +80,47 @@ class Interrupted(LoopExit):
     grace = False  # a signal means stop now
 
 
+class Unusable(LoopExit):
+    """The model's answer cannot stand as the run's result: a refusal, a content filter, an
+    answer cut at the token limit. No grace call (the model would answer the same way); the
+    text it did give is the run's output and is named in the error (and so in the alert)."""
+
+    grace = False
+
+    def __init__(self, reason: str, detail: str, output: str):
+        super().__init__(reason, detail)
+        self.output = output
+
+
+EXCERPT_CHARS = 300
+
+
+def _unusable(reply: Message, allow_truncated: bool) -> Unusable | None:
+    """Why ``reply`` cannot be the run's answer, or None."""
+    text = reply.content or ""
+    if reply.refusal and not reply.tool_calls:
+        return Unusable("refused", f"the model refused: {_excerpt(reply.refusal)}", reply.refusal)
+    if reply.finish_reason == "refusal":
+        return Unusable("refused", f"the model refused: {_excerpt(text) or '(no text)'}", text)
+    if reply.finish_reason == "content_filter":
+        said = f"; its partial answer: {_excerpt(text)}" if text else ""
+        return Unusable("content_filter", f"the provider's content filter stopped the answer{said}", text)
+    if reply.finish_reason == "length" and (reply.tool_calls or not allow_truncated):
+        what = "a tool call's arguments" if reply.tool_calls else "the answer"
+        return Unusable(
+            "truncated",
+            f"the model hit its output token limit: {what} was cut (set max_tokens higher, or "
+            "allow_truncated: true to accept cut answers)",
+            text,
+        )
+    return None
+
+
+def _excerpt(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= EXCERPT_CHARS else text[: EXCERPT_CHARS - 3] + "..."
+
+
 def grace_reserve(timeout: float) -> float:
     """Seconds kept back at the end of a run's wall timeout for the grace call:
     min(60 s, 10% of the timeout)."""
@@ -93,6 +135,7 @@ class Limits:
     idle_timeout: float | None = None
     max_tokens: int | None = None
     max_cost_usd: float | None = None
+    allow_truncated: bool = False  # an answer cut at the output token limit ends the run as a success
 
 
 @dataclass(frozen=True)
@@ -184,6 +227,9 @@ def run_loop(
                 reply = _ask(llm, messages, schemas, limits, totals, emit, pricing)
                 _describe(span, llm, reply)
             messages.append(reply.to_dict())
+            unusable = _unusable(reply, limits.allow_truncated)
+            if unusable is not None:
+                raise unusable
             if not reply.tool_calls:
                 return _done(RunStatus.SUCCEEDED, reply.answer, totals)
             batch = _run_parallel(reply.tool_calls, by_name, ctx, emit, redact, stop, tracer)
@@ -200,7 +246,7 @@ def run_loop(
             _check(limits, totals, stop)
     except LoopExit as exit_:
         emit("limit", {"reason": exit_.reason, "detail": exit_.detail})
-        output = ""
+        output = exit_.output if isinstance(exit_, Unusable) else ""
         if exit_.grace:
             if prune is not None:
                 _charge_summaries(prune(messages), totals, emit)
@@ -263,7 +309,12 @@ def _call(
     timeout: float | None,
     max_tokens: int | None = None,
 ) -> Message:
-    """Send one request, record it and its answer, and count the answer's tokens and cost."""
+    """Send one request, record it and its answer, and count the answer's tokens and cost. A
+    history the API would reject is never sent (``invalid_history``)."""
+    problem = history_problem(messages)
+    if problem is not None:
+        emit("invalid_history", {"error": problem, "messages": len(messages)})
+        raise ModelError(f"the conversation is not valid to send: {problem}", reason="invalid_history")
     emit("request", {"iteration": totals.iterations + 1, "messages": len(messages), "tools": len(schemas)})
     started = time.monotonic()
     if max_tokens is None:

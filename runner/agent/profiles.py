@@ -23,6 +23,7 @@ config.yaml (``profile: gemini``).
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -175,3 +176,185 @@ def tool_id(original: str, profile: Profile) -> str:
         digest, i = divmod(digest, len(_ALPHABET))
         chars.append(_ALPHABET[i])
     return "".join(chars)
+
+
+# -- what an error means ----------------------------------------------------------------------
+
+
+class ErrorKind(StrEnum):
+    BAD_KEY = "bad_key"  # the key is wrong, revoked or not allowed: cool it, then mark it dead
+    NO_CREDIT = "no_credit"  # the key's account has no credit or quota left: cool it for long
+    RATE_LIMIT = "rate_limit"  # too many requests for this key now: cool it for the reset given
+    MODERATION = "moderation"  # this input was flagged: fail the run, no key is at fault
+    CONTENT_FILTER = "content_filter"  # the provider's content filter refused the prompt
+    OVERLOAD = "overload"  # the provider is busy: retry, no key is at fault
+    SERVER = "server"  # a server error: retry
+    REQUEST = "request"  # the request itself was refused (400, 404, 413, 422): fail with the message
+
+
+# words in an error body that decide its kind, whatever the status
+_NO_CREDIT_WORDS = (
+    "insufficient_quota",
+    "insufficient credits",
+    "insufficient balance",
+    "credit balance is too low",
+    "exceeded_current_quota",
+    "key limit exceeded",
+    "billing_hard_limit",
+    "payment required",
+    "monthly spending limit",
+    "余额不足",  # Zhipu: "insufficient balance"
+)
+_NO_CREDIT_CODES = ('"code":"1113"',)  # Zhipu's business code for no balance (sent with 429)
+_BAD_KEY_WORDS = ("api_key_invalid", "api key not valid", "invalid api key", "incorrect api key", "invalid_api_key")
+_OVERLOAD_WORDS = ("engine_overloaded", "overloaded_error", "server is overloaded", "model is overloaded")
+_MODERATION_WORDS = ("flagged", "moderation")
+
+
+def error_kind(profile: Profile, status: int, body: str) -> ErrorKind:
+    """What an HTTP error from this provider means (status and body; see ``ErrorKind``)."""
+    text = body.lower()
+    packed = text.replace(" ", "")
+    if any(w in text for w in _NO_CREDIT_WORDS) or any(c in packed for c in _NO_CREDIT_CODES) or status == 402:
+        return ErrorKind.NO_CREDIT
+    if status == 403 and profile.family is Family.OPENROUTER and any(w in text for w in _MODERATION_WORDS):
+        return ErrorKind.MODERATION
+    filtered = '"content_filter"' in packed or "responsibleaipolicyviolation" in text
+    if status in (400, 403) and filtered:
+        return ErrorKind.CONTENT_FILTER
+    if status in (401, 403) or (status == 400 and any(w in text for w in _BAD_KEY_WORDS)):
+        return ErrorKind.BAD_KEY
+    if any(w in text for w in _OVERLOAD_WORDS) or status in (503, 529):
+        return ErrorKind.OVERLOAD
+    if status == 429:
+        return ErrorKind.RATE_LIMIT
+    if status >= 500 or status in (408, 409, 425):
+        return ErrorKind.SERVER
+    return ErrorKind.REQUEST
+
+
+MESSAGE_CHARS = 600  # of the provider's words kept in an error line
+
+
+def error_message(body: str) -> str:
+    """The provider's own words from an error body, as text: OpenAI's ``{"error": {"message"}}``,
+    Gemini's list-wrapped ``[{"error": {...}}]``, Mistral/vLLM's ``{"object": "error", "message"}``,
+    Anthropic's ``{"type": "error", "error": {...}}``, OpenRouter's ``metadata.reasons``; a body
+    that is not JSON as its first MESSAGE_CHARS characters."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return " ".join(body.split())[:MESSAGE_CHARS]
+    if isinstance(data, list) and data and isinstance(data[0], dict):
+        data = data[0]
+    if not isinstance(data, dict):
+        return str(data)[:MESSAGE_CHARS]
+    err = data.get("error", data)
+    if isinstance(err, str):
+        return err[:MESSAGE_CHARS]
+    if not isinstance(err, dict):
+        return json.dumps(data)[:MESSAGE_CHARS]
+    message = err.get("message") or err.get("detail") or data.get("message") or data.get("detail")
+    if isinstance(message, (dict, list)):
+        message = json.dumps(message)
+    text = str(message or err.get("code") or err.get("type") or json.dumps(err))
+    metadata = err.get("metadata")
+    if isinstance(metadata, dict) and metadata.get("reasons"):
+        text += f" (reasons: {', '.join(map(str, metadata['reasons']))})"
+    return text[:MESSAGE_CHARS]
+
+
+# -- how long a rate limit lasts ----------------------------------------------------------------
+
+_GO_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+(?:\.\d+)?)ms)?")
+RESET_HEADERS = (
+    "x-ratelimit-reset-requests",
+    "x-ratelimit-reset-tokens",
+    "x-ratelimit-reset",
+    "ratelimit-reset",
+    "anthropic-ratelimit-requests-reset",
+    "anthropic-ratelimit-tokens-reset",
+    "anthropic-ratelimit-input-tokens-reset",
+    "anthropic-ratelimit-output-tokens-reset",
+)
+MAX_WAIT_S = 7 * 86400.0  # a reset further away than this is cut to it
+
+
+def reset_seconds(value: str, now: float) -> float | None:
+    """Seconds until a reset given as: Go-style durations (``7.66s``, ``2m59.56s``, ``1h2m3.5s``,
+    ``20ms``), plain seconds, epoch seconds or milliseconds (OpenRouter's ``X-RateLimit-Reset``),
+    an RFC 3339 time (Anthropic) or an HTTP date (``Retry-After``). None when unreadable."""
+    value = value.strip()
+    if not value:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        number = None
+    if number is not None:
+        if number != number or number in (float("inf"), float("-inf")):
+            return None
+        if number > 1e12:  # epoch milliseconds
+            return _bounded(number / 1000 - now)
+        if number > 1e9:  # epoch seconds
+            return _bounded(number - now)
+        return _bounded(number)
+    match = _GO_DURATION.fullmatch(value.lower())
+    if match and any(match.groups()):
+        h, m, s, ms = (float(g) if g else 0.0 for g in match.groups())
+        return _bounded(h * 3600 + m * 60 + s + ms / 1000)
+    return _date_seconds(value, now)
+
+
+def _date_seconds(value: str, now: float) -> float | None:
+    from datetime import datetime
+    from email.utils import parsedate_to_datetime
+
+    try:
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+    if when.tzinfo is None:
+        return None
+    return _bounded(when.timestamp() - now)
+
+
+def _bounded(seconds: float) -> float:
+    """A wait of at least 0 and at most a week (no header locks a key away for longer)."""
+    return min(MAX_WAIT_S, max(0.0, seconds))
+
+
+def _remaining(lower: Mapping[str, str], reset_header: str) -> str | None:
+    """The ``remaining`` header that goes with a reset header (``x-ratelimit-reset-tokens`` ->
+    ``x-ratelimit-remaining-tokens``), stripped, if sent."""
+    value = lower.get(reset_header.replace("-reset", "-remaining"))
+    return None if value is None else value.strip()
+
+
+def retry_after(headers: Mapping[str, str], body: str = "", now: float | None = None) -> float | None:
+    """Seconds the provider asks to wait: ``retry-after-ms``, ``Retry-After``, else the reset of
+    the window that ran out (its ``remaining`` header is 0; OpenAI and Groq send both windows),
+    else the longest reset given, else Gemini's ``retryDelay`` in the error body."""
+    import time
+
+    now = time.time() if now is None else now
+    lower = {k.lower(): v for k, v in headers.items()}
+    if "retry-after-ms" in lower:
+        try:
+            return _bounded(float(lower["retry-after-ms"]) / 1000)
+        except ValueError:
+            pass
+    if "retry-after" in lower:
+        seconds = reset_seconds(lower["retry-after"], now)
+        if seconds is not None:
+            return seconds
+    names = [name for name in RESET_HEADERS if name in lower]
+    spent = [n for n in names if _remaining(lower, n) == "0"]  # the window that ran out decides
+    resets = [s for name in spent or names for s in [reset_seconds(lower[name], now)] if s is not None]
+    if resets:
+        return max(resets)
+    delay = re.search(r'"retryDelay"\s*:\s*"([0-9.]+)s"', body)
+    return _bounded(float(delay.group(1))) if delay else None

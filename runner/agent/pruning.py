@@ -143,7 +143,9 @@ class Pruner:
         return len(middle)
 
     def _protected_from(self, messages: list[dict[str, Any]]) -> int:
-        """Index of the first message of the protected recent tail (whole turns only)."""
+        """Index of the first message of the protected recent tail: whole turns only, so the tail
+        never starts with a tool result whose call would be summarised or dropped (the protected
+        share may be passed to keep a turn whole)."""
         room = int(self.budget * PROTECT_SHARE)
         index = len(messages)
         used = 0
@@ -152,9 +154,10 @@ class Pruner:
             if used > room:
                 break
             index = i
-        while index < len(messages) and messages[index].get("role") == "tool":
-            index += 1  # never split a tool result from the call that asked for it
-        return max(2, min(index, len(messages) - 1))
+        index = min(index, len(messages) - 1)
+        while index > 2 and messages[index].get("role") == "tool":
+            index -= 1  # never split a tool result from the call that asked for it: keep the whole turn
+        return max(2, index)
 
     def _dedupe_reads(self, messages: list[dict[str, Any]], calls: dict[str, Any]) -> int:
         newest: dict[str, int] = {}

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-
-WIRE_DROPPED = frozenset({"reasoning", "refusal"})  # message keys kept in transcripts, never sent to a model
 
 
 @dataclass(frozen=True)
@@ -14,9 +12,17 @@ class ToolCall:
     id: str
     name: str
     arguments: str  # raw JSON text exactly as the model sent it
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False)  # the provider's own fields, echoed back
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+        out = {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+        return {**self.extra, **out} if self.extra else out
+
+    def to_record(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.id, "name": self.name, "arguments": self.arguments}
+        if self.extra:
+            out["extra"] = dict(self.extra)
+        return out
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,8 @@ class Message:
     reasoning: str | None = None  # ``reasoning_content`` / ``reasoning``: kept, never sent back
     refusal: str | None = None
     parts: tuple[dict[str, Any], ...] = ()  # the content as the provider gave it, when in parts
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False)  # the provider's own fields of the turn
+    usage_estimated: bool = False  # the provider sent no usage: tokens estimated from characters
 
     @property
     def answer(self) -> str:
@@ -63,10 +71,11 @@ class Message:
 
     def to_dict(self) -> dict[str, Any]:
         """The turn as a conversation message. ``reasoning`` and ``refusal`` are kept for the run's
-        transcript; the chat client leaves them out of requests (``WIRE_DROPPED``), so a refusal
-        goes back to the model as the turn's content."""
+        transcript; the provider's profile decides what of them goes back on the wire
+        (runner/agent/profiles.py ``wire_messages``), so a refusal goes back as the turn's content.
+        The provider's own fields of the turn (``extra``) are kept to be echoed back."""
         content = self.content if self.content is not None or self.tool_calls else self.refusal
-        out: dict[str, Any] = {"role": "assistant", "content": content}
+        out: dict[str, Any] = {**self.extra, "role": "assistant", "content": content}
         if self.tool_calls:
             out["tool_calls"] = [c.to_dict() for c in self.tool_calls]
         if self.refusal:
@@ -79,18 +88,25 @@ class Message:
         """The cassette form of this turn."""
         out: dict[str, Any] = {"content": self.content}
         if self.tool_calls:
-            out["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.tool_calls]
+            out["tool_calls"] = [c.to_record() for c in self.tool_calls]
         out["finish_reason"] = self.finish_reason
         out["usage"] = {"prompt_tokens": self.usage.prompt_tokens, "completion_tokens": self.usage.completion_tokens}
         if self.usage.cached_tokens:
             out["usage"]["cached_tokens"] = self.usage.cached_tokens
         out.update(self.extras())
+        if self.extra:
+            out["extra"] = dict(self.extra)
         return out
 
     @classmethod
     def from_record(cls, data: dict[str, Any]) -> Message:
         calls = tuple(
-            ToolCall(str(c.get("id") or f"call_{i}"), str(c["name"]), _args_text(c.get("arguments", "{}")))
+            ToolCall(
+                str(c.get("id") or f"call_{i}"),
+                str(c["name"]),
+                _args_text(c.get("arguments", "{}")),
+                _mapping(c.get("extra"), "tool_calls extra"),
+            )
             for i, c in enumerate(data.get("tool_calls") or [])
         )
         usage = data.get("usage") or {}
@@ -109,7 +125,16 @@ class Message:
             reasoning=_text_or_none(data.get("reasoning")),
             refusal=_text_or_none(data.get("refusal")),
             parts=tuple(parts),
+            extra=_mapping(data.get("extra"), "extra"),
         )
+
+
+def _mapping(value: Any, what: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"{what}: expected a mapping")
+    return value
 
 
 def _text_or_none(value: Any) -> str | None:

@@ -169,6 +169,7 @@ class JobSpec(Strict):
     allow_paths: list[str] = Field(default_factory=list)
     context_budget: int | None = Field(None, ge=1000)
     summarize: bool = False
+    allow_truncated: bool = False  # an answer cut at the output token limit is a success (else failed/truncated)
     auxiliary: str | None = None  # PROVIDER[/MODEL] for side calls; None: config.yaml's ``auxiliary:``
     skills_review: bool | None = None  # review the run for a reusable skill; None: config.yaml's ``skills_review:``
     pause_after_failures: int | None = Field(None, ge=1)

@@ -220,6 +220,7 @@ def _converse(
         idle_timeout=spec.idle_timeout,
         max_tokens=spec.budget.max_tokens,
         max_cost_usd=_max_cost(run),
+        allow_truncated=spec.allow_truncated,
     )
     llm = connected.llm
     summarizer = connected.auxiliary or Priced(llm, connected.pricing)

@@ -110,6 +110,7 @@ class Delegation:
             idle_timeout=lim.idle_timeout,
             max_tokens=tokens,
             max_cost_usd=cost,
+            allow_truncated=lim.allow_truncated,
         )
 
     def child_tools(self, requested: Sequence[str] | None) -> list[ToolEntry]:

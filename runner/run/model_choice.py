@@ -96,6 +96,7 @@ def build_client(
 ) -> Any:
     """The chat client for ``choice``: the provider's ``model_options`` under the job's ``options``."""
     from runner.agent.llm import ChatClient
+    from runner.agent.profiles import profile_for
 
     p = choice.provider
     return ChatClient(
@@ -112,6 +113,8 @@ def build_client(
         stream=p.stream,
         options=p.model_options if options is None else options.over(p.model_options),
         max_tokens_field=p.max_tokens_field,
+        profile=profile_for(p.base_url, p.profile),
+        api_version=p.api_version,
     )
 
 

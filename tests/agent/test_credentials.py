@@ -112,7 +112,9 @@ def test_all_keys_401_fail_fast_naming_fingerprints(project, fake):
     assert time.monotonic() - started < 30  # not waiting out the keys' 300 s auth cooldown
     assert res.returncode == 1 and "Traceback" not in res.stderr
     assert all(fingerprint(k) in res.stderr for k in KEYS[:3])
-    assert last_run(project)["reason"] == "credentials_exhausted"
+    row = last_run(project)
+    assert row["reason"] == "auth_failed"  # every key failed the same way: that is the reason
+    assert "HTTP 401: Incorrect API key provided" in row["error"] and "runner creds reset --provider" in row["error"]
     assert len(fake.requests) == 3
 
 
@@ -203,7 +205,8 @@ def test_wait_must_fit_the_runs_remaining_time(project, fake):
     res = project.cli("run-job", "one", env=env)
     assert res.exit_code == 1 and time.monotonic() - started < 5
     assert "remaining time" in res.output
-    assert last_run(project)["reason"] == "credentials_exhausted"
+    assert last_run(project)["reason"] == "rate_limited"
+    assert "HTTP 429: slow down" in last_run(project)["error"]
 
 
 def test_fallback_provider_takes_over_when_keys_are_exhausted(project, fake):
@@ -216,7 +219,7 @@ def test_fallback_provider_takes_over_when_keys_are_exhausted(project, fake):
     assert fake.keys_used() == [KEYS[0], BACKUP]
     assert fake.requests[1]["body"]["model"] == "m2"
     [(_, fb)] = db_events(project, {"provider_fallback"})
-    assert fb["from"] == "default" and fb["to"] == "backup" and fb["reason"] == "credentials_exhausted"
+    assert fb["from"] == "default" and fb["to"] == "backup" and fb["reason"] == "auth_failed"
 
 
 def test_the_run_records_the_model_and_prices_of_the_fallback_provider_that_answered(project, fake):

@@ -143,13 +143,16 @@ def test_a_provider_without_streaming_gets_plain_requests(project, fake):
     fake.add(call("terminal", {"command": "echo hi"}), calls(), final("done"))
     fake.script[1] = Reply(content=None, refusal="I can't help with that.")
     project.write_jobs("jobs:\n  p:\n    prompt: go\n")
-    assert project.cli("run-job", "p").exit_code == 0
+    assert project.cli("run-job", "p").exit_code == 1  # a refusal is not an answer: failed/refused
     assert all("stream" not in r["body"] for r in fake.requests)
     turn = events(project, "response")[1]
     assert turn["refusal"] == "I can't help with that." and turn["content"] is None
-    out = project.cli("runs", "show", last_run(project)["id"]).output
+    row = last_run(project)
+    assert (row["status"], row["reason"]) == ("failed", "refused")
+    assert "the model refused: I can't help with that." in row["error"]
+    out = project.cli("runs", "show", row["id"]).output
     assert "refuses: I can't help with that." in out
-    assert Path(last_run(project)["output_path"]).read_text().strip() == "I can't help with that."
+    assert Path(row["output_path"]).read_text().strip() == "I can't help with that."
 
 
 def _running_id(project, timeout: float = 20) -> str:

@@ -20,7 +20,7 @@ A fixture::
     files: {notes.txt: "text"}   # files in the job's workdir
     replies:               # one per request, in order
       - status: 200        # default 200
-        headers: {retry-after: "2"}
+        headers: {retry-after: "2"}   # "{now_ms+90}" / "{now_s+90}" / "{now_iso+90}": 90 s from now
         json: {...}        # a JSON body (application/json)
         text: "..."        # or a body as text (give content-type in headers)
         sse: [...]         # or a stream: each item one event; a mapping is ``data: JSON``,
@@ -115,6 +115,23 @@ def key_value(i: int) -> str:
     return KEY.format(i=i)
 
 
+def _times(text: str) -> str:
+    """``{now_ms+N}`` / ``{now_s+N}`` / ``{now_iso+N}`` in a reply: the time N seconds from now as
+    epoch milliseconds, epoch seconds or RFC 3339 (replies that carry reset times are recorded
+    relative to the moment they are served)."""
+    import re
+    import time
+    from datetime import UTC, datetime
+
+    def put(m: re.Match[str]) -> str:
+        at = time.time() + int(m.group(2))
+        if m.group(1) == "iso":
+            return datetime.fromtimestamp(int(at), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return str(int(at * 1000) if m.group(1) == "ms" else int(at))
+
+    return re.sub(r"\{now_(ms|s|iso)\+(\d+)\}", put, text)
+
+
 def reply_of(spec: dict[str, Any]) -> Reply:
     """A fixture's reply as the fake server's ``Reply``."""
     if "final" in spec:
@@ -123,7 +140,7 @@ def reply_of(spec: dict[str, Any]) -> Reply:
         name, args = spec["call"]
         return call(name, args)
     status = int(spec.get("status", 200))
-    headers = {str(k): str(v) for k, v in (spec.get("headers") or {}).items()}
+    headers = {str(k): _times(str(v)) for k, v in (spec.get("headers") or {}).items()}
     if "sse" in spec:
         pieces: list[bytes] = []
         keep = spec.get("keepalive")
@@ -134,7 +151,7 @@ def reply_of(spec: dict[str, Any]) -> Reply:
         return Reply(status=status, headers=headers, events=pieces, delay=float(spec.get("every") or (keep or {}).get("every") or 0))
     if "json" in spec:
         headers.setdefault("content-type", "application/json")
-        return Reply(status=status, headers=headers, raw=json.dumps(spec["json"]).encode())
+        return Reply(status=status, headers=headers, raw=_times(json.dumps(spec["json"])).encode())
     if "text" in spec:
         return Reply(status=status, headers=headers, raw=str(spec["text"]).encode())
     raise AssertionError(f"a reply needs final, call, sse, json or text: {spec}")

@@ -118,7 +118,7 @@ def _missing() -> Any:
 
 def _keys_in(text: str) -> str:
     for i in range(8):
-        text = text.replace("{key%d}" % i, key_value(i))
+        text = text.replace(f"{{key{i}}}", key_value(i))
     return text
 
 
