@@ -7,8 +7,9 @@ llama.cpp, Ollama, LM Studio, TGI):
 - which fields of an assistant turn go back on the next request: unknown fields the provider
   sent (Gemini's ``extra_content.google.thought_signature`` on a tool call, OpenRouter's
   ``reasoning_details``) are kept and echoed verbatim unless the profile drops them;
-- whether the turn's reasoning is sent back, and under which name (Kimi and GLM require
-  ``reasoning_content`` on assistant tool-call turns; DeepSeek rejects it);
+- whether the turn's reasoning is sent back, and under which name (Kimi, GLM and DeepSeek's
+  thinking mode require ``reasoning_content`` on assistant tool-call turns; the others get none;
+  ``echo_reasoning:`` in config.yaml overrides it);
 - the tool-call id rule (Mistral takes 9 letters and digits: ids made by another provider are
   renamed, the same way in the call and in its answer, when a run falls back to Mistral);
 - how the key is sent (Azure: ``api-key``; the rest: ``Authorization: Bearer``) and Azure's
@@ -26,31 +27,12 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
 
-
-class Family(StrEnum):
-    OPENAI = "openai"
-    AZURE = "azure"
-    GEMINI = "gemini"
-    ANTHROPIC = "anthropic"
-    MISTRAL = "mistral"
-    DEEPSEEK = "deepseek"
-    MOONSHOT = "moonshot"
-    ZHIPU = "zhipu"
-    GROQ = "groq"
-    OPENROUTER = "openrouter"
-    TOGETHER = "together"
-    FIREWORKS = "fireworks"
-    VLLM = "vllm"
-    LLAMACPP = "llamacpp"
-    OLLAMA = "ollama"
-    LMSTUDIO = "lmstudio"
-    TGI = "tgi"
-    GENERIC = "generic"  # any other OpenAI-compatible server
+from runner.config.families import Family
 
 
 class ToolIds(StrEnum):
@@ -87,7 +69,9 @@ PROFILES[Family.ANTHROPIC] = Profile(Family.ANTHROPIC, auth=Auth.X_API_KEY, nati
 PROFILES[Family.MISTRAL] = Profile(Family.MISTRAL, tool_ids=ToolIds.ALNUM9)
 PROFILES[Family.MOONSHOT] = Profile(Family.MOONSHOT, reasoning_field="reasoning_content")
 PROFILES[Family.ZHIPU] = Profile(Family.ZHIPU, reasoning_field="reasoning_content")
-PROFILES[Family.DEEPSEEK] = Profile(Family.DEEPSEEK, drop_fields=frozenset({"reasoning_content", "reasoning"}))
+# DeepSeek's thinking mode: a turn's reasoning must come back on the tool-call turns of the run
+# (api-docs.deepseek.com/guides/thinking_mode); the legacy R1 endpoint refused it (echo_reasoning: false)
+PROFILES[Family.DEEPSEEK] = Profile(Family.DEEPSEEK, reasoning_field="reasoning_content")
 
 HOSTS: tuple[tuple[str, Family], ...] = (
     ("api.openai.com", Family.OPENAI),
@@ -131,9 +115,14 @@ def family_of(base_url: str) -> Family:
     return PORTS.get(port or 0, Family.GENERIC)
 
 
-def profile_for(base_url: str, name: str | None = None) -> Profile:
-    """The profile named in config.yaml (``profile:``), else the one the base URL implies."""
-    return PROFILES[Family(name) if name else family_of(base_url)]
+def profile_for(base_url: str, name: str | None = None, *, echo_reasoning: bool | None = None) -> Profile:
+    """The profile named in config.yaml (``profile:``), else the one the base URL implies;
+    ``echo_reasoning`` (config.yaml) overrides whether a turn's reasoning goes back."""
+    profile = PROFILES[Family(name) if name else family_of(base_url)]
+    if echo_reasoning is None:
+        return profile
+    field = (profile.reasoning_field or "reasoning_content") if echo_reasoning else None
+    return replace(profile, reasoning_field=field)
 
 
 # -- messages as each provider takes them ------------------------------------------------------

@@ -9,8 +9,8 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from runner import secrets
-from runner.agent.profiles import Family
 from runner.config import yamlio
+from runner.config.families import Family
 from runner.config.jobs import Duration, SinkItem
 from runner.config.mcp import McpServer
 from runner.config.model_options import MaxTokensField, ModelOptions
@@ -51,6 +51,7 @@ class Provider(Strict):
     # the provider family's wire rules (runner/agent/profiles.py); unset: read from base_url
     profile: Family | None = None
     api_version: str | None = None  # Azure OpenAI's api-version query (e.g. 2024-10-21)
+    echo_reasoning: bool | None = None  # send a turn's reasoning back as reasoning_content; None: the profile decides
 
     @field_validator("api_keys")
     @classmethod

@@ -113,7 +113,7 @@ def build_client(
         stream=p.stream,
         options=p.model_options if options is None else options.over(p.model_options),
         max_tokens_field=p.max_tokens_field,
-        profile=profile_for(p.base_url, p.profile),
+        profile=profile_for(p.base_url, p.profile, echo_reasoning=p.echo_reasoning),
         api_version=p.api_version,
     )
 
