@@ -6,7 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-WIRE_DROPPED = frozenset({"reasoning", "refusal"})  # message keys kept in transcripts, never sent to a model
+THINKING_KEY = "anthropic_thinking"  # an assistant turn's Anthropic thinking blocks (signed), for the next request
+# message keys kept in transcripts, never sent to a chat-completions model
+WIRE_DROPPED = frozenset({"reasoning", "refusal", THINKING_KEY})
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,7 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0  # of prompt_tokens, served from the provider's prompt cache
+    cache_write_tokens: int = 0  # of prompt_tokens, written to the prompt cache (Anthropic bills them apart)
 
     @property
     def total(self) -> int:
@@ -42,6 +45,9 @@ class Message:
     reasoning: str | None = None  # ``reasoning_content`` / ``reasoning``: kept, never sent back
     refusal: str | None = None
     parts: tuple[dict[str, Any], ...] = ()  # the content as the provider gave it, when in parts
+    # Anthropic's thinking / redacted_thinking blocks as sent (with their signatures): the next
+    # request must carry them back unchanged (runner/agent/anthropic.py)
+    thinking_blocks: tuple[dict[str, Any], ...] = ()
 
     @property
     def answer(self) -> str:
@@ -73,6 +79,8 @@ class Message:
             out["refusal"] = self.refusal
         if self.reasoning:
             out["reasoning"] = self.reasoning
+        if self.thinking_blocks:
+            out[THINKING_KEY] = [dict(b) for b in self.thinking_blocks]
         return out
 
     def to_record(self) -> dict[str, Any]:
@@ -84,7 +92,11 @@ class Message:
         out["usage"] = {"prompt_tokens": self.usage.prompt_tokens, "completion_tokens": self.usage.completion_tokens}
         if self.usage.cached_tokens:
             out["usage"]["cached_tokens"] = self.usage.cached_tokens
+        if self.usage.cache_write_tokens:
+            out["usage"]["cache_write_tokens"] = self.usage.cache_write_tokens
         out.update(self.extras())
+        if self.thinking_blocks:
+            out[THINKING_KEY] = [dict(b) for b in self.thinking_blocks]
         return out
 
     @classmethod
@@ -97,6 +109,9 @@ class Message:
         parts = data.get("content_parts") or []
         if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
             raise ValueError("content_parts: expected a list of mappings")
+        thinking = data.get(THINKING_KEY) or []
+        if not isinstance(thinking, list) or not all(isinstance(b, dict) for b in thinking):
+            raise ValueError(f"{THINKING_KEY}: expected a list of mappings")
         return cls(
             content=data.get("content"),
             tool_calls=calls,
@@ -105,10 +120,12 @@ class Message:
                 int(usage.get("prompt_tokens", 0)),
                 int(usage.get("completion_tokens", 0)),
                 int(usage.get("cached_tokens", 0)),
+                int(usage.get("cache_write_tokens", 0)),
             ),
             reasoning=_text_or_none(data.get("reasoning")),
             refusal=_text_or_none(data.get("refusal")),
             parts=tuple(parts),
+            thinking_blocks=tuple(thinking),
         )
 
 
