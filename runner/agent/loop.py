@@ -143,13 +143,19 @@ class Pricing:
     input_per_mtok: float = 0.0
     output_per_mtok: float = 0.0
     cached_input_per_mtok: float | None = None  # None: cached prompt tokens cost input_per_mtok
+    cache_write_per_mtok: float | None = None  # prompt tokens written to the cache; None: input_per_mtok
 
     def cost(self, usage: Usage) -> float:
         cached = min(usage.cached_tokens, usage.prompt_tokens)
+        written = min(usage.cache_write_tokens, usage.prompt_tokens - cached)
         cached_rate = self.input_per_mtok if self.cached_input_per_mtok is None else self.cached_input_per_mtok
-        fresh = usage.prompt_tokens - cached
+        write_rate = self.input_per_mtok if self.cache_write_per_mtok is None else self.cache_write_per_mtok
+        fresh = usage.prompt_tokens - cached - written
         return (
-            fresh * self.input_per_mtok + cached * cached_rate + usage.completion_tokens * self.output_per_mtok
+            fresh * self.input_per_mtok
+            + cached * cached_rate
+            + written * write_rate
+            + usage.completion_tokens * self.output_per_mtok
         ) / 1e6
 
 
@@ -333,6 +339,7 @@ def _call(
             "prompt_tokens": reply.usage.prompt_tokens,
             "completion_tokens": reply.usage.completion_tokens,
             **({"cached_tokens": reply.usage.cached_tokens} if reply.usage.cached_tokens else {}),
+            **({"cache_write_tokens": reply.usage.cache_write_tokens} if reply.usage.cache_write_tokens else {}),
             "cost_usd": round(cost, 6),
             "seconds": round(time.monotonic() - started, 3),
             **reply.extras(),

@@ -127,7 +127,7 @@ def profile_for(base_url: str, name: str | None = None, *, echo_reasoning: bool 
 
 # -- messages as each provider takes them ------------------------------------------------------
 
-RUNNER_FIELDS = frozenset({"reasoning", "refusal"})  # runner's own keys of an assistant turn
+RUNNER_FIELDS = frozenset({"reasoning", "refusal", "anthropic_thinking"})  # runner's own keys of an assistant turn
 
 
 def wire_messages(messages: Sequence[Mapping[str, Any]], profile: Profile) -> list[dict[str, Any]]:

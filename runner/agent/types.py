@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+THINKING_KEY = "anthropic_thinking"  # an assistant turn's Anthropic thinking blocks (signed), for the next request
+
 
 @dataclass(frozen=True)
 class ToolCall:
@@ -30,6 +32,7 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0  # of prompt_tokens, served from the provider's prompt cache
+    cache_write_tokens: int = 0  # of prompt_tokens, written to the prompt cache (Anthropic bills them apart)
 
     @property
     def total(self) -> int:
@@ -50,6 +53,9 @@ class Message:
     parts: tuple[dict[str, Any], ...] = ()  # the content as the provider gave it, when in parts
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)  # the provider's own fields of the turn
     usage_estimated: bool = False  # the provider sent no usage: tokens estimated from characters
+    # Anthropic's thinking / redacted_thinking blocks as sent (with their signatures): the next
+    # request must carry them back unchanged (runner/agent/anthropic.py)
+    thinking_blocks: tuple[dict[str, Any], ...] = ()
 
     @property
     def answer(self) -> str:
@@ -82,6 +88,8 @@ class Message:
             out["refusal"] = self.refusal
         if self.reasoning:
             out["reasoning"] = self.reasoning
+        if self.thinking_blocks:
+            out[THINKING_KEY] = [dict(b) for b in self.thinking_blocks]
         return out
 
     def to_record(self) -> dict[str, Any]:
@@ -93,9 +101,13 @@ class Message:
         out["usage"] = {"prompt_tokens": self.usage.prompt_tokens, "completion_tokens": self.usage.completion_tokens}
         if self.usage.cached_tokens:
             out["usage"]["cached_tokens"] = self.usage.cached_tokens
+        if self.usage.cache_write_tokens:
+            out["usage"]["cache_write_tokens"] = self.usage.cache_write_tokens
         out.update(self.extras())
         if self.extra:
             out["extra"] = dict(self.extra)
+        if self.thinking_blocks:
+            out[THINKING_KEY] = [dict(b) for b in self.thinking_blocks]
         return out
 
     @classmethod
@@ -113,6 +125,9 @@ class Message:
         parts = data.get("content_parts") or []
         if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
             raise ValueError("content_parts: expected a list of mappings")
+        thinking = data.get(THINKING_KEY) or []
+        if not isinstance(thinking, list) or not all(isinstance(b, dict) for b in thinking):
+            raise ValueError(f"{THINKING_KEY}: expected a list of mappings")
         return cls(
             content=data.get("content"),
             tool_calls=calls,
@@ -121,11 +136,13 @@ class Message:
                 int(usage.get("prompt_tokens", 0)),
                 int(usage.get("completion_tokens", 0)),
                 int(usage.get("cached_tokens", 0)),
+                int(usage.get("cache_write_tokens", 0)),
             ),
             reasoning=_text_or_none(data.get("reasoning")),
             refusal=_text_or_none(data.get("refusal")),
             parts=tuple(parts),
             extra=_mapping(data.get("extra"), "extra"),
+            thinking_blocks=tuple(thinking),
         )
 
 

@@ -21,7 +21,8 @@ from runner.errors import ConfigError, UsageError
 class ProviderPricing(Strict):
     input_per_mtok: float = 0.0
     output_per_mtok: float = 0.0
-    cached_input_per_mtok: float | None = None  # cached prompt tokens; unset: input_per_mtok
+    cached_input_per_mtok: float | None = None  # cached prompt tokens; unset: input_per_mtok (anthropic: 0.1x)
+    cache_write_per_mtok: float | None = None  # prompt tokens written to the cache; unset: input (anthropic: 1.25x)
 
 
 class Cooldowns(Strict):
@@ -52,6 +53,7 @@ class Provider(Strict):
     profile: Family | None = None
     api_version: str | None = None  # Azure OpenAI's api-version query (e.g. 2024-10-21)
     echo_reasoning: bool | None = None  # send a turn's reasoning back as reasoning_content; None: the profile decides
+    cache: bool = True  # anthropic: cache_control breakpoints on the system prompt, tools and last message
 
     @field_validator("api_keys")
     @classmethod

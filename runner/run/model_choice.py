@@ -32,9 +32,22 @@ class ModelChoice:
     model: str
 
     @property
+    def native(self) -> bool:
+        """Whether the provider speaks Anthropic's Messages API (not chat completions)."""
+        from runner.agent.profiles import profile_for
+
+        return profile_for(self.provider.base_url, self.provider.profile).native
+
+    @property
     def pricing(self) -> Pricing:
+        """The provider's prices; on Anthropic's API, unset cache prices are Anthropic's own ratios
+        (a cache read 0.1x the input price, a cache write 1.25x)."""
         p = self.provider.pricing
-        return Pricing(p.input_per_mtok, p.output_per_mtok, p.cached_input_per_mtok)
+        cached, written = p.cached_input_per_mtok, p.cache_write_per_mtok
+        if self.native:
+            cached = p.input_per_mtok * 0.1 if cached is None else cached
+            written = p.input_per_mtok * 1.25 if written is None else written
+        return Pricing(p.input_per_mtok, p.output_per_mtok, cached, written)
 
 
 def split_ref(config: Config, ref: str) -> tuple[str, str]:
@@ -94,12 +107,19 @@ def build_client(
     options: ModelOptions | None = None,
     idle_timeout: float | None = None,
 ) -> Any:
-    """The chat client for ``choice``: the provider's ``model_options`` under the job's ``options``."""
+    """The chat client for ``choice``: the provider's ``model_options`` under the job's ``options``;
+    on Anthropic's Messages API (``profile: anthropic`` or its base URL) the native client."""
     from runner.agent.llm import ChatClient
     from runner.agent.profiles import profile_for
 
     p = choice.provider
-    return ChatClient(
+    cls: type[ChatClient] = ChatClient
+    extra: dict[str, Any] = {}
+    if choice.native:
+        from runner.agent.anthropic import AnthropicClient
+
+        cls, extra = AnthropicClient, {"cache": p.cache}
+    return cls(
         base_url=p.base_url,
         model=choice.model,
         keys=keys,
@@ -115,6 +135,7 @@ def build_client(
         max_tokens_field=p.max_tokens_field,
         profile=profile_for(p.base_url, p.profile, echo_reasoning=p.echo_reasoning),
         api_version=p.api_version,
+        **extra,
     )
 
 

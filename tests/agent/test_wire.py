@@ -130,8 +130,10 @@ def test_429_waits_as_its_rate_limit_headers_say_then_retries(fake):
     reply = llm.complete([], [])
     assert reply.tool_calls and len(fake.requests) == 2
     retry = next(p for k, p in seen if k == "model_retry")
-    assert retry["wait_s"] == 300.0  # the later reset (tokens, 6m0s), capped at 300 s
-    assert ("slept", {"s": 300.0}) in seen
+    # the window that ran out (remaining-requests 0) decides: 20s, as the message says; not the
+    # tokens window's 6m0s, which was not spent
+    assert retry["wait_s"] == 20.0
+    assert ("slept", {"s": 20.0}) in seen
     assert "Rate limit reached for gpt-4o-mini" in retry["error"]
 
 
