@@ -248,8 +248,9 @@ def error_message(body: str) -> str:
         message = json.dumps(message)
     text = str(message or err.get("code") or err.get("type") or json.dumps(err))
     metadata = err.get("metadata")
-    if isinstance(metadata, dict) and metadata.get("reasons"):
-        text += f" (reasons: {', '.join(map(str, metadata['reasons']))})"
+    reasons = metadata.get("reasons") if isinstance(metadata, dict) else None
+    if isinstance(reasons, list) and reasons:
+        text += f" (reasons: {', '.join(map(str, reasons))})"
     return text[:MESSAGE_CHARS]
 
 

@@ -321,11 +321,18 @@ class Assembly:
         new_id, new_name = call.get("id") or None, function.get("name") or None
         slot = self.at_index.get(index) if isinstance(index, int) else (self.calls[-1] if self.calls else None)
         arguments = function.get("arguments")
-        starts = slot is None or (new_id is not None and slot.id is not None and new_id != slot.id)
-        if not starts and slot is not None and new_name is not None and slot.name and new_id is None:
-            # another name at the same place is another call; the same name again (llama.cpp repeats
-            # it on every delta) is another call only when the first one's arguments are whole
-            starts = new_name != slot.name or (isinstance(arguments, str) and arguments.lstrip().startswith("{") and _whole(slot))
+        if slot is None:
+            starts = True
+        elif new_id is not None and slot.id is not None:
+            starts = new_id != slot.id
+        elif (new_id is not None or new_name is not None) and slot.name:
+            # a call's head with no id to compare: another name is another call; the same name again
+            # (llama.cpp repeats it on every delta) is another call only once the first one's
+            # arguments are whole and this delta begins new ones (or none yet)
+            fresh = arguments in (None, "") or isinstance(arguments, dict) or str(arguments).lstrip().startswith("{")
+            starts = (new_name is not None and new_name != slot.name) or (fresh and _whole(slot))
+        else:
+            starts = False
         if starts:
             slot = _Call()
             self.calls.append(slot)

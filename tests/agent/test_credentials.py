@@ -5,6 +5,7 @@ secret and have no known key prefix, so only the pool's own redaction can hide t
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import time
 
@@ -280,3 +281,28 @@ def test_no_raw_key_in_db_events_logs_or_outputs(project, fake, tmp_path):
     tool_output = json.dumps(fake.requests[2]["body"])
     # the file was read, but the key in it is masked before the model sees it; the env var was not passed on
     assert KEYS[1] not in tool_output and "[REDACTED]" in tool_output and "scrubbed" in tool_output
+
+
+def test_a_fallback_to_mistral_mid_run_renames_the_first_providers_tool_call_ids(project, fake):
+    """Mistral takes tool-call ids of exactly 9 letters and digits: the turns the first provider
+    made keep their ids in the run, and go to Mistral renamed, the call and its answer alike."""
+    env = configure(project, fake, 1, backup=True)
+    config = (project.home / "config.yaml").read_text().replace(
+        "    model: m2\n", "    model: m2\n    profile: mistral\n"
+    )
+    (project.home / "config.yaml").write_text(config)
+    fake.add(
+        call("terminal", {"command": "echo first"}),  # from the first provider: id call_1_0
+        error(401, "Incorrect API key provided", keys=(KEYS[0],)),
+        final("done by mistral"),
+    )
+    project.write_jobs(ONE + "    model: [default, backup]\n    toolsets: [terminal]\n")
+    res = project.cli("run-job", "one", "--json", env=env)
+    assert res.exit_code == 0, res.output
+    assert fake.keys_used() == [KEYS[0], KEYS[0], BACKUP]
+    sent = fake.requests[2]["body"]["messages"]
+    [turn] = [m for m in sent if m.get("tool_calls")]
+    [answer] = [m for m in sent if m["role"] == "tool"]
+    renamed = turn["tool_calls"][0]["id"]
+    assert re.fullmatch(r"[A-Za-z0-9]{9}", renamed) and answer["tool_call_id"] == renamed
+    assert fake.requests[1]["body"]["messages"][2]["tool_calls"][0]["id"] == "call_1_0"  # unchanged for the first
