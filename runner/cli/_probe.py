@@ -1,5 +1,7 @@
 """`runner doctor`'s provider checks: key variables set, base URL reachable, the model listed
-(``GET /models``), and with ``--deep`` a one-token chat request. Each check is one result line."""
+(``GET /models``), and with ``--deep`` a one-token chat request. Each check is one result line.
+The key goes where the provider's profile says (Azure's ``api-key``, Anthropic's ``x-api-key``),
+with Azure's ``api-version``; Anthropic is asked at ``/v1/models`` and ``/v1/messages``."""
 
 from __future__ import annotations
 
@@ -34,17 +36,30 @@ def probe_provider(name: str, provider: Any, models: set[str], *, deep: bool, en
 def _probe_http(provider: Any, key: str | None, models: list[str], *, deep: bool) -> ProbeResult:
     import httpx
 
+    from runner.agent.llm import _split_query
+    from runner.agent.profiles import Auth, profile_for
     from runner.tls import verify_for
 
-    base = provider.base_url.rstrip("/")
+    profile = profile_for(provider.base_url, provider.profile)
+    base, query = _split_query(provider.base_url)
+    if provider.api_version:
+        query["api-version"] = provider.api_version
+    if profile.native:  # the Messages API: {root}/v1/models, /v1/messages
+        base = base.removesuffix("/v1") + "/v1"
     headers = dict(provider.headers)
-    if key:
+    if key and profile.auth is Auth.API_KEY:
+        headers["api-key"] = key
+    elif key and profile.auth is Auth.X_API_KEY:
+        headers.update({"x-api-key": key, "anthropic-version": "2023-06-01"})
+    elif key:
         headers["Authorization"] = f"Bearer {key}"
     try:
-        with httpx.Client(headers=headers, timeout=PROBE_TIMEOUT_S, verify=verify_for(base)) as http:
+        with httpx.Client(
+            headers=headers, params=query, timeout=PROBE_TIMEOUT_S, verify=verify_for(base)
+        ) as http:
             listed = _listed_models(http, base)
             if deep:
-                return _one_token(http, base, models[0], listed)
+                return _one_token(http, base, models[0], listed, native=profile.native)
     except httpx.HTTPError as exc:
         return ProbeResult(False, f"{base} unreachable: {type(exc).__name__}: {exc}"[:300])
     if isinstance(listed, ProbeResult):
@@ -72,11 +87,11 @@ def _listed_models(http: Any, base: str) -> set[str] | ProbeResult | None:
         return None
 
 
-def _one_token(http: Any, base: str, model: str, listed: Any) -> ProbeResult:
+def _one_token(http: Any, base: str, model: str, listed: Any, *, native: bool = False) -> ProbeResult:
     if isinstance(listed, ProbeResult):
         return listed
     body = {"model": model, "messages": [{"role": "user", "content": "Reply with OK."}], "max_tokens": 1}
-    response = http.post(f"{base}/chat/completions", json=body)
+    response = http.post(f"{base}/messages" if native else f"{base}/chat/completions", json=body)
     if response.status_code != 200:
         return ProbeResult(False, f"{base}: a one-token request to {model} got HTTP {response.status_code}")
     return ProbeResult(True, f"{base}: {model} answered a one-token request")

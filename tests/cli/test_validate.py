@@ -285,6 +285,25 @@ def test_doctor_checks_the_provider(project, fake):
     assert fake.requests[-1]["body"]["max_tokens"] == 1
 
 
+def test_doctor_asks_azure_with_its_api_key_header_and_api_version(project, fake):
+    base = fake.base_url.removesuffix("/v1") + "/openai/deployments/gpt-4o"
+    config = project.write(
+        "config.yaml",
+        f"providers:\n  default:\n    base_url: {base}\n    api_version: '2024-10-21'\n"
+        "    api_keys: [env:AZURE_TEST_KEY]\n",
+    )
+    project.write_jobs("jobs:\n  a:\n    prompt: hi\n")
+    fake.add(final("OK"))
+    env = project.env(AZURE_TEST_KEY="azure-key-0123456789")
+    res = project.run("--config", str(config), "doctor", "--json", "--deep", env=env)
+    checks = {c["check"]: c for c in json.loads(res.stdout)}
+    assert checks["provider default"]["ok"], checks
+    assert fake.gets[0] == "/openai/deployments/gpt-4o/models?api-version=2024-10-21"
+    [request] = fake.requests
+    assert request["path"] == "/openai/deployments/gpt-4o/chat/completions?api-version=2024-10-21"
+    assert request["headers"]["api-key"] == "azure-key-0123456789" and "Authorization" not in request["headers"]
+
+
 def test_doctor_unreachable_base_url_unset_key_and_unknown_provider(project, fake):
     config = project.write(
         "config.yaml",
