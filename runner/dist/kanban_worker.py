@@ -35,7 +35,7 @@ from runner.kanban.model import Claim, FenceError
 from runner.kanban.work import Assignment
 from runner.procs import start_time
 from runner.statuses import RunStatus, Trigger
-from runner.store.runs import create_run, finish_run
+from runner.store import ledger
 
 log = logging.getLogger("runner.worker")
 WAIT_S = 0.05  # how often the task looks at the attempt's process
@@ -88,7 +88,7 @@ class KanbanAttempts:
         rt = self.runtime
         task = board.get(attempt.task_id)
         job = task.job or rt.settings.config.kanban.default_job or ""
-        run_id = create_run(
+        run_id = ledger.open_run(
             rt.store,
             job=job,
             trigger=Trigger.KANBAN,
@@ -140,7 +140,7 @@ class KanbanAttempts:
     ) -> None:
         """The attempt fails before it ran (``reason``); the task's retry policy applies."""
         log.error("kanban task %s: %s", attempt.task_id, error)
-        finish_run(self.runtime.store, run_id, RunStatus.FAILED, reason=reason, error=error)
+        ledger.finish(self.runtime.store, run_id, RunStatus.FAILED, reason=reason, error=error)
         backoff = self.runtime.settings.config.kanban.retry_backoff
         try:
             board.fail_attempt(attempt.task_id, attempt.fence, error, now=utcnow(), backoff=backoff)

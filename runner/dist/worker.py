@@ -27,14 +27,13 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from runner.clock import iso, parse_iso, utcnow
+from runner.clock import parse_iso, utcnow
 from runner.dist.jobshash import JobsCache
 from runner.serve.fire import describe_exit
 from runner.serve.launcher import Handle, Launcher, WorkerSpec
 from runner.settings import Settings
 from runner.statuses import RunStatus, Trigger
-from runner.store import Store, StoreUnavailable
-from runner.store.runs import WORKER_LOST, finish_run, kill_leftovers
+from runner.store import StoreUnavailable, ledger
 
 log = logging.getLogger("runner.worker")
 WAIT_S = 0.05  # how often a task looks at its run's process
@@ -78,7 +77,7 @@ class WorkerRuntime:
         self.jobs = JobsCache(settings.jobs_path, config.timezone, settings.own_tool_names)
         self.launcher = Launcher(config_path=settings.config_path)
         self._lock = threading.Lock()
-        self._stops: dict[str, str] = {}  # run id -> "term" / "kill", as serve asked
+        self._stops: dict[str, str] = {}  # run id -> "kill", or "term" / why (timeout ...): as serve asked
         self._held: set[str] = set()
         self._stopped = threading.Event()
         self._beat = threading.Thread(target=self._heartbeat, name="runner-worker-heartbeat", daemon=True)
@@ -120,23 +119,15 @@ class WorkerRuntime:
                 self._stops.pop(run_id, None)
 
     def _claim(self, run_id: str) -> Claimed | None:
-        now = iso(utcnow())
-        with self.store.transaction() as conn:
-            cur = conn.execute(
-                "UPDATE runs SET worker=?, heartbeat_at=? WHERE id=? AND status=? AND worker IS NULL",
-                (self.name, now, run_id, RunStatus.QUEUED),
-            )
-            if cur.rowcount != 1:
-                return None
-            row = conn.execute(
-                "SELECT job, trigger, slot, task_id, created_at FROM runs WHERE id=?", (run_id,)
-            ).fetchone()
-        return Claimed(run_id, row[0], Trigger(row[1]), parse_iso(row[2]), row[3], parse_iso(row[4]))
+        row = ledger.claim_for_worker(self.store, run_id, self.name)
+        if row is None:
+            return None
+        return Claimed(run_id, row.job, row.trigger, parse_iso(row.slot), row.task_id, parse_iso(row.created_at))
 
     def _refuse(self, claimed: Claimed, reason: Refusal, error: str) -> str:
         """End the claimed row ``failed`` with ``reason`` before anything of it ran."""
         log.error("run %s of %s: %s", claimed.run_id, claimed.job, error)
-        finish_run(self.store, claimed.run_id, RunStatus.FAILED, reason=reason, error=error)
+        ledger.finish(self.store, claimed.run_id, RunStatus.FAILED, reason=reason, error=error)
         return RunStatus.FAILED
 
     def _run(self, claimed: Claimed, jobs_hash: str) -> str:
@@ -175,7 +166,7 @@ class WorkerRuntime:
             with self._lock:
                 ask = self._stops.get(run_id)
             now = time.monotonic()
-            if ask == "term" and termed_at is None:
+            if ask is not None and ask != "kill" and termed_at is None:  # "term", or why: timeout, shutdown, replaced
                 handle.signal_tree(signal.SIGTERM)
                 termed_at = now
             elif not killed and (ask == "kill" or (termed_at is not None and now - termed_at >= self.kill_grace)):
@@ -203,12 +194,10 @@ class WorkerRuntime:
 
     def _settle_once(self, run_id: str, code: int) -> str:
         """The row's final status; a process that died before writing one ends ``failed`` (worker_died)."""
-        row = self.store.one("SELECT status FROM runs WHERE id=?", (run_id,))
-        status = RunStatus(row["status"]) if row else RunStatus.UNKNOWN
-        if status in (RunStatus.QUEUED, RunStatus.RUNNING):
-            finish_run(self.store, run_id, RunStatus.FAILED, reason="worker_died", error=describe_exit(code))
-            kill_leftovers(run_id)  # its commands (own sessions, marked) would go on unsupervised
-            status = RunStatus.FAILED
+        if ledger.finish(self.store, run_id, RunStatus.FAILED, reason=ledger.Reason.WORKER_DIED, error=describe_exit(code)):
+            ledger.kill_leftovers(run_id)  # its commands (own sessions, marked) would go on unsupervised
+        row = ledger.get(self.store, run_id)
+        status = row.status if row else RunStatus.UNKNOWN
         log.info("run %s ended %s (exit %s)", run_id, status, code)
         return status
 
@@ -232,12 +221,7 @@ class WorkerRuntime:
             held = sorted(self._held)
         if not held:
             return
-        marks = ", ".join("?" * len(held))
-        with self.store.transaction() as conn:
-            conn.execute(
-                f"UPDATE runs SET heartbeat_at=? WHERE worker=? AND status IN (?, ?) AND id IN ({marks})",
-                (iso(utcnow()), self.name, RunStatus.QUEUED, RunStatus.RUNNING, *held),
-            )
+        ledger.heartbeat(self.store, self.name, held)
         self._fence_lost()
 
     def _fence_lost(self) -> None:
@@ -248,28 +232,20 @@ class WorkerRuntime:
             held = sorted(self._held)
         if not held:
             return
-        marks = ", ".join("?" * len(held))
-        rows = self.store.query(
-            f"SELECT id FROM runs WHERE id IN ({marks}) AND status=? AND reason=?",
-            (*held, RunStatus.UNKNOWN, WORKER_LOST),
-        )
+        lost = ledger.lost_among(self.store, held)
         with self._lock:
-            for row in rows:
-                if self._stops.get(row["id"]) != "kill":
-                    log.error("run %s: serve declared it lost (worker_lost) and retried it; killing it here", row["id"])
-                    self._stops[row["id"]] = "kill"
+            for run_id in lost:
+                if self._stops.get(run_id) != "kill":
+                    log.error("run %s: serve declared it lost (worker_lost) and retried it; killing it here", run_id)
+                    self._stops[run_id] = "kill"
 
     def _read_stops(self) -> None:
         with self._lock:
             if not self._held:
                 return
-        rows = self.store.query(
-            "SELECT id, stop_request FROM runs WHERE worker=? AND stop_request IS NOT NULL AND status IN (?, ?)",
-            (self.name, RunStatus.QUEUED, RunStatus.RUNNING),
-        )
+        stops = ledger.stop_requests(self.store, self.name)
         with self._lock:
-            for row in rows:
-                self._stops[row["id"]] = row["stop_request"]
+            self._stops.update(stops)
 
 
 def mismatch_error(claimed: Claimed, job_name: str) -> str:

@@ -301,6 +301,8 @@ class Serve:
         adopted = pool.adopt(jobs.jobs)
         if remote is not None:
             adopted += remote.follow(pool, jobs.jobs)
+        else:
+            adopted += pool.adopt_running(jobs.jobs)
         schedule.set_jobs(jobs.jobs, now)
         watcher = JobsWatcher(
             jobs.path, default_timezone=config.timezone, current=jobs, wake=self.wake, settings=s

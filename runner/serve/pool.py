@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Protocol
 
 from runner.clock import iso
 from runner.config.jobfile import Job
-from runner.config.schedules import format_duration
 from runner.delivery.alerts import RunEnd, is_alerted
 from runner.mcp.keep import Bridges
 from runner.serve.fire import ActiveRun, Fire, Paths, describe_exit
@@ -33,8 +32,7 @@ from runner.serve.host import Clock
 from runner.serve.launcher import Handle, Spawner, WorkerSpec
 from runner.serve.state import record_slot_result, set_paused
 from runner.statuses import RunStatus, Trigger
-from runner.store import Store
-from runner.store.runs import create_run, finish_run, kill_leftovers, update_run
+from runner.store import Store, StoreError, ledger
 
 if TYPE_CHECKING:
     from backends.sandbox import Plan
@@ -139,7 +137,7 @@ class Pool:
         if not forced and (running or waiting):
             if overlap == "skip" or (overlap == "queue" and waiting):
                 other = (running[0].fire if running else waiting[0].fire).run_id
-                finish_run(
+                ledger.finish(
                     self.store,
                     fire.run_id,
                     RunStatus.SKIPPED,
@@ -154,7 +152,7 @@ class Pool:
                     self._stop(r, "replaced")
                 for w in waiting:
                     self._unqueue(w)
-                    finish_run(
+                    ledger.finish(
                         self.store,
                         w.fire.run_id,
                         RunStatus.SKIPPED,
@@ -175,7 +173,7 @@ class Pool:
             if entry.fire.run_id == run_id:
                 self._unqueue(entry)
                 error = f"cancelled by {by} (runner runs cancel) before it started"
-                finish_run(self.store, run_id, RunStatus.INTERRUPTED, reason="cancelled", error=error)
+                ledger.finish(self.store, run_id, RunStatus.INTERRUPTED, reason="cancelled", error=error)
                 self.log.info("cancelled %s run %s before it started (by %s)", entry.fire.job.name, run_id, by)
                 return True
         return False
@@ -224,7 +222,7 @@ class Pool:
         except OSError as exc:
             self.log.error("cannot start a worker for %s (run %s): %s", fire.job.name, fire.run_id, exc)
             error = f"cannot start a worker: {exc}"
-            finish_run(self.store, fire.run_id, RunStatus.FAILED, reason="spawn", error=error)
+            ledger.finish(self.store, fire.run_id, RunStatus.FAILED, reason="spawn", error=error)
             self._alert(fire, RunEnd(fire.job.name, fire.run_id, RunStatus.FAILED, "spawn", error))
             return
         self._running[fire.run_id] = _Running(fire, handle, now, self.monotonic() + fire.job.spec.timeout)
@@ -286,8 +284,15 @@ class Pool:
         self.shutdown(0.0)
 
     def _stop(self, run: _Running, reason: str) -> None:
+        """Stop a run for ``reason`` (timeout, shutdown, replaced): the ledger learns why first, so
+        the run records its own end with that reason; then SIGTERM (and SIGKILL after the grace)."""
         run.stop_reason = reason
         run.term_at = self.monotonic()
+        if reason in ledger.STOP_WHY:
+            try:
+                ledger.request_stop(self.store, run.fire.run_id, reason)
+            except StoreError as exc:  # the signal still goes; _finalize records the reason then
+                self.log.warning("run %s: cannot record why it is stopped (%s): %s", run.fire.run_id, reason, exc)
         run.handle.signal_tree(signal.SIGTERM)
 
     def reap(self) -> None:
@@ -304,28 +309,26 @@ class Pool:
 
     # -- endings -------------------------------------------------------------------------------
     def _finalize(self, run: _Running, code: int) -> None:
+        """The worker has exited. It recorded its run's end itself (also when serve stopped it: the
+        ledger told it why); when it could not (killed, crashed), serve records it here, only if
+        the row is still active (the ledger refuses to change an end)."""
         fire = run.fire
-        row = self.store.one("SELECT status, reason FROM runs WHERE id=?", (fire.run_id,))
-        status = RunStatus(row["status"]) if row else RunStatus.UNKNOWN
-        reason = row["reason"] if row else None
-        completed = status in (RunStatus.SUCCEEDED, RunStatus.SKIPPED)
-        override: tuple[RunStatus, str, str] | None = None
-        if run.stop_reason == "timeout" and not completed:
-            limit = format_duration(fire.job.spec.timeout)
-            override = (RunStatus.TIMED_OUT, "timeout", f"stopped by serve after the job's timeout of {limit}")
-        elif run.stop_reason in ("shutdown", "replaced") and not completed:
-            why = "serve stopped" if run.stop_reason == "shutdown" else "a newer slot replaced it"
-            override = (RunStatus.INTERRUPTED, run.stop_reason, f"{why} while it was running")
-        elif status in (RunStatus.QUEUED, RunStatus.RUNNING) or (status == RunStatus.UNKNOWN and not self.remote):
-            override = (RunStatus.FAILED, "worker_died", describe_exit(code))
-            if not self.remote:  # its commands (own sessions, marked) would go on unsupervised
-                kill_leftovers(fire.run_id)
-        elif status == RunStatus.UNKNOWN:  # a remote worker stopped sending heartbeats (worker_lost)
-            self._alert(fire, RunEnd(fire.job.name, fire.run_id, status, reason, "its worker was lost"))
-        if override is not None:
-            status, reason, error = override
-            finish_run(self.store, fire.run_id, status, reason=reason, error=error)
+        if run.stop_reason in ledger.STOP_WHY:
+            status, reason, error = ledger.stop_outcome(run.stop_reason, fire.job.spec.timeout)
+        else:
+            status, reason, error = RunStatus.FAILED, ledger.Reason.WORKER_DIED, describe_exit(code)
+        if ledger.finish(self.store, fire.run_id, status, reason=reason, error=error):
+            if not self.remote and reason == ledger.Reason.WORKER_DIED:
+                ledger.kill_leftovers(fire.run_id)  # its commands (own sessions, marked) would go on unsupervised
             self._alert(fire, RunEnd(fire.job.name, fire.run_id, status, reason, error))
+        else:
+            row = ledger.get(self.store, fire.run_id)
+            status = row.status if row else RunStatus.UNKNOWN
+            reason = row.reason if row else None
+            if row is not None and row.status == RunStatus.UNKNOWN:  # declared lost (worker_lost)
+                self._alert(fire, RunEnd(fire.job.name, fire.run_id, status, reason, "its worker was lost"))
+            elif row is not None and run.stop_reason is not None and row.status != RunStatus.SUCCEEDED:
+                self._alert(fire, RunEnd(fire.job.name, fire.run_id, status, reason, row.error or ""))
         self.log.info(
             "finished %s run %s: %s%s (pid %d, exit %s)",
             fire.job.name,
@@ -340,7 +343,7 @@ class Pool:
         retries = fire.job.spec.retries
         if status in RETRY_STATUSES and fire.attempt <= retries.attempts and not self._closing:
             self._retry(fire, retries.backoff * 2 ** (fire.attempt - 1))
-        elif fire.trigger in SCHEDULED and (status in FAILED or completed):
+        elif fire.trigger in SCHEDULED and status in (*FAILED, RunStatus.SUCCEEDED, RunStatus.SKIPPED):
             self._streak(fire, RunEnd(fire.job.name, fire.run_id, status, reason))
 
     def _alert(self, fire: Fire, end: RunEnd) -> None:
@@ -352,7 +355,7 @@ class Pool:
         root = fire.root_run or fire.run_id
         try:
             with self.store.transaction():
-                run_id = create_run(
+                run_id = ledger.open_run(
                     self.store,
                     job=fire.job.name,
                     trigger=Trigger.RETRY,
@@ -361,7 +364,7 @@ class Pool:
                     attempt=fire.attempt + 1,
                     parent_run=root,
                 )
-                update_run(self.store, run_id, not_before=iso(due))
+                ledger.set_fields(self.store, run_id, not_before=iso(due))
         except sqlite3.IntegrityError:
             self.log.warning(
                 "%s slot %s attempt %d is already in the ledger", fire.job.name, _when(fire.slot), fire.attempt + 1
@@ -394,37 +397,52 @@ class Pool:
         self._running[fire.run_id] = _Running(fire, handle, started_at, deadline)
         self._per_job[fire.job.name] = self._per_job.get(fire.job.name, 0) + 1
 
+    def adopt_running(self, jobs: dict[str, Job]) -> int:
+        """Follow the runs a previous serve on this host started and left running when it died
+        (their processes go on): by pid and start time, so each job's timeout and overlap policy
+        count them before the job fires again. A run of a job no longer in jobs.yaml is stopped."""
+        from runner.procs import pid_alive
+        from runner.serve.launcher import AdoptedHandle
+
+        count = 0
+        for row in ledger.running_here(self.store, RETRIED):
+            if row.id in self._running or not row.pid or not pid_alive(row.pid, row.pid_start):
+                continue  # ours already, or gone (the store's recovery marks it)
+            try:
+                handle = AdoptedHandle(row.pid, row.pid_start)
+            except OSError:
+                continue  # it ended just now
+            job = jobs.get(row.job)
+            if job is None:
+                handle.signal_tree(signal.SIGTERM)
+                handle.close()
+                continue
+            slot = datetime.fromisoformat(row.slot) if row.slot else None
+            fire = Fire(row.id, job, slot, row.trigger, int(row.attempt or 1), row.parent_run, row.task_id, "adopted")
+            started = datetime.fromisoformat(row.started_at) if row.started_at else self.clock.now()
+            self.follow(fire, handle, started)
+            self.log.warning("adopted run %s of %s (pid %d): a previous serve left it running", row.id, row.job, row.pid)
+            count += 1
+        return count
+
     def adopt(self, jobs: dict[str, Job]) -> int:
         """Queue the rows a previous serve left ``queued`` (pending retries, or fires and
         triggers it had not started when it died)."""
-        rows = self.store.query(
-            "SELECT * FROM runs WHERE status=? AND trigger IN (?, ?, ?) ORDER BY COALESCE(not_before, slot, created_at)",
-            (RunStatus.QUEUED, *RETRIED),
-        )
+        rows = ledger.queued_to_adopt(self.store, RETRIED)
         for row in rows:
-            job = jobs.get(row["job"])
+            job = jobs.get(row.job)
             if job is None:
-                finish_run(
+                ledger.finish(
                     self.store,
-                    row["id"],
+                    row.id,
                     RunStatus.INTERRUPTED,
                     reason="job_removed",
                     error="the job is no longer in jobs.yaml",
                 )
                 continue
-            slot = datetime.fromisoformat(row["slot"]) if row["slot"] else None
-            due = datetime.fromisoformat(row["not_before"]) if row["not_before"] else None
-            fire = Fire(
-                row["id"],
-                job,
-                slot,
-                Trigger(row["trigger"]),
-                int(row["attempt"] or 1),
-                row["parent_run"],
-                row["task_id"],
-                "adopted",
-                due,
-            )
+            slot = datetime.fromisoformat(row.slot) if row.slot else None
+            due = datetime.fromisoformat(row.not_before) if row.not_before else None
+            fire = Fire(row.id, job, slot, row.trigger, int(row.attempt or 1), row.parent_run, row.task_id, "adopted", due)
             self.submit(fire)
         return len(rows)
 
@@ -436,7 +454,7 @@ class Pool:
         for entry in self._waiting:
             if entry.fire.trigger == Trigger.RETRY and entry.fire.not_before and entry.fire.not_before > now:
                 continue
-            finish_run(
+            ledger.finish(
                 self.store,
                 entry.fire.run_id,
                 RunStatus.INTERRUPTED,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from runner.config.jobs import JobsFile, load_jobs, referenced_files
 from runner.errors import RunnerError
 from runner.serve.schedule import ScheduleTicker
+from runner.store import ledger
 
 if TYPE_CHECKING:
     from runner.settings import Settings
@@ -158,10 +159,7 @@ class ReloadTicker:
                 self._apply(result, now)
 
     def _running(self) -> set[str]:
-        from runner.statuses import RunStatus
-
-        rows = self.schedule.store.query("SELECT id FROM runs WHERE status=?", (RunStatus.RUNNING,))
-        return {r["id"] for r in rows}
+        return ledger.running_ids(self.schedule.store)
 
     def _held(self, result: Loaded) -> bool:
         from runner.safety.control import hold_path

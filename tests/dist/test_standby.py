@@ -158,14 +158,14 @@ def test_two_schedulers_writing_the_same_slot_make_one_row(tmp_path) -> None:
     import sqlite3
 
     from runner.statuses import RunStatus, Trigger
-    from runner.store.runs import create_run
+    from runner.store import ledger
 
     a = Store.open(tmp_path / "runner.db")
     b = Store.open(tmp_path / "runner.db")
     slot = utcnow().replace(microsecond=0)
-    create_run(a, job="tick", trigger=Trigger.SCHEDULE, status=RunStatus.QUEUED, slot=slot)
+    ledger.open_run(a, job="tick", trigger=Trigger.SCHEDULE, status=RunStatus.QUEUED, slot=slot)
     try:
-        create_run(b, job="tick", trigger=Trigger.SCHEDULE, status=RunStatus.QUEUED, slot=slot)
+        ledger.open_run(b, job="tick", trigger=Trigger.SCHEDULE, status=RunStatus.QUEUED, slot=slot)
     except sqlite3.IntegrityError:
         pass
     else:

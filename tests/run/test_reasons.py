@@ -27,6 +27,7 @@ NAMED = {
     "StoreFault": "store_error",
     "StoreUnavailable": "store_error",  # issue 17: a PostgreSQL server that cannot answer now
     "StoreStateError": "store_state",
+    "IllegalTransition": "store_error",  # issue 31: a ledger write the transition table forbids is a store fault
 }
 
 
