@@ -175,6 +175,9 @@ class Alerter:
         decision = throttle.record(
             self.store, end.job, topic, end.run_id, every=limits.every, min_interval=limits.min_interval, now=utcnow()
         )
+        if decision.repeat:  # this run's end was alerted already (by the run itself, or by serve)
+            self._recorder(end.run_id)("alert", {"event": event, "sent": False, "repeat": True})
+            return []
         if not decision.send:
             self._recorder(end.run_id)(
                 "alert", {"event": event, "sent": False, "streak": decision.streak, "throttled": True}

@@ -73,14 +73,20 @@ class KanbanAttempts:
         board = Board(self.runtime.store, host=self.runtime.name)  # the task records this worker as its host
         try:
             pid = os.getpid()
-            try:
-                board.take(attempt.task_id, attempt.fence, pid=pid, pid_start=start_time(pid), now=utcnow())
+            try:  # tried again while the store cannot answer (the message goes back past that)
+                self.runtime.retrying(
+                    lambda: self._take(board, attempt, pid), f"kanban task {attempt.task_id}: the take"
+                )
             except FenceError as exc:
                 log.info("kanban task %s: this delivery is refused: %s", attempt.task_id, exc)
                 return AttemptStatus.REFUSED
             return self._taken(board, attempt)
         finally:
             board.close()
+
+    @staticmethod
+    def _take(board: Board, attempt: Attempt, pid: int) -> None:
+        board.take(attempt.task_id, attempt.fence, pid=pid, pid_start=start_time(pid), now=utcnow())
 
     def _taken(self, board: Board, attempt: Attempt) -> AttemptStatus:
         """The attempt is this worker's: its run row, then the hash check and the attempt itself. A

@@ -10,6 +10,11 @@ checkout ends it with reason ``jobs_mismatch``. Then it runs exactly as serve's 
 forked from a warm forkserver running ``runner.serve.launcher.worker_main``. While it runs, one
 thread per worker writes the heartbeat of every run it holds and reads stop requests
 (``runs.stop_request``: serve's timeout or ``overlap: replace``), which it passes on as signals.
+
+A claim the store cannot answer (a PostgreSQL restart cut the connection, another process holds
+SQLite's write lock) is tried again with a doubling backoff for up to ``CLAIM_WAIT_S``; past that
+(or while the worker shuts down) the message goes back to the broker (``ClaimDeferred``), so a
+message is never dropped with its row left ``queued`` and nobody to run it.
 """
 
 from __future__ import annotations
@@ -20,12 +25,12 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from runner.clock import parse_iso, utcnow
 from runner.dist.jobshash import JobsCache
@@ -33,11 +38,20 @@ from runner.serve.fire import describe_exit
 from runner.serve.launcher import Handle, Launcher, WorkerSpec
 from runner.settings import Settings
 from runner.statuses import RunStatus, Trigger
-from runner.store import StoreUnavailable, ledger
+from runner.store import StoreUnavailable, ledger, transient
 
 log = logging.getLogger("runner.worker")
 WAIT_S = 0.05  # how often a task looks at its run's process
 SETTLE_WAIT_S = 60.0  # how long a task tries to record its run's end while the store cannot answer
+CLAIM_WAIT_S = 30.0  # how long a claim is tried again while the store cannot answer (then the message goes back)
+CLAIM_FIRST_WAIT_S = 0.1  # the first wait between claim tries; it doubles up to CLAIM_MOST_WAIT_S
+CLAIM_MOST_WAIT_S = 2.0
+T = TypeVar("T")
+
+
+class ClaimDeferred(Exception):
+    """A claim the store could not answer within ``CLAIM_WAIT_S`` (or while the worker stops):
+    nothing was taken, and the message goes back to the broker (``register``)."""
 
 
 class Refusal(StrEnum):
@@ -96,7 +110,7 @@ class WorkerRuntime:
     def execute(self, run_id: str, jobs_hash: str, job_name: str) -> str:
         """Run the queued row ``run_id``; return its final status (or ``duplicate``). ``jobs_hash``
         and ``job_name`` are what the sender expects: checked against this checkout and the row."""
-        claimed = self._claim(run_id)
+        claimed = self.retrying(lambda: self._claim(run_id), f"run {run_id}: the claim")
         if claimed is None:
             log.info("run %s: already taken or ended; this delivery is a no-op", run_id)
             return "duplicate"
@@ -123,6 +137,31 @@ class WorkerRuntime:
         if row is None:
             return None
         return Claimed(run_id, row.job, row.trigger, parse_iso(row.slot), row.task_id, parse_iso(row.created_at))
+
+    def retrying(self, attempt: Callable[[], T], what: str) -> T:
+        """``attempt()``, tried again after a store error worth trying again (``transient``), with
+        a doubling backoff, for up to ``CLAIM_WAIT_S``; past that, or once the worker is stopping,
+        ``ClaimDeferred`` (nothing was taken: the message goes back to the broker)."""
+        deadline = time.monotonic() + CLAIM_WAIT_S
+        wait = CLAIM_FIRST_WAIT_S
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                result = attempt()
+            except Exception as exc:
+                if not transient(exc):
+                    raise
+                if time.monotonic() + wait > deadline or self._stopped.is_set():
+                    log.error("%s failed %d times, the last: %s; the message goes back to the broker", what, tries, exc)
+                    raise ClaimDeferred(f"{what}: the store cannot answer: {exc}") from exc
+                log.warning("%s: the store cannot answer (%s); trying again in %.1fs", what, exc, wait)
+                time.sleep(wait)
+                wait = min(CLAIM_MOST_WAIT_S, wait * 2)
+                continue
+            if tries > 1:
+                log.info("%s went through at try %d", what, tries)
+            return result
 
     def _refuse(self, claimed: Claimed, reason: Refusal, error: str) -> str:
         """End the claimed row ``failed`` with ``reason`` before anything of it ran."""
@@ -258,18 +297,24 @@ def mismatch_error(claimed: Claimed, job_name: str) -> str:
 def register(app: Any, runtime: WorkerRuntime) -> None:
     """The tasks of ``app``, run by ``runtime``: ``runner.execute`` (a scheduled run) and
     ``runner.kanban_attempt`` (an attempt at a kanban task, ``runner.dist.kanban_worker``)."""
-    from runner.dist.app import KANBAN_TASK, TASK
+    from runner.dist.app import KANBAN_TASK, TASK, requeue
     from runner.dist.kanban_worker import Attempt, KanbanAttempts
 
     @app.task(name=TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
     def execute(run_id: str, jobs_hash: str, job: str) -> str:
-        return runtime.execute(run_id, jobs_hash, job)
+        try:
+            return runtime.execute(run_id, jobs_hash, job)
+        except ClaimDeferred as exc:
+            raise requeue(str(exc)) from exc
 
     attempts = KanbanAttempts(runtime)
 
     @app.task(name=KANBAN_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
     def kanban_attempt(task_id: int, fence: int, jobs_hash: str, job: str, attempt: int, lease_seconds: float) -> str:
-        return str(attempts.run(Attempt(task_id, fence, jobs_hash, job, attempt, lease_seconds)))
+        try:
+            return str(attempts.run(Attempt(task_id, fence, jobs_hash, job, attempt, lease_seconds)))
+        except ClaimDeferred as exc:
+            raise requeue(str(exc)) from exc
 
 
 def default_hostname() -> str:

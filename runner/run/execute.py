@@ -27,7 +27,7 @@ from runner.run.cancel import CancelWatch
 from runner.run.delivery import Output, deliver
 from runner.run.prepare import Prepared, prepare
 from runner.run.prerun import PreRunResult
-from runner.run.produce import Produced, pre_run_failed
+from runner.run.produce import Produced, pre_run_failed, pre_run_timed_out
 from runner.run.request import RunOutcome, RunRequest
 from runner.safety.control import ControlPlane, Fingerprint
 from runner.safety.redact import Redactor
@@ -245,19 +245,23 @@ class Run:
         self.control = self.control.seen_from(self._backend.workdir)
 
     def pre_run(self) -> Produced | None:
-        """Run the job's ``pre_run``; a ``{"wake": false}`` or a timeout ends the run here."""
+        """Run the job's ``pre_run``; a ``{"wake": false}`` or a timeout ends the run here. It counts
+        against the run's own ``timeout:`` (the deadline the agent loop keeps too): past it the run
+        stops the script's tree and ends ``timed_out`` by itself, with or without serve."""
         if not self.job.spec.pre_run:
             return None
         from runner.run.prerun import check_pre, run_pre
 
         check_pre(self.job, self.gate.check)
-        pre = self.pre = run_pre(self.job, self.backend, run_id=self.run_id)
+        pre = self.pre = run_pre(self.job, self.backend, run_id=self.run_id, deadline=self.deadline)
         # a script-only run ends a few milliseconds later: its pre_run event is written with its last
         self.emit(
             "pre_run",
             {"exit_code": pre.exit_code, "timed_out": pre.timed_out, "stdout": pre.stdout[-4000:]},
             hold=not self.job.spec.agent,
         )
+        if pre.run_timeout:
+            return pre_run_timed_out(self.job.spec.timeout)
         if not pre.wake:
             return Produced(RunStatus.SKIPPED, reason="wake_false")
         if pre.timed_out:
