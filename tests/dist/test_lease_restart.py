@@ -91,6 +91,7 @@ def test_leader_and_standby_survive_three_postgresql_restarts(local_pg_cluster: 
     for m in (first, second):
         m.stop()
         assert m.proc is not None and m.proc.returncode == 0, f"{m.name}:\n{m.log()[-3000:]}"
+    print(f"scheduling resumed {[round(r, 2) for r in resumed]} s after each restart")
     assert max(resumed) <= LEASE_S + 2, resumed
     rows = cluster.rows()
     assert max(Counter((r["job"], r["slot"], r["attempt"]) for r in rows).values()) == 1
