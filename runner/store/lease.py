@@ -142,7 +142,7 @@ HOLDS = (
     "EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = pg_backend_pid() "
     "AND classid::bigint = ? AND objid::bigint = ? AND objsubid = 1)"
 )
-ORPHAN_GRACE = 1.0  # x ttl: a lock held that long with no row naming a live holder is evicted
+ORPHAN_GRACE = 1.0  # x ttl: a lock held that long with no row at all is evicted
 
 
 def lease_app_name(holder: str) -> str:
@@ -279,32 +279,35 @@ class PgLease:
         return [(int(r[0]), str(r[1])) for r in rows]
 
     def _evict_stale(self, now: datetime) -> bool:
-        """The lock is held by someone who stopped renewing past the row's expiry (paused, cut
-        off), or by a session no row names for a whole ttl: end that session (found in
-        ``pg_locks``, named by its holder id), which frees the lock. True when the lock may be
-        free now (a holder was ended, waiting up to 2 s for it to be gone, or nobody holds it)."""
+        """The lock is held but nobody renews the row (its holder is paused or cut off past the
+        row's expiry, or the session holding the lock never wrote one for a whole ttl): end the
+        session holding the lock (found in ``pg_locks``; its ``application_name`` names its holder
+        id), which frees the lock. A live row is never overridden: its holder is renewing it. True
+        when the lock may be free now (a holder was ended, waiting up to 2 s for it to be gone, or
+        nobody holds it any more)."""
         holders = self._lock_holders()
         if not holders:
             return True  # released between our try and this look
         row = self._execute("SELECT holder, expires_at FROM leases WHERE name=?", (self.name,)).fetchone()
         expires = parse_iso(row[1]) if row is not None else None
-        named = row is not None and any(app == lease_app_name(row[0]) for _, app in holders)
-        if named and expires is not None and expires > now:
+        if row is not None and (expires is None or expires > now):
             self._orphan_since = None
-            return False  # a live holder
-        if not named:  # the lock's holder has no row (yet): give it a ttl to write one
+            return False  # someone renews it (a holder whose row is stale repairs it at its renewal)
+        if row is None:  # the lock's holder has no row (yet): give it a ttl to write one
             since = self._orphan_since = self._orphan_since or time.monotonic()
             if time.monotonic() - since < self.ttl * ORPHAN_GRACE:
                 return False
         ended = False
         for pid, app in holders:
+            named = row is not None and app == lease_app_name(row[0])
             self.log.warning(
-                "ending %s (server pid %d), which holds the %s lease without renewing it (row: %s, expired %s)",
+                "ending %s (server pid %d): it holds the %s lock but %s",
                 app or "a session",
                 pid,
                 self.name,
-                row[0] if row is not None else "none",
-                row[1] if row is not None else "-",
+                f"its lease ran out at {row[1]}"
+                if named
+                else f"wrote no lease row (the row names {row[0] if row is not None else 'nobody'})",
             )
             ended = bool(self._execute("SELECT pg_terminate_backend(?, 2000)", (pid,)).fetchone()[0]) or ended
         self._orphan_since = None

@@ -144,7 +144,9 @@ class StoreCollector:
             labels=labels,
         )
         since = GaugeMetricFamily(
-            "runner_scheduler_leader_since_seconds", "Unix time the leading serve took the scheduler lease", labels=labels
+            "runner_scheduler_leader_since_seconds",
+            "Unix time the leading serve took the scheduler lease",
+            labels=labels,
         )
         lead = lease_holder(self.store)
         if lead is not None:

@@ -249,6 +249,40 @@ def test_who_leads_in_metrics_and_jobs_list(where: Any) -> None:
         time.sleep(1.2)  # it stops renewing: nobody leads
         text = render(registry(store))[0].decode()
         assert "} 0.0" in text.split("runner_scheduler_leader{")[1]
-        assert holder.describe().startswith(f"no leader: the scheduler lease of {holder.host} (pid {holder.pid}) ran out")
+        assert holder.describe().startswith(
+            f"no leader: the scheduler lease of {holder.host} (pid {holder.pid}) ran out"
+        )
     finally:
         store.close()
+
+
+def test_pg_a_lock_held_without_a_row_is_taken_after_a_ttl(pg_url: str) -> None:
+    """A session that holds the lock but never wrote a row (it died between the two on an older
+    serve, or holds it by mistake) cannot keep everyone from leading: after a ttl it is ended."""
+    import psycopg
+
+    from runner.store.dialect import PgURL
+    from runner.store.lease import PgLease
+
+    store = Store.open(PgURL(pg_url))
+    squatter = psycopg.connect(pg_url, autocommit=True)
+    try:
+        b = open_lease(store, SCHEDULER, 1, holder="b:2")
+        assert isinstance(b, PgLease)
+        squatter.execute("SELECT pg_advisory_lock(%s)", (b.key,))
+        assert not b.acquire()  # no row yet: it may be about to write one
+        assert wait_for(b.acquire, timeout=10)
+        assert squatter.broken or squatter.closed or _dead(squatter)
+        holder = lease_holder(store)
+        assert holder is not None and holder.holder == "b:2"
+    finally:
+        squatter.close()
+        store.close()
+
+
+def _dead(conn: Any) -> bool:
+    try:
+        conn.execute("SELECT 1")
+    except Exception:  # noqa: BLE001 - the server ended it: any error says so
+        return True
+    return False
