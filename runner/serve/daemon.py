@@ -25,13 +25,13 @@ import signal
 import sqlite3
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from multiprocessing.connection import wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner.errors import AlreadyRunning
+from runner.errors import AlreadyRunning, RunnerError
 from runner.serve.host import Clock, ExecutorFactory, ServeHost, SystemClock, Ticker, TickerFactory
 from runner.serve.logs import JsonFormatter, LogFormat, stream_formatter, text_formatter
 from runner.serve.notify import WatchdogTicker, sd_notify, watchdog_interval
@@ -40,6 +40,9 @@ from runner.store import Store
 from runner.store.dialect import Dialect
 
 if TYPE_CHECKING:
+    from runner.config.jobs import JobsFile
+    from runner.serve.launcher import Launcher
+    from runner.serve.leader import LeaseTicker
     from runner.serve.pool import Pool
     from runner.serve.watch import JobsWatcher
     from runner.store.lease import Lease
@@ -48,6 +51,10 @@ CONTROL_CHECK_S = 0.05  # how often the schedule ticker looks (data_version) for
 MAX_SLEEP_S = 1.0  # the loop looks at the wall clock at least this often (clock jumps, sleep)
 LOG_BYTES = 5_000_000
 LOG_BACKUPS = 3
+
+
+def _warm_once() -> None:
+    """What a later term waits for instead of the forkserver's warm-up (done by the first)."""
 
 
 # -- one instance per RUNNER_HOME ----------------------------------------------------------
@@ -205,10 +212,13 @@ class Serve:
         from runner.store import StoreUnavailable
         from runner.store.lease import SCHEDULER, lease_holder, open_lease
 
-        lease = open_lease(store, SCHEDULER, ttl)
+        lease = open_lease(store, SCHEDULER, ttl, log=log)
         announced = False
         while not self._stops:
             try:
+                # the store's own connection first: one that sat idle through a database restart
+                # is opened again here, not by the first write of the term we may be about to start
+                store.one("SELECT 1")
                 taken = lease.acquire()
             except StoreUnavailable as exc:  # the store is restarting or unreachable: stand by
                 log.error("standing by: the store cannot answer: %s", exc)
@@ -237,16 +247,8 @@ class Serve:
             self._stops += 1
 
     def run(self) -> int:
-        from runner import secrets
         from runner.config.jobs import load_jobs
-        from runner.delivery.background import BackgroundAlerts
-        from runner.mcp.keep import Bridges
         from runner.serve.launcher import Launcher
-        from runner.serve.leader import LeaseTicker
-        from runner.serve.pool import Paths, Pool
-        from runner.serve.schedule import ScheduleTicker
-        from runner.serve.state import heartbeat, register_serve
-        from runner.serve.watch import JobsWatcher, ReloadTicker
 
         s = self.settings
         s.ensure_home()
@@ -265,15 +267,56 @@ class Serve:
             raise
         _release_hold_at_start(s.home, log)
         store = s.store  # opening it marks rows of dead workers `unknown`
-        lease = self._lead(store, config.serve.lease_s, log)
-        if lease is None:  # stopped while standing by
-            launcher.close()
+        try:
+            while True:
+                lease = self._lead(store, config.serve.lease_s, log)
+                if lease is None:  # stopped while standing by
+                    log.info("serve stopped (it was standing by)")
+                    return 0
+                self._lease_lost = False
+                self._term(store, lease, jobs, launcher, warmed, log)
+                if not self._lease_lost:
+                    log.info("serve stopped")
+                    return 0
+                # another serve leads now (this one was paused, or lost its connection to the store
+                # while the other took the lease): stand by, and lead again when it stops
+                log.warning("stepped down: another serve holds the scheduler lease; standing by")
+                warmed = _warm_once
+                try:
+                    jobs = load_jobs(s.jobs_path, default_timezone=config.timezone, own_tools=s.own_tool_names)
+                except RunnerError as exc:
+                    log.error("cannot load %s (%s); the next term keeps the jobs loaded before", s.jobs_path, exc)
+        finally:
+            launcher.close()  # the forkserver exits; workers it forked were reaped by the term
             signal.set_wakeup_fd(old_wakeup)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             os.close(lock)
-            log.info("serve stopped (it was standing by)")
-            return 0
+
+    def _term(
+        self,
+        store: Store,
+        lease: Lease,
+        jobs: JobsFile,
+        launcher: Launcher,
+        warmed: Callable[[], None],
+        log: logging.Logger,
+    ) -> None:
+        """Lead the schedule with ``lease`` until a signal stops serve or another serve takes the
+        lease (``_lease_lost``), then stop what leading started: the pool's workers, the loops, the
+        watcher, the heartbeat. The lease is released unless it was lost."""
+        from runner import secrets
+        from runner.delivery.background import BackgroundAlerts
+        from runner.mcp.keep import Bridges
+        from runner.serve.leader import LeaseTicker
+        from runner.serve.pool import Paths, Pool
+        from runner.serve.schedule import ScheduleTicker
+        from runner.serve.state import heartbeat, register_serve
+        from runner.serve.watch import JobsWatcher, ReloadTicker
+        from runner.store import StoreUnavailable
+
+        s = self.settings
+        config = s.config
         checkpointer: Checkpointer | None = None
         if store.dialect is Dialect.SQLITE:  # PostgreSQL checkpoints by itself
             store.execute("PRAGMA wal_autocheckpoint=0")
@@ -308,8 +351,9 @@ class Serve:
             jobs.path, default_timezone=config.timezone, current=jobs, wake=self.wake, settings=s
         ).start()
         host = ServeHost(s, store, self.clock, log, self.wake, forks=launcher.forks)
+        leader = LeaseTicker(lease, config.serve.lease_s, log, self._lost_lease)
         tickers: list[Ticker] = [
-            LeaseTicker(lease, config.serve.lease_s, log, self._lost_lease),
+            leader,
             ReloadTicker(watcher, schedule, log, s.home),
             pool,
             schedule,
@@ -331,8 +375,11 @@ class Serve:
         )
         sd_notify(f"READY=1\nSTATUS=firing {len(jobs.jobs)} jobs\nMAINPID={os.getpid()}")
         try:
-            self._loop(tickers, pool, watcher)
-            sd_notify("STOPPING=1\nSTATUS=stopping: waiting for running workers")
+            self._loop(tickers, pool, watcher, leader)
+            if self._lease_lost:
+                sd_notify("STATUS=stepping down: another serve leads")
+            else:
+                sd_notify("STOPPING=1\nSTATUS=stopping: waiting for running workers")
             log.info("stopping: no new fires; stopping %d running worker(s)", len(pool.active()))
             pool.shutdown(config.serve.shutdown_grace, hurry=lambda: self._stops > 1)
         finally:
@@ -342,26 +389,20 @@ class Serve:
             pool.close()
             if pool.bridges is not None:
                 pool.bridges.close()  # the keep-alive MCP servers stop with serve
-            launcher.close()  # the forkserver exits; workers it forked are reaped above
             if remote is not None:
                 remote.close()
-            if not self._lease_lost:
-                lease.release()  # a standby takes over at once
             alerts.close(config.serve.shutdown_grace)
             if checkpointer is not None:
                 checkpointer.stop()
-            heartbeat(store, now=self.clock.now(), running=0, waiting=0, stopped=True)
-            signal.set_wakeup_fd(old_wakeup)
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            os.close(lock)
-        if self._lease_lost:
-            log.error("serve stopped: it lost the scheduler lease to another serve")
-            return 1
-        log.info("serve stopped")
-        return 0
+            try:
+                # a standby takes over at once (a lost lease: nothing of ours to delete, the
+                # connection of a PostgreSQL lease is closed)
+                lease.release()
+                heartbeat(store, now=self.clock.now(), running=0, waiting=0, stopped=True)
+            except StoreUnavailable as exc:  # the lease runs out (or went with the connection)
+                log.error("could not release the scheduler lease or write the last heartbeat: %s", exc)
 
-    def _loop(self, tickers: list[Ticker], pool: Pool, watcher: JobsWatcher) -> None:
+    def _loop(self, tickers: list[Ticker], pool: Pool, watcher: JobsWatcher, leader: LeaseTicker) -> None:
         from runner.serve.outage import RETRY_S, StoreOutage
         from runner.store import StoreUnavailable
 
@@ -378,6 +419,7 @@ class Serve:
                         return  # another serve leads now: fire nothing more
             except StoreUnavailable as exc:
                 outage.failed(exc)  # the next round tries again (RETRY_S)
+                leader.recheck()  # the lease's connection may have gone too: renew before firing again
             else:
                 outage.answered()
             wakes = [w for t in tickers if (w := t.next_wake(now)) is not None]
