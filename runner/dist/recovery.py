@@ -19,7 +19,7 @@ from runner.store import ledger
 
 def recover_lost(store: Store, *, now: datetime, lost_after_s: float) -> list[str]:
     """Mark runs with a stale worker heartbeat ``unknown``; return their ids."""
-    cutoff = iso(now - timedelta(seconds=lost_after_s))
+    cutoff = iso(now - timedelta(seconds=lost_after_s)) or ""
     return [
         row.id
         for row in ledger.stale_runs(store, before=cutoff, except_worker=NOT_STARTED)

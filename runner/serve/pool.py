@@ -313,6 +313,7 @@ class Pool:
         ledger told it why); when it could not (killed, crashed), serve records it here, only if
         the row is still active (the ledger refuses to change an end)."""
         fire = run.fire
+        reason: str | None
         if run.stop_reason in ledger.STOP_WHY:
             status, reason, error = ledger.stop_outcome(run.stop_reason, fire.job.spec.timeout)
         else:

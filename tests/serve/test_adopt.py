@@ -21,7 +21,7 @@ def test_a_restarted_serve_adopts_the_run_its_killed_predecessor_left(project, s
     write_config(project)
     project.write_jobs(
         "jobs:\n  long:\n    schedule: every 2s\n    agent: false\n    overlap: skip\n"
-        "    timeout: 8s\n    pre_run: 'sleep 30'\n"
+        "    timeout: 25s\n    pre_run: 'sleep 60'\n"
     )
     first = serve().started()
     row = wait_for(lambda: [r for r in job_rows(project.home, "long") if r["status"] == "running"], 15)[0]
@@ -29,13 +29,13 @@ def test_a_restarted_serve_adopts_the_run_its_killed_predecessor_left(project, s
     assert pid_alive(row["pid"])
     time.sleep(1)
     second = serve().started(timeout=60)  # it waits out the dead leader's lease first
-    second.wait_log(f"adopted run {row['id']}", timeout=15)
+    second.wait_log(f"adopted run {row['id']}", timeout=30)
     ended = wait_for(
         lambda: [r for r in job_rows(project.home, "long") if r["id"] == row["id"] and r["status"] != "running"], 20
     )[0]
     assert ended["status"] == "timed_out" and ended["reason"] == "timeout", ended
     took = (ts(ended["ended_at"]) - ts(ended["started_at"])).total_seconds()
-    assert took < 8 + 6, took  # its timeout held across the restart (plus the kill grace)
+    assert took < 25 + 6, took  # its timeout held across the restart (plus the kill grace)
     wait_for(lambda: not pid_alive(row["pid"]), 10, what="the adopted run's process to be gone")
     # no other run of the job ran beside it: every later one started after it ended
     later = [r for r in job_rows(project.home, "long") if r["started_at"] and r["id"] != row["id"]]
