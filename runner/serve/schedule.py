@@ -179,13 +179,13 @@ class ScheduleTicker:
         version = self.store.conn.execute("PRAGMA data_version").fetchone()[0]
         if version == self._seen_version:
             return
-        self._seen_version = version
         for request in open_triggers(self.store):
             self._trigger(request)
         for request_id, run_id, by in queued_cancels(self.store):
             if self.pool.drop(run_id, by=by):
                 with self.store.transaction():
                     mark_handled(self.store, request_id, "dropped before it started")
+        self._seen_version = version  # only now: a request the store could not take is looked at again
 
     def _trigger(self, request: TriggerRequest) -> None:
         """A ``runner jobs trigger``: a ``queued`` row (trigger ``manual``) and a fire for the pool,
@@ -277,11 +277,12 @@ class ScheduleTicker:
             self.pool.submit(replace(fire, batch=batch), job.spec.overlap)
 
     def _missed(self, job: Job, slot: datetime, reason: str, now: datetime, note: str | None) -> None:
+        late = "serve did not fire this slot in time (it was not running, or its store could not answer)"
         errors = {
-            "outside_window": "serve was not running at this slot, and it is older than the catch-up window",
-            "catchup_skip": "serve was not running at this slot (catchup: skip)",
-            "catchup_once": "serve was not running at this slot; catchup: once runs only the latest",
-            "catchup_limit": "serve was not running at this slot; catchup: all runs at most 100 slots",
+            "outside_window": f"{late}, and it is older than the catch-up window",
+            "catchup_skip": f"{late}; catchup: skip",
+            "catchup_once": f"{late}; catchup: once runs only the latest",
+            "catchup_limit": f"{late}; catchup: all runs at most 100 slots",
         }
         error = errors[reason] + (f"; {note}" if note else "")
         try:
