@@ -423,6 +423,7 @@ class Serve:
                 if fault is None:
                     raise
                 outage.failed(fault, began)  # the next round tries again (outage.retry_s)
+                _enforce(pool, Path(store.shown))
             else:
                 outage.answered()
             wakes = [w for t in tickers if (w := t.next_wake(now)) is not None]
@@ -437,6 +438,16 @@ class Serve:
                     pass
             except BlockingIOError:
                 pass  # drained
+
+
+def _enforce(pool: Pool, path: Path) -> None:
+    """Timeouts hold while the store cannot answer (stopping a remote run writes to the store: a
+    fault there waits for the next round)."""
+    try:
+        pool.enforce()
+    except sqlite3.OperationalError as exc:
+        if transient_fault(exc, path) is None:
+            raise
 
 
 def transient_fault(exc: sqlite3.OperationalError, path: Path) -> StoreFault | None:

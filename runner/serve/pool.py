@@ -280,13 +280,21 @@ class Pool:
 
     # -- the loop ----------------------------------------------------------------------------
     def tick(self, now: datetime) -> None:
+        self.enforce()
         self.flush()
         self.reap()
         self.spawner.tidy()
         if self.bridges is not None:
             self.bridges.refresh()
+        self.pump()
+
+    def enforce(self) -> None:
+        """Stop runs past their timeout, kill those past the kill grace: signals only, no store,
+        so serve does it also in a round the store could not answer (``runner.serve.daemon``)."""
         mono = self.monotonic()
         for run in list(self._running.values()):
+            if run.handle.poll() is not None:
+                continue  # gone: reap() settles it
             if run.stop_reason is None and mono >= run.deadline:
                 self.log.warning("run %s of %s hit its timeout; stopping it", run.fire.run_id, run.fire.job.name)
                 self._stop(run, "timeout")
@@ -294,7 +302,6 @@ class Pool:
                 self.log.warning("run %s did not stop within %.1fs; killing it", run.fire.run_id, self.kill_grace)
                 run.handle.signal_tree(signal.SIGKILL)
                 run.killed = True
-        self.pump()
 
     def next_wake(self, now: datetime) -> datetime | None:
         if self._exited or any(r.handle.poll() is not None for r in self._running.values()):
