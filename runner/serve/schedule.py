@@ -213,10 +213,13 @@ class ScheduleTicker:
 
     def _fire(self, due: list[_Entry], now: datetime) -> None:
         """Every job due at this moment: the decisions of all of them are written in one
-        transaction (a burst of 1,000 fires is one commit), then the runs go to the pool."""
-        decided = [(entry, self._plan(entry, now)) for entry in due]
+        transaction (a burst of 1,000 fires is one commit), then the runs go to the pool. They are
+        decided once the write lock is held, on the clock read then: a wait for the lock (another
+        process held it up to busy_timeout) does not make the plan stale."""
         try:
             with self.store.transaction():
+                now = max(now, self.pool.clock.now())
+                decided = [(entry, self._plan(entry, now)) for entry in due]
                 written = [(entry, decision, self._write(entry, decision, now)) for entry, decision in decided]
         except BaseException:
             for entry in due:  # nothing was committed (the store went away): due again at the next tick
