@@ -64,6 +64,7 @@ class StoreUnavailable(StoreFault):
 class StoreDamaged(StoreFault):
     """The file itself is damaged (a corrupt page, not a database): not transient."""
 
+    reason = "store_error"  # recorded on a run as any other store fault
     transient = False
 
 
