@@ -133,11 +133,11 @@ class Settings:
 
     @cached_property
     def store(self) -> Store:
-        from runner.store.runs import recover_orphans
+        from runner.store import ledger
 
         self.ensure_home()
         store = self.open_store()
-        lost = recover_orphans(store)
+        lost = ledger.recover_orphans(store)
         if lost:
             self.alert_lost(store, lost)
         return store

@@ -128,6 +128,7 @@ def throwaway_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     at the end (a test that put the real HOME back fails)."""
     home = tmp_path_factory.mktemp("userhome")
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("RUNNER_LEDGER_STRICT", "1")  # a status change the ledger forbids raises (runner/store/ledger.py)
     yield home
     assert_throwaway_home(os.environ)
     from runner.procs import is_subreaper
@@ -227,6 +228,7 @@ class Project:
             OPENAI_BASE_URL=self.base_url,
             OPENAI_API_KEY="sk-test-key-0123456789abcdef",
             PYTHONPATH=str(REPO),
+            RUNNER_LEDGER_STRICT="1",
         )
         if self.database_url:
             env["RUNNER_DATABASE_URL"] = self.database_url

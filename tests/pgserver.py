@@ -141,6 +141,11 @@ class PgServer:
             argv += ["-m", mode]
         subprocess.run(_as_postgres([*argv, action]), check=True, capture_output=True, timeout=60)
 
+    def restart(self) -> None:
+        """``pg_ctl restart -m fast``: every connection is cut; returns once the server answers again."""
+        self.run_ctl("restart", mode="fast")
+        self.wait_ready()
+
     def wait_ready(self, timeout: float = 30) -> None:
         import psycopg
 

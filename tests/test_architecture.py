@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import pkgutil
+import re
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping
@@ -198,3 +199,53 @@ def test_the_graph_sees_imports_inside_functions_and_type_checking(tmp_path: Pat
     )
     names = imported_names(path, "runner.kanban.mod")
     assert {"runner.store.Store", "runner.kanban.sibling", "runner.serve.daemon"} <= names
+
+
+# Modules outside runner/store that still hold SQL on the tables the store owns (runs, tasks,
+# credentials), each with why; the test fails when one no longer does, so the list only shrinks.
+# Do not add to it: give the store an operation (runner/store/ledger.py for runs) and call that.
+SQL_OUTSIDE_STORE: dict[str, str] = {
+    "runner/agent/credentials.py": "the credential pool's own table, written in one transaction per choice",
+    "runner/cli/jobs.py": "the jobs listing's last-run read model",
+    "runner/cli/runs.py": "the runs listing's read model",
+    "runner/control.py": "approvals joined with their runs for the control API",
+    "runner/kanban/board.py": "the kanban board owns the tasks table",
+    "runner/kanban/dispatch.py": "the dispatcher's reads of the board's tasks",
+    "runner/web/charts.py": "the dashboard's chart read model",
+    "runner/web/data.py": "the dashboard's read models",
+    "runner/web/metrics.py": "the /metrics read model",
+}
+OWNED_TABLES = re.compile(r"\b(?:UPDATE|INSERT\s+INTO|DELETE\s+FROM|FROM|JOIN)\s+(?:runs|tasks|credentials)\b", re.I)
+
+
+def sql_on_owned_tables(path: Path) -> bool:
+    """Whether a string in ``path`` (docstrings aside) is SQL on runs, tasks or credentials."""
+    tree = ast.parse(path.read_text())
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return any(
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docstrings
+        and OWNED_TABLES.search(node.value)
+        for node in ast.walk(tree)
+    )
+
+
+def test_no_sql_on_the_stores_tables_outside_the_store() -> None:
+    found = {
+        str(path.relative_to(ROOT))
+        for package in ("runner", "backends")
+        for path in (ROOT / package).rglob("*.py")
+        if not str(path.relative_to(ROOT)).startswith("runner/store/") and sql_on_owned_tables(path)
+    }
+    new = sorted(found - set(SQL_OUTSIDE_STORE))
+    gone = sorted(set(SQL_OUTSIDE_STORE) - found)
+    assert not new, f"SQL on runs/tasks/credentials outside runner/store: {new}; use (or add) a store operation"
+    assert not gone, f"no SQL left in {gone}: take them off SQL_OUTSIDE_STORE"

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from runner.cli._util import echo_json, settings
+from runner.store import ledger
 
 
 @click.group("backend")
@@ -247,7 +248,6 @@ def _doctor_backends(s: Any, add: Any, jobs: Any) -> None:
 
 def _cleanup_containers(s: Any) -> int | None:
     """Remove runner-labelled containers whose run is no longer running (None: docker not in use)."""
-    from runner.statuses import ACTIVE
 
     try:
         from backends.docker import cleanup_stale
@@ -256,8 +256,7 @@ def _cleanup_containers(s: Any) -> int | None:
     store = s.store
 
     def is_active(run_id: str) -> bool:
-        row = store.one("SELECT status FROM runs WHERE id=?", (run_id,))
-        return bool(row and row["status"] in ACTIVE)
+        return ledger.is_active(store, run_id)
 
     from runner.errors import BackendError
 

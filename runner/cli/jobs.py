@@ -64,6 +64,7 @@ def jobs_list(as_json: bool) -> None:
     states = _states(s)
     serve_line, serve_alive = "serve: never started on this RUNNER_HOME", False
     leader: str | None = None  # the host and pid of the serve holding the scheduler lease
+    leader_since: str | None = None  # when it took the lease
     if s.has_store():
         from runner.serve.state import serve_status
 
@@ -77,9 +78,10 @@ def jobs_list(as_json: bool) -> None:
         status = serve_status(s.store, now)
         serve_line, serve_alive = status.describe(now), status.alive
         lead = lease_holder(s.store)
-        if lead is not None and lead.live(now):
-            leader = f"{lead.host} (pid {lead.pid})"
-            serve_line += f"; leader: {leader}"
+        if lead is not None:
+            serve_line += f"; {lead.describe(now)}"
+            if lead.live(now):
+                leader, leader_since = f"{lead.host} (pid {lead.pid})", lead.acquired_at
     rows = []
     for job in sorted(listed, key=lambda j: j.name):
         name = job.name
@@ -100,6 +102,7 @@ def jobs_list(as_json: bool) -> None:
                 "description": job.spec.description,
                 "serve_alive": serve_alive,
                 "leader": leader,
+                "leader_since": leader_since,
             }
         )
     if as_json:

@@ -21,7 +21,7 @@ from runner.delivery.message import Message, capped
 from runner.delivery.send import Delivered, SendContext, send
 from runner.safety.redact import Redactor
 from runner.statuses import RunStatus
-from runner.store import Store
+from runner.store import Store, ledger
 from runner.store.runs import Recorder
 
 if TYPE_CHECKING:
@@ -77,10 +77,10 @@ def tail_of_run(store: Store, run_id: str) -> str:
     """The output file's last lines, else the last thing the model said, for a run another process ended."""
     from runner.store.files import FileKind, read
 
-    row = store.one("SELECT output_path FROM runs WHERE id=?", (run_id,))
-    if row and row["output_path"]:
+    row = ledger.get(store, run_id)
+    if row and row.output_path:
         try:
-            return tail(read(store, run_id, FileKind.OUTPUT, row["output_path"]))
+            return tail(read(store, run_id, FileKind.OUTPUT, row.output_path))
         except OSError:
             pass  # the file is gone: fall back to the events
     ev = store.one(
@@ -177,6 +177,9 @@ class Alerter:
         decision = throttle.record(
             self.store, end.job, topic, end.run_id, every=limits.every, min_interval=limits.min_interval, now=utcnow()
         )
+        if decision.repeat:  # this run's end was alerted already (by the run itself, or by serve)
+            self._recorder(end.run_id)("alert", {"event": event, "sent": False, "repeat": True})
+            return []
         if not decision.send:
             self._recorder(end.run_id)(
                 "alert", {"event": event, "sent": False, "streak": decision.streak, "throttled": True}
@@ -286,11 +289,9 @@ def alert_lost(
     """Alerts for runs the store's recovery just marked ``unknown``."""
     alerter = Alerter(store, config, home=home, base_dir=base_dir)
     for run_id in run_ids:
-        row = store.one("SELECT job, status, reason, error FROM runs WHERE id=?", (run_id,))
+        row = ledger.get(store, run_id)
         if row is None:
             continue
-        job = jobs.get(row["job"])
-        end = RunEnd(
-            row["job"], run_id, RunStatus(row["status"]), row["reason"], row["error"], tail_of_run(store, run_id)
-        )
+        job = jobs.get(row.job)
+        end = RunEnd(row.job, run_id, row.status, row.reason, row.error, tail_of_run(store, run_id))
         alerter.run_ended(job, end)

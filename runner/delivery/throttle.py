@@ -18,16 +18,22 @@ class Decision:
     send: bool
     streak: int  # events of this topic in a row, this one included
     suppressed: int  # alerts held back since the last one sent (reported in this one)
+    #: this run's event was counted already (serve and the run itself both saw it end): nothing sent
+    repeat: bool = False
 
 
 def record(
     store: Store, job: str, topic: str, run_id: str, *, every: int, min_interval: float, now: datetime
 ) -> Decision:
-    """Count one more event of ``topic`` for ``job`` and decide whether its alert goes out."""
+    """Count one more event of ``topic`` for ``job`` and decide whether its alert goes out. The
+    same run counted twice (a run that stopped itself at its timeout, and serve, which stopped it
+    too) is counted and alerted once."""
     with store.transaction() as conn:
         row = conn.execute(
-            "SELECT streak, suppressed, last_sent_at FROM alert_state WHERE job=? AND topic=?", (job, topic)
+            "SELECT streak, suppressed, last_sent_at, last_run FROM alert_state WHERE job=? AND topic=?", (job, topic)
         ).fetchone()
+        if row and row["streak"] and row["last_run"] == run_id:
+            return Decision(False, row["streak"], row["suppressed"], repeat=True)
         streak = (row["streak"] if row else 0) + 1
         suppressed = row["suppressed"] if row else 0
         last = datetime.fromisoformat(row["last_sent_at"]) if row and row["last_sent_at"] else None

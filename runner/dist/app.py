@@ -38,3 +38,11 @@ def celery_app(broker: str) -> Any:
         task_publish_retry_policy={"max_retries": 2, "interval_start": 0.1, "interval_step": 0.5},
     )
     return app
+
+
+def requeue(why: str) -> Exception:
+    """What a task raises to give its message back to the broker (nothing of it was taken: a
+    claim the store could not answer), so another delivery tries again."""
+    from celery.exceptions import Reject
+
+    return Reject(why, requeue=True)

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from runner.dist.recovery import LostRunsTicker
+from runner.store import ledger
 from runner.dist.remote import CelerySpawner
 from runner.settings import Settings
 from runner.store import Store
@@ -44,27 +45,13 @@ class CeleryExecutor:
         from runner.serve.pool import RETRIED
         from runner.statuses import RunStatus, Trigger
 
-        rows = self.store.query(
-            "SELECT * FROM runs WHERE status=? AND worker IS NOT NULL AND trigger IN (?, ?, ?)",
-            (RunStatus.RUNNING, *RETRIED),
-        )
         count = 0
-        for row in rows:
-            job = jobs.get(row["job"])
+        for row in ledger.running_on_workers(self.store, RETRIED):
+            job = jobs.get(row.job)
             if job is None:
                 continue  # it ends by itself; nothing to retry for a removed job
-            fire = Fire(
-                row["id"],
-                job,
-                parse_iso(row["slot"]),
-                Trigger(row["trigger"]),
-                int(row["attempt"] or 1),
-                row["parent_run"],
-                row["task_id"],
-            )
-            pool.follow(
-                fire, self._spawner.adopt(row["id"], job.name, job.spec.queue), parse_iso(row["started_at"]) or utcnow()
-            )
+            fire = Fire(row.id, job, parse_iso(row.slot), row.trigger, int(row.attempt or 1), row.parent_run, row.task_id)
+            pool.follow(fire, self._spawner.adopt(row.id, job.name, job.spec.queue), parse_iso(row.started_at) or utcnow())
             count += 1
         return count
 

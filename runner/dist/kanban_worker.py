@@ -35,7 +35,7 @@ from runner.kanban.model import Claim, FenceError
 from runner.kanban.work import Assignment
 from runner.procs import start_time
 from runner.statuses import RunStatus, Trigger
-from runner.store.runs import create_run, finish_run
+from runner.store import ledger
 
 log = logging.getLogger("runner.worker")
 WAIT_S = 0.05  # how often the task looks at the attempt's process
@@ -73,8 +73,10 @@ class KanbanAttempts:
         board = Board(self.runtime.store, host=self.runtime.name)  # the task records this worker as its host
         try:
             pid = os.getpid()
-            try:
-                board.take(attempt.task_id, attempt.fence, pid=pid, pid_start=start_time(pid), now=utcnow())
+            try:  # tried again while the store cannot answer (the message goes back past that)
+                self.runtime.retrying(
+                    lambda: self._take(board, attempt, pid), f"kanban task {attempt.task_id}: the take"
+                )
             except FenceError as exc:
                 log.info("kanban task %s: this delivery is refused: %s", attempt.task_id, exc)
                 return AttemptStatus.REFUSED
@@ -82,13 +84,17 @@ class KanbanAttempts:
         finally:
             board.close()
 
+    @staticmethod
+    def _take(board: Board, attempt: Attempt, pid: int) -> None:
+        board.take(attempt.task_id, attempt.fence, pid=pid, pid_start=start_time(pid), now=utcnow())
+
     def _taken(self, board: Board, attempt: Attempt) -> AttemptStatus:
         """The attempt is this worker's: its run row, then the hash check and the attempt itself. A
         fault of this process (the store, the forkserver) still ends the run row, never left queued."""
         rt = self.runtime
         task = board.get(attempt.task_id)
         job = task.job or rt.settings.config.kanban.default_job or ""
-        run_id = create_run(
+        run_id = ledger.open_run(
             rt.store,
             job=job,
             trigger=Trigger.KANBAN,
@@ -140,7 +146,7 @@ class KanbanAttempts:
     ) -> None:
         """The attempt fails before it ran (``reason``); the task's retry policy applies."""
         log.error("kanban task %s: %s", attempt.task_id, error)
-        finish_run(self.runtime.store, run_id, RunStatus.FAILED, reason=reason, error=error)
+        ledger.finish(self.runtime.store, run_id, RunStatus.FAILED, reason=reason, error=error)
         backoff = self.runtime.settings.config.kanban.retry_backoff
         try:
             board.fail_attempt(attempt.task_id, attempt.fence, error, now=utcnow(), backoff=backoff)

@@ -14,39 +14,23 @@ from runner.dist.remote import NOT_STARTED
 from runner.statuses import RunStatus
 from runner.store import Store
 from runner.store.budget import settle
-from runner.store.runs import WORKER_LOST
+from runner.store import ledger
 
 
 def recover_lost(store: Store, *, now: datetime, lost_after_s: float) -> list[str]:
     """Mark runs with a stale worker heartbeat ``unknown``; return their ids."""
-    cutoff = iso(now - timedelta(seconds=lost_after_s))
-    rows = store.query(
-        "SELECT id, worker, heartbeat_at FROM runs WHERE status IN (?, ?) AND worker IS NOT NULL AND worker != ? "
-        "AND heartbeat_at < ?",
-        (RunStatus.QUEUED, RunStatus.RUNNING, NOT_STARTED, cutoff),
-    )
-    changed: list[str] = []
-    for row in rows:
-        error = f"worker {row['worker']} stopped sending heartbeats (last at {row['heartbeat_at']})"
-        with store.transaction() as conn:
-            cur = conn.execute(
-                "UPDATE runs SET status=?, ended_at=?, reason=?, error=? "
-                "WHERE id=? AND status IN (?, ?) AND heartbeat_at < ?",
-                (
-                    RunStatus.UNKNOWN,
-                    iso(now),
-                    WORKER_LOST,
-                    error,
-                    row["id"],
-                    RunStatus.QUEUED,
-                    RunStatus.RUNNING,
-                    cutoff,
-                ),
-            )
-            if cur.rowcount:
-                settle(store, row["id"], now=now)
-                changed.append(row["id"])
-    return changed
+    cutoff = iso(now - timedelta(seconds=lost_after_s)) or ""
+    return [
+        row.id
+        for row in ledger.stale_runs(store, before=cutoff, except_worker=NOT_STARTED)
+        if ledger.declare_lost(
+            store,
+            row.id,
+            error=f"worker {row.worker} stopped sending heartbeats (last at {row.heartbeat_at})",
+            now=now,
+            stale_before=cutoff,
+        )
+    ]
 
 
 class LostRunsTicker:

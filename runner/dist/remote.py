@@ -21,13 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.clock import iso, utcnow
 from runner.dist.app import TASK
 from runner.dist.jobshash import HashCache
 from runner.serve.launcher import WorkerSpec
 from runner.statuses import RunStatus
-from runner.store import Store
-from runner.store.budget import settle
+from runner.store import Store, ledger
 
 POLL_S = 0.1
 NOT_STARTED = "-"  # runs.worker of a row serve ended before any worker took it
@@ -110,20 +108,9 @@ class CelerySpawner:
     def stop(self, run_id: str, sig: int) -> None:
         """Ask the worker holding ``run_id`` to stop it (SIGTERM: finish the step; SIGKILL: at once);
         a run no worker took yet ends ``interrupted`` here and is never started."""
-        now = iso(utcnow())
-        with self.store.transaction() as conn:
-            cur = conn.execute(
-                "UPDATE runs SET status=?, ended_at=?, worker=?, reason='not_started', "
-                "error='stopped before a worker took it' WHERE id=? AND status=? AND worker IS NULL",
-                (RunStatus.INTERRUPTED, now, NOT_STARTED, run_id, RunStatus.QUEUED),
-            )
-            if cur.rowcount:
-                settle(self.store, run_id)
-                return
-            conn.execute(
-                "UPDATE runs SET stop_request=? WHERE id=? AND status IN (?, ?)",
-                ("kill" if sig == signal.SIGKILL else "term", run_id, RunStatus.QUEUED, RunStatus.RUNNING),
-            )
+        if ledger.drop_unclaimed(self.store, run_id, marker=NOT_STARTED):
+            return
+        ledger.request_stop(self.store, run_id, "kill" if sig == signal.SIGKILL else "term")
 
     def forget(self, run_id: str) -> None:
         with self._lock:
@@ -153,22 +140,17 @@ class CelerySpawner:
                 self.log.error("celery executor: cannot read the ledger: %s", exc)
 
     def _check(self, flights: list[_Flight]) -> None:
-        rows: dict[str, dict[str, Any]] = {}
-        for i in range(0, len(flights), 500):
-            chunk = [f.run_id for f in flights[i : i + 500]]
-            marks = ", ".join("?" * len(chunk))
-            for found in self.store.query(f"SELECT id, status, worker FROM runs WHERE id IN ({marks})", chunk):
-                rows[found["id"]] = found
+        rows = ledger.rows_of(self.store, [f.run_id for f in flights])
         ended = False
         now = time.monotonic()
         for flight in flights:
             row = rows.get(flight.run_id)
-            if row is None or row["status"] not in (RunStatus.QUEUED, RunStatus.RUNNING):
-                code = 0 if row is not None and row["status"] in (RunStatus.SUCCEEDED, RunStatus.SKIPPED) else 1
+            if row is None or row.status not in (RunStatus.QUEUED, RunStatus.RUNNING):
+                code = 0 if row is not None and row.status in (RunStatus.SUCCEEDED, RunStatus.SKIPPED) else 1
                 with self._lock:
                     self._exits[flight.run_id] = code
                 ended = True
-            elif row["worker"] is None and flight.jobs_hash and now - flight.sent_at >= self.resend_s:
+            elif row.worker is None and flight.jobs_hash and now - flight.sent_at >= self.resend_s:
                 self.log.warning("run %s of %s: no worker took it yet; sending it again", flight.run_id, flight.job)
                 self._send(flight)
         if ended:

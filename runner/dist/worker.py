@@ -10,6 +10,11 @@ checkout ends it with reason ``jobs_mismatch``. Then it runs exactly as serve's 
 forked from a warm forkserver running ``runner.serve.launcher.worker_main``. While it runs, one
 thread per worker writes the heartbeat of every run it holds and reads stop requests
 (``runs.stop_request``: serve's timeout or ``overlap: replace``), which it passes on as signals.
+
+A claim the store cannot answer (a PostgreSQL restart cut the connection, another process holds
+SQLite's write lock) is tried again with a doubling backoff for up to ``CLAIM_WAIT_S``; past that
+(or while the worker shuts down) the message goes back to the broker (``ClaimDeferred``), so a
+message is never dropped with its row left ``queued`` and nobody to run it.
 """
 
 from __future__ import annotations
@@ -20,25 +25,33 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
-from runner.clock import iso, parse_iso, utcnow
+from runner.clock import parse_iso, utcnow
 from runner.dist.jobshash import JobsCache
 from runner.serve.fire import describe_exit
 from runner.serve.launcher import Handle, Launcher, WorkerSpec
 from runner.settings import Settings
 from runner.statuses import RunStatus, Trigger
-from runner.store import Store, StoreUnavailable
-from runner.store.runs import WORKER_LOST, finish_run, kill_leftovers
+from runner.store import StoreUnavailable, ledger, transient
 
 log = logging.getLogger("runner.worker")
 WAIT_S = 0.05  # how often a task looks at its run's process
 SETTLE_WAIT_S = 60.0  # how long a task tries to record its run's end while the store cannot answer
+CLAIM_WAIT_S = 30.0  # how long a claim is tried again while the store cannot answer (then the message goes back)
+CLAIM_FIRST_WAIT_S = 0.1  # the first wait between claim tries; it doubles up to CLAIM_MOST_WAIT_S
+CLAIM_MOST_WAIT_S = 2.0
+T = TypeVar("T")
+
+
+class ClaimDeferred(Exception):
+    """A claim the store could not answer within ``CLAIM_WAIT_S`` (or while the worker stops):
+    nothing was taken, and the message goes back to the broker (``register``)."""
 
 
 class Refusal(StrEnum):
@@ -78,7 +91,7 @@ class WorkerRuntime:
         self.jobs = JobsCache(settings.jobs_path, config.timezone, settings.own_tool_names)
         self.launcher = Launcher(config_path=settings.config_path)
         self._lock = threading.Lock()
-        self._stops: dict[str, str] = {}  # run id -> "term" / "kill", as serve asked
+        self._stops: dict[str, str] = {}  # run id -> "kill", or "term" / why (timeout ...): as serve asked
         self._held: set[str] = set()
         self._stopped = threading.Event()
         self._beat = threading.Thread(target=self._heartbeat, name="runner-worker-heartbeat", daemon=True)
@@ -97,7 +110,7 @@ class WorkerRuntime:
     def execute(self, run_id: str, jobs_hash: str, job_name: str) -> str:
         """Run the queued row ``run_id``; return its final status (or ``duplicate``). ``jobs_hash``
         and ``job_name`` are what the sender expects: checked against this checkout and the row."""
-        claimed = self._claim(run_id)
+        claimed = self.retrying(lambda: self._claim(run_id), f"run {run_id}: the claim")
         if claimed is None:
             log.info("run %s: already taken or ended; this delivery is a no-op", run_id)
             return "duplicate"
@@ -120,23 +133,40 @@ class WorkerRuntime:
                 self._stops.pop(run_id, None)
 
     def _claim(self, run_id: str) -> Claimed | None:
-        now = iso(utcnow())
-        with self.store.transaction() as conn:
-            cur = conn.execute(
-                "UPDATE runs SET worker=?, heartbeat_at=? WHERE id=? AND status=? AND worker IS NULL",
-                (self.name, now, run_id, RunStatus.QUEUED),
-            )
-            if cur.rowcount != 1:
-                return None
-            row = conn.execute(
-                "SELECT job, trigger, slot, task_id, created_at FROM runs WHERE id=?", (run_id,)
-            ).fetchone()
-        return Claimed(run_id, row[0], Trigger(row[1]), parse_iso(row[2]), row[3], parse_iso(row[4]))
+        row = ledger.claim_for_worker(self.store, run_id, self.name)
+        if row is None:
+            return None
+        return Claimed(run_id, row.job, row.trigger, parse_iso(row.slot), row.task_id, parse_iso(row.created_at))
+
+    def retrying(self, attempt: Callable[[], T], what: str) -> T:
+        """``attempt()``, tried again after a store error worth trying again (``transient``), with
+        a doubling backoff, for up to ``CLAIM_WAIT_S``; past that, or once the worker is stopping,
+        ``ClaimDeferred`` (nothing was taken: the message goes back to the broker)."""
+        deadline = time.monotonic() + CLAIM_WAIT_S
+        wait = CLAIM_FIRST_WAIT_S
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                result = attempt()
+            except Exception as exc:
+                if not transient(exc):
+                    raise
+                if time.monotonic() + wait > deadline or self._stopped.is_set():
+                    log.error("%s failed %d times, the last: %s; the message goes back to the broker", what, tries, exc)
+                    raise ClaimDeferred(f"{what}: the store cannot answer: {exc}") from exc
+                log.warning("%s: the store cannot answer (%s); trying again in %.1fs", what, exc, wait)
+                time.sleep(wait)
+                wait = min(CLAIM_MOST_WAIT_S, wait * 2)
+                continue
+            if tries > 1:
+                log.info("%s went through at try %d", what, tries)
+            return result
 
     def _refuse(self, claimed: Claimed, reason: Refusal, error: str) -> str:
         """End the claimed row ``failed`` with ``reason`` before anything of it ran."""
         log.error("run %s of %s: %s", claimed.run_id, claimed.job, error)
-        finish_run(self.store, claimed.run_id, RunStatus.FAILED, reason=reason, error=error)
+        ledger.finish(self.store, claimed.run_id, RunStatus.FAILED, reason=reason, error=error)
         return RunStatus.FAILED
 
     def _run(self, claimed: Claimed, jobs_hash: str) -> str:
@@ -175,7 +205,7 @@ class WorkerRuntime:
             with self._lock:
                 ask = self._stops.get(run_id)
             now = time.monotonic()
-            if ask == "term" and termed_at is None:
+            if ask is not None and ask != "kill" and termed_at is None:  # "term", or why: timeout, shutdown, replaced
                 handle.signal_tree(signal.SIGTERM)
                 termed_at = now
             elif not killed and (ask == "kill" or (termed_at is not None and now - termed_at >= self.kill_grace)):
@@ -203,12 +233,10 @@ class WorkerRuntime:
 
     def _settle_once(self, run_id: str, code: int) -> str:
         """The row's final status; a process that died before writing one ends ``failed`` (worker_died)."""
-        row = self.store.one("SELECT status FROM runs WHERE id=?", (run_id,))
-        status = RunStatus(row["status"]) if row else RunStatus.UNKNOWN
-        if status in (RunStatus.QUEUED, RunStatus.RUNNING):
-            finish_run(self.store, run_id, RunStatus.FAILED, reason="worker_died", error=describe_exit(code))
-            kill_leftovers(run_id)  # its commands (own sessions, marked) would go on unsupervised
-            status = RunStatus.FAILED
+        if ledger.finish(self.store, run_id, RunStatus.FAILED, reason=ledger.Reason.WORKER_DIED, error=describe_exit(code)):
+            ledger.kill_leftovers(run_id)  # its commands (own sessions, marked) would go on unsupervised
+        row = ledger.get(self.store, run_id)
+        status = row.status if row else RunStatus.UNKNOWN
         log.info("run %s ended %s (exit %s)", run_id, status, code)
         return status
 
@@ -232,12 +260,7 @@ class WorkerRuntime:
             held = sorted(self._held)
         if not held:
             return
-        marks = ", ".join("?" * len(held))
-        with self.store.transaction() as conn:
-            conn.execute(
-                f"UPDATE runs SET heartbeat_at=? WHERE worker=? AND status IN (?, ?) AND id IN ({marks})",
-                (iso(utcnow()), self.name, RunStatus.QUEUED, RunStatus.RUNNING, *held),
-            )
+        ledger.heartbeat(self.store, self.name, held)
         self._fence_lost()
 
     def _fence_lost(self) -> None:
@@ -248,28 +271,20 @@ class WorkerRuntime:
             held = sorted(self._held)
         if not held:
             return
-        marks = ", ".join("?" * len(held))
-        rows = self.store.query(
-            f"SELECT id FROM runs WHERE id IN ({marks}) AND status=? AND reason=?",
-            (*held, RunStatus.UNKNOWN, WORKER_LOST),
-        )
+        lost = ledger.lost_among(self.store, held)
         with self._lock:
-            for row in rows:
-                if self._stops.get(row["id"]) != "kill":
-                    log.error("run %s: serve declared it lost (worker_lost) and retried it; killing it here", row["id"])
-                    self._stops[row["id"]] = "kill"
+            for run_id in lost:
+                if self._stops.get(run_id) != "kill":
+                    log.error("run %s: serve declared it lost (worker_lost) and retried it; killing it here", run_id)
+                    self._stops[run_id] = "kill"
 
     def _read_stops(self) -> None:
         with self._lock:
             if not self._held:
                 return
-        rows = self.store.query(
-            "SELECT id, stop_request FROM runs WHERE worker=? AND stop_request IS NOT NULL AND status IN (?, ?)",
-            (self.name, RunStatus.QUEUED, RunStatus.RUNNING),
-        )
+        stops = ledger.stop_requests(self.store, self.name)
         with self._lock:
-            for row in rows:
-                self._stops[row["id"]] = row["stop_request"]
+            self._stops.update(stops)
 
 
 def mismatch_error(claimed: Claimed, job_name: str) -> str:
@@ -282,18 +297,24 @@ def mismatch_error(claimed: Claimed, job_name: str) -> str:
 def register(app: Any, runtime: WorkerRuntime) -> None:
     """The tasks of ``app``, run by ``runtime``: ``runner.execute`` (a scheduled run) and
     ``runner.kanban_attempt`` (an attempt at a kanban task, ``runner.dist.kanban_worker``)."""
-    from runner.dist.app import KANBAN_TASK, TASK
+    from runner.dist.app import KANBAN_TASK, TASK, requeue
     from runner.dist.kanban_worker import Attempt, KanbanAttempts
 
     @app.task(name=TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
     def execute(run_id: str, jobs_hash: str, job: str) -> str:
-        return runtime.execute(run_id, jobs_hash, job)
+        try:
+            return runtime.execute(run_id, jobs_hash, job)
+        except ClaimDeferred as exc:
+            raise requeue(str(exc)) from exc
 
     attempts = KanbanAttempts(runtime)
 
     @app.task(name=KANBAN_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
     def kanban_attempt(task_id: int, fence: int, jobs_hash: str, job: str, attempt: int, lease_seconds: float) -> str:
-        return str(attempts.run(Attempt(task_id, fence, jobs_hash, job, attempt, lease_seconds)))
+        try:
+            return str(attempts.run(Attempt(task_id, fence, jobs_hash, job, attempt, lease_seconds)))
+        except ClaimDeferred as exc:
+            raise requeue(str(exc)) from exc
 
 
 def default_hostname() -> str:

@@ -37,9 +37,8 @@ from runner.kanban.model import (
     backoff_seconds,
 )
 from runner.statuses import TaskStatus
-from runner.store import Store, dumps
+from runner.store import Store, dumps, ledger
 from runner.store.dialect import STORE_LOCK, Dialect
-from runner.store.runs import HOST
 
 _CLAIM = (
     "SELECT id, fence, attempts FROM tasks INDEXED BY tasks_claim WHERE status='ready' "
@@ -67,7 +66,7 @@ _COMPLETE_PG = (
 
 
 class Board:
-    def __init__(self, store: Store, *, host: str = HOST):
+    def __init__(self, store: Store, *, host: str = ledger.HOST):
         self.store = store
         self.host = host
         self._gate: int | None = None  # the writers' lock file, opened on the first write

@@ -46,7 +46,7 @@ from runner.kanban.board import Board
 from runner.kanban.model import Claim, FenceError, Reclaimed
 from runner.procs import kill_tree, start_time
 from runner.settings import Settings
-from runner.store.runs import HOST, recover_orphans
+from runner.store import ledger
 
 ENV_TASK = "HERMES_KANBAN_TASK"
 ENV_FENCE = "HERMES_KANBAN_FENCE"
@@ -236,7 +236,7 @@ class Dispatcher:
     settings: Settings
     launcher: TaskLauncher | None = None
     board: Board | None = None
-    owner: str = field(default_factory=lambda: f"{HOST}:{os.getpid()}:dispatch")
+    owner: str = field(default_factory=lambda: f"{ledger.HOST}:{os.getpid()}:dispatch")
     capacity: Capacity = field(default_factory=HostCapacity)
     # what a claim is stamped with, read when the claim is made (a tick's ``now`` is read at its
     # start: a parent that completed during the tick would look completed after its child's
@@ -334,7 +334,7 @@ class Dispatcher:
     def _recover_orphans(self) -> None:
         """Rows of dead workers become ``unknown`` and are alerted, on a thread: an alert sink that
         retries must not hold up dispatching."""
-        lost = recover_orphans(self._board.store)
+        lost = ledger.recover_orphans(self._board.store)
         if lost:
             threading.Thread(
                 target=self.settings.alert_lost, args=(self.settings.store, lost), name="kanban-alerts"

@@ -35,8 +35,7 @@ from runner.procs import start_time
 from runner.safety.redact import Redactor
 from runner.settings import Settings
 from runner.statuses import RunStatus, TaskStatus, Trigger
-from runner.store import Store
-from runner.store.runs import finish_run
+from runner.store import Store, ledger
 
 REMINDER = (
     "You have not ended this kanban task. Call kanban_complete with the result if the work is done, "
@@ -253,9 +252,9 @@ def work(
     finally:
         keeper.stop()
         board.close()
-    if result.status == "refused" and result.run_id:
-        # The run itself may have gone well, but its work was refused: the ledger says so.
-        finish_run(settings.store, result.run_id, RunStatus.FAILED, reason="refused", error=result.detail)
+    # The run itself may have gone well, but its work was refused: the ledger says so.
+    if result.status == "refused" and result.run_id and not ledger.refuse_result(settings.store, result.run_id, error=result.detail):
+        ledger.finish(settings.store, result.run_id, RunStatus.FAILED, reason=ledger.Reason.REFUSED, error=result.detail)
     return result
 
 

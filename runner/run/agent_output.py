@@ -20,7 +20,7 @@ from runner.run.model_source import Connected, Models
 from runner.run.produce import Produced
 from runner.run.review import review_run
 from runner.statuses import RunStatus
-from runner.store.runs import update_run
+from runner.store import ledger
 from runner.tools.context import EmitFn, ToolContext
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ class AgentOutput:
             result, status = self._talk(run, ctx, connected, skills, toolbox, delegation)
         finally:
             toolbox.close()
-        update_run(
+        ledger.set_fields(
             run.settings.store,
             run.run_id,
             iterations=result.iterations,

@@ -1,7 +1,7 @@
 """A run's fleet budget: which caps of config.yaml's ``budgets:`` apply to it and what it reserves.
 
 Planned before the ledger row (a job that would have to reserve without a maximum is exit 2);
-reserved by the run before its first model call; settled by ``finish_run`` at its end.
+reserved by the run before its first model call; settled by ``ledger.finish`` at its end.
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from runner.statuses import ControlKind
+from runner.statuses import FINAL, ControlKind, RunStatus
+from runner.store import ledger
 
 CHECK = 0.1
 
@@ -33,6 +34,7 @@ class CancelWatch:
     def __init__(self, watcher: CancelWatcher, run_id: str, stop: threading.Event, *, owned: bool = False):
         self.watcher, self.run_id, self.stop, self.owned = watcher, run_id, stop, owned
         self.by: str | None = None
+        self.fenced: RunStatus | None = None  # the run was ended by someone else meanwhile (declared lost)
 
     @classmethod
     def alone(cls, path: Path, run_id: str, stop: threading.Event, *, check: float = CHECK) -> CancelWatch:
@@ -49,7 +51,13 @@ class CancelWatch:
             self.watcher.close()
 
     def look(self, conn: Any) -> bool:
-        """Is there a cancel request for this run? (then ``by`` and ``stop`` are set)"""
+        """Is there a cancel request for this run, or did someone else end its row (declared it
+        lost: the retry policy took over)? Then ``by`` or ``fenced``, and ``stop``, are set."""
+        status = ledger.status_on(conn, self.run_id)
+        if status in FINAL:
+            self.fenced = status
+            self.stop.set()
+            return True
         row = conn.execute(
             "SELECT requested_by FROM control_requests WHERE run_id=? AND kind=? ORDER BY requested_at LIMIT 1",
             (self.run_id, ControlKind.CANCEL),

@@ -35,7 +35,8 @@ from runner.errors import RunnerError, failure_reason
 from runner.procs import future_results
 from runner.safety.approval import audit_recorder
 from runner.statuses import RunStatus, Trigger
-from runner.store.runs import Recorder, create_run, finish_run, update_run
+from runner.store import ledger
+from runner.store.runs import Recorder
 from runner.tools.delegate import ChildReport
 
 if TYPE_CHECKING:
@@ -133,7 +134,7 @@ class Delegation:
         if self.stop.is_set():  # stopped while this goal waited for a free slot: no child, no row
             return ChildReport("-", str(RunStatus.INTERRUPTED), "", "interrupted", 0, 0, 0.0)
         store = self.settings.store
-        child_id = create_run(store, job=self.job.name, trigger=Trigger.DELEGATE, parent_run_id=self.run_id)
+        child_id = ledger.open_run(store, job=self.job.name, trigger=Trigger.DELEGATE, parent_run_id=self.run_id)
         emit = Recorder(store, child_id, self.redactor)
         parent_emit = ctx.emit
         parent_emit("subagent_started", {"run_id": child_id, "goal": goal[:500], "depth": self.depth})
@@ -257,7 +258,7 @@ class _Child:
             transcript = json.dumps(p.redactor.redact_obj(messages), ensure_ascii=False, indent=1)
             write_run_file(home / "logs" / "runs" / f"{self.run_id}.json", transcript)
             keep(p.settings.store, self.run_id, FileKind.TRANSCRIPT, transcript)
-        update_run(
+        ledger.set_fields(
             p.settings.store,
             self.run_id,
             model=p.llm.model,
@@ -266,7 +267,7 @@ class _Child:
             completion_tokens=result.usage.completion_tokens,
             cost_usd=result.cost_usd,
         )
-        finish_run(
+        ledger.finish(
             p.settings.store,
             self.run_id,
             RunStatus(result.status),

@@ -27,14 +27,14 @@ from runner.run.cancel import CancelWatch
 from runner.run.delivery import Output, deliver
 from runner.run.prepare import Prepared, prepare
 from runner.run.prerun import PreRunResult
-from runner.run.produce import Produced, pre_run_failed
+from runner.run.produce import Produced, pre_run_failed, pre_run_timed_out
 from runner.run.request import RunOutcome, RunRequest
 from runner.safety.control import ControlPlane, Fingerprint
 from runner.safety.redact import Redactor
 from runner.settings import Settings
 from runner.statuses import RunStatus
-from runner.store import dumps
-from runner.store.runs import Recorder, create_run, finish_run, last_output, mark_started, update_run
+from runner.store import dumps, ledger
+from runner.store.runs import Recorder, last_output
 from runner.store.search import index_output
 from runner.tracing import Tracer, tracer_from_env
 
@@ -49,7 +49,19 @@ __all__ = ["Run", "RunOutcome", "RunRequest", "execute"]
 def execute(settings: Settings, req: RunRequest) -> RunOutcome:
     """Prepare (may raise, exit 2, nothing written), then run with a ledger row from start to final status."""
     prepared = prepare(settings, req)
-    return Run.start(settings, req, prepared).go()
+    try:
+        run = Run.start(settings, req, prepared)
+    except Ended as ended:  # cancelled or declared lost before it started: nothing runs
+        return RunOutcome(ended.row.id, ended.row.status, reason=ended.row.reason, error=ended.row.error)
+    return run.go()
+
+
+class Ended(Exception):
+    """The queued row a run was given had ended before the run could start it."""
+
+    def __init__(self, row: ledger.RunRow):
+        super().__init__(f"run {row.id} ended ({row.status}) before it started")
+        self.row = row
 
 
 class Run:
@@ -85,18 +97,24 @@ class Run:
         store = settings.store
         if req.run_id is None:
             task_id = req.task.task_id if req.task is not None else None
-            run_id = create_run(store, job=req.job.name, trigger=req.trigger, slot=req.slot, task_id=task_id, now=now)
+            run_id = ledger.open_run(store, job=req.job.name, trigger=req.trigger, slot=req.slot, task_id=task_id, now=now)
             run = cls(settings, req, prepared, run_id, now)
             run.emit_started()
             return run
-        run = cls(settings, req, prepared, req.run_id, now)
         handoff = req.handoff
         with store.transaction():
             if handoff is None:
-                mark_started(store, req.run_id, now=now)
+                started = ledger.start(store, req.run_id, now=now)
             else:
-                mark_started(store, req.run_id, now=now, dispatched_at=handoff.dispatched_at, waited_s=handoff.waited_s)
-            run.emit_started()
+                started = ledger.start(store, req.run_id, now=now, dispatched_at=handoff.dispatched_at, waited_s=handoff.waited_s)
+            if started:
+                run = cls(settings, req, prepared, req.run_id, now)
+                run.emit_started()
+        if not started:
+            row = ledger.get(store, req.run_id)
+            if row is None:
+                raise StoreError(f"run {req.run_id}: no ledger row to start")
+            raise Ended(row)
         return run
 
     def emit_started(self) -> None:
@@ -227,19 +245,23 @@ class Run:
         self.control = self.control.seen_from(self._backend.workdir)
 
     def pre_run(self) -> Produced | None:
-        """Run the job's ``pre_run``; a ``{"wake": false}`` or a timeout ends the run here."""
+        """Run the job's ``pre_run``; a ``{"wake": false}`` or a timeout ends the run here. It counts
+        against the run's own ``timeout:`` (the deadline the agent loop keeps too): past it the run
+        stops the script's tree and ends ``timed_out`` by itself, with or without serve."""
         if not self.job.spec.pre_run:
             return None
         from runner.run.prerun import check_pre, run_pre
 
         check_pre(self.job, self.gate.check)
-        pre = self.pre = run_pre(self.job, self.backend, run_id=self.run_id)
+        pre = self.pre = run_pre(self.job, self.backend, run_id=self.run_id, deadline=self.deadline)
         # a script-only run ends a few milliseconds later: its pre_run event is written with its last
         self.emit(
             "pre_run",
             {"exit_code": pre.exit_code, "timed_out": pre.timed_out, "stdout": pre.stdout[-4000:]},
             hold=not self.job.spec.agent,
         )
+        if pre.run_timeout:
+            return pre_run_timed_out(self.job.spec.timeout)
         if not pre.wake:
             return Produced(RunStatus.SKIPPED, reason="wake_false")
         if pre.timed_out:
@@ -313,7 +335,7 @@ class Run:
 
     def record_model(self, model: str) -> None:
         """The model that answered last (a fallback provider's, once it took over)."""
-        update_run(self.settings.store, self.run_id, model=model)
+        ledger.set_fields(self.settings.store, self.run_id, model=model)
 
     def conclude(self, produced: Produced) -> RunOutcome:
         """Write the output (redacted) and deliver it unless it is silent or empty."""
@@ -354,9 +376,13 @@ class Run:
         )
 
     def deliver(self, output: str, status: RunStatus, path: Path | None) -> tuple[dict[str, Any], ...]:
-        """Send the output to the job's sinks; record each result and ``delivery_failed`` on the row."""
+        """Send the output to the job's sinks; record each result and ``delivery_failed`` on the row.
+        A run whose row someone else ended meanwhile (declared lost: a retry may be running) delivers
+        nothing: its fence."""
         if not self.req.deliver:
             self.emit("delivered", {"skipped": "--no-deliver"})
+            return ()
+        if self.fenced():
             return ()
         from runner.run.prompt import render
 
@@ -374,7 +400,7 @@ class Run:
         sinks = tuple(self.redactor.redact_obj([d.as_dict() for d in delivered]))
         failed = [d for d in delivered if not d.ok]
         self.emit("delivered", {"sinks": list(sinks)})
-        update_run(self.settings.store, self.run_id, delivery=dumps(list(sinks)), delivery_failed=int(bool(failed)))
+        ledger.set_fields(self.settings.store, self.run_id, delivery=dumps(list(sinks)), delivery_failed=int(bool(failed)))
         self.alerter.delivery(self.job, RunEnd(self.job.name, self.run_id, status, tail=tail(output)), delivered)
         return sinks
 
@@ -392,6 +418,25 @@ class Run:
         self.emit("cancelled", {"by": by})
         return replace(result, reason="cancelled", error=f"cancelled by {by} (runner runs cancel)")
 
+    def supervised(self, result: RunOutcome) -> RunOutcome:
+        """A run its supervisor stopped (serve: the job's timeout, shutdown, a newer slot) records
+        why, as the ledger's stop request says."""
+        if result.status in (RunStatus.SUCCEEDED, RunStatus.SKIPPED) or not self.req.stop.is_set():
+            return result
+        why = ledger.stop_reason(self.settings.store, self.run_id)
+        if why is None:
+            return result
+        status, reason, error = ledger.stop_outcome(why, self.job.spec.timeout)
+        return replace(result, status=status, reason=reason, error=error)
+
+    def fenced(self) -> bool:
+        """Whether someone else ended this run's row (then a ``fenced`` event says so)."""
+        row = ledger.fenced_out(self.settings.store, self.run_id)
+        if row is None:
+            return False
+        self.emit("fenced", {"status": row.status, "reason": row.reason, "error": row.error})
+        return True
+
     def save_transcript(self, messages: list[dict[str, Any]]) -> Path:
         """The conversation as sent to the model (after pruning), redacted, for post-mortems."""
         from runner.store.files import FileKind, keep
@@ -407,7 +452,7 @@ class Run:
         self.cancel.close()
         if self._backend is not None:
             self._backend.close()
-        self.result = self.cancelled(self.result)
+        self.result = self.supervised(self.cancelled(self.result))
         try:
             self.check_tamper()  # a run that failed or was interrupted is checked too
         except Tampered as exc:
@@ -415,7 +460,7 @@ class Run:
         r = self.result
         ended = utcnow()
         with self.settings.store.transaction():  # the final status and its event in one write
-            finish_run(
+            won = ledger.finish(
                 self.settings.store,
                 self.run_id,
                 r.status,
@@ -426,6 +471,9 @@ class Run:
             )
             seconds = round(time.monotonic() - self.started, 3)
             self.emit("run_finished", {"status": r.status, "reason": r.reason, "seconds": seconds})
+        if not won:  # someone else recorded its end (declared it lost): theirs stands, no alert from here
+            self.fenced()
+            return
         if r.output and not r.silent:  # redacted by ``conclude``; searchable (``runner runs search``)
             index_output(self.settings.store, self.run_id, self.job.name, r.output, ended=ended)
         stopped = self.req.stop.is_set() and r.status != RunStatus.SUCCEEDED

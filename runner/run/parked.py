@@ -10,7 +10,7 @@ against its ``execution_timeout``): it ends at ``approval_timeout`` or at the ru
 deadline, whichever comes first, so a parked run never outlives its timeout and serve's worker
 timeout needs no exception. A cancel (``runner runs cancel``) or a signal ends the wait at once
 (the request becomes ``cancelled``); a run killed while parked leaves its request ``abandoned``
-(``finish_run``, the store's recovery), never pending.
+(``ledger.finish``, the store's recovery), never pending.
 
 While parked the run's status stays ``running``; ``runner runs show`` and ``runner approvals
 pending`` say what it waits for.

@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from backends.base import Backend
+from backends.base import TIMEOUT_EXIT, Backend
 from runner.config.jobfile import Job
 from runner.errors import Blocked
 
@@ -30,6 +31,8 @@ class PreRunResult:
     exit_code: int
     timed_out: bool
     wake: bool
+    #: the run's own ``timeout:`` stopped it (not ``pre_run_timeout``): the run ends ``timed_out``
+    run_timeout: bool = False
 
     def as_vars(self) -> dict[str, object]:
         return {"stdout": self.stdout, "exit_code": self.exit_code}
@@ -112,8 +115,16 @@ def _script_path(text: str, job: Job) -> Path | None:
     return script if script.is_file() else None
 
 
-def run_pre(job: Job, backend: Backend, *, run_id: str) -> PreRunResult:
+def run_pre(job: Job, backend: Backend, *, run_id: str, deadline: float) -> PreRunResult:
+    """Run the job's ``pre_run`` within ``pre_run_timeout`` and what is left of the run's own
+    ``timeout:`` (``deadline``, ``time.monotonic()``): the run enforces it itself, wherever it
+    runs (run-job, serve, a kanban or Celery worker), and the backend kills the command's tree."""
+    left = deadline - time.monotonic()
+    if left <= 0:  # the backend took the whole timeout to open: nothing is started
+        return PreRunResult("", TIMEOUT_EXIT, True, True, run_timeout=True)
+    limit = min(job.spec.pre_run_timeout, left)
     command = command_for(job, backend, run_id)
     env = {"RUNNER_JOB": job.name, "RUNNER_RUN_ID": run_id}
-    result = backend.run(command, cwd=backend.workdir, timeout=job.spec.pre_run_timeout, env=env)
-    return PreRunResult(result.output, result.exit_code, result.timed_out, wants_wake(result.output))
+    result = backend.run(command, cwd=backend.workdir, timeout=limit, env=env)
+    by_run = result.timed_out and limit < job.spec.pre_run_timeout
+    return PreRunResult(result.output, result.exit_code, result.timed_out, wants_wake(result.output), by_run)

@@ -38,6 +38,14 @@ class Producer(Protocol):
         ...
 
 
+def pre_run_timed_out(timeout: float) -> Produced:
+    """The run's own ``timeout:`` ran out while its pre_run was going (the run stopped it)."""
+    from runner.config.schedules import format_duration
+
+    error = f"the job's timeout of {format_duration(timeout)} was reached during pre_run; the run stopped it"
+    return Produced(RunStatus.TIMED_OUT, reason="timeout", error=error)
+
+
 def pre_run_failed(pre: PreRunResult) -> Produced:
     error = f"pre_run exited {pre.exit_code}" + (" (timed out)" if pre.timed_out else "")
     return Produced(RunStatus.FAILED, reason="pre_run", error=error)

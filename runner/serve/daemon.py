@@ -32,7 +32,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner.errors import AlreadyRunning
+from runner.errors import AlreadyRunning, RunnerError
 from runner.serve.host import Clock, ExecutorFactory, ServeHost, SystemClock, Ticker, TickerFactory
 from runner.serve.logs import JsonFormatter, LogFile, LogFormat, stream_formatter, text_formatter
 from runner.serve.notify import WatchdogTicker, sd_notify, watchdog_interval
@@ -41,8 +41,11 @@ from runner.store import Store, StoreFault
 from runner.store.dialect import Dialect
 
 if TYPE_CHECKING:
+    from runner.config.jobs import JobsFile
     from runner.delivery.alerts import Notice
     from runner.delivery.background import BackgroundAlerts
+    from runner.serve.launcher import Launcher
+    from runner.serve.leader import LeaseTicker
     from runner.serve.pool import Pool
     from runner.serve.watch import JobsWatcher
     from runner.store.lease import Lease
@@ -51,6 +54,10 @@ CONTROL_CHECK_S = 0.05  # how often the schedule ticker looks (data_version) for
 MAX_SLEEP_S = 1.0  # the loop looks at the wall clock at least this often (clock jumps, sleep)
 LOG_BYTES = 5_000_000
 LOG_BACKUPS = 3
+
+
+def _warm_once() -> None:
+    """What a later term waits for instead of the forkserver's warm-up (done by the first)."""
 
 
 # -- one instance per RUNNER_HOME ----------------------------------------------------------
@@ -226,15 +233,19 @@ class Serve:
     def _lead(self, store: Store, ttl: float, log: logging.Logger) -> Lease | None:
         """Take the scheduler lease, standing by while another serve holds it; None when a
         signal stopped serve first."""
-        from runner.store import StoreUnavailable
         from runner.store.lease import SCHEDULER, lease_holder, open_lease
 
-        lease = open_lease(store, SCHEDULER, ttl)
+        lease = open_lease(store, SCHEDULER, ttl, log=log)
         announced = False
         while not self._stops:
             try:
+                # the store's own connection first: one that sat idle through a database restart
+                # is opened again here, not by the first write of the term we may be about to start
+                store.one("SELECT 1")
                 taken = lease.acquire()
-            except StoreUnavailable as exc:  # the store is restarting or unreachable: stand by
+            except StoreFault as exc:  # the store is restarting, unreachable, locked, its disk full: stand by
+                if not exc.transient:
+                    raise
                 log.error("standing by: the store cannot answer: %s", exc)
                 taken, announced = False, True
             if taken:
@@ -261,16 +272,8 @@ class Serve:
             self._stops += 1
 
     def run(self) -> int:
-        from runner import secrets
         from runner.config.jobs import load_jobs
-        from runner.delivery.background import BackgroundAlerts
-        from runner.mcp.keep import Bridges
         from runner.serve.launcher import Launcher
-        from runner.serve.leader import LeaseTicker
-        from runner.serve.pool import Paths, Pool
-        from runner.serve.schedule import ScheduleTicker
-        from runner.serve.state import heartbeat, register_serve
-        from runner.serve.watch import JobsWatcher, ReloadTicker
 
         s = self.settings
         s.ensure_home()
@@ -289,15 +292,55 @@ class Serve:
             raise
         _release_hold_at_start(s.home, log)
         store = s.store  # opening it marks rows of dead workers `unknown`
-        lease = self._lead(store, config.serve.lease_s, log)
-        if lease is None:  # stopped while standing by
-            launcher.close()
+        try:
+            while True:
+                lease = self._lead(store, config.serve.lease_s, log)
+                if lease is None:  # stopped while standing by
+                    log.info("serve stopped (it was standing by)")
+                    return 0
+                self._lease_lost = False
+                self._term(store, lease, jobs, launcher, warmed, log)
+                if not self._lease_lost:
+                    log.info("serve stopped")
+                    return 0
+                # another serve leads now (this one was paused, or lost its connection to the store
+                # while the other took the lease): stand by, and lead again when it stops
+                log.warning("stepped down: another serve holds the scheduler lease; standing by")
+                warmed = _warm_once
+                try:
+                    jobs = load_jobs(s.jobs_path, default_timezone=config.timezone, own_tools=s.own_tool_names)
+                except RunnerError as exc:
+                    log.error("cannot load %s (%s); the next term keeps the jobs loaded before", s.jobs_path, exc)
+        finally:
+            launcher.close()  # the forkserver exits; workers it forked were reaped by the term
             signal.set_wakeup_fd(old_wakeup)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             os.close(lock)
-            log.info("serve stopped (it was standing by)")
-            return 0
+
+    def _term(
+        self,
+        store: Store,
+        lease: Lease,
+        jobs: JobsFile,
+        launcher: Launcher,
+        warmed: Callable[[], None],
+        log: logging.Logger,
+    ) -> None:
+        """Lead the schedule with ``lease`` until a signal stops serve or another serve takes the
+        lease (``_lease_lost``), then stop what leading started: the pool's workers, the loops, the
+        watcher, the heartbeat. The lease is released unless it was lost."""
+        from runner import secrets
+        from runner.delivery.background import BackgroundAlerts
+        from runner.mcp.keep import Bridges
+        from runner.serve.leader import LeaseTicker
+        from runner.serve.pool import Paths, Pool
+        from runner.serve.schedule import ScheduleTicker
+        from runner.serve.state import heartbeat, register_serve
+        from runner.serve.watch import JobsWatcher, ReloadTicker
+
+        s = self.settings
+        config = s.config
         checkpointer: Checkpointer | None = None
         if store.dialect is Dialect.SQLITE:  # PostgreSQL checkpoints by itself
             store.execute("PRAGMA wal_autocheckpoint=0")
@@ -325,14 +368,17 @@ class Serve:
         adopted = pool.adopt(jobs.jobs)
         if remote is not None:
             adopted += remote.follow(pool, jobs.jobs)
+        else:
+            adopted += pool.adopt_running(jobs.jobs)
         schedule.set_jobs(jobs.jobs, now)
         watcher = JobsWatcher(
             jobs.path, default_timezone=config.timezone, current=jobs, wake=self.wake, settings=s
         ).start()
         host = ServeHost(s, store, self.clock, log, self.wake, forks=launcher.forks)
+        leader = LeaseTicker(lease, config.serve.lease_s, log, self._lost_lease)
         beat = HeartbeatTicker(store, pool, config.serve.heartbeat_s)
         tickers: list[Ticker] = [
-            LeaseTicker(lease, config.serve.lease_s, log, self._lost_lease),
+            leader,
             ReloadTicker(watcher, schedule, log, s.home, alerts=alerts),
             pool,
             schedule,
@@ -354,8 +400,11 @@ class Serve:
         )
         sd_notify(f"READY=1\nSTATUS=firing {len(jobs.jobs)} jobs\nMAINPID={os.getpid()}")
         try:
-            self._loop(tickers, pool, watcher, store, alerts, beat.beat)
-            sd_notify("STOPPING=1\nSTATUS=stopping: waiting for running workers")
+            self._loop(tickers, pool, watcher, leader, store, alerts, beat.beat)
+            if self._lease_lost:
+                sd_notify("STATUS=stepping down: another serve leads")
+            else:
+                sd_notify("STOPPING=1\nSTATUS=stopping: waiting for running workers")
             log.info("stopping: no new fires; stopping %d running worker(s)", len(pool.active()))
             pool.shutdown(config.serve.shutdown_grace, hurry=lambda: self._stops > 1)
         finally:
@@ -365,34 +414,26 @@ class Serve:
             pool.close()
             if pool.bridges is not None:
                 pool.bridges.close()  # the keep-alive MCP servers stop with serve
-            launcher.close()  # the forkserver exits; workers it forked are reaped above
             if remote is not None:
                 remote.close()
-            if not self._lease_lost:
-                _logged(log, "release the scheduler lease", lease.release)  # a standby takes over at once
             alerts.close(config.serve.shutdown_grace)
             if checkpointer is not None:
                 checkpointer.stop()
+            # a standby takes over at once (a lost lease: nothing of ours to delete, the connection
+            # of a PostgreSQL lease is closed); a store that cannot answer: the lease runs out
+            _logged(log, "release the scheduler lease", lease.release)
             _logged(
                 log,
-                "record the stop",
+                "write the last heartbeat",
                 lambda: heartbeat(store, now=self.clock.now(), running=0, waiting=0, stopped=True),
             )
-            signal.set_wakeup_fd(old_wakeup)
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            os.close(lock)
-        if self._lease_lost:
-            log.error("serve stopped: it lost the scheduler lease to another serve")
-            return 1
-        log.info("serve stopped")
-        return 0
 
     def _loop(
         self,
         tickers: list[Ticker],
         pool: Pool,
         watcher: JobsWatcher,
+        leader: LeaseTicker,
         store: Store,
         alerts: BackgroundAlerts,
         probe: Callable[[datetime], None],
@@ -423,6 +464,7 @@ class Serve:
                 if fault is None:
                     raise
                 outage.failed(fault, began)  # the next round tries again (outage.retry_s)
+                leader.recheck()  # the lease's connection may have gone too: renew before firing again
                 _enforce(pool, Path(store.shown))
             else:
                 outage.answered()

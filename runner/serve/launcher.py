@@ -258,6 +258,36 @@ class WorkerHandle:
             self._forks.forget(self._pid)
 
 
+class AdoptedHandle:
+    """A run's process that a previous serve on this host started and left running when it died
+    (kill -9): this serve follows it by pid and start time (``Handle``), so the job's timeout and
+    overlap policy still hold. Its exit code is unknown (not this serve's child): ``LOST_EXIT``."""
+
+    def __init__(self, pid: int, start: str | None):
+        self._pid = pid
+        self._tree = ProcessTree(pid, start=start)
+        self._fd = os.pidfd_open(pid)  # readable once the process has ended
+
+    @property
+    def pid(self) -> int:
+        return self._pid
+
+    @property
+    def sentinel(self) -> int:
+        return self._fd
+
+    def poll(self) -> int | None:
+        return None if self._tree.alive() else LOST_EXIT
+
+    def signal_tree(self, sig: int) -> None:
+        self._tree.signal(sig)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
 def worker_main(spec: WorkerSpec, held: dict[str, str] | None = None) -> None:
     """The body of a worker process: one ``execute`` of a queued ledger row.
 
@@ -384,11 +414,11 @@ def _record_failure(settings: Settings, spec: WorkerSpec, exc: RunnerError, hand
     """A problem found before the run started: the queued row says why (with the hand-off time)."""
     from runner.clock import iso
     from runner.errors import StoreError, failure_reason
-    from runner.store.runs import finish_run
+    from runner.store import ledger
 
     print(f"runner worker {spec.run_id}: {exc}", file=sys.stderr)
     try:
-        finish_run(
+        ledger.finish(
             settings.store,
             spec.run_id,
             RunStatus.FAILED,

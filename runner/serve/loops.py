@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from runner.serve.host import ServeHost, Ticker, TickerFactory
-from runner.statuses import ACTIVE
+from runner.store import ledger
 
 if TYPE_CHECKING:
     from runner.kanban.dispatch import Capacity, TaskLauncher
@@ -104,8 +104,7 @@ class ContainerCleanup:
             from runner.errors import BackendError
 
             def is_active(run_id: str) -> bool:
-                row = store.one("SELECT status FROM runs WHERE id=?", (run_id,))
-                return bool(row and row["status"] in ACTIVE)
+                return ledger.is_active(store, run_id)
 
             try:
                 removed = cleanup_stale(is_active, home=self.host.settings.home)

@@ -9,7 +9,7 @@ signal. Everything runs on serve's main thread.
 
 While the store cannot answer (a lock held past busy_timeout, a full disk), nothing the pool
 decided is lost: an ending it could not write is kept and written at a later tick (before
-anything else), and a worker's exit it could not look at yet is looked at again.
+anything else), and a worker's exit it could not record yet is looked at again.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Protocol
 
 from runner.clock import iso
 from runner.config.jobfile import Job
-from runner.config.schedules import format_duration
 from runner.delivery.alerts import RunEnd, is_alerted
 from runner.mcp.keep import Bridges
 from runner.serve.fire import ActiveRun, Fire, Paths, describe_exit
@@ -37,8 +36,7 @@ from runner.serve.host import Clock
 from runner.serve.launcher import Handle, Spawner, WorkerSpec
 from runner.serve.state import record_slot_result, set_paused
 from runner.statuses import RunStatus, Trigger
-from runner.store import Store, StoreFault
-from runner.store.runs import create_run, finish_run, kill_leftovers, update_run
+from runner.store import Store, StoreError, StoreFault, ledger
 
 if TYPE_CHECKING:
     from backends.sandbox import Plan
@@ -124,7 +122,7 @@ class Pool:
         self._seq = itertools.count()
         self._closing = False
         self._unwritten: list[_Ending] = []  # endings to write once the store answers
-        self._exited: list[tuple[_Running, int]] = []  # workers gone whose ending is not settled yet
+        self._exited: list[tuple[_Running, int]] = []  # workers gone whose ending is not recorded yet
 
     # -- views ------------------------------------------------------------------------------
     def active(self) -> tuple[ActiveRun, ...]:
@@ -184,25 +182,25 @@ class Pool:
                 return True
         return False
 
-    def _finish(self, run_id: str, status: RunStatus, reason: str, error: str) -> None:
-        """Write a final status the pool decided; one the store cannot take now is kept and
-        written at a later tick (``flush``), so the pool's decision stands either way."""
-        ending = _Ending(run_id, status, reason, error)
+    def _finish(self, run_id: str, status: RunStatus, reason: str, error: str) -> bool:
+        """Write a final status the pool decided (False: the run had ended already); one the store
+        cannot take now is kept and written at a later tick (``flush``): the decision stands."""
         try:
-            finish_run(self.store, run_id, status, reason=reason, error=error)
+            return ledger.finish(self.store, run_id, status, reason=reason, error=error)
         except StoreFault as exc:
             if not exc.transient:
                 raise
             self.log.warning(
                 "run %s ended %s (%s); the store cannot take it now, kept for later: %s", run_id, status, reason, exc
             )
-            self._unwritten.append(ending)
+            self._unwritten.append(_Ending(run_id, status, reason, error))
+            return True
 
     def flush(self) -> None:
         """Write the endings the store could not take earlier (raises while it still cannot)."""
         while self._unwritten:
             e = self._unwritten[0]
-            finish_run(self.store, e.run_id, e.status, reason=e.reason, error=e.error)
+            ledger.finish(self.store, e.run_id, e.status, reason=e.reason, error=e.error)
             self._unwritten.pop(0)
             self.log.info("run %s: its ending (%s) is written now", e.run_id, e.status)
 
@@ -289,12 +287,13 @@ class Pool:
         self.pump()
 
     def enforce(self) -> None:
-        """Stop runs past their timeout, kill those past the kill grace: signals only, no store,
-        so serve does it also in a round the store could not answer (``runner.serve.daemon``)."""
+        """Stop runs past their timeout, kill those past the kill grace: signals (and a stop
+        request the ledger may refuse to take now), so serve does it also in a round the store
+        could not answer (``runner.serve.daemon``)."""
         mono = self.monotonic()
         for run in list(self._running.values()):
             if run.handle.poll() is not None:
-                continue  # gone: reap() settles it
+                continue  # gone: reap() records it
             if run.stop_reason is None and mono >= run.deadline:
                 self.log.warning("run %s of %s hit its timeout; stopping it", run.fire.run_id, run.fire.job.name)
                 self._stop(run, "timeout")
@@ -320,8 +319,15 @@ class Pool:
         self.shutdown(0.0)
 
     def _stop(self, run: _Running, reason: str) -> None:
+        """Stop a run for ``reason`` (timeout, shutdown, replaced): the ledger learns why first, so
+        the run records its own end with that reason; then SIGTERM (and SIGKILL after the grace)."""
         run.stop_reason = reason
         run.term_at = self.monotonic()
+        if reason in ledger.STOP_WHY:
+            try:
+                ledger.request_stop(self.store, run.fire.run_id, reason)
+            except StoreError as exc:  # the signal still goes; _finalize records the reason then
+                self.log.warning("run %s: cannot record why it is stopped (%s): %s", run.fire.run_id, reason, exc)
         run.handle.signal_tree(signal.SIGTERM)
 
     def reap(self) -> None:
@@ -341,28 +347,27 @@ class Pool:
 
     # -- endings -------------------------------------------------------------------------------
     def _finalize(self, run: _Running, code: int) -> None:
+        """The worker has exited. It recorded its run's end itself (also when serve stopped it: the
+        ledger told it why); when it could not (killed, crashed), serve records it here, only if
+        the row is still active (the ledger refuses to change an end)."""
         fire = run.fire
-        row = self.store.one("SELECT status, reason FROM runs WHERE id=?", (fire.run_id,))
-        status = RunStatus(row["status"]) if row else RunStatus.UNKNOWN
-        reason = row["reason"] if row else None
-        completed = status in (RunStatus.SUCCEEDED, RunStatus.SKIPPED)
-        override: tuple[RunStatus, str, str] | None = None
-        if run.stop_reason == "timeout" and not completed:
-            limit = format_duration(fire.job.spec.timeout)
-            override = (RunStatus.TIMED_OUT, "timeout", f"stopped by serve after the job's timeout of {limit}")
-        elif run.stop_reason in ("shutdown", "replaced") and not completed:
-            why = "serve stopped" if run.stop_reason == "shutdown" else "a newer slot replaced it"
-            override = (RunStatus.INTERRUPTED, run.stop_reason, f"{why} while it was running")
-        elif status in (RunStatus.QUEUED, RunStatus.RUNNING) or (status == RunStatus.UNKNOWN and not self.remote):
-            override = (RunStatus.FAILED, "worker_died", describe_exit(code))
-            if not self.remote:  # its commands (own sessions, marked) would go on unsupervised
-                kill_leftovers(fire.run_id)
-        elif status == RunStatus.UNKNOWN:  # a remote worker stopped sending heartbeats (worker_lost)
-            self._alert(fire, RunEnd(fire.job.name, fire.run_id, status, reason, "its worker was lost"))
-        if override is not None:
-            status, reason, error = override
-            self._finish(fire.run_id, status, reason, error)
+        reason: str | None
+        if run.stop_reason in ledger.STOP_WHY:
+            status, reason, error = ledger.stop_outcome(run.stop_reason, fire.job.spec.timeout)
+        else:
+            status, reason, error = RunStatus.FAILED, ledger.Reason.WORKER_DIED, describe_exit(code)
+        if ledger.finish(self.store, fire.run_id, status, reason=reason, error=error):
+            if not self.remote and reason == ledger.Reason.WORKER_DIED:
+                ledger.kill_leftovers(fire.run_id)  # its commands (own sessions, marked) would go on unsupervised
             self._alert(fire, RunEnd(fire.job.name, fire.run_id, status, reason, error))
+        else:
+            row = ledger.get(self.store, fire.run_id)
+            status = row.status if row else RunStatus.UNKNOWN
+            reason = row.reason if row else None
+            if row is not None and row.status == RunStatus.UNKNOWN:  # declared lost (worker_lost)
+                self._alert(fire, RunEnd(fire.job.name, fire.run_id, status, reason, "its worker was lost"))
+            elif row is not None and run.stop_reason is not None and row.status != RunStatus.SUCCEEDED:
+                self._alert(fire, RunEnd(fire.job.name, fire.run_id, status, reason, row.error or ""))
         self.log.info(
             "finished %s run %s: %s%s (pid %d, exit %s)",
             fire.job.name,
@@ -377,7 +382,7 @@ class Pool:
         retries = fire.job.spec.retries
         if status in RETRY_STATUSES and fire.attempt <= retries.attempts and not self._closing:
             self._retry(fire, retries.backoff * 2 ** (fire.attempt - 1))
-        elif fire.trigger in SCHEDULED and (status in FAILED or completed):
+        elif fire.trigger in SCHEDULED and status in (*FAILED, RunStatus.SUCCEEDED, RunStatus.SKIPPED):
             self._streak(fire, RunEnd(fire.job.name, fire.run_id, status, reason))
 
     def _alert(self, fire: Fire, end: RunEnd) -> None:
@@ -389,7 +394,7 @@ class Pool:
         root = fire.root_run or fire.run_id
         try:
             with self.store.transaction():
-                run_id = create_run(
+                run_id = ledger.open_run(
                     self.store,
                     job=fire.job.name,
                     trigger=Trigger.RETRY,
@@ -398,7 +403,7 @@ class Pool:
                     attempt=fire.attempt + 1,
                     parent_run=root,
                 )
-                update_run(self.store, run_id, not_before=iso(due))
+                ledger.set_fields(self.store, run_id, not_before=iso(due))
         except sqlite3.IntegrityError:
             self.log.warning(
                 "%s slot %s attempt %d is already in the ledger", fire.job.name, _when(fire.slot), fire.attempt + 1
@@ -431,31 +436,46 @@ class Pool:
         self._running[fire.run_id] = _Running(fire, handle, started_at, deadline)
         self._per_job[fire.job.name] = self._per_job.get(fire.job.name, 0) + 1
 
+    def adopt_running(self, jobs: dict[str, Job]) -> int:
+        """Follow the runs a previous serve on this host started and left running when it died
+        (their processes go on): by pid and start time, so each job's timeout and overlap policy
+        count them before the job fires again. A run of a job no longer in jobs.yaml is stopped."""
+        from runner.procs import pid_alive
+        from runner.serve.launcher import AdoptedHandle
+
+        count = 0
+        for row in ledger.running_here(self.store, RETRIED):
+            if row.id in self._running or not row.pid or not pid_alive(row.pid, row.pid_start):
+                continue  # ours already, or gone (the store's recovery marks it)
+            try:
+                handle = AdoptedHandle(row.pid, row.pid_start)
+            except OSError:
+                continue  # it ended just now
+            job = jobs.get(row.job)
+            if job is None:
+                handle.signal_tree(signal.SIGTERM)
+                handle.close()
+                continue
+            slot = datetime.fromisoformat(row.slot) if row.slot else None
+            fire = Fire(row.id, job, slot, row.trigger, int(row.attempt or 1), row.parent_run, row.task_id, "adopted")
+            started = datetime.fromisoformat(row.started_at) if row.started_at else self.clock.now()
+            self.follow(fire, handle, started)
+            self.log.warning("adopted run %s of %s (pid %d): a previous serve left it running", row.id, row.job, row.pid)
+            count += 1
+        return count
+
     def adopt(self, jobs: dict[str, Job]) -> int:
         """Queue the rows a previous serve left ``queued`` (pending retries, or fires and
         triggers it had not started when it died)."""
-        rows = self.store.query(
-            "SELECT * FROM runs WHERE status=? AND trigger IN (?, ?, ?) ORDER BY COALESCE(not_before, slot, created_at)",
-            (RunStatus.QUEUED, *RETRIED),
-        )
+        rows = ledger.queued_to_adopt(self.store, RETRIED)
         for row in rows:
-            job = jobs.get(row["job"])
+            job = jobs.get(row.job)
             if job is None:
-                self._finish(row["id"], RunStatus.INTERRUPTED, "job_removed", "the job is no longer in jobs.yaml")
+                self._finish(row.id, RunStatus.INTERRUPTED, "job_removed", "the job is no longer in jobs.yaml")
                 continue
-            slot = datetime.fromisoformat(row["slot"]) if row["slot"] else None
-            due = datetime.fromisoformat(row["not_before"]) if row["not_before"] else None
-            fire = Fire(
-                row["id"],
-                job,
-                slot,
-                Trigger(row["trigger"]),
-                int(row["attempt"] or 1),
-                row["parent_run"],
-                row["task_id"],
-                "adopted",
-                due,
-            )
+            slot = datetime.fromisoformat(row.slot) if row.slot else None
+            due = datetime.fromisoformat(row.not_before) if row.not_before else None
+            fire = Fire(row.id, job, slot, row.trigger, int(row.attempt or 1), row.parent_run, row.task_id, "adopted", due)
             self.submit(fire)
         return len(rows)
 
@@ -471,8 +491,8 @@ class Pool:
             if fire.trigger == Trigger.RETRY and fire.not_before and fire.not_before > now:
                 continue
             error = "serve stopped before it started"
-            self._finish(fire.run_id, RunStatus.INTERRUPTED, "shutdown", error)
-            self._alert(fire, RunEnd(fire.job.name, fire.run_id, RunStatus.INTERRUPTED, "shutdown", error))
+            if self._finish(fire.run_id, RunStatus.INTERRUPTED, "shutdown", error):
+                self._alert(fire, RunEnd(fire.job.name, fire.run_id, RunStatus.INTERRUPTED, "shutdown", error))
         self._waiting.clear()
         self._queued.clear()
         if self.remote:  # runs on workers go on; the next leader follows them (adopt)

@@ -150,8 +150,7 @@ def warm_up(kit: WarmKit = KIT) -> bool:
     from runner.serve.launcher import WorkerSpec, run_spec
     from runner.settings import Settings
     from runner.statuses import RunStatus, Trigger
-    from runner.store import Store
-    from runner.store.runs import create_run
+    from runner.store import Store, ledger
     from runner.tracing import ENDPOINT_ENV
 
     if kit.dir is None or kit.job is None:
@@ -166,7 +165,7 @@ def warm_up(kit: WarmKit = KIT) -> bool:
         if settings.database.path != home / "runner.db":
             raise RuntimeError("the warm-up would not use its scratch store")
         store = Store.open(home / "runner.db", migrate=False)
-        run_id = create_run(store, job="warm-up", trigger=Trigger.MANUAL, status=RunStatus.QUEUED)
+        run_id = ledger.open_run(store, job="warm-up", trigger=Trigger.MANUAL, status=RunStatus.QUEUED)
         store.close()
         spec = WorkerSpec(str(home), str(jobs), str(home / "config.yaml"), kit.job, run_id, Trigger.MANUAL)
         return run_spec(spec, threading.Event(), utcnow()) == 0

@@ -42,9 +42,8 @@ from runner.serve.planner import (
 from runner.serve.pool import Fire, Pool
 from runner.serve.state import load_states, paused_jobs, save_sight, set_last_slot
 from runner.statuses import RunStatus, Trigger
-from runner.store import Store
+from runner.store import Store, ledger
 from runner.store.control import TriggerRequest, mark_handled, open_triggers, queued_cancels
-from runner.store.runs import create_run, update_run
 
 POLL_S = 1.0  # how often pause flags set by `runner jobs pause|resume` are read
 AHEAD = timedelta(seconds=10)  # script-only slots due this soon get their workers started ahead
@@ -196,7 +195,7 @@ class ScheduleTicker:
                 mark_handled(self.store, request.id, f"no job {request.job} in jobs.yaml")
                 self.log.warning("trigger %s: no job %s in jobs.yaml; ignored", request.id, request.job)
                 return
-            run_id = create_run(
+            run_id = ledger.open_run(
                 self.store, job=job.name, trigger=Trigger.MANUAL, status=RunStatus.QUEUED, now=self.pool.clock.now()
             )
             mark_handled(self.store, request.id, run_id)
@@ -241,7 +240,7 @@ class ScheduleTicker:
         fires: list[Fire] = []
         for slot in decision.runs:
             try:
-                run_id = create_run(
+                run_id = ledger.open_run(
                     self.store,
                     job=job.name,
                     trigger=Trigger.SCHEDULE,
@@ -289,14 +288,15 @@ class ScheduleTicker:
         }
         error = errors[reason] + (f"; {note}" if note else "")
         try:
-            run_id = create_run(
+            ledger.open_run(
                 self.store,
                 job=job.name,
                 trigger=Trigger.SCHEDULE,
                 status=RunStatus.MISSED,
                 slot=slot,
-                now=self.pool.clock.now(),
+                now=now,
+                reason=reason,
+                error=error,
             )
         except sqlite3.IntegrityError:
             return  # already recorded (by another process): nothing to add
-        update_run(self.store, run_id, reason=reason, error=error, ended_at=iso(now))

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from runner.config.jobs import JobsFile, load_jobs, referenced_files
 from runner.errors import RunnerError
 from runner.serve.schedule import ScheduleTicker
-from runner.store import Store, StoreFault
+from runner.store import Store, StoreFault, ledger
 from runner.store.reloads import clear_refused, record_refused
 
 if TYPE_CHECKING:
@@ -203,10 +203,7 @@ class ReloadTicker:
                 self._apply(result, now)
 
     def _running(self) -> set[str]:
-        from runner.statuses import RunStatus
-
-        rows = self.schedule.store.query("SELECT id FROM runs WHERE status=?", (RunStatus.RUNNING,))
-        return {r["id"] for r in rows}
+        return ledger.running_ids(self.schedule.store)
 
     def _held(self, result: Loaded) -> bool:
         from runner.safety.control import hold_path

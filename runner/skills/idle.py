@@ -19,8 +19,7 @@ from runner.clock import parse_iso
 from runner.errors import RunnerError
 from runner.skills import curator
 from runner.skills.curator import PassResult
-from runner.statuses import ACTIVE
-from runner.store import Store
+from runner.store import Store, ledger
 
 if TYPE_CHECKING:
     from runner.config.machine import CuratorConfig
@@ -53,12 +52,9 @@ class IdleStatus:
 
 def idle_status(store: Store, cfg: CuratorConfig, now: datetime) -> IdleStatus:
     st = curator.state(store)
-    marks = ",".join("?" * len(ACTIVE))
-    active = store.one(f"SELECT COUNT(*) AS n FROM runs WHERE status IN ({marks})", tuple(ACTIVE))
-    ended = store.one("SELECT MAX(ended_at) AS t FROM runs")
+    n_active, ended_at = ledger.activity(store)
     last_pass = parse_iso(st["last_pass_at"])
-    last_end = parse_iso(ended["t"] if ended else None)
-    n_active = int(active["n"]) if active else 0
+    last_end = parse_iso(ended_at)
     next_at = None
     if cfg.enabled and not st["paused"] and last_pass is not None:
         next_at = last_pass + timedelta(hours=cfg.interval_hours)

@@ -88,6 +88,15 @@ def fault(path: Path, exc: sqlite3.Error) -> StoreFault | None:
     return StoreFault(f"{path}: store error: {exc}")
 
 
+def transient(exc: BaseException) -> bool:
+    """``exc`` is worth trying again soon: the store's server cannot answer now (``StoreUnavailable``:
+    a restart, a dropped connection, a lock timeout) or another process held SQLite's write lock
+    past busy_timeout."""
+    if isinstance(exc, StoreUnavailable):
+        return True
+    return isinstance(exc, sqlite3.OperationalError) and not isinstance(exc, StoreFault) and sqlite_code(exc) in BUSY
+
+
 class Store:
     """The store; ``conn`` is the connection of the calling thread: the thread that opened the
     store uses the one it opened, any other thread (a subagent, a parallel tool call) gets its

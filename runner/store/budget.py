@@ -164,7 +164,7 @@ def _add(
 def settle(store: Store, run_id: str, *, now: datetime | None = None) -> bool:
     """Release run ``run_id``'s open reservation and count its real cost (the run row's
     ``cost_usd``, else the costs its events recorded); False when it had none open.
-    Joins the caller's transaction (``finish_run``, the recovery of lost runs)."""
+    Joins the caller's transaction (``ledger.finish``, the recovery of lost runs)."""
     with store.transaction() as conn:
         row = conn.execute(
             "SELECT job, providers, provider, day, month, reserved_micro FROM budget_runs "

@@ -130,6 +130,30 @@ class StoreCollector:
             yield GaugeMetricFamily(
                 "runner_serve_heartbeat_age_seconds", "Seconds since serve's last heartbeat", value=max(age, 0.0)
             )
+        yield from self._leader(now)
+
+    def _leader(self, now: datetime) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        from runner.store.lease import lease_holder
+
+        labels = ["holder", "host", "pid"]
+        leads = GaugeMetricFamily(
+            "runner_scheduler_leader",
+            "1 while this serve holds the scheduler lease; 0 when its lease ran out and nobody took it",
+            labels=labels,
+        )
+        since = GaugeMetricFamily(
+            "runner_scheduler_leader_since_seconds",
+            "Unix time the leading serve took the scheduler lease",
+            labels=labels,
+        )
+        lead = lease_holder(self.store)
+        if lead is not None:
+            values = [lead.holder, lead.host, str(lead.pid)]
+            leads.add_metric(values, int(lead.live(now)))
+            since.add_metric(values, datetime.fromisoformat(lead.acquired_at).timestamp())
+        yield from (leads, since)
 
 
 def registry(store: Store) -> Any:

@@ -1,7 +1,7 @@
 """Fleet budgets: what a reservation costs a run, and 16 processes x 1,000 runs never passing a cap.
 
 1. Reserve (one BEGIN IMMEDIATE: the caps' totals read, the reservation row and its totals written)
-   and settle (joined to ``finish_run``'s transaction) on a real runner.db holding 20,000 settled
+   and settle (joined to ``ledger.finish``'s transaction) on a real runner.db holding 20,000 settled
    runs, fleet + provider + job caps set. Target: reservation <= 2 ms per run (median).
 2. 16 real processes, each 1,000 runs (ledger row, reservation, cost, final status) against
    fleet, provider and job caps, while a 17th process samples the totals: no committed state and
@@ -25,31 +25,30 @@ from tests.bench._common import row  # noqa: E402
 
 def reservation_cost(tmp: Path, history: int = 20_000, samples: int = 2_000) -> None:
     from runner.statuses import RunStatus, Trigger
-    from runner.store import Store
+    from runner.store import Store, ledger
     from runner.store.budget import Hold, reserve, settle, to_micro
-    from runner.store.runs import create_run, finish_run, update_run
     from tests.store.test_budget import caps
 
     store = Store.open(tmp / "runner.db")
     with store.transaction():  # a month of history
         for i in range(history):
-            run_id = create_run(store, job="j", trigger=Trigger.MANUAL, run_id=f"h{i}")
+            run_id = ledger.open_run(store, job="j", trigger=Trigger.MANUAL, run_id=f"h{i}")
             assert reserve(store, Hold(run_id, "j", ("p",), 0, caps())) is None
             settle(store, run_id)
     reserves, settles, plain = [], [], []
     for _ in range(samples):
-        run_id = create_run(store, job="j", trigger=Trigger.MANUAL)
+        run_id = ledger.open_run(store, job="j", trigger=Trigger.MANUAL)
         start = time.perf_counter()
         refusal = reserve(store, Hold(run_id, "j", ("p",), to_micro(0.001), caps()))
         reserves.append(time.perf_counter() - start)
         assert refusal is None
-        update_run(store, run_id, cost_usd=0.0005)
+        ledger.set_fields(store, run_id, cost_usd=0.0005)
         start = time.perf_counter()
-        finish_run(store, run_id, RunStatus.SUCCEEDED)
+        ledger.finish(store, run_id, RunStatus.SUCCEEDED)
         settles.append(time.perf_counter() - start)
-        other = create_run(store, job="j", trigger=Trigger.MANUAL)  # a run with no reservation: finish_run alone
+        other = ledger.open_run(store, job="j", trigger=Trigger.MANUAL)  # a run with no reservation: ledger.finish alone
         start = time.perf_counter()
-        finish_run(store, other, RunStatus.SUCCEEDED)
+        ledger.finish(store, other, RunStatus.SUCCEEDED)
         plain.append(time.perf_counter() - start)
     reserves.sort()
     settles.sort()
@@ -57,8 +56,8 @@ def reservation_cost(tmp: Path, history: int = 20_000, samples: int = 2_000) -> 
     print(f"reservation on a store with {history:,} settled runs, {samples:,} samples, 4 caps (fleet, provider, job)")
     row("reserve: median", f"{statistics.median(reserves) * ms:.3f} ms", "<= 2 ms (main before: n/a)")
     row("reserve: p99", f"{reserves[int(len(reserves) * 0.99)] * ms:.3f} ms", "-")
-    row("finish_run with settle: median", f"{statistics.median(settles) * ms:.3f} ms", "-")
-    row("finish_run without a reservation: median", f"{statistics.median(plain) * ms:.3f} ms", "-")
+    row("ledger.finish with settle: median", f"{statistics.median(settles) * ms:.3f} ms", "-")
+    row("ledger.finish without a reservation: median", f"{statistics.median(plain) * ms:.3f} ms", "-")
     store.close()
 
 

@@ -22,8 +22,11 @@ from runner.agent.loop import Limits, run_loop  # noqa: E402
 from runner.agent.pruning import Pruner  # noqa: E402
 from runner.agent.types import Message, ToolCall, Usage  # noqa: E402
 from runner.safety.redact import Redactor  # noqa: E402
-from runner.store import Store  # noqa: E402
-from runner.store.runs import Recorder, create_run  # noqa: E402
+from runner.store import (
+    Store,  # noqa: E402
+    ledger,  # noqa: E402
+)
+from runner.store.runs import Recorder
 from runner.tools import ToolEntry, ToolResult  # noqa: E402
 from runner.tools.context import ToolContext  # noqa: E402
 from tests.agent.test_pruning import run as pruning_run  # noqa: E402
@@ -44,7 +47,7 @@ class Instant:
 def loop_overhead(turns: int = 100) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         store = Store.open(Path(tmp) / "r.db")
-        run_id = create_run(store, job="bench", trigger="manual")
+        run_id = ledger.open_run(store, job="bench", trigger="manual")
         emit = Recorder(store, run_id, Redactor())
         tool = ToolEntry(
             "noop",

@@ -7,8 +7,8 @@ Run: ``python tests/bench/bench_pg.py [--tasks 4000] [--processes 8] [--rounds 3
    of its own is started in a temporary folder (``tests/pgserver.py``; needs
    /usr/lib/postgresql/15/bin and psycopg).
 2. The SQLite store's hot paths, this tree and main before, alternating, medians of ``--rounds``:
-   the same kanban throughput on a runner.db, and in one process ``create_run`` + 20 events +
-   ``finish_run`` per run (the ledger and the event ``Recorder``): unchanged within noise.
+   the same kanban throughput on a runner.db, and in one process ``ledger.open_run`` + 20 events +
+   ``ledger.finish`` per run (the ledger and the event ``Recorder``): unchanged within noise.
 3. The skills mirror on PostgreSQL (``runner.skills.shared``): two machines' home skills folders on
    one store, ``--skills`` skills: a reader's ``pull`` when nothing changed, a one-file change
    (pull + hash of the tree + publish, in one transaction), and the other machine's ``pull`` of it;
@@ -40,16 +40,17 @@ sys.path.insert(0, sys.argv[1])
 from pathlib import Path
 from runner.safety.redact import Redactor
 from runner.store import Store
-from runner.store.runs import Recorder, create_run, finish_run
+from runner.store.runs import Recorder
+from runner.store import ledger
 store = Store.open(Path(sys.argv[2]))
 n = int(sys.argv[3])
 start = time.perf_counter()
 for i in range(n):
-    run_id = create_run(store, job="bench", trigger="manual")
+    run_id = ledger.open_run(store, job="bench", trigger="manual")
     emit = Recorder(store, run_id, Redactor(include_env=False))
     for j in range(20):
         emit("tool_result", {"name": "shell", "result": f"line {j} of run {i}"})
-    finish_run(store, run_id, "succeeded")
+    ledger.finish(store, run_id, "succeeded")
 print(n / (time.perf_counter() - start))
 """
 

@@ -184,14 +184,15 @@ WRITER = r"""
 import sys, time, json
 from pathlib import Path
 from runner.store import Store
-from runner.store.runs import Recorder, create_run
+from runner.store.runs import Recorder
+from runner.store import ledger
 from runner.safety.redact import Redactor
 path, n, mode = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 store = Store.open(path)
 saved = store.one("SELECT sql FROM sqlite_master WHERE name='search_event_added'")
 if mode.startswith("drop") and saved:
     store.execute("DROP TRIGGER search_event_added")
-run_id = create_run(store, job="bench", trigger="manual")
+run_id = ledger.open_run(store, job="bench", trigger="manual")
 rec = Recorder(store, run_id, Redactor())
 text = " ".join(f"word{i % 97} line {i}" for i in range(120))
 items = []

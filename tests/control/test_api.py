@@ -19,9 +19,8 @@ from runner.control import (
 )
 from runner.kanban.board import Board
 from runner.statuses import ApprovalState, RunStatus, Trigger
-from runner.store import Store
+from runner.store import Store, ledger
 from runner.store.control import cancel_requested, get_request, mark_handled, open_triggers, park
-from runner.store.runs import create_run, finish_run
 
 
 @pytest.fixture
@@ -32,7 +31,7 @@ def store(tmp_path: Path) -> Store:
 
 
 def parked(store: Store, command: str = "rm -rf build") -> tuple[str, str]:
-    run_id = create_run(store, job="j", trigger=Trigger.MANUAL)
+    run_id = ledger.open_run(store, job="j", trigger=Trigger.MANUAL)
     now = utcnow()
     expires = now + timedelta(hours=1)
     request = park(store, run_id=run_id, job="j", command=command, reasons=("rm",), now=now, expires=expires)
@@ -51,19 +50,19 @@ def test_trigger_is_a_request_serve_takes_once(store: Store) -> None:
 
 
 def test_cancel_of_a_running_run_and_its_refusals(store: Store) -> None:
-    run_id = create_run(store, job="j", trigger=Trigger.MANUAL)
+    run_id = ledger.open_run(store, job="j", trigger=Trigger.MANUAL)
     assert cancel_requested(store, run_id) is None
     request_cancel(store, run_id[-6:], by="bob@host")  # a unique part of the id is enough
     assert cancel_requested(store, run_id) == "bob@host"
-    finish_run(store, run_id, RunStatus.INTERRUPTED, reason="cancelled")
+    ledger.finish(store, run_id, RunStatus.INTERRUPTED, reason="cancelled")
     with pytest.raises(ControlRefused) as info:
         request_cancel(store, run_id, by="bob@host")
     assert info.value.reason == "not_running" and info.value.exit_code == 2
     with pytest.raises(ControlRefused) as info:
         request_cancel(store, "nope", by="bob@host")
     assert info.value.reason == "not_found"
-    parent = create_run(store, job="j", trigger=Trigger.MANUAL)
-    child = create_run(store, job="j", trigger=Trigger.DELEGATE, parent_run_id=parent)
+    parent = ledger.open_run(store, job="j", trigger=Trigger.MANUAL)
+    child = ledger.open_run(store, job="j", trigger=Trigger.DELEGATE, parent_run_id=parent)
     with pytest.raises(ControlRefused) as info:
         request_cancel(store, child, by="bob@host")
     assert info.value.reason == "subagent" and parent in str(info.value)
@@ -99,7 +98,7 @@ def test_deny_with_a_reason(store: Store) -> None:
 
 def test_a_run_that_ended_leaves_nothing_pending(store: Store) -> None:
     run_id, approval_id = parked(store)
-    finish_run(store, run_id, RunStatus.FAILED, reason="worker_died")
+    ledger.finish(store, run_id, RunStatus.FAILED, reason="worker_died")
     assert pending_approvals(store) == []
     assert get_request(store, approval_id).status == ApprovalState.ABANDONED
     with pytest.raises(ControlRefused) as info:

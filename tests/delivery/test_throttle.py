@@ -35,6 +35,18 @@ def test_first_then_every_nth_then_interval(tmp_path: Path) -> None:
     assert other.send and other.streak == 1  # per job
 
 
+def test_one_run_counted_once(tmp_path: Path) -> None:
+    """A run that stopped itself at its timeout and the serve that stopped it too both report its
+    end: it is one event of the streak and at most one alert."""
+    store = Store.open(tmp_path / "runner.db")
+    first = throttle.record(store, "j", throttle.FAILURE, "r1", every=1, min_interval=0, now=T0)
+    again = throttle.record(store, "j", throttle.FAILURE, "r1", every=1, min_interval=0, now=T0 + timedelta(seconds=1))
+    assert first.send and not first.repeat
+    assert again.repeat and not again.send and again.streak == 1
+    nxt = throttle.record(store, "j", throttle.FAILURE, "r2", every=1, min_interval=0, now=T0 + timedelta(seconds=2))
+    assert nxt.send and nxt.streak == 2
+
+
 @settings(max_examples=30, deadline=None)
 @given(every=st.integers(1, 6), gaps=st.lists(st.integers(0, 7200), min_size=1, max_size=25))
 def test_throttle_properties(tmp_path_factory, every: int, gaps: list[int]) -> None:

@@ -97,7 +97,7 @@ def test_timeout_stops_a_remote_run(cluster: Cluster) -> None:
     cluster.serve(kill_grace=20)
     # the worker's run ends `interrupted` by the signal; serve's pool then records why: its timeout
     row = wait_for(lambda: [r for r in cluster.rows() if r["status"] == "timed_out"], timeout=30)[0]
-    assert row["reason"] == "timeout" and row["stop_request"] == "term"
+    assert row["reason"] == "timeout" and row["stop_request"] == "timeout"  # the stop request says why (a term)
     assert row["worker"].startswith("w0@test")
 
 

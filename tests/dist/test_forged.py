@@ -68,10 +68,10 @@ def test_a_forged_execute_naming_another_job_runs_nothing(cluster: Cluster) -> N
     marks, _, good_hash = _setup(cluster)
     store = _store(cluster)
     try:
-        from runner.store.runs import create_run
+        from runner.store import ledger
 
-        forged = create_run(store, job="harmless", trigger=Trigger.SCHEDULE, status=RunStatus.QUEUED, slot=utcnow())
-        honest = create_run(store, job="harmless", trigger=Trigger.MANUAL, status=RunStatus.QUEUED)
+        forged = ledger.open_run(store, job="harmless", trigger=Trigger.SCHEDULE, status=RunStatus.QUEUED, slot=utcnow())
+        honest = ledger.open_run(store, job="harmless", trigger=Trigger.MANUAL, status=RunStatus.QUEUED)
     finally:
         store.close()
     _send(cluster, TASK, [forged, good_hash, "deploy"])

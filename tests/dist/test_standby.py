@@ -9,7 +9,7 @@ from collections import Counter
 from datetime import datetime, timedelta
 from typing import Any
 
-from runner.clock import utcnow
+from runner.clock import iso, utcnow
 from runner.store import Store
 from runner.store.lease import SCHEDULER, SqliteLease, lease_holder, open_lease
 from tests.dist.conftest import Cluster, wait_ready_all
@@ -131,7 +131,7 @@ def test_standby_takes_over_when_the_leader_dies(cluster: Cluster) -> None:
     assert not stuck
 
 
-def test_a_paused_leader_that_lost_the_lease_stops_without_firing(cluster: Cluster) -> None:
+def test_a_paused_leader_that_lost_the_lease_steps_down_and_stands_by(cluster: Cluster) -> None:
     cluster.write_jobs(EVERY)
     workers = [cluster.worker("w0", concurrency=4)]
     wait_ready_all(cluster, workers)
@@ -144,10 +144,18 @@ def test_a_paused_leader_that_lost_the_lease_stops_without_firing(cluster: Clust
     cluster.wait_ready(second, "this serve leads now", timeout=20)
     time.sleep(1.5)
     first.proc.send_signal(signal.SIGCONT)  # it wakes up thinking it leads, with slots due
-    assert first.proc.wait(20) == 1
-    assert "lost the scheduler lease" in first.log()
+    # it steps down before firing anything and stands by (it does not exit: a standby is kept)
+    cluster.wait_ready(first, "stepped down", timeout=20)
+    cluster.wait_ready(first, "standing by: ", timeout=20)
     time.sleep(2)
-    second.stop()
+    assert first.proc.poll() is None, first.log()[-3000:]
+    second.stop()  # a clean stop hands over at once: the paused one leads again
+    assert second.proc is not None and second.proc.returncode == 0, second.log()[-3000:]
+    wait_for(lambda: first.log().count("serve started") == 2, timeout=20, what="serve-a to lead again")
+    before = len(cluster.rows())
+    wait_for(lambda: len(cluster.rows()) >= before + 2, timeout=30, what="fires by serve-a again")
+    first.stop()
+    assert first.proc.returncode == 0, first.log()[-3000:]
     assert max(_slots(cluster).values()) == 1
     _contiguous(cluster)
 
@@ -158,14 +166,14 @@ def test_two_schedulers_writing_the_same_slot_make_one_row(tmp_path) -> None:
     import sqlite3
 
     from runner.statuses import RunStatus, Trigger
-    from runner.store.runs import create_run
+    from runner.store import ledger
 
     a = Store.open(tmp_path / "runner.db")
     b = Store.open(tmp_path / "runner.db")
     slot = utcnow().replace(microsecond=0)
-    create_run(a, job="tick", trigger=Trigger.SCHEDULE, status=RunStatus.QUEUED, slot=slot)
+    ledger.open_run(a, job="tick", trigger=Trigger.SCHEDULE, status=RunStatus.QUEUED, slot=slot)
     try:
-        create_run(b, job="tick", trigger=Trigger.SCHEDULE, status=RunStatus.QUEUED, slot=slot)
+        ledger.open_run(b, job="tick", trigger=Trigger.SCHEDULE, status=RunStatus.QUEUED, slot=slot)
     except sqlite3.IntegrityError:
         pass
     else:
@@ -179,3 +187,102 @@ def leader_line(cluster: Cluster) -> str:
     out = m.cli("jobs", "list")
     assert out.returncode == 0, out.stderr
     return out.stdout
+
+
+def test_pg_holder_repairs_a_row_naming_someone_else(pg_url: str) -> None:
+    """Holding the advisory lock is leading: a holder whose row names another (a taker lost its
+    session between the lock and the row, an older serve wrote it) writes the row again at its
+    renewal instead of calling the lease lost forever."""
+    from runner.store.dialect import PgURL
+
+    store, other = Store.open(PgURL(pg_url)), Store.open(PgURL(pg_url))
+    try:
+        a = open_lease(store, SCHEDULER, 30, holder="a:1")
+        b = open_lease(other, SCHEDULER, 30, holder="b:2")
+        assert a.acquire()
+        other.execute("UPDATE leases SET holder='b:2', pid=2 WHERE name=?", (SCHEDULER,))
+        assert a.renew()
+        holder = lease_holder(other)
+        assert holder is not None and holder.holder == "a:1" and holder.live()
+        assert not b.acquire()  # the lock is a's: b cannot lead on the strength of a row
+        other.execute("DELETE FROM leases WHERE name=?", (SCHEDULER,))
+        assert a.renew() and lease_holder(other) is not None
+    finally:
+        store.close()
+        other.close()
+
+
+def test_pg_eviction_ends_the_session_holding_the_lock(pg_url: str) -> None:
+    """A holder that stopped renewing past its row's expiry is ended by the next taker: the session
+    that holds the lock (``pg_locks``, named by its holder id), whatever server pid the row kept
+    (after a restart that one is long gone)."""
+    from runner.store.dialect import PgURL
+
+    store, other = Store.open(PgURL(pg_url)), Store.open(PgURL(pg_url))
+    try:
+        a = open_lease(store, SCHEDULER, 30, holder="a:1")
+        b = open_lease(other, SCHEDULER, 30, holder="b:2")
+        assert a.acquire() and not b.acquire()
+        past = iso(utcnow() - timedelta(seconds=5))
+        other.execute("UPDATE leases SET backend=1, expires_at=? WHERE name=?", (past, SCHEDULER))
+        assert wait_for(b.acquire, timeout=10)
+        holder = lease_holder(store)
+        assert holder is not None and holder.holder == "b:2"
+        assert not a.renew()  # a learns it lost the lease at its next renewal
+    finally:
+        store.close()
+        other.close()
+
+
+def test_who_leads_in_metrics_and_jobs_list(where: Any) -> None:
+    from runner.web.metrics import registry, render
+
+    store = Store.open(where)
+    try:
+        lease = open_lease(store, SCHEDULER, 1, holder="a:1")
+        assert lease.acquire()
+        text = render(registry(store))[0].decode()
+        assert 'runner_scheduler_leader{holder="a:1"' in text and "} 1.0" in text.split("runner_scheduler_leader{")[1]
+        assert "runner_scheduler_leader_since_seconds{" in text
+        holder = lease_holder(store)
+        assert holder is not None and holder.describe().startswith(f"leader: {holder.host} (pid {holder.pid}) since ")
+        time.sleep(1.2)  # it stops renewing: nobody leads
+        text = render(registry(store))[0].decode()
+        assert "} 0.0" in text.split("runner_scheduler_leader{")[1]
+        assert holder.describe().startswith(
+            f"no leader: the scheduler lease of {holder.host} (pid {holder.pid}) ran out"
+        )
+    finally:
+        store.close()
+
+
+def test_pg_a_lock_held_without_a_row_is_taken_after_a_ttl(pg_url: str) -> None:
+    """A session that holds the lock but never wrote a row (it died between the two on an older
+    serve, or holds it by mistake) cannot keep everyone from leading: after a ttl it is ended."""
+    import psycopg
+
+    from runner.store.dialect import PgURL
+    from runner.store.lease import PgLease
+
+    store = Store.open(PgURL(pg_url))
+    squatter = psycopg.connect(pg_url, autocommit=True)
+    try:
+        b = open_lease(store, SCHEDULER, 1, holder="b:2")
+        assert isinstance(b, PgLease)
+        squatter.execute("SELECT pg_advisory_lock(%s)", (b.key,))
+        assert not b.acquire()  # no row yet: it may be about to write one
+        assert wait_for(b.acquire, timeout=10)
+        assert squatter.broken or squatter.closed or _dead(squatter)
+        holder = lease_holder(store)
+        assert holder is not None and holder.holder == "b:2"
+    finally:
+        squatter.close()
+        store.close()
+
+
+def _dead(conn: Any) -> bool:
+    try:
+        conn.execute("SELECT 1")
+    except Exception:  # noqa: BLE001 - the server ended it: any error says so
+        return True
+    return False

@@ -316,3 +316,4 @@ def test_a_claim_is_stamped_when_it_is_made_not_when_the_tick_began(project, mon
     with board_of(project) as board:
         [stamp] = [e["ts"] for e in board.events(task) if e["kind"] == "claimed"]
     assert stamp == iso(claimed_at)
+

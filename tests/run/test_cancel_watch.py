@@ -15,8 +15,7 @@ import pytest
 from runner.control import request_cancel
 from runner.run.cancel import CancelWatch, CancelWatcher
 from runner.statuses import RunStatus, Trigger
-from runner.store import Store
-from runner.store.runs import create_run
+from runner.store import Store, ledger
 
 CHECK = 0.02
 
@@ -29,7 +28,7 @@ def store(where: Any) -> Iterator[Store]:
 
 
 def running(store: Store, job: str) -> str:
-    return create_run(store, job=job, trigger=Trigger.MANUAL, status=RunStatus.RUNNING)
+    return ledger.open_run(store, job=job, trigger=Trigger.MANUAL, status=RunStatus.RUNNING)
 
 
 def settles(event: threading.Event, seconds: float = 2.0) -> bool:

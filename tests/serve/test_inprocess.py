@@ -23,8 +23,7 @@ from runner.serve.launcher import WorkerSpec
 from runner.serve.pool import Pool
 from runner.serve.schedule import ScheduleTicker
 from runner.settings import Settings
-from runner.store import Store, iso
-from runner.store.runs import finish_run, mark_started
+from runner.store import Store, iso, ledger
 
 T0 = datetime(2025, 6, 2, 12, 0, 30, tzinfo=UTC)  # 30 s past a slot of every 5-minute job
 EVERY_5 = '    schedule: "*/5 * * * *"\n    agent: false\n    pre_run: "true"\n'
@@ -50,7 +49,7 @@ class ManualClock:
 
 class FakeWorker:
     """A started run, as the pool sees it (``Handle``). Like ``worker_main`` it marks its row
-    running at once (with the hand-off time and queue wait); ``finish`` records a final status with the ledger's own ``finish_run``;
+    running at once (with the hand-off time and queue wait); ``finish`` records a final status with the ledger's own ``ledger.finish``;
     ``die`` exits without one. Its sentinel is a real pipe that becomes readable at exit."""
 
     def __init__(self, spec: WorkerSpec, store: Store, clock: ManualClock, pid: int):
@@ -58,7 +57,7 @@ class FakeWorker:
         self._read, self._write = os.pipe()
         self.code: int | None = None
         self.signals: list[int] = []
-        mark_started(store, spec.run_id, now=clock.now(), dispatched_at=clock.now(), waited_s=spec.waited_s)
+        ledger.start(store, spec.run_id, now=clock.now(), dispatched_at=clock.now(), waited_s=spec.waited_s)
 
     @property
     def pid(self) -> int:
@@ -78,7 +77,7 @@ class FakeWorker:
         os.close(self._read)
 
     def finish(self, status: str = "succeeded", code: int = 0, **fields: Any) -> None:
-        finish_run(self._store, self.spec.run_id, status, now=self._clock.now(), **fields)
+        ledger.finish(self._store, self.spec.run_id, status, now=self._clock.now(), **fields)
         self._exit(code)
 
     def die(self, code: int) -> None:

@@ -63,7 +63,7 @@ from runner.serve.launcher import WorkerSpec, worker_main
 from runner.serve.reuse import reuse_main
 from runner.settings import Settings
 from runner.statuses import RunStatus, Trigger
-from runner.store.runs import create_run
+from runner.store import ledger
 
 settings = Settings.from_options()
 settings.store = settings.open_store()
@@ -73,7 +73,7 @@ gc.collect()
 gc.freeze()
 seen = {}
 for attempt in (1, 2):  # the second worker shows what the first one's run left warm: nothing
-    run_id = create_run(settings.store, job=job.name, trigger=Trigger.MANUAL, status=RunStatus.QUEUED)
+    run_id = ledger.open_run(settings.store, job=job.name, trigger=Trigger.MANUAL, status=RunStatus.QUEUED)
     spec = WorkerSpec(str(settings.home), str(settings.jobs_path), str(settings.config_path), job, run_id,
                       Trigger.MANUAL, control_inputs=inputs)
     r, w = os.pipe()

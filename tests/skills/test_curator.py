@@ -14,7 +14,7 @@ from runner.skills.curator import run_pass, write_snapshot
 from runner.skills.idle import CuratorTicker
 from runner.skills.manage import SkillManager
 from runner.skills.usage import UsageFile
-from runner.store.runs import create_run, finish_run
+from runner.store import ledger
 from tests.skillkit import T0, settings_for, skill_md, tree_hash, write_skill
 
 DAY = timedelta(days=1)
@@ -199,10 +199,10 @@ def test_idle_ticker_fires_only_when_every_condition_holds(jobs):
     assert first.action == "seeded" and curator_rows(project) == []
     assert ticker.tick(t + 167 * timedelta(hours=1)).action == "waiting"
     store = s.store
-    run = create_run(store, job="digest", trigger="schedule", now=t + 168 * timedelta(hours=1))
+    run = ledger.open_run(store, job="digest", trigger="schedule", now=t + 168 * timedelta(hours=1))
     busy = ticker.tick(t + 169 * timedelta(hours=1))
     assert busy.action == "busy" and "1 run(s)" in busy.reason
-    finish_run(store, run, "succeeded", now=t + timedelta(hours=169, minutes=30))
+    ledger.finish(store, run, "succeeded", now=t + timedelta(hours=169, minutes=30))
     assert ticker.tick(t + timedelta(hours=171, minutes=29)).action == "waiting"  # idle 1h59m < 2h
     s.store.execute("UPDATE curator_state SET paused=1")
     assert ticker.tick(t + timedelta(hours=172)).action == "paused"

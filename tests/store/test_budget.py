@@ -1,5 +1,5 @@
 """The budget ledger on a real SQLite file: reservations checked against every cap in one
-transaction, settled by ``finish_run`` and by the recovery of lost runs, and 16 real processes
+transaction, settled by ``ledger.finish`` and by the recovery of lost runs, and 16 real processes
 reserving and settling at once never pass a cap."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from runner.statuses import RunStatus, Trigger
-from runner.store import Store
+from runner.store import Store, ledger
 from runner.store.budget import (
     BudgetUnavailable,
     Cap,
@@ -26,7 +26,6 @@ from runner.store.budget import (
     to_micro,
     totals,
 )
-from runner.store.runs import create_run, finish_run, update_run
 
 CAP_USD = 5.0
 
@@ -42,13 +41,13 @@ def caps(job: str = "j", provider: str = "p") -> tuple[Cap, ...]:
 
 def one_run(store: Store, amount: float, cost: float, *, job: str = "j", providers=("p",)) -> bool:
     """A run's budget life: ledger row, reservation, its real cost, final status. True: it ran."""
-    run_id = create_run(store, job=job, trigger=Trigger.MANUAL)
+    run_id = ledger.open_run(store, job=job, trigger=Trigger.MANUAL)
     refusal = reserve(store, Hold(run_id, job, providers, to_micro(amount), caps(job)))
     if refusal is not None:
-        finish_run(store, run_id, RunStatus.SKIPPED, reason="budget", error=refusal.describe())
+        ledger.finish(store, run_id, RunStatus.SKIPPED, reason="budget", error=refusal.describe())
         return False
-    update_run(store, run_id, cost_usd=cost)
-    finish_run(store, run_id, RunStatus.SUCCEEDED)
+    ledger.set_fields(store, run_id, cost_usd=cost)
+    ledger.finish(store, run_id, RunStatus.SUCCEEDED)
     return True
 
 
@@ -63,7 +62,7 @@ def test_reserve_settle_and_refuse(tmp_path: Path):
     assert t[("fleet", "", "day")] == (0.65, 0.0) and t[("job", "j", "month")] == (0.65, 0.0)
     assert t[("provider", "p", "day")] == (0.65, 0.0)
     # the job's monthly cap is $3.00: 0.65 spent + 2.5 would pass it
-    run_id = create_run(store, job="j", trigger=Trigger.MANUAL)
+    run_id = ledger.open_run(store, job="j", trigger=Trigger.MANUAL)
     refusal = reserve(store, Hold(run_id, "j", ("p",), to_micro(2.5), caps()))
     assert refusal is not None and refusal.cap.scope == Scope.JOB and refusal.cap.period == Period.MONTH
     assert "job j monthly cap $3.00" in refusal.describe() and "spent $0.65" in refusal.describe()
@@ -72,25 +71,26 @@ def test_reserve_settle_and_refuse(tmp_path: Path):
     assert reserve(store, Hold(run_id, "j", ("p",), to_micro(2.0), caps())) is None
     [held] = open_reservations(store)
     assert held["run_id"] == run_id and held["reserved_usd"] == 2.0
-    other = create_run(store, job="k", trigger=Trigger.MANUAL)
+    other = ledger.open_run(store, job="k", trigger=Trigger.MANUAL)
     refused = reserve(store, Hold(other, "k", ("p",), to_micro(1.5), caps("k")))
     assert refused is not None and refused.cap.scope == Scope.PROVIDER  # 0.65 + 2.0 + 1.5 > 4.0
-    finish_run(store, run_id, RunStatus.FAILED, reason="x")  # no cost recorded and no events: $0
+    ledger.finish(store, run_id, RunStatus.FAILED, reason="x")  # no cost recorded and no events: $0
     assert by_key(store)[("fleet", "", "day")] == (0.65, 0.0)
 
 
 def test_a_lost_run_is_settled_at_recovery_with_what_its_events_recorded(tmp_path: Path):
     from runner.safety.redact import Redactor
-    from runner.store.runs import Recorder, recover_orphans
+    from runner.store import ledger
+    from runner.store.runs import Recorder
 
     store = Store.open(tmp_path / "runner.db")
-    run_id = create_run(store, job="j", trigger=Trigger.MANUAL)
+    run_id = ledger.open_run(store, job="j", trigger=Trigger.MANUAL)
     assert reserve(store, Hold(run_id, "j", ("p",), to_micro(1.0), caps())) is None
     emit = Recorder(store, run_id, Redactor())
     emit("response", {"cost_usd": 0.3})
     emit("summary", {"cost_usd": 0.05, "provider": "aux"})
     store.execute("UPDATE runs SET pid=999999999, pid_start=NULL WHERE id=?", (run_id,))  # its process is gone
-    assert recover_orphans(store) == [run_id]
+    assert ledger.recover_orphans(store) == [run_id]
     t = by_key(store)
     assert t[("fleet", "", "day")] == (0.35, 0.0)
     assert t[("provider", "p", "day")] == (0.3, 0.0) and t[("provider", "aux", "day")] == (0.05, 0.0)
@@ -102,7 +102,7 @@ def test_a_reservation_that_cannot_be_written_raises(tmp_path: Path):
     store.execute(
         "CREATE TRIGGER no_budget BEFORE INSERT ON budget_runs BEGIN SELECT RAISE(ABORT, 'disk says no'); END"
     )
-    run_id = create_run(store, job="j", trigger=Trigger.MANUAL)
+    run_id = ledger.open_run(store, job="j", trigger=Trigger.MANUAL)
     with pytest.raises(BudgetUnavailable, match="disk says no"):
         reserve(store, Hold(run_id, "j", ("p",), to_micro(1.0), caps()))
     assert by_key(store) == {}

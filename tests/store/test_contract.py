@@ -22,10 +22,10 @@ from runner.memory.notebook import MemoryRefused, Notebook, Scope, ScopeKind
 from runner.memory.notebooks import NotebookChanged, change, load
 from runner.safety.redact import Redactor
 from runner.statuses import RunStatus, Trigger
-from runner.store import Store
+from runner.store import Store, ledger
 from runner.store.budget import Cap, Hold, Period, reserve, to_micro, totals
 from runner.store.budget import Scope as BudgetScope
-from runner.store.runs import Recorder, create_run, events, finish_run, get_run, list_runs, recover_orphans, update_run
+from runner.store.runs import Recorder, events, get_run, list_runs
 from runner.store.search import Search, index_output, rebuild, search
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -33,17 +33,17 @@ SLOT = "2026-03-01T12:00:00+00:00"
 
 
 def test_ledger_create_finish_and_the_slot_identity(any_store: Store):
-    run_id = create_run(any_store, job="a", trigger=Trigger.SCHEDULE, slot=SLOT, status=RunStatus.QUEUED)
+    run_id = ledger.open_run(any_store, job="a", trigger=Trigger.SCHEDULE, slot=SLOT, status=RunStatus.QUEUED)
     with pytest.raises(sqlite3.IntegrityError):
-        create_run(any_store, job="a", trigger=Trigger.SCHEDULE, slot=SLOT, status=RunStatus.QUEUED)
-    retry = create_run(any_store, job="a", trigger=Trigger.RETRY, slot=SLOT, status=RunStatus.QUEUED, attempt=2)
+        ledger.open_run(any_store, job="a", trigger=Trigger.SCHEDULE, slot=SLOT, status=RunStatus.QUEUED)
+    retry = ledger.open_run(any_store, job="a", trigger=Trigger.RETRY, slot=SLOT, status=RunStatus.QUEUED, attempt=2)
     # a duplicate inside a larger transaction (serve writes a burst of fires in one) leaves it usable
     with any_store.transaction():
         with pytest.raises(sqlite3.IntegrityError):
-            create_run(any_store, job="a", trigger=Trigger.SCHEDULE, slot=SLOT, status=RunStatus.QUEUED)
-        other = create_run(any_store, job="b", trigger=Trigger.SCHEDULE, slot=SLOT, status=RunStatus.QUEUED)
-    update_run(any_store, run_id, model="m", iterations=2, prompt_tokens=10, cost_usd=0.25)
-    finish_run(any_store, run_id, RunStatus.SUCCEEDED)
+            ledger.open_run(any_store, job="a", trigger=Trigger.SCHEDULE, slot=SLOT, status=RunStatus.QUEUED)
+        other = ledger.open_run(any_store, job="b", trigger=Trigger.SCHEDULE, slot=SLOT, status=RunStatus.QUEUED)
+    ledger.set_fields(any_store, run_id, model="m", iterations=2, prompt_tokens=10, cost_usd=0.25)
+    ledger.finish(any_store, run_id, RunStatus.SUCCEEDED)
     row = get_run(any_store, run_id)
     assert row is not None and row["status"] == "succeeded" and row["ended_at"] and row["cost_usd"] == 0.25
     assert row["iterations"] == 2 and isinstance(row["iterations"], int)
@@ -53,30 +53,30 @@ def test_ledger_create_finish_and_the_slot_identity(any_store: Store):
 
 
 def test_recovery_marks_a_dead_workers_run_unknown_once(any_store: Store):
-    gone = create_run(any_store, job="a", trigger=Trigger.MANUAL)
+    gone = ledger.open_run(any_store, job="a", trigger=Trigger.MANUAL)
     any_store.execute("UPDATE runs SET pid=999999999, pid_start=NULL WHERE id=?", (gone,))
-    live = create_run(any_store, job="a", trigger=Trigger.MANUAL)
-    assert recover_orphans(any_store) == [gone]
-    assert recover_orphans(any_store) == []
+    live = ledger.open_run(any_store, job="a", trigger=Trigger.MANUAL)
+    assert ledger.recover_orphans(any_store) == [gone]
+    assert ledger.recover_orphans(any_store) == []
     assert get_run(any_store, gone)["status"] == "unknown"  # type: ignore[index]
     assert get_run(any_store, live)["status"] == "running"  # type: ignore[index]
 
 
 def test_a_run_declared_lost_keeps_that_verdict(any_store: Store):
     """A late final status from a worker that was cut off (serve declared the run lost and retried
-    it) is refused; an ordinary final status is written."""
-    lost = create_run(any_store, job="a", trigger=Trigger.MANUAL)
-    update_run(any_store, lost, status=RunStatus.UNKNOWN, reason="worker_lost")
-    assert finish_run(any_store, lost, RunStatus.SUCCEEDED) is False
+    it) is refused, as is any second end; an ordinary final status is written."""
+    lost = ledger.open_run(any_store, job="a", trigger=Trigger.MANUAL)
+    assert ledger.declare_lost(any_store, lost, error="no heartbeat")
+    assert ledger.finish(any_store, lost, RunStatus.SUCCEEDED) is False
     assert (get_run(any_store, lost) or {})["status"] == "unknown"
-    other = create_run(any_store, job="a", trigger=Trigger.MANUAL)
-    update_run(any_store, other, status=RunStatus.UNKNOWN, reason="timeout")
-    assert finish_run(any_store, other, RunStatus.TIMED_OUT, reason="timeout") is True
+    other = ledger.open_run(any_store, job="a", trigger=Trigger.MANUAL)
+    assert ledger.finish(any_store, other, RunStatus.TIMED_OUT, reason="timeout") is True
+    assert ledger.finish(any_store, other, RunStatus.FAILED, reason="late") is False
     assert (get_run(any_store, other) or {})["status"] == "timed_out"
 
 
 def test_events_in_order_redacted_from_threads(any_store: Store):
-    run_id = create_run(any_store, job="a", trigger=Trigger.MANUAL)
+    run_id = ledger.open_run(any_store, job="a", trigger=Trigger.MANUAL)
     emit = Recorder(any_store, run_id, Redactor(["sk-secret-value-1234"], include_env=False))
     threads = [threading.Thread(target=lambda i=i: emit("tool_call", {"name": "t", "n": i})) for i in range(8)]
     emit("prompt", {"user": "the key is sk-secret-value-1234"})
@@ -94,13 +94,13 @@ def test_events_in_order_redacted_from_threads(any_store: Store):
 
 
 def test_a_held_event_keeps_its_place_and_is_written_with_the_next(any_store: Store):
-    run_id = create_run(any_store, job="a", trigger=Trigger.MANUAL)
+    run_id = ledger.open_run(any_store, job="a", trigger=Trigger.MANUAL)
     emit = Recorder(any_store, run_id, Redactor(["sk-secret-value-1234"], include_env=False))
     emit("run_started", {"job": "a"})
     emit("pre_run", {"stdout": "key sk-secret-value-1234"}, hold=True)
     assert [r["kind"] for r in events(any_store, run_id)] == ["run_started"]  # not written yet
     with any_store.transaction():  # as ``finish`` writes it: with the final status
-        finish_run(any_store, run_id, RunStatus.SUCCEEDED)
+        ledger.finish(any_store, run_id, RunStatus.SUCCEEDED)
         emit("run_finished", {"status": "succeeded"})
     rows = events(any_store, run_id)
     assert [(r["seq"], r["kind"]) for r in rows] == [(1, "run_started"), (2, "pre_run"), (3, "run_finished")]
@@ -126,13 +126,13 @@ def _reserver(where, n: int, out) -> None:
     ran = 0
     cap = (Cap(BudgetScope.FLEET, "", Period.DAY, to_micro(1.0)),)
     for _ in range(n):
-        run_id = create_run(store, job="j", trigger=Trigger.MANUAL)
+        run_id = ledger.open_run(store, job="j", trigger=Trigger.MANUAL)
         if reserve(store, Hold(run_id, "j", ("p",), to_micro(0.1), cap), now=T0) is None:
             ran += 1
-            update_run(store, run_id, cost_usd=0.1)
-            finish_run(store, run_id, RunStatus.SUCCEEDED, now=T0)
+            ledger.set_fields(store, run_id, cost_usd=0.1)
+            ledger.finish(store, run_id, RunStatus.SUCCEEDED, now=T0)
         else:
-            finish_run(store, run_id, RunStatus.SKIPPED, now=T0)
+            ledger.finish(store, run_id, RunStatus.SKIPPED, now=T0)
     out.put(ran)
     store.close()
 
@@ -155,7 +155,7 @@ def test_budget_reservations_of_racing_processes_never_pass_the_cap(where):
 
 
 def test_approvals_rows(any_store: Store):
-    run_id = create_run(any_store, job="a", trigger=Trigger.MANUAL)
+    run_id = ledger.open_run(any_store, job="a", trigger=Trigger.MANUAL)
     cur = any_store.execute(
         "INSERT INTO approvals (run_id, ts, command, level, reasons, policy, decision, decided_by) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -186,16 +186,16 @@ def test_kanban_claim_complete_and_fence(any_store: Store):
 def test_a_drawn_run_id_that_is_taken_is_drawn_again(any_store: Store, monkeypatch: pytest.MonkeyPatch):
     """A burst in one second can draw an id a run already has (24 random bits): the new row gets
     a fresh id, also inside a larger transaction; an id the caller gave that is taken raises."""
-    taken = create_run(any_store, job="a", trigger=Trigger.MANUAL, now=T0)
+    taken = ledger.open_run(any_store, job="a", trigger=Trigger.MANUAL, now=T0)
     draws = iter([taken.rsplit("-", 1)[1]] * 2 + ["00beef"])
-    monkeypatch.setattr("runner.store.runs.secrets.token_hex", lambda n: next(draws))
+    monkeypatch.setattr("runner.store.ledger.secrets.token_hex", lambda n: next(draws))
     with any_store.transaction():
-        fresh = create_run(any_store, job="b", trigger=Trigger.MANUAL, now=T0)
-        other = create_run(any_store, job="c", trigger=Trigger.MANUAL, now=T0, run_id="given-1")
+        fresh = ledger.open_run(any_store, job="b", trigger=Trigger.MANUAL, now=T0)
+        other = ledger.open_run(any_store, job="c", trigger=Trigger.MANUAL, now=T0, run_id="given-1")
     assert fresh == "20260301-120000-00beef" and other == "given-1"
     assert [r["job"] for r in any_store.query("SELECT job FROM runs ORDER BY job")] == ["a", "b", "c"]
     with pytest.raises(sqlite3.IntegrityError, match="runs.id"):
-        create_run(any_store, job="d", trigger=Trigger.MANUAL, run_id=taken)
+        ledger.open_run(any_store, job="d", trigger=Trigger.MANUAL, run_id=taken)
 
 
 def test_a_runs_task_id_is_a_key_to_tasks(any_store: Store):
@@ -203,10 +203,10 @@ def test_a_runs_task_id_is_a_key_to_tasks(any_store: Store):
     task sets its runs' task_id to NULL; the value reads back as text on both."""
     board = Board(any_store, host="here")
     task = board.add("a task", now=T0, job="j")
-    run_id = create_run(any_store, job="j", trigger=Trigger.KANBAN, task_id=str(task))
+    run_id = ledger.open_run(any_store, job="j", trigger=Trigger.KANBAN, task_id=str(task))
     assert any_store.one("SELECT task_id FROM runs WHERE id=?", (run_id,)) == {"task_id": str(task)}
     with pytest.raises(sqlite3.IntegrityError):
-        create_run(any_store, job="j", trigger=Trigger.KANBAN, task_id=str(task + 100))
+        ledger.open_run(any_store, job="j", trigger=Trigger.KANBAN, task_id=str(task + 100))
     with pytest.raises(sqlite3.IntegrityError):
         any_store.execute("UPDATE runs SET task_id=? WHERE id=?", ("not-a-task", run_id))
     with any_store.transaction() as conn:
@@ -254,12 +254,12 @@ def test_curator_state_row(any_store: Store):
 
 
 def test_search_finds_events_and_outputs_and_rebuild_agrees(any_store: Store):
-    run_id = create_run(any_store, job="backup", trigger=Trigger.MANUAL)
+    run_id = ledger.open_run(any_store, job="backup", trigger=Trigger.MANUAL)
     emit = Recorder(any_store, run_id, Redactor())
     emit("tool_result", {"name": "shell", "result": "the nightly rsync of /srv finished"})
     emit("tool_call", {"name": "session_search", "arguments": "{}"})  # never indexed
     index_output(any_store, run_id, "backup", "Report: rsync copied 12 files", ended=T0)
-    other = create_run(any_store, job="other", trigger=Trigger.MANUAL)
+    other = ledger.open_run(any_store, job="other", trigger=Trigger.MANUAL)
     Recorder(any_store, other, Redactor())("response", {"content": "nothing about that"})
     hits = search(any_store, Search("rsync"))
     assert [h.run_id for h in hits] == [run_id] and "«rsync»" in hits[0].snippet
@@ -278,9 +278,9 @@ def test_search_finds_events_and_outputs_and_rebuild_agrees(any_store: Store):
 def test_what_runs_show_reads(any_store: Store, tmp_path: Path):
     from runner.store.runs import children
 
-    parent = create_run(any_store, job="a", trigger=Trigger.MANUAL)
-    child = create_run(any_store, job="a", trigger=Trigger.MANUAL, parent_run_id=parent)
-    finish_run(any_store, child, RunStatus.SUCCEEDED)
+    parent = ledger.open_run(any_store, job="a", trigger=Trigger.MANUAL)
+    child = ledger.open_run(any_store, job="a", trigger=Trigger.MANUAL, parent_run_id=parent)
+    ledger.finish(any_store, child, RunStatus.SUCCEEDED)
     assert [c["id"] for c in children(any_store, parent)] == [child]
     row = any_store.one("SELECT COUNT(*) AS n, SUM(iterations) AS total FROM runs")
     assert row == {"n": 2, "total": 0} and isinstance(row["total"], int)

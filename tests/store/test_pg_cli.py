@@ -145,14 +145,14 @@ def test_runs_prune_on_postgresql(project, pg_url):
     from datetime import timedelta
 
     from runner.clock import utcnow
+    from runner.store import ledger
     from runner.store.files import FileKind, keep
-    from runner.store.runs import create_run
 
     store = Store.open(PgURL(pg_url))
     store.execute("INSERT INTO tasks (id, title, status, created_at, updated_at) VALUES (7, 't', 'ready', 'n', 'n')")
     ids = []
     for days, task in ((90, None), (80, "7"), (70, None), (1, None)):
-        rid = create_run(
+        rid = ledger.open_run(
             store, job="a", trigger="manual", status="queued", now=utcnow() - timedelta(days=days), task_id=task
         )
         store.execute("UPDATE runs SET status='failed' WHERE id=?", (rid,))

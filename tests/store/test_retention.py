@@ -14,7 +14,7 @@ import pytest
 
 from runner.clock import iso, utcnow
 from runner.store import Store
-from runner.store.runs import create_run, mark_started
+from runner.store import ledger as run_ledger
 from tests.servehelp import rows, serve_factory, wait_for, write_config
 
 OLD = utcnow() - timedelta(days=60)
@@ -23,7 +23,7 @@ OLD = utcnow() - timedelta(days=60)
 def _run(store: Store, home: Path, job: str, *, days_ago: float, status: str = "succeeded", **kw: object) -> str:
     """A finished run of ``job`` created ``days_ago`` with two events, an approval, an output and a transcript."""
     when = utcnow() - timedelta(days=days_ago)
-    rid = create_run(store, job=job, trigger="manual", status="queued", now=when, **kw)  # type: ignore[arg-type]
+    rid = run_ledger.open_run(store, job=job, trigger="manual", status="queued", now=when, **kw)  # type: ignore[arg-type]
     out = home / "outputs" / job / f"{rid}.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("x" * 1000)
@@ -57,8 +57,8 @@ def test_prune_keeps_last_n_per_job_and_everything_live(project, ledger):
     newest_success_b = _run(ledger, home, "b", days_ago=80)  # b's only success: its output is last_output
     old_b = [_run(ledger, home, "b", days_ago=70 - i, status="failed") for i in range(3)]
     recent = _run(ledger, home, "a", days_ago=1)
-    running = _run(ledger, home, "c", days_ago=50, status="running")
-    mark_started(ledger, running)  # by this (live) process, so opening the store does not recover it
+    running = _run(ledger, home, "c", days_ago=50, status="queued")
+    run_ledger.start(ledger, running)  # by this (live) process, so opening the store does not recover it
     reserved = _run(ledger, home, "c", days_ago=50, status="failed")
     ledger.execute(
         "INSERT INTO budget_runs (run_id, job, state, reserved_micro) VALUES (?, 'c', 'open', 1)", (reserved,)
@@ -129,7 +129,7 @@ def test_dry_run_changes_nothing(project, ledger):
 def test_prune_gives_space_back(project, ledger):
     big = json.dumps({"text": "y" * 4000})
     for i in range(300):
-        rid = create_run(ledger, job="a", trigger="manual", status="failed", now=OLD - timedelta(minutes=i))
+        rid = run_ledger.open_run(ledger, job="a", trigger="manual", status="failed", now=OLD - timedelta(minutes=i))
         for seq in range(1, 6):
             ledger.execute("INSERT INTO run_events VALUES (?, ?, 'now', 'big', ?)", (rid, seq, big))
     ledger.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.store import Store, migration_names
-from runner.store.runs import create_run
+from runner.store import Store, ledger, migration_names
 from runner.testing import call, final
 
 BEFORE = [n for n in migration_names() if n <= "m0011"]
@@ -110,7 +109,7 @@ def test_m0015_on_a_ledger_main_made_keeps_everything_and_adds_the_keys(tmp_path
 
 def test_events_and_approvals_follow_their_run_and_need_one(tmp_path):
     store = Store.open(tmp_path / "r.db")
-    rid = create_run(store, job="a", trigger="manual")
+    rid = ledger.open_run(store, job="a", trigger="manual")
     store.execute("INSERT INTO run_events VALUES (?, 1, 'now', 'start', '{}')", (rid,))
     store.execute(
         "INSERT INTO approvals (run_id, ts, command, level, decision, decided_by) VALUES (?, 'now', 'x', 'd', 'denied', 'p')",

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from runner.clock import iso
 from runner.safety.redact import Redactor
 from runner.statuses import Trigger
-from runner.store import Store, dumps
+from runner.store import Store, dumps, ledger
 from runner.store.migrations import m0013_search
-from runner.store.runs import Recorder, create_run
+from runner.store.runs import Recorder
 from runner.store.search import KINDS, TEXT, QueryError, Search, index_output, rebuild, search, since
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -30,7 +30,7 @@ def add_event(store: Store, run_id: str, seq: int, kind: str, payload: dict, ts:
 
 def add_run(store: Store, job: str, text: str, *, days_ago: float, kind: str = "tool_result") -> str:
     when = NOW - timedelta(days=days_ago)
-    run_id = create_run(store, job=job, trigger=Trigger.MANUAL, now=when)
+    run_id = ledger.open_run(store, job=job, trigger=Trigger.MANUAL, now=when)
     payload = {"result": text, "name": "terminal"} if kind == "tool_result" else {"content": text}
     add_event(store, run_id, 1, kind, payload, when)
     return run_id
@@ -48,7 +48,7 @@ def ids(hits):
 
 
 def test_recorder_events_are_indexed_redacted_and_skipped_kinds_are_not(store):
-    run_id = create_run(store, job="j", trigger=Trigger.MANUAL)
+    run_id = ledger.open_run(store, job="j", trigger=Trigger.MANUAL)
     key = "sk-proj-" + "a1B2c3D4e5F6g7H8i9J0" * 2
     rec = Recorder(store, run_id, Redactor())
     rec("prompt", {"user": "look at the orchard", "system_chars": 10})
@@ -92,7 +92,7 @@ def test_equal_matches_newest_first_and_a_better_match_first_at_equal_age(store)
 
 
 def test_one_hit_per_run_its_best(store):
-    run_id = create_run(store, job="j", trigger=Trigger.MANUAL, now=NOW)
+    run_id = ledger.open_run(store, job="j", trigger=Trigger.MANUAL, now=NOW)
     add_event(store, run_id, 1, "prompt", {"user": "summarise the kestrel report"}, NOW)
     add_event(store, run_id, 2, "response", {"content": "kestrel kestrel kestrel sightings up"}, NOW)
     [hit] = search(store, Search("kestrel"), now=NOW)
@@ -155,7 +155,7 @@ def test_the_rebuild_text_is_the_triggers_text():
 
 
 def test_a_payload_that_is_not_json_is_stored_and_not_indexed(store):
-    run_id = create_run(store, job="j", trigger=Trigger.MANUAL)
+    run_id = ledger.open_run(store, job="j", trigger=Trigger.MANUAL)
     add_event(store, run_id, 1, "prompt", {"user": "fine"}, NOW)
     store.execute(
         "INSERT INTO run_events (run_id, seq, ts, kind, payload) VALUES (?, 2, ?, 'prompt', 'not json')",

@@ -8,8 +8,7 @@ import sys
 
 import pytest
 
-from runner.store import Store, migration_names
-from runner.store.runs import create_run, finish_run, recover_orphans
+from runner.store import Store, ledger, migration_names
 from runner.testing import hang
 
 
@@ -28,22 +27,22 @@ def test_migrations_applied_once_and_recorded(tmp_path):
 
 def test_unique_job_slot(tmp_path):
     store = Store.open(tmp_path / "r.db")
-    create_run(store, job="a", trigger="schedule", slot="2026-01-01T02:00:00+00:00", status="queued")
+    ledger.open_run(store, job="a", trigger="schedule", slot="2026-01-01T02:00:00+00:00", status="queued")
     with pytest.raises(sqlite3.IntegrityError):
-        create_run(store, job="a", trigger="schedule", slot="2026-01-01T02:00:00+00:00", status="queued")
-    create_run(store, job="a", trigger="schedule", slot="2026-01-01T02:00:00+00:00", status="queued", attempt=2)
+        ledger.open_run(store, job="a", trigger="schedule", slot="2026-01-01T02:00:00+00:00", status="queued")
+    ledger.open_run(store, job="a", trigger="schedule", slot="2026-01-01T02:00:00+00:00", status="queued", attempt=2)
 
 
 def test_orphan_from_dead_pid_becomes_unknown(tmp_path):
     store = Store.open(tmp_path / "r.db")
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
-    run_id = create_run(store, job="a", trigger="manual")
+    run_id = ledger.open_run(store, job="a", trigger="manual")
     store.execute("UPDATE runs SET pid=? WHERE id=?", (proc.pid, run_id))
-    live = create_run(store, job="b", trigger="manual")  # this process: alive
-    done = create_run(store, job="c", trigger="manual")
-    finish_run(store, done, "succeeded")
-    assert len(recover_orphans(store)) == 1
+    live = ledger.open_run(store, job="b", trigger="manual")  # this process: alive
+    done = ledger.open_run(store, job="c", trigger="manual")
+    ledger.finish(store, done, "succeeded")
+    assert len(ledger.recover_orphans(store)) == 1
     statuses = {r["id"]: r["status"] for r in store.query("SELECT id, status FROM runs")}
     assert statuses == {run_id: "unknown", live: "running", done: "succeeded"}
 

@@ -89,18 +89,18 @@ def test_run_now_runs_the_job_through_serve(site: Site, web: WebServer, page: An
 
 
 def test_cancel_writes_a_cancel_request(site: Site, web: WebServer, page: Any) -> None:
+    from runner.store import ledger
     from runner.store.control import cancel_requested
-    from runner.store.runs import create_run, finish_run
 
     store = _store(site)
     try:
-        run_id = create_run(store, job="hello", trigger=Trigger.MANUAL)
+        run_id = ledger.open_run(store, job="hello", trigger=Trigger.MANUAL)
         page.goto(f"{web.url}/runs/{run_id}")
         page.get_by_role("button", name="Cancel run").click()
         assert "asked run" in page.locator(".flash").inner_text()
         assert cancel_requested(store, run_id) == "web:admin"
         page.goto("about:blank")  # off the live page: it reloads itself when the run ends, racing a goto
-        finish_run(store, run_id, "interrupted", reason="cancelled")
+        ledger.finish(store, run_id, "interrupted", reason="cancelled")
         page.goto(f"{web.url}/runs/{run_id}")
         assert page.get_by_role("button", name="Cancel run").count() == 0
     finally:
@@ -109,8 +109,8 @@ def test_cancel_writes_a_cancel_request(site: Site, web: WebServer, page: Any) -
 
 @pytest.mark.parametrize("answer", ["Approve", "Deny"])
 def test_answer_a_parked_approval(site: Site, web: WebServer, page: Any, answer: str) -> None:
+    from runner.store import ledger
     from runner.store.control import get_request
-    from runner.store.runs import finish_run
 
     store = _store(site)
     try:
@@ -125,7 +125,7 @@ def test_answer_a_parked_approval(site: Site, web: WebServer, page: Any, answer:
         decided = get_request(store, request.id)
         assert decided.status == (ApprovalState.GRANTED if answer == "Approve" else ApprovalState.DENIED)
         assert decided.decided_by == "web:admin"
-        finish_run(store, run_id, "succeeded")
+        ledger.finish(store, run_id, "succeeded")
     finally:
         store.close()
 

@@ -88,12 +88,12 @@ def evil_site(web: WebServer, approval_id: str) -> Iterator[Evil]:
 
 @pytest.fixture
 def parked(site: Site) -> Iterator[Any]:
-    from runner.store.runs import finish_run
+    from runner.store import ledger
 
     store = site.open_store()
     run_id, request = park_one(store)
     yield request
-    finish_run(store, run_id, "succeeded")
+    ledger.finish(store, run_id, "succeeded")
     store.close()
 
 

@@ -211,10 +211,10 @@ def park_one(store: Any, job: str = "hello") -> tuple[str, Any]:
 
     from runner.clock import utcnow
     from runner.statuses import Trigger
+    from runner.store import ledger
     from runner.store.control import park
-    from runner.store.runs import create_run
 
-    run_id = create_run(store, job=job, trigger=Trigger.MANUAL)
+    run_id = ledger.open_run(store, job=job, trigger=Trigger.MANUAL)
     now = utcnow()
     request = park(
         store, run_id=run_id, job=job, command="rm -rf build", reasons=("rm -r",), now=now, expires=now + timedelta(hours=1)
