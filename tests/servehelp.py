@@ -93,13 +93,13 @@ class ServeProc:
 
     count = 0
 
-    def __init__(self, project: Project):
+    def __init__(self, project: Project, *args: str):
         ServeProc.count += 1
         self.project = project
         self.log_path = project.root / f"serve-{ServeProc.count}.stderr"
         self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "runner", "serve"],
+            [sys.executable, "-m", "runner", "serve", *args],
             env=project.env(),
             cwd=project.root,
             stdout=subprocess.DEVNULL,

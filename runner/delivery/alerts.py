@@ -43,6 +43,8 @@ class Event:
     DELIVERY_FAILED = "delivery_failed"
     SKIPPED = "skipped"  # a budget cap kept the run from starting
     APPROVAL = "approval_needed"  # a run parked on a dangerous command waits for a person
+    STORE_UNAVAILABLE = "store_unavailable"  # serve's store cannot answer (locked, disk full, down)
+    RELOAD_REFUSED = "reload_refused"  # serve kept its jobs: jobs.yaml was empty, had no jobs or was invalid
 
 
 @dataclass(frozen=True)
@@ -232,6 +234,53 @@ class Alerter:
             lines += ["--- last lines ---", capped(str(payload["tail"]), TAIL_CHARS), "---"]
         lines.append(f"see: {hint}")
         return Message(end.run_id, f"{end.run_id}:{event}", subject, "\n".join(lines), payload)
+
+
+@dataclass(frozen=True)
+class Notice:
+    """Something about serve itself, not about one run (its store cannot answer, a reload it
+    refused): sent to config.yaml's ``alerts:`` sinks, unthrottled (the caller sends each once) and
+    recorded on no run; it needs no store, so it goes out while the store cannot answer."""
+
+    event: str  # Event.STORE_UNAVAILABLE | Event.RELOAD_REFUSED
+    error: str
+    key: str  # the idempotency key: the same notice sent twice is one to the receiver
+    note: str = ""
+    hint: str = ""
+
+
+NOTICE_TITLES = {Event.STORE_UNAVAILABLE: "store unavailable", Event.RELOAD_REFUSED: "jobs.yaml reload refused"}
+
+
+def notice_message(notice: Notice, redactor: Redactor) -> Message:
+    r = redactor
+    payload = {
+        "type": "alert",
+        "event": notice.event,
+        "job": None,
+        "run_id": None,
+        "status": None,
+        "reason": None,
+        "error": r(notice.error),
+        "note": r(notice.note) or None,
+        "tail": "",
+        "hint": notice.hint or None,
+    }
+    lines = [str(payload["error"])]
+    if payload["note"]:
+        lines.append(str(payload["note"]))
+    if notice.hint:
+        lines.append(f"see: {notice.hint}")
+    subject = f"[runner] serve: {NOTICE_TITLES.get(notice.event, notice.event)}"
+    return Message("", notice.key, subject, "\n".join(lines), payload)
+
+
+def send_notice(config: Config, notice: Notice, *, home: Path, base_dir: Path) -> list[Delivered]:
+    """``notice`` to every sink of config.yaml's ``alerts:`` (none: nothing is sent)."""
+    redactor = Redactor()
+    ctx = SendContext(config, base_dir=base_dir, home=home, redactor=redactor)
+    message = notice_message(notice, redactor)
+    return [send(parse_sink(item), message, ctx) for item in config.alerts]
 
 
 def alert_lost(

@@ -25,6 +25,7 @@ import signal
 import sqlite3
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from multiprocessing.connection import wait
@@ -33,14 +34,16 @@ from typing import TYPE_CHECKING, Any
 
 from runner.errors import AlreadyRunning, RunnerError
 from runner.serve.host import Clock, ExecutorFactory, ServeHost, SystemClock, Ticker, TickerFactory
-from runner.serve.logs import JsonFormatter, LogFormat, stream_formatter, text_formatter
+from runner.serve.logs import JsonFormatter, LogFile, LogFormat, stream_formatter, text_formatter
 from runner.serve.notify import WatchdogTicker, sd_notify, watchdog_interval
 from runner.settings import Settings
-from runner.store import Store
+from runner.store import Store, StoreFault
 from runner.store.dialect import Dialect
 
 if TYPE_CHECKING:
     from runner.config.jobs import JobsFile
+    from runner.delivery.alerts import Notice
+    from runner.delivery.background import BackgroundAlerts
     from runner.serve.launcher import Launcher
     from runner.serve.leader import LeaseTicker
     from runner.serve.pool import Pool
@@ -119,7 +122,7 @@ def setup_logging(home: Path, level: str = "INFO", fmt: LogFormat = LogFormat.TE
     stream.setFormatter(stream_formatter(fmt, sys.stderr, os.environ))
     logs = home / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    rotating = logging.handlers.RotatingFileHandler(logs / "serve.log", maxBytes=LOG_BYTES, backupCount=LOG_BACKUPS)
+    rotating = LogFile(logs / "serve.log", maxBytes=LOG_BYTES, backupCount=LOG_BACKUPS)
     rotating.setFormatter(JsonFormatter() if fmt == LogFormat.JSON else text_formatter())
     for handler in (stream, rotating):
         log.addHandler(handler)
@@ -136,6 +139,11 @@ class HeartbeatTicker:
     def tick(self, now: datetime) -> None:
         if self._next is not None and now < self._next:
             return
+        self.beat(now)
+
+    def beat(self, now: datetime) -> None:
+        """Write the heartbeat now (also serve's probe, during an outage, of whether the store can
+        be written again)."""
         from runner.serve.state import heartbeat
 
         running, waiting = self.pool.counts()
@@ -151,10 +159,11 @@ class HeartbeatTicker:
 
 class Checkpointer:
     """WAL checkpoints (they fsync) on a thread with its own connection, so a commit on serve's
-    main loop never pays for one at the moment a slot fires."""
+    main loop never pays for one at the moment a slot fires. A checkpoint that fails (the disk is
+    full, the file system read-only) is logged once and tried again at the next interval."""
 
-    def __init__(self, path: Path, every: float = 5.0):
-        self.path, self.every = path, every
+    def __init__(self, path: Path, log: logging.Logger, every: float = 5.0):
+        self.path, self.log, self.every = path, log, every
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="runner-checkpoint", daemon=True)
 
@@ -167,12 +176,27 @@ class Checkpointer:
         self._thread.join(timeout=10)
 
     def _run(self) -> None:
-        conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        conn: sqlite3.Connection | None = None
+        failing = False
         try:
             while not self._stopped.wait(self.every):
-                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                try:
+                    if conn is None:
+                        conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                except sqlite3.Error as exc:
+                    if not failing:
+                        self.log.warning(
+                            "WAL checkpoint of %s failed: %s; trying again every %.0fs", self.path, exc, self.every
+                        )
+                    failing = True
+                    continue
+                if failing:
+                    self.log.info("WAL checkpoints of %s work again", self.path)
+                    failing = False
         finally:
-            conn.close()
+            if conn is not None:
+                conn.close()
 
 
 class Serve:
@@ -209,7 +233,6 @@ class Serve:
     def _lead(self, store: Store, ttl: float, log: logging.Logger) -> Lease | None:
         """Take the scheduler lease, standing by while another serve holds it; None when a
         signal stopped serve first."""
-        from runner.store import StoreUnavailable
         from runner.store.lease import SCHEDULER, lease_holder, open_lease
 
         lease = open_lease(store, SCHEDULER, ttl, log=log)
@@ -220,7 +243,9 @@ class Serve:
                 # is opened again here, not by the first write of the term we may be about to start
                 store.one("SELECT 1")
                 taken = lease.acquire()
-            except StoreUnavailable as exc:  # the store is restarting or unreachable: stand by
+            except StoreFault as exc:  # the store is restarting, unreachable, locked, its disk full: stand by
+                if not exc.transient:
+                    raise
                 log.error("standing by: the store cannot answer: %s", exc)
                 taken, announced = False, True
             if taken:
@@ -313,14 +338,13 @@ class Serve:
         from runner.serve.schedule import ScheduleTicker
         from runner.serve.state import heartbeat, register_serve
         from runner.serve.watch import JobsWatcher, ReloadTicker
-        from runner.store import StoreUnavailable
 
         s = self.settings
         config = s.config
         checkpointer: Checkpointer | None = None
         if store.dialect is Dialect.SQLITE:  # PostgreSQL checkpoints by itself
             store.execute("PRAGMA wal_autocheckpoint=0")
-            checkpointer = Checkpointer(store.path).start()
+            checkpointer = Checkpointer(store.path, log).start()
         schedule: ScheduleTicker | None = None
         alerts = BackgroundAlerts(store.path, config, home=s.home, base_dir=jobs.base_dir, log=log)
         remote = self.executor(s, store, log) if self.executor is not None else None
@@ -352,12 +376,13 @@ class Serve:
         ).start()
         host = ServeHost(s, store, self.clock, log, self.wake, forks=launcher.forks)
         leader = LeaseTicker(lease, config.serve.lease_s, log, self._lost_lease)
+        beat = HeartbeatTicker(store, pool, config.serve.heartbeat_s)
         tickers: list[Ticker] = [
             leader,
-            ReloadTicker(watcher, schedule, log, s.home),
+            ReloadTicker(watcher, schedule, log, s.home, alerts=alerts),
             pool,
             schedule,
-            HeartbeatTicker(store, pool, config.serve.heartbeat_s),
+            beat,
         ]
         if remote is not None:
             tickers.extend(remote.tickers())
@@ -375,7 +400,7 @@ class Serve:
         )
         sd_notify(f"READY=1\nSTATUS=firing {len(jobs.jobs)} jobs\nMAINPID={os.getpid()}")
         try:
-            self._loop(tickers, pool, watcher, leader)
+            self._loop(tickers, pool, watcher, leader, store, alerts, beat.beat)
             if self._lease_lost:
                 sd_notify("STATUS=stepping down: another serve leads")
             else:
@@ -394,38 +419,59 @@ class Serve:
             alerts.close(config.serve.shutdown_grace)
             if checkpointer is not None:
                 checkpointer.stop()
-            try:
-                # a standby takes over at once (a lost lease: nothing of ours to delete, the
-                # connection of a PostgreSQL lease is closed)
-                lease.release()
-                heartbeat(store, now=self.clock.now(), running=0, waiting=0, stopped=True)
-            except StoreUnavailable as exc:  # the lease runs out (or went with the connection)
-                log.error("could not release the scheduler lease or write the last heartbeat: %s", exc)
+            # a standby takes over at once (a lost lease: nothing of ours to delete, the connection
+            # of a PostgreSQL lease is closed); a store that cannot answer: the lease runs out
+            _logged(log, "release the scheduler lease", lease.release)
+            _logged(
+                log,
+                "write the last heartbeat",
+                lambda: heartbeat(store, now=self.clock.now(), running=0, waiting=0, stopped=True),
+            )
 
-    def _loop(self, tickers: list[Ticker], pool: Pool, watcher: JobsWatcher, leader: LeaseTicker) -> None:
-        from runner.serve.outage import RETRY_S, StoreOutage
-        from runner.store import StoreUnavailable
+    def _loop(
+        self,
+        tickers: list[Ticker],
+        pool: Pool,
+        watcher: JobsWatcher,
+        leader: LeaseTicker,
+        store: Store,
+        alerts: BackgroundAlerts,
+        probe: Callable[[datetime], None],
+    ) -> None:
+        """The tickers, round after round. A round that meets a transient store fault is retried
+        (``StoreOutage``); during an outage a round also writes the heartbeat (``probe``), so the
+        store is said to answer again only once it can be written, not after a round that
+        happened to need no write."""
+        from runner.serve.outage import StoreOutage
 
-        outage = StoreOutage(logging.getLogger("runner.serve"))
+        log = logging.getLogger("runner.serve")
+        outage = StoreOutage(log, lambda exc, lasted: alerts.notice(store_notice(exc, lasted)))
         while not self._stops:
             if self._hup:
                 self._hup = False
                 watcher.poke()
             now = self.clock.now()
+            began = time.monotonic()
             try:
                 for ticker in tickers:
                     ticker.tick(now)
                     if self._lease_lost:
                         return  # another serve leads now: fire nothing more
-            except StoreUnavailable as exc:
-                outage.failed(exc)  # the next round tries again (RETRY_S)
+                if outage.ongoing:
+                    probe(now)
+            except sqlite3.OperationalError as exc:
+                fault = transient_fault(exc, Path(store.shown))
+                if fault is None:
+                    raise
+                outage.failed(fault, began)  # the next round tries again (outage.retry_s)
                 leader.recheck()  # the lease's connection may have gone too: renew before firing again
+                _enforce(pool, Path(store.shown))
             else:
                 outage.answered()
             wakes = [w for t in tickers if (w := t.next_wake(now)) is not None]
             timeout = MAX_SLEEP_S
             if outage.ongoing:
-                timeout = RETRY_S  # what was due is still due: not sooner than the retry
+                timeout = outage.retry_s  # what was due is still due: not sooner than the retry
             elif wakes:
                 timeout = min(timeout, max(0.0, (min(wakes) - self.clock.now()).total_seconds()))
             wait([self._wake_r, *pool.sentinels()], timeout)
@@ -434,6 +480,47 @@ class Serve:
                     pass
             except BlockingIOError:
                 pass  # drained
+
+
+def _enforce(pool: Pool, path: Path) -> None:
+    """Timeouts hold while the store cannot answer (stopping a remote run writes to the store: a
+    fault there waits for the next round)."""
+    try:
+        pool.enforce()
+    except sqlite3.OperationalError as exc:
+        if transient_fault(exc, path) is None:
+            raise
+
+
+def transient_fault(exc: sqlite3.OperationalError, path: Path) -> StoreFault | None:
+    """``exc`` as the transient store fault serve rides out, or None (a bug, or a damaged file:
+    serve stops). ``path``: the SQLite file, named by a fault raised outside the store's guard."""
+    from runner.store import fault
+
+    if isinstance(exc, StoreFault):
+        return exc if exc.transient else None
+    converted = fault(path, exc)
+    return converted if converted is not None and converted.transient else None
+
+
+def store_notice(exc: StoreFault, lasted: float) -> Notice:
+    from runner.delivery.alerts import Event, Notice
+
+    return Notice(
+        Event.STORE_UNAVAILABLE,
+        str(exc),
+        key=f"serve:store_unavailable:{int(time.time())}",
+        note=f"serve cannot use its store for {lasted:.0f} s; nothing fires until it can (it keeps retrying)",
+        hint="runner doctor",
+    )
+
+
+def _logged(log: logging.Logger, what: str, action: Callable[[], None]) -> None:
+    """At shutdown: ``action``, a store fault logged in one line instead of ending serve with a traceback."""
+    try:
+        action()
+    except StoreFault as exc:
+        log.error("cannot %s: %s", what, exc)
 
 
 def run_serve(

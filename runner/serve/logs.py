@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
+import logging.handlers
 import os
+import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -88,3 +90,27 @@ def stream_formatter(kind: LogFormat, stream: IO[Any], environ: Mapping[str, str
     if under_journald(stream, environ):
         return JournalFormatter("%(levelname)s %(message)s")
     return text_formatter()
+
+
+class LogFile(logging.handlers.RotatingFileHandler):
+    """``RUNNER_HOME/logs/serve.log``, rotated. A write that fails (the disk is full, the file
+    system read-only) says so once on stderr, in one line, instead of a traceback per log line;
+    the lines go on to stderr meanwhile, and the file is written again once it can be."""
+
+    _failing = False
+    _error: BaseException | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._error = None
+        super().emit(record)
+        if self._error is None and self._failing:
+            self._failing = False
+            sys.stderr.write(f"runner serve: {self.baseFilename} is written again\n")
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        self._error = sys.exc_info()[1]
+        if not self._failing:
+            self._failing = True
+            sys.stderr.write(
+                f"runner serve: cannot write {self.baseFilename}: {self._error}; stderr only until it can\n"
+            )

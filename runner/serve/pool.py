@@ -6,6 +6,10 @@ whether) it starts, starts it through a ``Spawner``, watches the process, and on
 ended makes the row tell the truth: the worker's own final status when it wrote one, else
 ``timed_out`` / ``interrupted`` when serve stopped it, else ``failed`` with the exit code or
 signal. Everything runs on serve's main thread.
+
+While the store cannot answer (a lock held past busy_timeout, a full disk), nothing the pool
+decided is lost: an ending it could not write is kept and written at a later tick (before
+anything else), and a worker's exit it could not record yet is looked at again.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from runner.serve.host import Clock
 from runner.serve.launcher import Handle, Spawner, WorkerSpec
 from runner.serve.state import record_slot_result, set_paused
 from runner.statuses import RunStatus, Trigger
-from runner.store import Store, StoreError, ledger
+from runner.store import Store, StoreError, StoreFault, ledger
 
 if TYPE_CHECKING:
     from backends.sandbox import Plan
@@ -61,6 +65,16 @@ class _Running:
     stop_reason: str | None = None
     term_at: float | None = None
     killed: bool = False
+
+
+@dataclass(frozen=True)
+class _Ending:
+    """A final status the pool decided but could not write yet (the store did not answer)."""
+
+    run_id: str
+    status: RunStatus
+    reason: str
+    error: str
 
 
 @dataclass(order=True)
@@ -107,6 +121,8 @@ class Pool:
         self._queued: dict[str, int] = {}  # waiting fires per job
         self._seq = itertools.count()
         self._closing = False
+        self._unwritten: list[_Ending] = []  # endings to write once the store answers
+        self._exited: list[tuple[_Running, int]] = []  # workers gone whose ending is not recorded yet
 
     # -- views ------------------------------------------------------------------------------
     def active(self) -> tuple[ActiveRun, ...]:
@@ -137,13 +153,7 @@ class Pool:
         if not forced and (running or waiting):
             if overlap == "skip" or (overlap == "queue" and waiting):
                 other = (running[0].fire if running else waiting[0].fire).run_id
-                ledger.finish(
-                    self.store,
-                    fire.run_id,
-                    RunStatus.SKIPPED,
-                    reason="overlap",
-                    error=f"run {other} of this job was still going",
-                )
+                self._finish(fire.run_id, RunStatus.SKIPPED, "overlap", f"run {other} of this job was still going")
                 self.log.info("skipped %s slot %s: overlap with run %s", name, _when(fire.slot), other)
                 return RunStatus.SKIPPED
             if overlap == "replace":
@@ -152,13 +162,7 @@ class Pool:
                     self._stop(r, "replaced")
                 for w in waiting:
                     self._unqueue(w)
-                    ledger.finish(
-                        self.store,
-                        w.fire.run_id,
-                        RunStatus.SKIPPED,
-                        reason="replaced",
-                        error=f"replaced by run {fire.run_id}",
-                    )
+                    self._finish(w.fire.run_id, RunStatus.SKIPPED, "replaced", f"replaced by run {fire.run_id}")
         key_time = fire.not_before or fire.slot or self.clock.now()
         entry = _Waiting((key_time, next(self._seq)), fire, forced or overlap != "allow", self.clock.now())
         bisect.insort(self._waiting, entry)
@@ -173,10 +177,32 @@ class Pool:
             if entry.fire.run_id == run_id:
                 self._unqueue(entry)
                 error = f"cancelled by {by} (runner runs cancel) before it started"
-                ledger.finish(self.store, run_id, RunStatus.INTERRUPTED, reason="cancelled", error=error)
+                self._finish(run_id, RunStatus.INTERRUPTED, "cancelled", error)
                 self.log.info("cancelled %s run %s before it started (by %s)", entry.fire.job.name, run_id, by)
                 return True
         return False
+
+    def _finish(self, run_id: str, status: RunStatus, reason: str, error: str) -> bool:
+        """Write a final status the pool decided (False: the run had ended already); one the store
+        cannot take now is kept and written at a later tick (``flush``): the decision stands."""
+        try:
+            return ledger.finish(self.store, run_id, status, reason=reason, error=error)
+        except StoreFault as exc:
+            if not exc.transient:
+                raise
+            self.log.warning(
+                "run %s ended %s (%s); the store cannot take it now, kept for later: %s", run_id, status, reason, exc
+            )
+            self._unwritten.append(_Ending(run_id, status, reason, error))
+            return True
+
+    def flush(self) -> None:
+        """Write the endings the store could not take earlier (raises while it still cannot)."""
+        while self._unwritten:
+            e = self._unwritten[0]
+            ledger.finish(self.store, e.run_id, e.status, reason=e.reason, error=e.error)
+            self._unwritten.pop(0)
+            self.log.info("run %s: its ending (%s) is written now", e.run_id, e.status)
 
     def _unqueue(self, entry: _Waiting) -> None:
         self._waiting.remove(entry)
@@ -222,7 +248,7 @@ class Pool:
         except OSError as exc:
             self.log.error("cannot start a worker for %s (run %s): %s", fire.job.name, fire.run_id, exc)
             error = f"cannot start a worker: {exc}"
-            ledger.finish(self.store, fire.run_id, RunStatus.FAILED, reason="spawn", error=error)
+            self._finish(fire.run_id, RunStatus.FAILED, "spawn", error)
             self._alert(fire, RunEnd(fire.job.name, fire.run_id, RunStatus.FAILED, "spawn", error))
             return
         self._running[fire.run_id] = _Running(fire, handle, now, self.monotonic() + fire.job.spec.timeout)
@@ -252,12 +278,22 @@ class Pool:
 
     # -- the loop ----------------------------------------------------------------------------
     def tick(self, now: datetime) -> None:
+        self.enforce()
+        self.flush()
         self.reap()
         self.spawner.tidy()
         if self.bridges is not None:
             self.bridges.refresh()
+        self.pump()
+
+    def enforce(self) -> None:
+        """Stop runs past their timeout, kill those past the kill grace: signals (and a stop
+        request the ledger may refuse to take now), so serve does it also in a round the store
+        could not answer (``runner.serve.daemon``)."""
         mono = self.monotonic()
         for run in list(self._running.values()):
+            if run.handle.poll() is not None:
+                continue  # gone: reap() records it
             if run.stop_reason is None and mono >= run.deadline:
                 self.log.warning("run %s of %s hit its timeout; stopping it", run.fire.run_id, run.fire.job.name)
                 self._stop(run, "timeout")
@@ -265,10 +301,9 @@ class Pool:
                 self.log.warning("run %s did not stop within %.1fs; killing it", run.fire.run_id, self.kill_grace)
                 run.handle.signal_tree(signal.SIGKILL)
                 run.killed = True
-        self.pump()
 
     def next_wake(self, now: datetime) -> datetime | None:
-        if any(r.handle.poll() is not None for r in self._running.values()):
+        if self._exited or any(r.handle.poll() is not None for r in self._running.values()):
             return now  # an exit already read (while starting another worker) is not waited for again
         mono = self.monotonic()
         times: list[datetime] = []
@@ -305,7 +340,10 @@ class Pool:
             if run.stop_reason is not None:
                 run.handle.signal_tree(signal.SIGKILL)  # children that outlived the worker
             run.handle.close()
-            self._finalize(run, code)
+            self._exited.append((run, code))
+        while self._exited:  # a store fault leaves the rest for the next tick
+            self._finalize(*self._exited[0])
+            self._exited.pop(0)
 
     # -- endings -------------------------------------------------------------------------------
     def _finalize(self, run: _Running, code: int) -> None:
@@ -433,13 +471,7 @@ class Pool:
         for row in rows:
             job = jobs.get(row.job)
             if job is None:
-                ledger.finish(
-                    self.store,
-                    row.id,
-                    RunStatus.INTERRUPTED,
-                    reason="job_removed",
-                    error="the job is no longer in jobs.yaml",
-                )
+                self._finish(row.id, RunStatus.INTERRUPTED, "job_removed", "the job is no longer in jobs.yaml")
                 continue
             slot = datetime.fromisoformat(row.slot) if row.slot else None
             due = datetime.fromisoformat(row.not_before) if row.not_before else None
@@ -449,19 +481,18 @@ class Pool:
 
     def shutdown(self, grace: float, hurry: Callable[[], bool] = lambda: False) -> None:
         """Stop everything: waiting fires end ``interrupted`` (retries not yet due stay queued for
-        the next serve), running workers get SIGTERM, then SIGKILL after ``grace`` seconds."""
+        the next serve) and are alerted as the running ones are, running workers get SIGTERM, then
+        SIGKILL after ``grace`` seconds. Endings the store cannot take are logged: the next serve's
+        start finds those rows (``queued``: adopted; ``running``: recovered)."""
         self._closing = True
         now = self.clock.now()
         for entry in self._waiting:
-            if entry.fire.trigger == Trigger.RETRY and entry.fire.not_before and entry.fire.not_before > now:
+            fire = entry.fire
+            if fire.trigger == Trigger.RETRY and fire.not_before and fire.not_before > now:
                 continue
-            ledger.finish(
-                self.store,
-                entry.fire.run_id,
-                RunStatus.INTERRUPTED,
-                reason="shutdown",
-                error="serve stopped before it started",
-            )
+            error = "serve stopped before it started"
+            if self._finish(fire.run_id, RunStatus.INTERRUPTED, "shutdown", error):
+                self._alert(fire, RunEnd(fire.job.name, fire.run_id, RunStatus.INTERRUPTED, "shutdown", error))
         self._waiting.clear()
         self._queued.clear()
         if self.remote:  # runs on workers go on; the next leader follows them (adopt)
@@ -474,14 +505,24 @@ class Pool:
         deadline = time.monotonic() + grace
         while self._running and time.monotonic() < deadline and not hurry():
             wait(self.sentinels(), timeout=min(0.2, max(0.0, deadline - time.monotonic())))
-            self.reap()
+            self._reap_at_shutdown()
         for run in self._running.values():
             run.handle.signal_tree(signal.SIGKILL)
             run.killed = True
         deadline = time.monotonic() + 10
         while self._running and time.monotonic() < deadline:
             wait(self.sentinels(), timeout=0.2)
+            self._reap_at_shutdown()
+        try:
+            self.flush()
+        except StoreFault as exc:
+            self.log.error("%d run ending(s) not written, the store cannot answer: %s", len(self._unwritten), exc)
+
+    def _reap_at_shutdown(self) -> None:
+        try:
             self.reap()
+        except StoreFault as exc:  # the exit is kept (self._exited) and looked at again
+            self.log.error("cannot record a worker's end now: %s", exc)
 
 
 def _when(slot: datetime | None) -> str:

@@ -178,13 +178,13 @@ class ScheduleTicker:
         version = self.store.conn.execute("PRAGMA data_version").fetchone()[0]
         if version == self._seen_version:
             return
-        self._seen_version = version
         for request in open_triggers(self.store):
             self._trigger(request)
         for request_id, run_id, by in queued_cancels(self.store):
             if self.pool.drop(run_id, by=by):
                 with self.store.transaction():
                     mark_handled(self.store, request_id, "dropped before it started")
+        self._seen_version = version  # only now: a request the store could not take is looked at again
 
     def _trigger(self, request: TriggerRequest) -> None:
         """A ``runner jobs trigger``: a ``queued`` row (trigger ``manual``) and a fire for the pool,
@@ -212,10 +212,13 @@ class ScheduleTicker:
 
     def _fire(self, due: list[_Entry], now: datetime) -> None:
         """Every job due at this moment: the decisions of all of them are written in one
-        transaction (a burst of 1,000 fires is one commit), then the runs go to the pool."""
-        decided = [(entry, self._plan(entry, now)) for entry in due]
+        transaction (a burst of 1,000 fires is one commit), then the runs go to the pool. They are
+        decided once the write lock is held, on the clock read then: a wait for the lock (another
+        process held it up to busy_timeout) does not make the plan stale."""
         try:
             with self.store.transaction():
+                now = max(now, self.pool.clock.now())
+                decided = [(entry, self._plan(entry, now)) for entry in due]
                 written = [(entry, decision, self._write(entry, decision, now)) for entry, decision in decided]
         except BaseException:
             for entry in due:  # nothing was committed (the store went away): due again at the next tick
@@ -276,11 +279,12 @@ class ScheduleTicker:
             self.pool.submit(replace(fire, batch=batch), job.spec.overlap)
 
     def _missed(self, job: Job, slot: datetime, reason: str, now: datetime, note: str | None) -> None:
+        late = "serve did not fire this slot in time (it was not running, or its store could not answer)"
         errors = {
-            "outside_window": "serve was not running at this slot, and it is older than the catch-up window",
-            "catchup_skip": "serve was not running at this slot (catchup: skip)",
-            "catchup_once": "serve was not running at this slot; catchup: once runs only the latest",
-            "catchup_limit": "serve was not running at this slot; catchup: all runs at most 100 slots",
+            "outside_window": f"{late}, and it is older than the catch-up window",
+            "catchup_skip": f"{late}; catchup: skip",
+            "catchup_once": f"{late}; catchup: once runs only the latest",
+            "catchup_limit": f"{late}; catchup: all runs at most 100 slots",
         }
         error = errors[reason] + (f"; {note}" if note else "")
         try:

@@ -2,12 +2,16 @@
 second (and reloaded at once on SIGHUP).
 
 The parsing runs on a watcher thread so a 1,000-job file never delays a fire; the result is
-handed to the main loop, which installs it. An invalid edit is logged, problem by problem,
-and the last good jobs keep running.
+handed to the main loop, which installs it. A reload is refused, and the last good jobs keep
+running, when jobs.yaml is invalid, or empty or without jobs unless it says so (``jobs: {}``: a
+truncate-then-write save caught half-way, or a bad deploy, must not stop everything). A refusal
+is logged problem by problem, alerted once per content (config.yaml ``alerts:``) and recorded in
+the store for the dashboard until a reload is applied.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import queue
@@ -21,9 +25,11 @@ from typing import TYPE_CHECKING
 from runner.config.jobs import JobsFile, load_jobs, referenced_files
 from runner.errors import RunnerError
 from runner.serve.schedule import ScheduleTicker
-from runner.store import ledger
+from runner.store import Store, StoreFault, ledger
+from runner.store.reloads import clear_refused, record_refused
 
 if TYPE_CHECKING:
+    from runner.delivery.background import BackgroundAlerts
     from runner.settings import Settings
 
 Signature = tuple[tuple[str, int, int, int] | tuple[str], ...]
@@ -35,6 +41,7 @@ class Loaded:
     problems: tuple[str, ...]
     warnings: tuple[str, ...] = ()
     forced: bool = False  # SIGHUP / `runner serve reload`: an operator asked for it
+    digest: str = ""  # SHA-256 of the content read: a refusal is alerted once per content
 
 
 def signature(files: list[Path]) -> Signature:
@@ -49,19 +56,42 @@ def signature(files: list[Path]) -> Signature:
     return tuple(out)
 
 
+def digest(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return ""  # missing or unreadable: load() says why
+
+
+def says_no_jobs(path: Path) -> bool:
+    """jobs.yaml says, in so many words, that there are no jobs: ``jobs: {}``."""
+    from runner.config import yamlio
+
+    try:
+        data = yamlio.load_file(path)
+    except RunnerError:
+        return False
+    return isinstance(data, dict) and data.get("jobs") == {}
+
+
 def load(path: Path, default_timezone: str, settings: Settings | None = None) -> Loaded:
     """jobs.yaml parsed and validated; with ``settings``, the checks of ``runner jobs validate``
-    (templates, models, skills, one-shots) become warnings: logged, never blocking the reload."""
+    (templates, models, skills, one-shots) become warnings: logged, never blocking the reload.
+    A file without jobs is a problem unless it says ``jobs: {}``."""
+    content = digest(path)
     try:
         own = settings.own_tool_names if settings is not None else None
         jobs = load_jobs(path, default_timezone=default_timezone, own_tools=own)
     except RunnerError as exc:
-        return Loaded(None, tuple(str(exc).splitlines()))
+        return Loaded(None, tuple(str(exc).splitlines()), digest=content)
+    if not jobs.jobs and not says_no_jobs(path):
+        problem = f"{path}: no jobs (an empty or cut-short file?); to stop every job, say so: jobs: {{}}"
+        return Loaded(None, (problem,), digest=content)
     if settings is None:
-        return Loaded(jobs, ())
+        return Loaded(jobs, (), digest=content)
     from runner.run.checks import check_jobs
 
-    return Loaded(jobs, (), tuple(check_jobs(jobs, settings, now=datetime.now(UTC))))
+    return Loaded(jobs, (), tuple(check_jobs(jobs, settings, now=datetime.now(UTC))), digest=content)
 
 
 class JobsWatcher:
@@ -135,12 +165,26 @@ class ReloadTicker:
 
     name = "reload"
 
-    def __init__(self, watcher: JobsWatcher, schedule: ScheduleTicker, log: logging.Logger, home: Path | None = None):
+    def __init__(
+        self,
+        watcher: JobsWatcher,
+        schedule: ScheduleTicker,
+        log: logging.Logger,
+        home: Path | None = None,
+        *,
+        alerts: BackgroundAlerts | None = None,
+    ):
         self.watcher, self.schedule, self.log, self.home = watcher, schedule, log, home
+        self.alerts = alerts
         self._pending: Loaded | None = None
         self._waiting_for: set[str] = set()
+        self._unapplied: Loaded | None = None  # its install met a store fault: installed at the next tick
+        self._refused: str | None = None  # the digest of the content refused (and alerted) last
 
     def tick(self, now: datetime) -> None:
+        if self._unapplied is not None:
+            result, self._unapplied = self._unapplied, None
+            self._apply(result, now)
         while True:
             try:
                 result = self.watcher.results.get_nowait()
@@ -185,12 +229,50 @@ class ReloadTicker:
         for warning in result.warnings:
             self.log.error("%s", warning)
         if result.jobs is None:
-            self.log.error("jobs.yaml has errors; still running the last good jobs:")
-            for problem in result.problems:
-                self.log.error("  %s", problem)
+            self._refuse(result, now)
             return
-        change = self.schedule.set_jobs(result.jobs.jobs, now)
+        try:
+            change = self.schedule.set_jobs(result.jobs.jobs, now)
+        except StoreFault:
+            self._unapplied = result  # the store cannot answer: installed once it can
+            raise
         self.log.info("reloaded %s: %d jobs (%s)", result.jobs.path, len(result.jobs.jobs), change)
+        self._refused = None
+        self._store_note(clear_refused)
+
+    def _refuse(self, result: Loaded, now: datetime) -> None:
+        """Keep the last good jobs; log every problem; alert once per content; note it for the dashboard."""
+        from runner.delivery.alerts import Event, Notice
+
+        self.log.error("jobs.yaml reload refused; still running the last good jobs:")
+        for problem in result.problems:
+            self.log.error("  %s", problem)
+        first = result.problems[0] if result.problems else "jobs.yaml could not be read"
+        more = len(result.problems) - 1
+        shown = first + (f" (and {more} more problem{'s' if more > 1 else ''})" if more > 0 else "")
+        if result.digest != self._refused or not result.digest:
+            self._refused = result.digest
+            if self.alerts is not None:
+                self.alerts.notice(
+                    Notice(
+                        Event.RELOAD_REFUSED,
+                        shown,
+                        key=f"serve:reload_refused:{result.digest}",
+                        note="serve keeps running the last good jobs until a reload it can apply",
+                        hint="runner jobs validate",
+                    )
+                )
+        self._store_note(lambda store: record_refused(store, problem=shown, digest=result.digest, now=now))
+
+    def _store_note(self, write: Callable[[Store], None]) -> None:
+        """The dashboard's note of a refused reload; a store that cannot take it now is logged
+        (the note is for people, the reload's outcome stands)."""
+        try:
+            write(self.schedule.store)
+        except StoreFault as exc:
+            if not exc.transient:
+                raise
+            self.log.warning("cannot note the reload in the store: %s", exc)
 
     def next_wake(self, now: datetime) -> datetime | None:
         return None

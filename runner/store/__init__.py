@@ -48,13 +48,24 @@ class StoreFault(StoreError, sqlite3.OperationalError):
     Also a ``sqlite3.OperationalError``, so loops that carry on after a database error still do."""
 
     reason = "store_error"
+    #: the fault may pass by itself (space freed, the lock released, the file system remounted):
+    #: serve rides it out (``runner.serve.outage``); False for a damaged file, which will not heal
+    transient = True
 
 
 class StoreUnavailable(StoreFault):
-    """The store's server cannot answer now: unreachable, restarting, a connection it dropped, or
-    busy past the lock timeout (PostgreSQL). Transient: serve waits and tries again."""
+    """The store cannot answer now: its server unreachable, restarting, a connection it dropped,
+    or busy past the lock timeout (PostgreSQL's, or SQLite's busy_timeout: another process held
+    the write lock). Transient: serve waits and tries again."""
 
     reason = "store_error"  # recorded on a run as any other store fault
+
+
+class StoreDamaged(StoreFault):
+    """The file itself is damaged (a corrupt page, not a database): not transient."""
+
+    reason = "store_error"  # recorded on a run as any other store fault
+    transient = False
 
 
 def sqlite_code(exc: sqlite3.Error) -> int | None:
@@ -64,12 +75,17 @@ def sqlite_code(exc: sqlite3.Error) -> int | None:
 
 
 def fault(path: Path, exc: sqlite3.Error) -> StoreFault | None:
-    """``exc`` as a ``StoreFault`` naming ``path``, or None when it is not a fault of the file or disk."""
+    """``exc`` as a ``StoreFault`` naming ``path`` (``StoreUnavailable`` for a lock held past
+    busy_timeout, ``StoreDamaged`` for a damaged file), or None when it is neither a fault of the
+    file or disk nor contention."""
     code = sqlite_code(exc)
+    if code in BUSY:
+        return StoreUnavailable(f"{path}: store busy: {exc} (another process held the write lock past busy_timeout)")
     if code not in FAULTS:
         return None
-    hint = f"; run `runner doctor`, then {WHAT_TO_DO}" if code in BROKEN else ""
-    return StoreFault(f"{path}: store error: {exc}{hint}")
+    if code in BROKEN:
+        return StoreDamaged(f"{path}: store error: {exc}; run `runner doctor`, then {WHAT_TO_DO}")
+    return StoreFault(f"{path}: store error: {exc}")
 
 
 def transient(exc: BaseException) -> bool:

@@ -76,6 +76,7 @@ def overview(request: Request) -> Response:
     from runner.run.budget import report
     from runner.serve.state import serve_status
     from runner.store.lease import lease_holder
+    from runner.store.reloads import refused_reload
 
     w = _web(request)
     store, now = w.source.store, utcnow()
@@ -93,6 +94,7 @@ def overview(request: Request) -> Response:
         serve=serve_status(store, now),
         leader=lead if lead is not None and lead.live(now) else None,  # the serve holding the scheduler lease
         jobs_error=w.source.jobs().error,
+        refused=refused_reload(store),  # the last reload serve refused, until one is applied
     )
 
 

@@ -26,6 +26,7 @@ NAMED = {
     "StoreError": "store_error",
     "StoreFault": "store_error",
     "StoreUnavailable": "store_error",  # issue 17: a PostgreSQL server that cannot answer now
+    "StoreDamaged": "store_error",  # issue 37: a corrupt page, split from StoreFault (not transient)
     "StoreStateError": "store_state",
     "IllegalTransition": "store_error",  # issue 31: a ledger write the transition table forbids is a store fault
 }
