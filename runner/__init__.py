@@ -6,7 +6,7 @@ Importing the package turns pydantic's plugins off for the process (``_without_p
 import sys
 import types
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _PYDANTIC_LOADER = "pydantic.plugin._loader"
 
