@@ -1,5 +1,5 @@
 """Helpers for the `runner serve` tests: a real serve subprocess, the ledger read straight from
-the store (SQLite, or the test's PostgreSQL database), and polling with a deadline."""
+the store (SQLite, or the test's PostgreSQL database), polling with a deadline, a small tmpfs for full-disk faults."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -162,3 +163,22 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+@contextmanager
+def small_tmpfs(parent: Path, size_mb: int) -> Iterator[Path]:
+    """A real tmpfs of ``size_mb`` MB under ``parent`` (needs root, or CAP_SYS_ADMIN), unmounted
+    after; the test is skipped where mounting is not allowed."""
+    import pytest
+
+    mnt = parent / "small"
+    mnt.mkdir()
+    res = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m,mode=0700", "tmpfs", str(mnt)], capture_output=True, text=True
+    )
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)

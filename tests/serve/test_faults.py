@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import Project
 from tests.receivers import Receiver
-from tests.servehelp import ServeProc, job_rows, rows, serve_factory, ts, wait_for, write_config
+from tests.servehelp import ServeProc, job_rows, rows, serve_factory, small_tmpfs, ts, wait_for, write_config
 
 
 @pytest.fixture
@@ -104,17 +104,8 @@ def test_a_write_lock_held_past_busy_timeout_is_ridden_out(project, serve, recei
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
     """A real 8 MB tmpfs (needs root, or CAP_SYS_ADMIN); skipped where mounting is not allowed."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    res = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(mnt)], capture_output=True, text=True
-    )
-    if res.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path, 8) as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def fill(path: Path) -> int:

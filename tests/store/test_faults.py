@@ -19,6 +19,7 @@ import pytest
 
 from runner.testing import call, final, hang
 from tests.conftest import Project
+from tests.servehelp import small_tmpfs
 
 
 def one_line(res, code: int, *words: str) -> str:
@@ -199,17 +200,8 @@ def test_db_migrate_prints_what_it_applied(project):
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
     """A real 2 MB tmpfs (needs root, or CAP_SYS_ADMIN); skipped where mounting is not allowed."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    res = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(mnt)], capture_output=True, text=True
-    )
-    if res.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path, 2) as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def full_disk_project(project: Project, small_fs: Path) -> Project:
