@@ -6,7 +6,7 @@ llama.cpp, Ollama, LM Studio, TGI):
 
 - which fields of an assistant turn go back on the next request: unknown fields the provider
   sent (Gemini's ``extra_content.google.thought_signature`` on a tool call, OpenRouter's
-  ``reasoning_details``) are kept and echoed verbatim unless the profile drops them;
+  ``reasoning_details``) are kept and echoed verbatim;
 - whether the turn's reasoning is sent back, and under which name (Kimi, GLM and DeepSeek's
   thinking mode require ``reasoning_content`` on assistant tool-call turns; the others get none;
   ``echo_reasoning:`` in config.yaml overrides it);
@@ -32,6 +32,7 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
 
+from runner.agent.types import THINKING_KEY
 from runner.config.families import Family
 
 
@@ -50,7 +51,6 @@ class Auth(StrEnum):
 class Profile:
     family: Family
     reasoning_field: str | None = None  # send a turn's reasoning back under this name; None: never
-    drop_fields: frozenset[str] = frozenset()  # assistant-turn fields the provider rejects
     tool_ids: ToolIds = ToolIds.ANY
     auth: Auth = Auth.BEARER
     native: bool = False  # not the chat-completions protocol (Anthropic's Messages API)
@@ -127,7 +127,7 @@ def profile_for(base_url: str, name: str | None = None, *, echo_reasoning: bool 
 
 # -- messages as each provider takes them ------------------------------------------------------
 
-RUNNER_FIELDS = frozenset({"reasoning", "refusal", "anthropic_thinking"})  # runner's own keys of an assistant turn
+RUNNER_FIELDS = frozenset({"reasoning", "refusal", THINKING_KEY})  # runner's own keys of an assistant turn
 
 
 def wire_messages(messages: Sequence[Mapping[str, Any]], profile: Profile) -> list[dict[str, Any]]:
@@ -137,7 +137,7 @@ def wire_messages(messages: Sequence[Mapping[str, Any]], profile: Profile) -> li
     out: list[dict[str, Any]] = []
     for m in messages:
         if m.get("role") == "assistant":
-            sent = {k: v for k, v in m.items() if k not in RUNNER_FIELDS and k not in profile.drop_fields}
+            sent = {k: v for k, v in m.items() if k not in RUNNER_FIELDS}
             if profile.reasoning_field and m.get("reasoning") and profile.reasoning_field not in sent:
                 sent[profile.reasoning_field] = m["reasoning"]
             if profile.tool_ids is ToolIds.ALNUM9 and sent.get("tool_calls"):
