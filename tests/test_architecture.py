@@ -205,7 +205,6 @@ def test_the_graph_sees_imports_inside_functions_and_type_checking(tmp_path: Pat
 # credentials), each with why; the test fails when one no longer does, so the list only shrinks.
 # Do not add to it: give the store an operation (runner/store/ledger.py for runs) and call that.
 SQL_OUTSIDE_STORE: dict[str, str] = {
-    "runner/agent/credentials.py": "the credential pool's own table, written in one transaction per choice",
     "runner/cli/jobs.py": "the jobs listing's last-run read model",
     "runner/cli/runs.py": "the runs listing's read model",
     "runner/control.py": "approvals joined with their runs for the control API",

@@ -22,9 +22,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from runner.agent.profiles import PROFILES, ErrorKind, Family, error_kind, retry_after
+from runner.store.keys import KeyRow, KeyStatus
 
 if TYPE_CHECKING:
     from runner.config.machine import Cooldowns
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class KeyVerdict:
     kind: str  # quota | auth | auth_repeat | rate_limit | retry_same | other
-    status: str  # the key's new status: ok | cooling | dead
+    status: KeyStatus  # the key's new status
     seconds: float  # new cooldown from now; 0 = leave cooldown_until as it is
     auth_strikes: int
     rate_limit_strikes: int
@@ -43,7 +44,7 @@ def classify(
     status: int,
     headers: Mapping[str, str],
     body: str,
-    row: Mapping[str, Any],
+    row: KeyRow,
     rules: Cooldowns,
     now: float,
     *,
@@ -51,27 +52,27 @@ def classify(
 ) -> KeyVerdict:
     """``kind``: what the provider's profile says the error means (runner/agent/profiles.py);
     without it, the status alone decides (401/403 auth, 402 quota, 429 rate limit)."""
-    auth, strikes = int(row["auth_strikes"] or 0), int(row["rate_limit_strikes"] or 0)
-    until = datetime.fromisoformat(row["cooldown_until"]).timestamp() if row["cooldown_until"] else 0.0
-    current = row["status"] if row["status"] == "dead" else ("cooling" if until > now else "ok")
+    auth, strikes = row.auth_strikes, row.rate_limit_strikes
+    until = datetime.fromisoformat(row.cooldown_until).timestamp() if row.cooldown_until else 0.0
+    current = KeyStatus.DEAD if row.status is KeyStatus.DEAD else (KeyStatus.COOLING if until > now else KeyStatus.OK)
     if kind is None:
         kind = error_kind(PROFILES[Family.GENERIC], status, body)
     if kind is ErrorKind.NO_CREDIT:
-        return KeyVerdict("quota", "cooling", rules.quota_s, auth, strikes)
+        return KeyVerdict("quota", KeyStatus.COOLING, rules.quota_s, auth, strikes)
     if kind is ErrorKind.BAD_KEY:
-        if current == "dead":
-            return KeyVerdict("auth_repeat", "dead", 0.0, auth, strikes)
-        if current == "cooling" and row["last_error_code"] in (401, 403, status):
-            return KeyVerdict("auth_repeat", "cooling", 0.0, auth, strikes)
+        if current is KeyStatus.DEAD:
+            return KeyVerdict("auth_repeat", KeyStatus.DEAD, 0.0, auth, strikes)
+        if current is KeyStatus.COOLING and row.last_error_code in (401, 403, status):
+            return KeyVerdict("auth_repeat", KeyStatus.COOLING, 0.0, auth, strikes)
         if auth >= 1:
-            return KeyVerdict("auth", "dead", 0.0, auth + 1, strikes)
-        return KeyVerdict("auth", "cooling", rules.auth_s, 1, strikes)
+            return KeyVerdict("auth", KeyStatus.DEAD, 0.0, auth + 1, strikes)
+        return KeyVerdict("auth", KeyStatus.COOLING, rules.auth_s, 1, strikes)
     if kind is ErrorKind.RATE_LIMIT:
         wait = retry_after(headers, body, now)
         if wait is not None and wait > 0:
-            return KeyVerdict("rate_limit", "cooling", wait, auth, strikes + 1)
+            return KeyVerdict("rate_limit", KeyStatus.COOLING, wait, auth, strikes + 1)
         if strikes == 0:
             return KeyVerdict("retry_same", current, 0.0, auth, 1)
         seconds = min(rules.rate_limit_max_s, rules.rate_limit_s * 2 ** (strikes - 1))
-        return KeyVerdict("rate_limit", "cooling", seconds, auth, strikes + 1)
+        return KeyVerdict("rate_limit", KeyStatus.COOLING, seconds, auth, strikes + 1)
     return KeyVerdict("other", current, 0.0, auth, strikes)

@@ -30,19 +30,17 @@ from runner.agent.cooldowns import KeyVerdict, classify
 from runner.agent.keys import Action, Credential
 from runner.agent.profiles import ErrorKind, error_message
 from runner.config.refs import resolve_key
+from runner.config.schedules import format_duration
 from runner.errors import ModelError, UsageError
 from runner.safety.redact import Redactor
-from runner.store import Store
+from runner.store import Store, keys
+from runner.store.keys import KeyFailure, KeyRow, KeyStatus
 
 if TYPE_CHECKING:
     from runner.config.machine import Config, Cooldowns, Provider
 
 Emit = Callable[[str, dict[str, Any]], None]
 MIN_WAIT = 0.25  # never spin: a wait for a cooling key is at least this long
-_COLUMNS = (
-    "fingerprint, label, position, status, cooldown_until, request_count, success_count, selected_at, "
-    "last_error_code, last_error_message, last_used_at, rate_limit_strikes, auth_strikes"
-)
 
 
 def ts_iso(ts: float) -> str:
@@ -53,34 +51,25 @@ def iso_ts(text: str | None) -> float:
     return datetime.fromisoformat(text).timestamp() if text else 0.0
 
 
-def usable(row: Mapping[str, Any], now: float) -> bool:
-    return bool(row["status"] != "dead" and iso_ts(row["cooldown_until"]) <= now)
+def usable(row: KeyRow, now: float) -> bool:
+    return row.status is not KeyStatus.DEAD and iso_ts(row.cooldown_until) <= now
 
 
-def describe(row: Mapping[str, Any], now: float) -> str:
+def describe(row: KeyRow, now: float) -> str:
     """``fingerprint (label): state`` for error messages; never the key."""
-    what = f"{row['fingerprint']} ({row['label']})"
-    code = f"HTTP {row['last_error_code']}" if row["last_error_code"] else "no error"
-    if row["status"] == "dead":
+    what = f"{row.fingerprint} ({row.label})"
+    code = f"HTTP {row.last_error_code}" if row.last_error_code else "no error"
+    if row.status is KeyStatus.DEAD:
         return f"{what}: dead after {code}"
-    left = iso_ts(row["cooldown_until"]) - now
+    left = iso_ts(row.cooldown_until) - now
     if left > 0:
-        from runner.config.schedules import format_duration
-
         return f"{what}: cooling {format_duration(max(1.0, left))} after {code}"
     return f"{what}: ok"
 
 
 def sync(store: Store, provider: str, creds: Sequence[Credential], *, now: float | None = None) -> None:
     """Make sure each key has a row (by fingerprint); keep labels and config order current."""
-    stamp = ts_iso(time.time() if now is None else now)
-    with store.transaction() as conn:
-        for position, cred in enumerate(creds):
-            conn.execute(
-                "INSERT INTO credentials (provider, fingerprint, label, position, created_at) VALUES (?, ?, ?, ?, ?) "
-                "ON CONFLICT (provider, fingerprint) DO UPDATE SET label=excluded.label, position=excluded.position",
-                (provider, cred.fingerprint, cred.label, position, stamp),
-            )
+    keys.sync(store, provider, [(c.fingerprint, c.label) for c in creds], ts_iso(time.time() if now is None else now))
 
 
 def sync_config(store: Store, config: Config, *, now: float | None = None) -> None:
@@ -102,7 +91,7 @@ class CredentialState:
     provider: str
     label: str
     fingerprint: str
-    status: str  # ok | cooling | dead (cooling only while the cooldown lasts)
+    status: KeyStatus  # cooling only while the cooldown lasts
     cooldown_until: str | None
     cooldown_left_s: float
     request_count: int
@@ -118,15 +107,24 @@ class CredentialState:
 def list_credentials(store: Store, *, now: float | None = None) -> list[CredentialState]:
     now = time.time() if now is None else now
     out = []
-    for row in store.query(f"SELECT provider, {_COLUMNS} FROM credentials ORDER BY provider, position, label"):
-        left = max(0.0, iso_ts(row["cooldown_until"]) - now)
-        fields = {k: row[k] for k in CredentialState.__dataclass_fields__ if k in row}
-        fields.update(
-            status=row["status"] if row["status"] == "dead" else ("cooling" if left > 0 else "ok"),
-            cooldown_until=row["cooldown_until"] if left > 0 else None,
-            cooldown_left_s=round(left, 3),
+    for row in keys.all_keys(store):
+        left = max(0.0, iso_ts(row.cooldown_until) - now)
+        dead = row.status is KeyStatus.DEAD
+        out.append(
+            CredentialState(
+                provider=row.provider,
+                label=row.label,
+                fingerprint=row.fingerprint,
+                status=KeyStatus.DEAD if dead else (KeyStatus.COOLING if left > 0 else KeyStatus.OK),
+                cooldown_until=row.cooldown_until if left > 0 else None,
+                cooldown_left_s=round(left, 3),
+                request_count=row.request_count,
+                success_count=row.success_count,
+                last_used_at=row.last_used_at,
+                last_error_code=row.last_error_code,
+                last_error_message=row.last_error_message,
+            )
         )
-        out.append(CredentialState(**fields))
     return out
 
 
@@ -136,26 +134,7 @@ def reset(
     """Clear cooldowns, dead marks and strikes (counts stay). Returns how many rows were reset."""
     if sum(x is not None and x is not False for x in (fingerprint, provider, everything)) != 1:
         raise UsageError("creds reset: give exactly one of FINGERPRINT, --provider P or --all")
-    where, params = "1=1", list[str]()
-    with store.transaction() as conn:
-        if fingerprint is not None:
-            prefix = fingerprint.strip().lower()
-            found = {r[0] for r in conn.execute("SELECT fingerprint FROM credentials") if r[0].startswith(prefix)}
-            if len(prefix) < 4 or not found:
-                raise UsageError(f"creds reset: no key with fingerprint {fingerprint!r} (see: runner creds list)")
-            if len(found) > 1:
-                raise UsageError(f"creds reset: fingerprint {fingerprint!r} is ambiguous: {', '.join(sorted(found))}")
-            where, params = "fingerprint=?", [found.pop()]
-        elif provider is not None:
-            if not conn.execute("SELECT 1 FROM credentials WHERE provider=?", (provider,)).fetchone():
-                raise UsageError(f"creds reset: no keys for provider {provider!r} (see: runner creds list)")
-            where, params = "provider=?", [provider]
-        cur = conn.execute(
-            "UPDATE credentials SET status='ok', cooldown_until=NULL, rate_limit_strikes=0, auth_strikes=0, "
-            f"last_error_code=NULL, last_error_message=NULL WHERE {where}",
-            params,
-        )
-        return cur.rowcount
+    return keys.reset(store, fingerprint=fingerprint, provider=provider)
 
 
 def _unique(creds: Sequence[Credential]) -> list[Credential]:
@@ -224,26 +203,21 @@ class CredentialPool:
             now = self.clock()
             chosen, rows = self._select(now)
             if chosen is not None:
-                previous, self._sticky = self._sticky, chosen["fingerprint"]
+                previous, self._sticky = self._sticky, chosen.fingerprint
                 if previous is None:
                     self.emit("credential_selected", self._info(chosen, strategy=self.strategy))
                 elif previous != self._sticky:
                     info = self._info(chosen, **{"from": previous, "reason": self._why_rotate or "not usable"})
                     self.emit("credential_rotated", info)
                 self._why_rotate = ""
-                return self.creds[chosen["fingerprint"]]
+                return self.creds[chosen.fingerprint]
             self._wait_or_raise(rows, now)
 
     def succeeded(self, cred: Credential | None) -> None:
         self._waited = 0.0
         if cred is None:
             return
-        with self.store.transaction() as conn:
-            conn.execute(
-                "UPDATE credentials SET success_count=success_count+1, rate_limit_strikes=0, auth_strikes=0 "
-                "WHERE provider=? AND fingerprint=?",
-                (self.provider, cred.fingerprint),
-            )
+        keys.count_success(self.store, self.provider, cred.fingerprint)
 
     def failed(
         self, cred: Credential | None, status: int, headers: Mapping[str, str], body: str, *, kind: ErrorKind | None = None
@@ -252,83 +226,62 @@ class CredentialPool:
             return Action.FAIL
         now = self.clock()
         message = self.redact(error_message(body))[:300]
-        with self.store.transaction() as conn:
-            row = conn.execute(
-                f"SELECT {_COLUMNS} FROM credentials WHERE provider=? AND fingerprint=?",
-                (self.provider, cred.fingerprint),
-            ).fetchone()
+        verdicts: list[KeyVerdict] = []
+
+        def decide(row: KeyRow) -> KeyFailure:
             verdict = classify(status, headers, body, row, self.rules, now, kind=kind)
-            self._last[cred.fingerprint] = (kind, f"HTTP {status}: {message}")
-            until = ts_iso(now + verdict.seconds) if verdict.seconds > 0 else row["cooldown_until"]
-            conn.execute(
-                "UPDATE credentials SET status=?, cooldown_until=?, last_error_code=?, last_error_message=?, "
-                "last_error_at=?, auth_strikes=?, rate_limit_strikes=? WHERE provider=? AND fingerprint=?",
-                (
-                    verdict.status,
-                    until,
-                    status,
-                    message,
-                    ts_iso(now),
-                    verdict.auth_strikes,
-                    verdict.rate_limit_strikes,
-                    self.provider,
-                    cred.fingerprint,
-                ),
+            verdicts.append(verdict)
+            until = ts_iso(now + verdict.seconds) if verdict.seconds > 0 else row.cooldown_until
+            return KeyFailure(
+                verdict.status, until, status, message, ts_iso(now), verdict.auth_strikes, verdict.rate_limit_strikes
             )
+
+        failure = keys.record_failure(self.store, self.provider, cred.fingerprint, decide)
+        self._last[cred.fingerprint] = (kind, f"HTTP {status}: {message}")
+        verdict, until = verdicts[0], failure.cooldown_until
         self._report(cred, status, verdict, until, message)
         return Action.ROTATE
 
     # -- internals ------------------------------------------------------------------------
-    def _select(self, now: float) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    def _select(self, now: float) -> tuple[KeyRow | None, list[KeyRow]]:
         """One transaction: read the provider's rows, keep or pick a key, count the request."""
-        stamp = ts_iso(now)
-        with self.store.transaction() as conn:
-            rows = [
-                dict(r)
-                for r in conn.execute(f"SELECT {_COLUMNS} FROM credentials WHERE provider=?", (self.provider,))
-                if r["fingerprint"] in self.creds
-            ]
+
+        def pick(rows: list[KeyRow]) -> tuple[KeyRow, bool] | None:
             ok = [r for r in rows if usable(r, now)]
             if not ok:
-                return None, rows
-            sticky = next((r for r in ok if r["fingerprint"] == self._sticky), None)
-            chosen = sticky or self._pick(ok)
-            conn.execute(
-                "UPDATE credentials SET request_count=request_count+1, last_used_at=?, "
-                "selected_at=CASE WHEN ? THEN ? ELSE selected_at END, "
-                "status=CASE WHEN status='cooling' THEN 'ok' ELSE status END "
-                "WHERE provider=? AND fingerprint=?",
-                (stamp, sticky is None, stamp, self.provider, chosen["fingerprint"]),
-            )
-        return chosen, rows
+                return None
+            sticky = next((r for r in ok if r.fingerprint == self._sticky), None)
+            return (sticky, False) if sticky else (self._pick(ok), True)
 
-    def _pick(self, ok: list[dict[str, Any]]) -> dict[str, Any]:
+        return keys.choose(self.store, self.provider, set(self.creds), pick, ts_iso(now))
+
+    def _pick(self, ok: list[KeyRow]) -> KeyRow:
         if self.strategy == "random":
             return self.rng.choice(ok)
         if self.strategy == "least_used":
-            return min(ok, key=lambda r: (r["request_count"], r["position"]))
+            return min(ok, key=lambda r: (r.request_count, r.position))
         if self.strategy == "round_robin":
-            return min(ok, key=lambda r: (r["selected_at"] or "", r["position"]))
-        return min(ok, key=lambda r: r["position"])  # fill_first
+            return min(ok, key=lambda r: (r.selected_at or "", r.position))
+        return min(ok, key=lambda r: r.position)  # fill_first
 
-    def _wait_or_raise(self, rows: list[dict[str, Any]], now: float) -> None:
-        keys = "; ".join(describe(r, now) for r in sorted(rows, key=lambda r: r["position"]))
-        live = [r for r in rows if r["status"] != "dead"]
+    def _wait_or_raise(self, rows: list[KeyRow], now: float) -> None:
+        said_keys = "; ".join(describe(r, now) for r in sorted(rows, key=lambda r: r.position))
+        live = [r for r in rows if r.status is not KeyStatus.DEAD]
         if not live:
             raise ModelError(
-                f"{self.provider}: every API key is dead (failed authentication again after its cooldown): {keys}. "
+                f"{self.provider}: every API key is dead (failed authentication again after its cooldown): {said_keys}. "
                 f"Fix the keys, then: runner creds reset --provider {self.provider}",
                 reason="credentials_dead",
             )
-        soonest = min(live, key=lambda r: iso_ts(r["cooldown_until"]))
-        free_at = iso_ts(soonest["cooldown_until"])
+        soonest = min(live, key=lambda r: iso_ts(r.cooldown_until))
+        free_at = iso_ts(soonest.cooldown_until)
         wait = max(MIN_WAIT, free_at - now)
         remaining = self.deadline - self.monotonic() if self.deadline is not None else float("inf")
         budget = self.max_wait - self._waited
         if self.may_wait and wait <= budget and wait <= remaining:
             self.emit(
                 "credentials_wait",
-                {"provider": self.provider, "wait_s": round(wait, 3), "for": soonest["fingerprint"], "keys": keys},
+                {"provider": self.provider, "wait_s": round(wait, 3), "for": soonest.fingerprint, "keys": said_keys},
             )
             self.sleep(wait)
             self._waited += wait
@@ -339,31 +292,29 @@ class CredentialPool:
             why = f"longer than max_wait ({self.max_wait:g}s{', part already spent' if self._waited else ''})"
         else:
             why = f"longer than the run's remaining time ({max(0.0, remaining):.0f}s)"
-        from runner.config.schedules import format_duration
-
         reason, said = self._cause(live)
         hint = ""
         if reason in ("no_credit", "auth_failed"):
             fix = "add credits" if reason == "no_credit" else "fix the key"
             hint = f"; {fix}, then: runner creds reset --provider {self.provider}"
         raise ModelError(
-            f"{self.provider}: {said}{'; ' if said else ''}all API keys are cooling down: {keys}; the first frees at "
+            f"{self.provider}: {said}{'; ' if said else ''}all API keys are cooling down: {said_keys}; the first frees at "
             f"{ts_iso(free_at)} (in {format_duration(max(1.0, free_at - now))}), {why}{hint}",
             reason=reason,
         )
 
-    def _cause(self, rows: list[dict[str, Any]]) -> tuple[str, str]:
+    def _cause(self, rows: list[KeyRow]) -> tuple[str, str]:
         """The run reason and the provider's own words for why no key is usable: this run's last
         failure of each key (else the key's stored last error). One kind for every key names it
         (``auth_failed``, ``no_credit``, ``rate_limited``); a mix is ``credentials_exhausted``."""
         kinds: set[ErrorKind | None] = set()
         said = ""
         for row in rows:
-            kind, words = self._last.get(row["fingerprint"], (None, ""))
-            if not words and row["last_error_code"]:
-                code = int(row["last_error_code"])
+            kind, words = self._last.get(row.fingerprint, (None, ""))
+            if not words and row.last_error_code:
+                code = int(row.last_error_code)
                 kind = {401: ErrorKind.BAD_KEY, 403: ErrorKind.BAD_KEY, 402: ErrorKind.NO_CREDIT, 429: ErrorKind.RATE_LIMIT}.get(code)
-                words = f"HTTP {code}: {row['last_error_message'] or ''}".rstrip(": ")
+                words = f"HTTP {code}: {row.last_error_message or ''}".rstrip(": ")
             kinds.add(kind)
             said = said or words
         reasons = {ErrorKind.BAD_KEY: "auth_failed", ErrorKind.NO_CREDIT: "no_credit", ErrorKind.RATE_LIMIT: "rate_limited"}
@@ -385,13 +336,13 @@ class CredentialPool:
             self.sleep(wait)
             return
         self._why_rotate = f"{cred.fingerprint}: HTTP {status} ({verdict.kind})"
-        if verdict.status == "dead":
+        if verdict.status is KeyStatus.DEAD:
             self.emit("credential_dead", info)
         elif verdict.seconds > 0:
             self.emit("credential_cooldown", {**info, "seconds": round(verdict.seconds, 3), "until": until})
 
-    def _info(self, row: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
-        return {"provider": self.provider, "label": row["label"], "fingerprint": row["fingerprint"], **extra}
+    def _info(self, row: KeyRow, **extra: Any) -> dict[str, Any]:
+        return {"provider": self.provider, "label": row.label, "fingerprint": row.fingerprint, **extra}
 
 
 class ProviderChoice(Protocol):

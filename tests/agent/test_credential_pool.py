@@ -15,6 +15,7 @@ from runner.agent.keys import Action, Credential
 from runner.config.machine import Cooldowns
 from runner.errors import ModelError
 from runner.store import Store
+from runner.store.keys import KeyRow, KeyStatus
 
 CREDS = [Credential(f"K{i}", f"value-{i}-abcdefghijklmnop") for i in range(3)]
 
@@ -207,7 +208,7 @@ def test_a_provider_with_a_fallback_after_it_does_not_wait(store):
 
 
 def test_classify_retry_after_is_exact():
-    row = {"auth_strikes": 0, "rate_limit_strikes": 3, "cooldown_until": None, "status": "ok", "last_error_code": None}
+    row = KeyRow("p", "fp", "k1", 0, KeyStatus.OK, None, 0, 0, None, None, None, None, 3, 0)
     v = classify(429, {"retry-after-ms": "1500"}, "", row, Cooldowns(), 0.0)
     assert (v.kind, v.seconds, v.rate_limit_strikes) == ("rate_limit", 1.5, 4)
     assert classify(500, {}, "", row, Cooldowns(), 0.0).kind == "other"
