@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import sys
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from runner.cli._util import echo_json, settings, table
+
+if TYPE_CHECKING:
+    from runner.store.queries import LastRun
 
 
 @click.group("jobs")
@@ -60,19 +63,16 @@ def jobs_list(as_json: bool) -> None:
     else:
         labels = {job.name: job.spec.backend_label for job in listed}
     now = datetime.now(UTC)
-    last: dict[str, dict[str, Any]] = {}
+    last: dict[str, LastRun] = {}  # each job's newest run
     states = _states(s)
     serve_line, serve_alive = "serve: never started on this RUNNER_HOME", False
     leader: str | None = None  # the host and pid of the serve holding the scheduler lease
     leader_since: str | None = None  # when it took the lease
     if s.has_store():
         from runner.serve.state import serve_status
+        from runner.store.queries import last_runs
 
-        for row in s.store.query(
-            "SELECT job, status, created_at, delivery_failed FROM runs r WHERE created_at = "
-            "(SELECT MAX(created_at) FROM runs WHERE job = r.job)"
-        ):
-            last[row["job"]] = row
+        last = last_runs(s.store)
         from runner.store.lease import lease_holder
 
         status = serve_status(s.store, now)
@@ -97,8 +97,8 @@ def jobs_list(as_json: bool) -> None:
                 "paused": bool(state and state.paused),
                 "paused_reason": state.paused_reason if state else None,
                 "failure_streak": state.failure_streak if state else 0,
-                "last_status": (last.get(name) or {}).get("status"),
-                "last_delivery_failed": bool((last.get(name) or {}).get("delivery_failed")),
+                "last_status": last[name].status if name in last else None,
+                "last_delivery_failed": name in last and last[name].delivery_failed,
                 "description": job.spec.description,
                 "serve_alive": serve_alive,
                 "leader": leader,

@@ -3,42 +3,17 @@ durations, failure rate. ``daily`` aggregates the runs of the last N days; ``bar
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from html import escape
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from runner.store import Store
+from runner.store import Store
+from runner.store.queries import DayTotals, daily_totals
 
 WIDTH, HEIGHT, PAD = 560, 140, 28
 
 
-@dataclass(frozen=True)
-class Day:
-    day: str
-    job: str
-    runs: int
-    failed: int
-    cost_usd: float
-    tokens: int
-    avg_duration_s: float
-
-
-def daily(store: Store, now: datetime, days: int = 14) -> list[Day]:
-    since = (now - timedelta(days=days - 1)).date().isoformat()
-    rows = store.query(
-        "SELECT substr(created_at, 1, 10) AS day, job, COUNT(*) AS runs, "
-        "SUM(CASE WHEN status IN ('failed', 'timed_out', 'unknown') THEN 1 ELSE 0 END) AS failed, "
-        "COALESCE(SUM(cost_usd), 0) AS cost, COALESCE(SUM(prompt_tokens + completion_tokens), 0) AS tokens, "
-        "AVG((julianday(ended_at) - julianday(started_at)) * 86400.0) AS dur "
-        "FROM runs WHERE created_at >= ? AND parent_run_id IS NULL GROUP BY day, job ORDER BY day, job",
-        (since,),
-    )
-    return [
-        Day(r["day"], r["job"], r["runs"], r["failed"] or 0, r["cost"] or 0.0, r["tokens"] or 0, r["dur"] or 0.0)
-        for r in rows
-    ]
+def daily(store: Store, now: datetime, days: int = 14) -> list[DayTotals]:
+    return daily_totals(store, (now - timedelta(days=days - 1)).date().isoformat())
 
 
 def day_axis(now: datetime, days: int = 14) -> list[str]:
@@ -46,7 +21,7 @@ def day_axis(now: datetime, days: int = 14) -> list[str]:
     return [(start + timedelta(days=i)).isoformat() for i in range(days)]
 
 
-def series(rows: list[Day], axis: list[str], job: str | None, metric: str) -> list[float]:
+def series(rows: list[DayTotals], axis: list[str], job: str | None, metric: str) -> list[float]:
     """One value per day of ``axis`` for ``job`` (None: every job); metric: cost, tokens, runs,
     failure_rate (%), duration (mean seconds)."""
     out = []

@@ -5,25 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from runner.clock import utcnow
-
-if TYPE_CHECKING:
-    from runner.store import Store
+from runner.store import Store
+from runner.store.queries import Measure, StatusTotals, histograms, queued_count, task_counts, totals_by_status
 
 DURATION_BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0)
 LATENESS_BUCKETS = (0.1, 0.5, 1.0, 5.0, 30.0, 300.0)
-
-
-def _histogram(store: Store, expr: str, where: str, buckets: tuple[float, ...]) -> list[dict[str, Any]]:
-    """Per job: cumulative bucket counts, sum and count of ``expr`` over the rows of ``where``."""
-    # CASE, not SUM(v <= b), and a named subquery: the same text on SQLite and PostgreSQL
-    cases = ", ".join(f"SUM(CASE WHEN v <= {b} THEN 1 ELSE 0 END) AS b{i}" for i, b in enumerate(buckets))
-    return store.query(
-        f"SELECT job, COUNT(*) AS n, COALESCE(SUM(v), 0) AS total, {cases} "
-        f"FROM (SELECT job, {expr} AS v FROM runs WHERE {where}) AS finished GROUP BY job"
-    )
 
 
 class StoreCollector:
@@ -50,58 +39,45 @@ class StoreCollector:
         runs = GaugeMetricFamily("runner_runs", "Runs in the ledger by job and status", labels=["job", "status"])
         tokens = CounterMetricFamily("runner_tokens", "Tokens used by runs", labels=["job", "kind"])
         cost = CounterMetricFamily("runner_cost_usd", "Model cost of runs in USD", labels=["job"])
-        for r in self.store.query(
-            "SELECT job, status, COUNT(*) AS n, COALESCE(SUM(prompt_tokens), 0) AS p, "
-            "COALESCE(SUM(completion_tokens), 0) AS c, COALESCE(SUM(cost_usd), 0) AS usd "
-            "FROM runs WHERE parent_run_id IS NULL GROUP BY job, status"
-        ):
-            runs.add_metric([r["job"], r["status"]], r["n"])
-        for r in self.store.query(
-            "SELECT job, COALESCE(SUM(prompt_tokens), 0) AS p, COALESCE(SUM(completion_tokens), 0) AS c, "
-            "COALESCE(SUM(cost_usd), 0) AS usd FROM runs WHERE parent_run_id IS NULL GROUP BY job"
-        ):
-            tokens.add_metric([r["job"], "prompt"], r["p"])
-            tokens.add_metric([r["job"], "completion"], r["c"])
-            cost.add_metric([r["job"]], r["usd"])
+        per_job: dict[str, list[StatusTotals]] = {}
+        for t in totals_by_status(self.store):
+            runs.add_metric([t.job, t.status], t.runs)
+            per_job.setdefault(t.job, []).append(t)
+        for job, totals in sorted(per_job.items()):
+            tokens.add_metric([job, "prompt"], sum(t.prompt_tokens for t in totals))
+            tokens.add_metric([job, "completion"], sum(t.completion_tokens for t in totals))
+            cost.add_metric([job], sum(t.cost_usd for t in totals))
         yield from (runs, tokens, cost)
 
     def _histograms(self) -> Iterator[Any]:
         from prometheus_client.core import HistogramMetricFamily
 
-        for name, doc, expr, where, buckets in (
-            (
-                "runner_run_duration_seconds",
-                "Duration of finished runs",
-                "(julianday(ended_at) - julianday(started_at)) * 86400.0",
-                "ended_at IS NOT NULL AND started_at IS NOT NULL AND parent_run_id IS NULL",
-                DURATION_BUCKETS,
-            ),
+        for name, doc, measure, buckets in (
+            ("runner_run_duration_seconds", "Duration of finished runs", Measure.DURATION, DURATION_BUCKETS),
             (
                 "runner_fire_lateness_seconds",
                 "How long a scheduled fire waited for a slot (waited_s)",
-                "waited_s",
-                "waited_s IS NOT NULL",
+                Measure.LATENESS,
                 LATENESS_BUCKETS,
             ),
         ):
             family = HistogramMetricFamily(name, doc, labels=["job"])
-            for r in _histogram(self.store, expr, where, buckets):
-                counts = [(str(b), r[f"b{i}"] or 0) for i, b in enumerate(buckets)]
-                family.add_metric([r["job"]], [*counts, ("+Inf", r["n"])], r["total"])
+            for h in histograms(self.store, measure, buckets):
+                counts = [(str(b), n) for b, n in zip(buckets, h.cumulative, strict=True)]
+                family.add_metric([h.job], [*counts, ("+Inf", h.count)], h.total)
             yield family
 
     def _queue(self) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
-        row = self.store.one("SELECT COUNT(*) AS n FROM runs WHERE status = 'queued'")
-        yield GaugeMetricFamily("runner_queue_depth", "Runs queued, waiting for a worker", value=row["n"] if row else 0)
+        yield GaugeMetricFamily("runner_queue_depth", "Runs queued, waiting for a worker", value=queued_count(self.store))
 
     def _kanban(self) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
         family = GaugeMetricFamily("runner_kanban_tasks", "Kanban tasks by status", labels=["status"])
-        for r in self.store.query("SELECT status, COUNT(*) AS n FROM tasks GROUP BY status"):
-            family.add_metric([r["status"]], r["n"])
+        for status, n in task_counts(self.store).items():
+            family.add_metric([status], n)
         yield family
 
     def _keys(self) -> Iterator[Any]:
