@@ -21,8 +21,8 @@ from typing import Any
 from runner.clock import iso, utcnow
 from runner.errors import UsageError
 from runner.safety.inside import refuse_inside_run
-from runner.statuses import ACTIVE, ApprovalState, ControlKind, RunStatus
-from runner.store import Store
+from runner.statuses import ACTIVE, ApprovalState, ControlKind
+from runner.store import Store, control
 from runner.store.control import ApprovalRequest, new_id
 
 
@@ -118,12 +118,7 @@ def retry_task(store: Store, task_id: str | int, *, by: str, now: datetime | Non
 # -- parked approvals ----------------------------------------------------------------------------
 def pending_approvals(store: Store) -> list[ApprovalRequest]:
     """Approvals runs are parked on now, oldest first (a run that ended meanwhile is not listed)."""
-    rows = store.query(
-        "SELECT a.* FROM approval_requests a JOIN runs r ON r.id = a.run_id "
-        "WHERE a.status=? AND r.status=? ORDER BY a.requested_at, a.id",
-        (ApprovalState.PENDING, RunStatus.RUNNING),
-    )
-    return [ApprovalRequest.from_row(r) for r in rows]
+    return control.pending(store)
 
 
 def answer_approval(
@@ -139,31 +134,12 @@ def answer_approval(
     ``by`` and the time. Raises ``ControlRefused`` (``not_found`` / ``already_decided``; a run that
     ended without seeing an answer counts as decided: its request becomes ``abandoned``)."""
     refuse_inside_run("answer an approval")
-    stamp = iso(now or utcnow())
-    with store.transaction() as conn:
-        row = conn.execute(
-            "SELECT a.status, a.run_id, r.status AS run_status FROM approval_requests a "
-            "LEFT JOIN runs r ON r.id = a.run_id WHERE a.id=?",
-            (approval_id,),
-        ).fetchone()
-        if row is None:
-            raise ControlRefused(f"no approval {approval_id}; see: runner approvals pending", reason="not_found")
-        if row["status"] != ApprovalState.PENDING:
-            raise ControlRefused(f"approval {approval_id} is already {row['status']}", reason="already_decided")
-        if row["run_status"] != RunStatus.RUNNING:
-            conn.execute(
-                "UPDATE approval_requests SET status=?, decided_at=? WHERE id=?",
-                (ApprovalState.ABANDONED, stamp, approval_id),
-            )
-            refused = ControlRefused(
-                f"approval {approval_id}: run {row['run_id']} already ended ({row['run_status']})",
-                reason="already_decided",
-            )
-        else:
-            state = ApprovalState.GRANTED if granted else ApprovalState.DENIED
-            conn.execute(
-                "UPDATE approval_requests SET status=?, decided_by=?, decided_at=?, reason=? WHERE id=?",
-                (state, by, stamp, reason, approval_id),
-            )
-            return
-    raise refused
+    done = control.answer(store, approval_id, granted=granted, by=by, reason=reason, stamp=iso(now or utcnow()))
+    if not done.found:
+        raise ControlRefused(f"no approval {approval_id}; see: runner approvals pending", reason="not_found")
+    if done.was is not ApprovalState.PENDING:
+        raise ControlRefused(f"approval {approval_id} is already {done.was}", reason="already_decided")
+    if not done.decided:
+        raise ControlRefused(
+            f"approval {approval_id}: run {done.run_id} already ended ({done.run_status})", reason="already_decided"
+        )

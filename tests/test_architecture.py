@@ -206,7 +206,6 @@ def test_the_graph_sees_imports_inside_functions_and_type_checking(tmp_path: Pat
 # Do not add to it: give the store an operation (runner/store/ledger.py for runs) and call that.
 SQL_OUTSIDE_STORE: dict[str, str] = {
     "runner/cli/runs.py": "the runs listing's read model",
-    "runner/control.py": "approvals joined with their runs for the control API",
     "runner/kanban/board.py": "the kanban board owns the tasks table",
     "runner/kanban/dispatch.py": "the dispatcher's reads of the board's tasks",
     "runner/web/data.py": "the dashboard's read models",

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from runner.clock import iso, utcnow
-from runner.statuses import ApprovalState, ControlKind
+from runner.statuses import ApprovalState, ControlKind, RunStatus
 from runner.store import Store
 
 
@@ -164,3 +164,58 @@ def abandon(store: Store, run_id: str, *, now: datetime | None = None) -> int:
         (ApprovalState.ABANDONED, iso(now or utcnow()), run_id, ApprovalState.PENDING),
     )
     return cur.rowcount
+
+
+def pending(store: Store) -> list[ApprovalRequest]:
+    """Approvals runs are parked on now, oldest first (a run that ended meanwhile is not listed)."""
+    rows = store.query(
+        "SELECT a.* FROM approval_requests a JOIN runs r ON r.id = a.run_id "
+        "WHERE a.status=? AND r.status=? ORDER BY a.requested_at, a.id",
+        (ApprovalState.PENDING, RunStatus.RUNNING),
+    )
+    return [ApprovalRequest.from_row(r) for r in rows]
+
+
+@dataclass(frozen=True)
+class Answered:
+    """What answering an approval did: ``found``; ``was``: its state before; ``run_status``: its run's
+    (a run that ended without seeing an answer makes a pending request ``abandoned``, not answered)."""
+
+    found: bool
+    was: ApprovalState | None = None
+    run_id: str | None = None
+    run_status: RunStatus | None = None
+
+    @property
+    def decided(self) -> bool:
+        return self.was is ApprovalState.PENDING and self.run_status is RunStatus.RUNNING
+
+
+def answer(
+    store: Store, approval_id: str, *, granted: bool, by: str, reason: str | None, stamp: str | None
+) -> Answered:
+    """Grant or deny a pending approval whose run still runs, in one transaction."""
+    with store.transaction() as conn:
+        row = conn.execute(
+            "SELECT a.status, a.run_id, r.status AS run_status FROM approval_requests a "
+            "LEFT JOIN runs r ON r.id = a.run_id WHERE a.id=?",
+            (approval_id,),
+        ).fetchone()
+        if row is None:
+            return Answered(False)
+        run_status = RunStatus(row["run_status"]) if row["run_status"] else None
+        answered = Answered(True, ApprovalState(row["status"]), row["run_id"], run_status)
+        if answered.was is not ApprovalState.PENDING:
+            return answered
+        if not answered.decided:
+            conn.execute(
+                "UPDATE approval_requests SET status=?, decided_at=? WHERE id=?",
+                (ApprovalState.ABANDONED, stamp, approval_id),
+            )
+        else:
+            state = ApprovalState.GRANTED if granted else ApprovalState.DENIED
+            conn.execute(
+                "UPDATE approval_requests SET status=?, decided_by=?, decided_at=?, reason=? WHERE id=?",
+                (state, by, stamp, reason, approval_id),
+            )
+    return answered
