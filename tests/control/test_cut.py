@@ -2,7 +2,8 @@
 during a 60 s pre_run, a 60 s terminal command, a model request that does not answer, or an MCP
 call that hangs ends within ``serve.kill_grace`` + 1 s, ``interrupted`` (reason ``cancelled``, the
 message naming who asked), the step marked cut in its events and no process of it left; under
-`run-job`, serve and a kanban worker. A command that ignores SIGTERM gets SIGKILL after the grace."""
+`run-job`, serve and a kanban worker (Celery workers: tests/dist/test_celery.py). A command that
+ignores SIGTERM gets SIGKILL after the grace."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 from runner.testing import call, final, hang
 from tests.conftest import Project
 from tests.kanban_util import dispatcher
+from tests.mcp.conftest import SERVER
 from tests.servehelp import in_a_tool_call, job_rows, marker, rows, serve_factory, sleeping, wait_for
 
 GRACE = 2.0
@@ -43,6 +45,16 @@ def run_job(project: Project, job: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def communicate(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[str, str]:
+    """The run-job's output once it exited; killed (and the test failed) when it outlives ``timeout``."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
 
 
 def running(project: Project, job: str) -> dict[str, Any]:
@@ -85,7 +97,7 @@ def test_run_job_pre_run_that_ignores_sigterm_is_killed_after_kill_grace(project
     run = running(project, "slow")
     wait_for(lambda: sleeping(mark), 30, what="the pre_run's sleep")
     asked = cancel(project, run["id"])
-    out, err = proc.communicate(timeout=60)
+    out, err = communicate(proc)
     took = time.monotonic() - asked
     assert proc.returncode == 130, out + err
     assert GRACE - 0.5 < took < GRACE + 1, f"run-job ended {took:.1f}s after the cancel (SIGTERM ignored: SIGKILL after {GRACE}s)"
@@ -125,7 +137,7 @@ def test_run_job_model_request_that_does_not_answer_is_given_up(project: Project
     run = running(project, "m")
     wait_for(lambda: fake.requests, 30, what="the model request")
     asked = cancel(project, run["id"])
-    out, err = proc.communicate(timeout=60)
+    out, err = communicate(proc)
     took = time.monotonic() - asked
     assert proc.returncode == 130, out + err
     assert took < GRACE + 1, f"run-job ended {took:.1f}s after the cancel"
@@ -148,3 +160,20 @@ def test_kanban_worker_run_is_cut(project: Project, fake: Any) -> None:
     assert took < GRACE + 1, f"the run ended {took:.1f}s after the cancel"
     assert_cancelled(row)
     assert not sleeping(mark)
+
+
+def test_run_job_mcp_call_that_hangs_is_cancelled(project: Project, fake: Any) -> None:
+    configure(project, f"mcp_servers:\n  test:\n    command: {sys.executable}\n    args: [{SERVER}]\n")
+    fake.add(call("mcp__test__hang", {"seconds": 60}), final("never"))
+    project.write_jobs("jobs:\n  m:\n    prompt: go\n    toolsets: [mcp:test]\n")
+    proc = run_job(project, "m")
+    run = in_a_tool_call(project.home)
+    asked = cancel(project, run["id"])
+    out, err = communicate(proc)
+    took = time.monotonic() - asked
+    assert proc.returncode == 130, out + err
+    assert took < GRACE + 1, f"run-job ended {took:.1f}s after the cancel"
+    assert_cancelled(ended(project, run["id"]))
+    [result] = payloads(project, run["id"], "tool_result")
+    assert result["cut"] is True and "too late" not in result["result"]
+    assert len(fake.requests) == 1
