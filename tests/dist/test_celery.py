@@ -123,6 +123,28 @@ def test_worker_lost_mid_run_is_unknown_then_retried(cluster: Cluster) -> None:
     assert spare.proc is not None and spare.proc.poll() is None
 
 
+def test_cancel_cuts_a_celery_workers_run(cluster: Cluster) -> None:
+    """`runner runs cancel` on the serve machine: the worker's run process sees the request in the
+    shared store, its 60 s pre_run is cut (the worker's own ``kill_grace``) and it ends
+    ``interrupted/cancelled`` naming who asked."""
+    mark = marker(60)
+    cluster.write_jobs(f"jobs:\n  long:\n    schedule: in 1s\n    agent: false\n    pre_run: sleep {mark}\n")
+    worker = cluster.worker("w0", concurrency=1, kill_grace=2)
+    wait_ready_all(cluster, [worker])
+    serve = cluster.serve()
+    run = wait_for(lambda: [r for r in cluster.rows() if r["status"] == "running"], timeout=30, what="the run")[0]
+    wait_for(lambda: sleeping(mark), timeout=30, what="the pre_run's sleep")
+    res = serve.cli("runs", "cancel", run["id"])
+    assert res.returncode == 0, res.stderr
+    asked = time.monotonic()
+    row = wait_for(lambda: [r for r in cluster.rows() if r["id"] == run["id"] and r["ended_at"]], timeout=30, interval=0.02)[0]
+    took = time.monotonic() - asked
+    assert (row["status"], row["reason"]) == ("interrupted", "cancelled"), row
+    assert row["error"].startswith("cancelled by ") and "@" in row["error"]
+    assert took < 3, f"the run ended {took:.1f}s after the cancel (kill_grace 2 s)"
+    assert not sleeping(mark)
+
+
 def test_killed_workers_run_is_cut_once_declared_lost_so_its_side_effect_happens_once(cluster: Cluster) -> None:
     """kill -9 of a ``runner worker`` alone (issue 37): its run's process goes on as an orphan.
     Once serve declares the run lost and retries it elsewhere, the orphan's own watch sees the
