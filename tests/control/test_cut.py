@@ -19,10 +19,10 @@ from runner.testing import call, final, hang
 from tests.conftest import Project
 from tests.kanban_util import dispatcher
 from tests.mcp.conftest import SERVER
-from tests.servehelp import in_a_tool_call, job_rows, marker, rows, serve_factory, sleeping, wait_for
+from tests.servehelp import in_a_tool_call, job_rows, marker, rows, serve_factory, sleeping, ts, wait_for
 
-GRACE = 2.0
-CONFIG = f"serve: {{heartbeat_s: 0.5, kill_grace: {GRACE:g}, shutdown_grace: 3}}\n"
+GRACE = 2.0  # serve.kill_grace of these tests (the MCP one: the default 5 s, see there)
+DEFAULT_GRACE = 5.0
 FINAL = ("succeeded", "failed", "timed_out", "interrupted", "skipped", "missed", "unknown")
 
 
@@ -31,9 +31,9 @@ def serve(project: Project) -> Any:
     yield from serve_factory(project)
 
 
-def configure(project: Project, extra: str = "") -> None:
+def configure(project: Project, extra: str = "", *, grace: float = GRACE) -> None:
     project.home.mkdir(parents=True, exist_ok=True)
-    (project.home / "config.yaml").write_text(CONFIG + extra)
+    (project.home / "config.yaml").write_text(f"serve: {{heartbeat_s: 0.5, kill_grace: {grace:g}, shutdown_grace: 3}}\n{extra}")
 
 
 def run_job(project: Project, job: str) -> subprocess.Popen[str]:
@@ -163,7 +163,10 @@ def test_kanban_worker_run_is_cut(project: Project, fake: Any) -> None:
 
 
 def test_run_job_mcp_call_that_hangs_is_cancelled(project: Project, fake: Any) -> None:
-    configure(project, f"mcp_servers:\n  test:\n    command: {sys.executable}\n    args: [{SERVER}]\n")
+    """The call is cancelled at once; the stdio server, stuck in it, then gets the MCP SDK's
+    shutdown (stdin closed, SIGTERM to its group 2 s later): within the default kill_grace + 1 s."""
+    servers = f"mcp_servers:\n  test:\n    command: {sys.executable}\n    args: [{SERVER}]\n"
+    configure(project, servers, grace=DEFAULT_GRACE)
     fake.add(call("mcp__test__hang", {"seconds": 60}), final("never"))
     project.write_jobs("jobs:\n  m:\n    prompt: go\n    toolsets: [mcp:test]\n")
     proc = run_job(project, "m")
@@ -172,8 +175,11 @@ def test_run_job_mcp_call_that_hangs_is_cancelled(project: Project, fake: Any) -
     out, err = communicate(proc)
     took = time.monotonic() - asked
     assert proc.returncode == 130, out + err
-    assert took < GRACE + 1, f"run-job ended {took:.1f}s after the cancel"
+    assert took < DEFAULT_GRACE + 1, f"run-job ended {took:.1f}s after the cancel"
     assert_cancelled(ended(project, run["id"]))
     [result] = payloads(project, run["id"], "tool_result")
     assert result["cut"] is True and "too late" not in result["result"]
     assert len(fake.requests) == 1
+    [request] = rows(project.home, "SELECT requested_at FROM control_requests")
+    [answered] = rows(project.home, "SELECT ts FROM run_events WHERE run_id=? AND kind='tool_result'", (run["id"],))
+    assert (ts(answered["ts"]) - ts(request["requested_at"])).total_seconds() < 1  # the call itself: at once
