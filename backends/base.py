@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from runner.lazyre import LazyPattern
+from runner.procs import Cut, wait_or_cut
 
 if TYPE_CHECKING:
     from backends.sandbox import Plan
@@ -54,6 +55,8 @@ class BackendContext:
     protected: tuple[Path, ...] = ()
     #: the local backend runs everything in this sandbox (None: on the host as the runner's user)
     sandbox: Plan | None = None
+    #: the run's cut: once set, the command running is ended as on a timeout (``runner.procs.Cut``)
+    cut: Cut | None = None
 
 
 @runtime_checkable
@@ -303,14 +306,16 @@ def finish_or_kill(
     kill: Callable[[], None],
     abort: Callable[[], None],
     kill_for: float = 10.0,
+    cut: Cut | None = None,
 ) -> bool:
-    """Wait for a remote command; on timeout kill its group. Returns True if it timed out.
+    """Wait for a remote command; on timeout, or once ``cut`` is set, kill its group. Returns True
+    if it timed out (or was cut).
 
     ``kill`` sends the group kill through a second channel. It can be slow or fail while a
     fork bomb holds every pid, so it is retried from a helper thread and the wait stays
     bounded: after ``kill_for`` seconds ``abort`` drops our end of the stream regardless.
     """
-    if pump.wait(timeout):
+    if wait_or_cut(pump.wait, timeout, cut):
         return False
     deadline = time.monotonic() + kill_for
 

@@ -195,6 +195,7 @@ class DockerBackend:
             timeout,
             kill=lambda: self._exec_quiet(kill_group_script(pidfile)),
             abort=lambda: _close_stream(stream),
+            cut=self.ctx.cut,
         )
         _close_stream(stream)  # a background child may still hold it open
         code = pump.stream.exit_code

@@ -40,6 +40,7 @@ from runner.procs import (
     kill_tree,
     nothing_left,
     start_time,
+    wait_or_cut,
 )
 
 if TYPE_CHECKING:
@@ -104,17 +105,20 @@ class LocalBackend:
         buf = OutputBuffer(self.ctx.output_cap)
         reader = threading.Thread(target=_pump, args=(proc.stdout, buf), daemon=True)
         reader.start()
-        timed_out = not proc.wait(timeout)
-        if timed_out:
-            kill_tree(proc.pid, KILL_GRACE_S, group=proc.pid)
+        cut = self.ctx.cut
+        ended = wait_or_cut(proc.wait, timeout, cut)
+        was_cut = not ended and cut is not None and cut.is_set()
+        timed_out = not ended and not was_cut
+        if not ended:  # the run's cut gives the tree serve's kill_grace, a timeout half a second
+            kill_tree(proc.pid, cut.grace if was_cut and cut is not None else KILL_GRACE_S, group=proc.pid)
             proc.wait(None)
         # background children may keep the pipe open; do not wait for them
-        reader.join(timeout=0.2 if not timed_out else 1.0)
-        if timed_out or not group_alive(proc.pid):
+        reader.join(timeout=0.2 if ended else 1.0)
+        if not ended or not group_alive(proc.pid):
             with self._lock:
                 self._groups.pop(proc.pid, None)
         text, new_cwd = split_marker(buf.text(), self._nonce)
-        if not timed_out:
+        if ended:
             with self._lock:
                 self._cwd.update(new_cwd)
         code = TIMEOUT_EXIT if timed_out else proc.code()

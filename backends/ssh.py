@@ -275,7 +275,10 @@ class SSHBackend:
         replaced once and the command sent again."""
         deadline = time.monotonic() + timeout
         shell = self._take()
-        done = shell.exchange(script, seq=seq, timeout=timeout, cap=cap, kill=self._killer(shell, seq, kill_on_timeout))
+        cut = self.ctx.cut if kill_on_timeout else None  # a command ends with its run's cut; a file transfer does not
+        done = shell.exchange(
+            script, seq=seq, timeout=timeout, cap=cap, kill=self._killer(shell, seq, kill_on_timeout), cut=cut
+        )
         if done.complete or done.timed_out:
             return self._settle(shell, done), None
         status = shell.status()
@@ -287,7 +290,9 @@ class SSHBackend:
             return done, 255 if status is None else status
         fresh = self._take()
         left = max(deadline - time.monotonic(), 0.1)
-        done = fresh.exchange(script, seq=seq, timeout=left, cap=cap, kill=self._killer(fresh, seq, kill_on_timeout))
+        done = fresh.exchange(
+            script, seq=seq, timeout=left, cap=cap, kill=self._killer(fresh, seq, kill_on_timeout), cut=cut
+        )
         if done.complete or done.timed_out:
             return self._settle(fresh, done), None
         status = fresh.status()

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 from backends.base import StreamPump, decode, finish_or_kill
 from runner.errors import BackendError
+from runner.procs import Cut
 
 #: the output of a file read is kept whole (the stream's head is this big)
 RAW_CAP = 1 << 62
@@ -219,8 +220,10 @@ class RemoteShell:
                 return decode(match.group(1))
         raise TimeoutError(f"no answer within {timeout:.0f}s")
 
-    def exchange(self, script: str, *, seq: int, timeout: float, cap: int, kill: Callable[[], None]) -> Exchange:
-        """Send ``script``, stream its output until the trailer, the session's end or the timeout."""
+    def exchange(
+        self, script: str, *, seq: int, timeout: float, cap: int, kill: Callable[[], None], cut: Cut | None = None
+    ) -> Exchange:
+        """Send ``script``, stream its output until the trailer, the session's end, the timeout or the run's cut."""
         token = secrets.token_hex(8)
         framed = _Framed(self._chunks(), token)
         pump = StreamPump(iter(framed), token, cap)
@@ -231,7 +234,7 @@ class RemoteShell:
             if not pump.stream.complete:
                 self.kill()
 
-        timed_out = finish_or_kill(pump, timeout, kill=kill, abort=abort)
+        timed_out = finish_or_kill(pump, timeout, kill=kill, abort=abort, cut=cut)
         return Exchange(pump, framed.started, timed_out)
 
     def errors(self) -> str:

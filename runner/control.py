@@ -68,8 +68,9 @@ def trigger_outcome(store: Store, request_id: str) -> dict[str, Any] | None:
 
 # -- cancel --------------------------------------------------------------------------------------
 def request_cancel(store: Store, run_id: str, *, by: str, now: datetime | None = None) -> None:
-    """Ask run ``run_id`` (an id or a unique part of one) to finish its current step and end
-    ``interrupted`` (reason ``cancelled``), whichever process runs it. A run parked on an approval
+    """Ask run ``run_id`` (an id or a unique part of one) to stop now: its current step is cut
+    (``runner.run.cancel``) and it ends ``interrupted`` (reason ``cancelled``), whichever process
+    runs it. A run parked on an approval
     stops waiting. Raises ``ControlRefused`` (``not_found`` / ``not_running``; ``subagent`` for a
     delegate_task child, which stops with its parent)."""
     refuse_inside_run("cancel a run")

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -272,6 +272,41 @@ def _send(kill: Callable[[int, int], None], target: int, sig: int) -> None:
         kill(target, sig)
     except (ProcessLookupError, PermissionError):
         return  # already gone, or no longer ours (pid reused)
+
+
+# -- a run's cut: its current step ended now --------------------------------------------------
+CUT_LOOK_S = 0.1  # how often a wait for a step looks whether the run was cut
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A run's order to end its current step now, set by its cancel watch (``runner runs cancel``,
+    or the run's row ended by someone else: declared lost). A command, model request or MCP call
+    being waited for ends as its timeout would end it: a command's process tree gets SIGTERM, then
+    SIGKILL after ``grace`` seconds (config.yaml ``serve.kill_grace``)."""
+
+    event: threading.Event = field(default_factory=threading.Event)
+    grace: float = 5.0
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+
+def wait_or_cut(wait: Callable[[float], bool], timeout: float | None, cut: Cut | None) -> bool:
+    """``wait(seconds)`` waits at most that long for a step and says whether it ended. Returns
+    True once the step ended; False at ``timeout`` (None: none) or, without waiting longer than
+    ``CUT_LOOK_S``, once ``cut`` is set (``cut.is_set()`` then tells the two apart)."""
+    end = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = None if end is None else max(0.0, end - time.monotonic())
+        if cut is None and left is not None:
+            return wait(left)
+        if cut is not None and cut.is_set():
+            return False
+        if wait(CUT_LOOK_S if left is None else min(CUT_LOOK_S, left)):
+            return True
+        if left is not None and left <= CUT_LOOK_S:
+            return False
 
 
 # -- the two-stage stop ----------------------------------------------------------------------

@@ -72,7 +72,7 @@ class ControlKind(StrEnum):
     """What a ``control_requests`` row asks for."""
 
     TRIGGER = "trigger"  # serve: run this job now (``runner jobs trigger``)
-    CANCEL = "cancel"  # the run's own process: stop after the current step (``runner runs cancel``)
+    CANCEL = "cancel"  # the run's own process: cut the current step and stop (``runner runs cancel``)
 
 
 class HeldState(StrEnum):

@@ -4,6 +4,7 @@ the store (SQLite, or the test's PostgreSQL database), polling with a deadline, 
 from __future__ import annotations
 
 import os
+import random
 import signal
 import sqlite3
 import subprocess
@@ -68,6 +69,27 @@ def in_a_tool_call(home: Path, timeout: float = 30.0) -> dict[str, Any]:
         what="the first tool call",
     )
     return found[0]
+
+
+def marker(seconds: int | None = None) -> str:
+    """A sleep duration (``seconds``, else 20-25 s) no other process on the machine runs: ``sleep
+    MARKER`` is found by it."""
+    return f"{seconds or random.randint(20, 25)}.{os.getpid()}{random.randint(1000, 9999)}"
+
+
+def sleeping(mark: str) -> list[int]:
+    """The pids of processes running ``sleep MARK`` (sandboxed ones too: seen from the host)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[-2:] == [mark.encode(), b""] or argv[-1:] == [mark.encode()]:
+            found.append(int(entry.name))
+    return found
 
 
 def job_rows(home: Path, job: str) -> list[dict[str, Any]]:

@@ -22,7 +22,7 @@ from runner.agent.schema import check_args
 from runner.agent.types import LLM, Message, ToolCall, Usage, arguments_value
 from runner.errors import ModelError, RunnerError
 from runner.priced import PricedReply, Tokens
-from runner.procs import future_results
+from runner.procs import Cut, future_results, wait_or_cut
 from runner.safety.result import ApprovalResult, ApproveFn
 from runner.statuses import RunStatus
 from runner.tools import ToolEntry, ToolError
@@ -208,6 +208,7 @@ def run_loop(
     redact: Callable[[str], str] | None = None,
     totals: Totals | None = None,
     tracer: Tracer = NOOP,
+    cut: Cut | None = None,
 ) -> LoopResult:
     """Run the conversation in ``messages`` (mutated in place) to a final answer or a limit.
 
@@ -215,7 +216,9 @@ def run_loop(
     ``prune`` returns the model replies it asked for (summaries): they count in the run's
     tokens, cost and budgets. ``totals``: the account to charge (a fresh one by default; the
     caller passes its own when subagents charge it too). ``tracer``: a span per model call and
-    per tool call (children of the caller's current span)."""
+    per tool call (children of the caller's current span). ``cut``: once set (with ``stop``), the
+    model request being waited for is given up and the tool call's result is marked cut (its
+    command was ended by the backend)."""
     stop = stop or threading.Event()
     by_name = {t.name: t for t in tools}
     schemas = [t.schema() for t in tools]
@@ -223,14 +226,14 @@ def run_loop(
     recent_failures: list[str] = []
     try:
         while True:
-            _check(limits, totals, stop)
+            _check(limits, totals, stop, cut)
             if totals.iterations >= limits.max_iterations:
                 raise LimitsExceeded("max_iterations", f"reached max_iterations ({limits.max_iterations})")
             if prune is not None:
                 _charge_summaries(prune(messages), totals, emit)
-                _check(limits, totals, stop)
+                _check(limits, totals, stop, cut)
             with tracer.span("model call", {"runner.iteration": totals.iterations + 1}) as span:
-                reply = _ask(llm, messages, schemas, limits, totals, emit, pricing)
+                reply = _ask(llm, messages, schemas, limits, totals, emit, pricing, cut)
                 _describe(span, llm, reply)
             messages.append(reply.to_dict())
             unusable = _unusable(reply, limits.allow_truncated)
@@ -238,18 +241,18 @@ def run_loop(
                 raise unusable
             if not reply.tool_calls:
                 return _done(RunStatus.SUCCEEDED, reply.answer, totals)
-            batch = _run_parallel(reply.tool_calls, by_name, ctx, emit, redact, stop, tracer)
+            batch = _run_parallel(reply.tool_calls, by_name, ctx, emit, redact, stop, tracer, cut)
             for i, call in enumerate(reply.tool_calls):
                 if batch is not None:
                     result, failed = batch[i]
                 elif stop.is_set():
                     result, failed = NOT_RUN, True
                 else:
-                    result, failed = _run_tool(call, by_name, ctx, emit, redact, tracer)
+                    result, failed = _run_tool(call, by_name, ctx, emit, redact, tracer, cut)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
                 totals.last_progress = time.monotonic()
                 recent_failures = _track_loop(recent_failures, call, failed)
-            _check(limits, totals, stop)
+            _check(limits, totals, stop, cut)
     except LoopExit as exit_:
         emit("limit", {"reason": exit_.reason, "detail": exit_.detail})
         output = exit_.output if isinstance(exit_, Unusable) else ""
@@ -264,8 +267,10 @@ def _done(status: RunStatus, output: str, totals: Totals, **kw: Any) -> LoopResu
     return LoopResult(status, output, totals.iterations, totals.usage(), round(totals.cost, 6), **kw)
 
 
-def _check(limits: Limits, totals: Totals, stop: threading.Event) -> None:
+def _check(limits: Limits, totals: Totals, stop: threading.Event, cut: Cut | None = None) -> None:
     now = time.monotonic()
+    if cut is not None and cut.is_set():
+        raise Interrupted("interrupted", "the run's current step was cut (cancelled, or declared lost)")
     if stop.is_set():
         raise Interrupted("interrupted", "the run was interrupted by a signal")
     if limits.deadline is not None and now >= limits.deadline:
@@ -286,13 +291,14 @@ def _ask(
     totals: Totals,
     emit: Emit,
     pricing: Pricing,
+    cut: Cut | None = None,
 ) -> Message:
     """One model turn within the loop's deadline (a model error past it, or past the idle timeout,
     is that limit). The idle timeout is the client's to measure on the progress of its stream
     (``ChatClient(idle_timeout=...)``): a long generation that keeps sending is not cut by it."""
     timeout = None if limits.deadline is None else max(1.0, limits.deadline - time.monotonic())
     try:
-        return _call(llm, messages, schemas, totals, emit, pricing, timeout=timeout)
+        return _call(llm, messages, schemas, totals, emit, pricing, timeout=timeout, cut=cut)
     except ModelError:
         now = time.monotonic()
         if limits.deadline is not None and now >= limits.deadline:
@@ -314,6 +320,7 @@ def _call(
     *,
     timeout: float | None,
     max_tokens: int | None = None,
+    cut: Cut | None = None,
 ) -> Message:
     """Send one request, record it and its answer, and count the answer's tokens and cost. A
     history the API would reject is never sent (``invalid_history``)."""
@@ -323,10 +330,11 @@ def _call(
         raise ModelError(f"the conversation is not valid to send: {problem}", reason="invalid_history")
     emit("request", {"iteration": totals.iterations + 1, "messages": len(messages), "tools": len(schemas)})
     started = time.monotonic()
-    if max_tokens is None:
-        reply = llm.complete(messages, schemas, timeout=timeout)
+    extra = {} if max_tokens is None else {"max_tokens": max_tokens}
+    if cut is None:
+        reply = llm.complete(messages, schemas, timeout=timeout, **extra)
     else:
-        reply = llm.complete(messages, schemas, timeout=timeout, max_tokens=max_tokens)
+        reply = _complete_or_cut(lambda: llm.complete(messages, schemas, timeout=timeout, **extra), cut, emit)
     totals.iterations += 1
     cost = _charge(totals, reply, pricing)
     emit(
@@ -348,6 +356,31 @@ def _call(
     if reply.finish_reason == "length":
         emit("truncated", {"iteration": totals.iterations, "detail": "the model hit its output token limit"})
     return reply
+
+
+def _complete_or_cut(complete: Callable[[], Message], cut: Cut, emit: Emit) -> Message:
+    """``complete()`` in a thread of its own while this one waits for its answer or the run's cut:
+    a blocked HTTP read cannot be woken from another thread, so a cut request is given up (the
+    thread ends with the client's own timeout, its answer unread) and the run ends at once."""
+    done = threading.Event()
+    answer: list[Message] = []
+    failure: list[BaseException] = []
+
+    def ask() -> None:
+        try:
+            answer.append(complete())
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread, which raises it
+            failure.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=contextvars.copy_context().run, args=(ask,), name="runner-model", daemon=True).start()
+    if not wait_or_cut(done.wait, None, cut):
+        emit("request_cut", {"detail": "the model request was given up: the run was cut"})
+        raise Interrupted("interrupted", "the run's model request was cut (cancelled, or declared lost)")
+    if failure:
+        raise failure[0]
+    return answer[0]
 
 
 def _charge(totals: Totals, reply: Message, pricing: Pricing) -> float:
@@ -414,11 +447,12 @@ def _run_tool(
     emit: Emit,
     redact: Callable[[str], str] | None,
     tracer: Tracer = NOOP,
+    cut: Cut | None = None,
 ) -> tuple[str, bool]:
     _announce(call, emit)
     started = time.monotonic()
     result, failed = _traced_invoke(call, by_name, ctx, redact, tracer)
-    _report(call, result, failed, time.monotonic() - started, emit)
+    _report(call, result, failed, time.monotonic() - started, emit, cut)
     return result, failed
 
 
@@ -454,7 +488,8 @@ def _invoke(
     return result, failed
 
 
-def _report(call: ToolCall, result: str, failed: bool, seconds: float, emit: Emit) -> None:
+def _report(call: ToolCall, result: str, failed: bool, seconds: float, emit: Emit, cut: Cut | None = None) -> None:
+    """The call's ``tool_result`` event; ``cut: true`` when the run was cut meanwhile (the call was ended)."""
     emit(
         "tool_result",
         {
@@ -464,6 +499,7 @@ def _report(call: ToolCall, result: str, failed: bool, seconds: float, emit: Emi
             "chars": len(result),
             "failed": failed,
             "seconds": round(seconds, 3),
+            **({"cut": True} if cut is not None and cut.is_set() else {}),
         },
     )
 
@@ -476,6 +512,7 @@ def _run_parallel(
     redact: Callable[[str], str] | None,
     stop: threading.Event,
     tracer: Tracer = NOOP,
+    cut: Cut | None = None,
 ) -> list[tuple[str, bool]] | None:
     """Run a turn's calls concurrently when there are several and all are read-only tools; None
     otherwise (the caller runs them one by one). The ``tool_call`` events come first and the
@@ -502,7 +539,7 @@ def _run_parallel(
         futures = [pool.submit(contextvars.copy_context().run, work, call) for call in calls]
         done = future_results(futures)  # a signal to the run is handled while they work
     for call, (result, failed, seconds) in zip(calls, done, strict=True):
-        _report(call, result, failed, seconds, emit)
+        _report(call, result, failed, seconds, emit, cut)
     return [(result, failed) for result, failed, _ in done]
 
 

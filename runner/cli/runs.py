@@ -257,15 +257,16 @@ def _waiting(row: dict[str, Any]) -> None:
 @runs_group.command("cancel")
 @click.argument("run_id")
 def runs_cancel(run_id: str) -> None:
-    """Ask run RUN_ID to finish its current step and end interrupted (reason cancelled), whether
-    serve or run-job started it; a run waiting on an approval stops waiting. Exit 2 when the run
+    """Stop run RUN_ID now: its current step is cut (a command gets SIGTERM, then SIGKILL after
+    serve.kill_grace; a model request or MCP call is given up) and it ends interrupted (reason
+    cancelled), whoever runs it; a run waiting on an approval stops waiting. Exit 2 when the run
     is unknown or not running."""
     from runner.control import request_cancel, whoami
 
     store = settings().store
     row = find_run(store, run_id)
     request_cancel(store, row["id"], by=whoami())
-    click.echo(f"cancel requested for run {row['id']} ({row['job']}): it ends after its current step")
+    click.echo(f"cancel requested for run {row['id']} ({row['job']}): its current step is cut, it ends interrupted")
 
 
 def _cached(row: dict[str, Any]) -> str:

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from runner.procs import Cut, wait_or_cut
+
 Target = Callable[[Any], Any]  # (a file for the server's stderr) -> the transport ``mcp.Client`` connects to
 
 
@@ -164,20 +166,23 @@ class Connection:
             self._errlog = None
 
     # -- calls -------------------------------------------------------------------------------
-    def call(self, tool: str, arguments: dict[str, Any], timeout: float) -> CallOutcome:
-        return render(self.call_raw(tool, arguments, timeout))
+    def call(self, tool: str, arguments: dict[str, Any], timeout: float, *, cut: Cut | None = None) -> CallOutcome:
+        return render(self.call_raw(tool, arguments, timeout, cut=cut))
 
-    def call_raw(self, tool: str, arguments: dict[str, Any], timeout: float) -> Any:
-        """The SDK's ``CallToolResult`` as the server sent it."""
+    def call_raw(self, tool: str, arguments: dict[str, Any], timeout: float, *, cut: Cut | None = None) -> Any:
+        """The SDK's ``CallToolResult`` as the server sent it. A call still going when the run's
+        ``cut`` is set is cancelled (``CallTimeout``): the run ends at once."""
         client, loop = self._client, self._loop
         if client is None or loop is None or not self.alive():
             raise McpFailure(f"the server is not running ({self._ended or 'stopped'})")
         future = asyncio.run_coroutine_threadsafe(client.call_tool(tool, arguments, read_timeout_seconds=timeout), loop)
-        try:
-            result = future.result(timeout=timeout + 1.0)
-        except concurrent.futures.TimeoutError:
+        if not wait_or_cut(lambda seconds: bool(concurrent.futures.wait([future], seconds).done), timeout + 1.0, cut):
             future.cancel()
-            raise CallTimeout(f"no answer within {timeout:g}s") from None
+            if cut is not None and cut.is_set():
+                raise CallTimeout("cancelled: the run was cut")
+            raise CallTimeout(f"no answer within {timeout:g}s")
+        try:
+            result = future.result()
         except Exception as exc:
             raise McpFailure(explain(exc) + self._stderr()) from None
         return result

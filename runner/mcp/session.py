@@ -185,7 +185,7 @@ class McpSession:
             return ToolResult(approval.message, failed=True)
         try:
             connection = self._ready(state)
-            outcome = connection.call(tool.name, args, ctx.time_left(state.config.call_timeout))
+            outcome = connection.call(tool.name, args, ctx.time_left(state.config.call_timeout), cut=ctx.cut)
         except CallTimeout as exc:
             return ToolResult(f"error: MCP server {state.name}: {exc}", failed=True)
         except McpFailure as exc:

@@ -142,6 +142,7 @@ def _delegation(run: Run, connected: Connected) -> Delegation | None:
         gate=run.gate,
         redactor=run.redactor,
         stop=run.req.stop,
+        cut=run.cut,
     )
 
 
@@ -163,6 +164,7 @@ def _tool_context(run: Run, skills: SkillSession | None, delegation: Delegation 
         web=job.spec.web.policy(),
         delegate=delegation,
         memory=_memory(run),
+        cut=run.cut,
     )
 
 
@@ -248,6 +250,7 @@ def _converse(
             redact=run.redactor,
             totals=totals,
             tracer=run.tracer,
+            cut=run.cut,
         )
 
     result = loop(limits)

@@ -1,8 +1,10 @@
 """A run's cancel watch: ``runner runs cancel RUN`` (or the web's button) writes a request to the
-store; the process running the run sees it here and sets the run's stop event, the one a first
-SIGTERM sets, so the run finishes its current step and ends ``interrupted`` (reason
-``cancelled``). A run parked on an approval stops waiting too (the parked wait watches the same
-event).
+store; the process running the run sees it here, cuts the run's current step (``runner.procs.Cut``:
+a command's process tree gets SIGTERM, then SIGKILL after ``serve.kill_grace``; a model request or
+MCP call is given up) and sets the run's stop event, the one a first SIGTERM sets, so the run ends
+``interrupted`` (reason ``cancelled``) at once. A run parked on an approval stops waiting too (the
+parked wait watches the same event). A run whose row someone else ended (declared lost: a retry
+may run) is cut and stopped the same way: its fence.
 
 A ``CancelWatcher`` is a thread with its own connection that looks at ``PRAGMA data_version``
 every ``CHECK`` seconds (no query, no lock) and reads the control table only when another
@@ -21,6 +23,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from runner.procs import Cut
 from runner.statuses import FINAL, ControlKind, RunStatus
 from runner.store import ledger
 
@@ -31,15 +34,19 @@ class CancelWatch:
     """One run's watch: ``start`` when the run starts, ``close`` when it ends; ``by`` names who
     asked, once a request was seen (then ``stop`` is set)."""
 
-    def __init__(self, watcher: CancelWatcher, run_id: str, stop: threading.Event, *, owned: bool = False):
-        self.watcher, self.run_id, self.stop, self.owned = watcher, run_id, stop, owned
+    def __init__(
+        self, watcher: CancelWatcher, run_id: str, stop: threading.Event, *, owned: bool = False, cut: Cut | None = None
+    ):
+        self.watcher, self.run_id, self.stop, self.owned, self.cut = watcher, run_id, stop, owned, cut
         self.by: str | None = None
         self.fenced: RunStatus | None = None  # the run was ended by someone else meanwhile (declared lost)
 
     @classmethod
-    def alone(cls, path: Path, run_id: str, stop: threading.Event, *, check: float = CHECK) -> CancelWatch:
+    def alone(
+        cls, path: Path, run_id: str, stop: threading.Event, *, check: float = CHECK, cut: Cut | None = None
+    ) -> CancelWatch:
         """A watch with a watcher of its own, which ``close`` ends."""
-        return cls(CancelWatcher(path, check=check), run_id, stop, owned=True)
+        return cls(CancelWatcher(path, check=check), run_id, stop, owned=True, cut=cut)
 
     def start(self) -> CancelWatch:
         self.watcher.follow(self)
@@ -52,11 +59,12 @@ class CancelWatch:
 
     def look(self, conn: Any) -> bool:
         """Is there a cancel request for this run, or did someone else end its row (declared it
-        lost: the retry policy took over)? Then ``by`` or ``fenced``, and ``stop``, are set."""
+        lost: the retry policy took over)? Then ``by`` or ``fenced`` is set, the current step is cut
+        and ``stop`` is set."""
         status = ledger.status_on(conn, self.run_id)
         if status in FINAL:
             self.fenced = status
-            self.stop.set()
+            self._end()
             return True
         row = conn.execute(
             "SELECT requested_by FROM control_requests WHERE run_id=? AND kind=? ORDER BY requested_at LIMIT 1",
@@ -65,8 +73,13 @@ class CancelWatch:
         if row is None:
             return False
         self.by = str(row[0])
-        self.stop.set()
+        self._end()
         return True
+
+    def _end(self) -> None:
+        if self.cut is not None:
+            self.cut.event.set()  # first: the run's main thread learns it was cut, not signalled
+        self.stop.set()
 
 
 class CancelWatcher:

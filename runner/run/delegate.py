@@ -32,7 +32,7 @@ from runner.agent.loop import Limits, LoopResult, Pricing, Totals, grace_reserve
 from runner.agent.types import LLM, Usage
 from runner.atomic import write_run_file
 from runner.errors import RunnerError, failure_reason
-from runner.procs import future_results
+from runner.procs import Cut, future_results
 from runner.safety.approval import audit_recorder
 from runner.statuses import RunStatus, Trigger
 from runner.store import ledger
@@ -72,6 +72,7 @@ class Delegation:
     gate: Gate
     redactor: Redactor
     stop: threading.Event
+    cut: Cut | None = None  # the parent's: a cancel ends the children's model requests too
     depth: int = 1  # the depth of the children this starts
     tools: Sequence[ToolEntry] = ()
     limits: Limits = field(default_factory=Limits)
@@ -203,6 +204,7 @@ class _Child:
                 stop=p.stop,
                 redact=p.redactor,
                 totals=totals,
+                cut=p.cut,
             )
         except RunnerError as exc:  # a dead backend or the model gone: this child fails, the parent hears it
             error = p.redactor(str(exc))

@@ -23,6 +23,7 @@ from runner.clock import utcnow
 from runner.delivery.alerts import Alerter, RunEnd, tail, tail_of_run
 from runner.delivery.send import SendContext
 from runner.errors import RunnerError, StoreError, Tampered, failure_reason
+from runner.procs import Cut
 from runner.run.cancel import CancelWatch
 from runner.run.delivery import Output, deliver
 from runner.run.prepare import Prepared, prepare
@@ -81,10 +82,12 @@ class Run:
         self._backend: Backend | None = None
         self.control: ControlPlane | None = None
         self._before: Fingerprint | None = None
-        self.cancel = (  # `runner runs cancel` sets req.stop
-            CancelWatch(req.cancels, run_id, req.stop)
+        # `runner runs cancel`, or the row ended by someone else: the current step is cut, req.stop set
+        self.cut = Cut(grace=settings.config.serve.kill_grace)
+        self.cancel = (
+            CancelWatch(req.cancels, run_id, req.stop, cut=self.cut)
             if req.cancels is not None
-            else CancelWatch.alone(settings.store.path, run_id, req.stop)
+            else CancelWatch.alone(settings.store.path, run_id, req.stop, cut=self.cut)
         )
         self.tracer: Tracer = tracer_from_env()
 
@@ -238,6 +241,7 @@ class Run:
             },
             protected=protected,
             sandbox=plan,
+            cut=self.cut,
         )
         self._backend = backends.resolve(self.job.spec.backend, ctx=ctx)
         if plan is not None:
@@ -255,11 +259,14 @@ class Run:
         check_pre(self.job, self.gate.check)
         pre = self.pre = run_pre(self.job, self.backend, run_id=self.run_id, deadline=self.deadline)
         # a script-only run ends a few milliseconds later: its pre_run event is written with its last
+        cut = {"cut": True} if self.cut.is_set() else {}  # cancelled, or declared lost: the script was ended
         self.emit(
             "pre_run",
-            {"exit_code": pre.exit_code, "timed_out": pre.timed_out, "stdout": pre.stdout[-4000:]},
+            {"exit_code": pre.exit_code, "timed_out": pre.timed_out, "stdout": pre.stdout[-4000:], **cut},
             hold=not self.job.spec.agent,
         )
+        if cut:
+            return Produced(RunStatus.INTERRUPTED, reason="interrupted", error="the run's pre_run was cut")
         if pre.run_timeout:
             return pre_run_timed_out(self.job.spec.timeout)
         if not pre.wake:

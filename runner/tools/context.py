@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from backends.base import Backend
+from runner.procs import Cut
 from runner.safety.result import ApprovalResult, ApproveFn, ToolApproveFn, ToolCheck
 from runner.safety.ssrf import WebPolicy
 
@@ -58,6 +59,7 @@ class ToolContext:
     web: WebPolicy = WebPolicy()  # the job's ``web:`` key: where web_fetch may connect
     delegate: Delegator | None = None  # runs subagents (delegate_task); None where delegating is not allowed
     memory: Binding | None = None  # the run's notebook (the memory tool); None: ``memory: off`` or no run
+    cut: Cut | None = None  # the run's cut: an MCP call waited for is given up once it is set
 
     @property
     def workdir(self) -> str:

@@ -125,7 +125,7 @@ def trigger(request: Request, form: FormData) -> str:
 def cancel(request: Request, form: FormData) -> str:
     run_id = request.path_params["run_id"]
     _control().request_cancel(_source(request).store, run_id, by=_who(request))
-    return f"asked run {run_id} to stop after its current step"
+    return f"asked run {run_id} to stop now (its current step is cut)"
 
 
 # -- the board --------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from backend_helpers import eventually, host_processes_with_arg, make_ctx, spec_
 from backends import resolve
 from backends.base import Backend
 from runner.errors import BackendError
+from runner.procs import Cut
 
 PARAMS = [
     pytest.param("local"),
@@ -206,3 +207,25 @@ def test_exited_within_reaps_a_command_that_ends_and_leaves_one_that_does_not() 
     finally:
         slow.kill()
         slow.wait()
+
+
+@pytest.mark.parametrize("kind", PARAMS)
+def test_the_runs_cut_ends_the_command_running(kind: str, request: pytest.FixtureRequest, tmp_path: Any) -> None:
+    """``runner runs cancel`` (or the run's fence) sets the run's cut: the command waited for ends
+    as at its timeout, within the cut's grace (local: SIGTERM, SIGKILL after it; docker and ssh:
+    the group kill through a second channel), and nothing of it is left on the machine."""
+    cut = Cut(grace=1.0)
+    ctx = make_ctx(tmp_path, kind, run_id="cut", job="cut", cut=cut)
+    backend = resolve(spec_for(kind, request, ctx.workdir), ctx=ctx)
+    try:
+        seconds = unique_seconds()
+        timer = threading.Timer(0.5, cut.event.set)
+        timer.start()
+        started = time.monotonic()
+        result = run(backend, f"sleep {seconds}; echo never", timeout=60)
+        took = time.monotonic() - started
+        assert "never" not in result.output and result.exit_code != 0
+        assert took < 0.5 + cut.grace + 1, f"the command ended {took:.1f}s after it started"
+        assert eventually(lambda: not host_processes_with_arg(str(seconds)))
+    finally:
+        backend.close()

@@ -91,9 +91,9 @@ def test_triggers_go_through_the_overlap_policy(project: Project, serve: Any) ->
 def slow_steps(project: Project, fake: Any) -> None:
     """A run whose first tool call takes a while, then would touch a file, then answer. The while
     is long enough for ``runner runs cancel`` (a process of its own) to start and write its
-    request, and for the run to see it, on a loaded machine."""
+    request, and for the run to see it, on a loaded machine: the cancel cuts it."""
     fake.add(
-        call("terminal", {"command": "sleep 3; echo first"}),
+        call("terminal", {"command": "sleep 20; echo first"}),
         call("terminal", {"command": "touch second"}),
         final("never"),
     )
@@ -104,13 +104,14 @@ def in_first_step(project: Project) -> dict[str, Any]:
     return in_a_tool_call(project.home)
 
 
-def assert_cancelled_after_the_step(project: Project, fake: Any, run_id: str) -> None:
+def assert_cancelled_in_the_step(project: Project, fake: Any, run_id: str) -> None:
     [run] = [r for r in rows(project.home) if r["id"] == run_id]
     assert (run["status"], run["reason"]) == ("interrupted", "cancelled"), run
     assert "@" in run["error"]
     assert not (project.root / "second").exists() and len(fake.requests) == 1
     results = rows(project.home, "SELECT payload FROM run_events WHERE run_id=? AND kind='tool_result'", (run_id,))
-    assert "first" in json.loads(results[0]["payload"])["result"]  # the current step finished
+    result = json.loads(results[0]["payload"])
+    assert result["cut"] is True and "first" not in result["result"]  # the current step was cut
     assert marked(RUN_MARK, f"{run_id}-", prefix=True) == []  # nothing the run started is left
 
 
@@ -123,7 +124,7 @@ def test_cancel_of_a_serve_run(project: Project, fake: Any, serve: Any) -> None:
     res = project.run("runs", "cancel", run["id"])
     assert res.returncode == 0 and "cancel requested" in res.stdout, res.stderr
     ended(project, "c")
-    assert_cancelled_after_the_step(project, fake, run["id"])
+    assert_cancelled_in_the_step(project, fake, run["id"])
     again = project.run("runs", "cancel", run["id"])
     assert "not running" in one_line_exit_2(again)
     assert daemon.stop() == 0
@@ -136,7 +137,7 @@ def test_cancel_of_a_run_job_run(project: Project, fake: Any) -> None:
     assert project.run("runs", "cancel", run["id"]).returncode == 0
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, out + err
-    assert_cancelled_after_the_step(project, fake, run["id"])
+    assert_cancelled_in_the_step(project, fake, run["id"])
 
 
 def test_cancel_of_an_unknown_run_exits_2(project: Project) -> None:

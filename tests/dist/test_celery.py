@@ -11,7 +11,7 @@ from collections import Counter
 from runner.procs import pid_alive
 from runner.testing.fakeopenai import Reply
 from tests.dist.conftest import Cluster, Redis, wait_ready_all
-from tests.servehelp import wait_for
+from tests.servehelp import marker, sleeping, wait_for
 
 EVERY = """
 jobs:
@@ -121,6 +121,62 @@ def test_worker_lost_mid_run_is_unknown_then_retried(cluster: Cluster) -> None:
     )[0]
     assert retry["worker"].startswith("spare@test") and retry["slot"] == first["slot"]
     assert spare.proc is not None and spare.proc.poll() is None
+
+
+def test_cancel_cuts_a_celery_workers_run(cluster: Cluster) -> None:
+    """`runner runs cancel` on the serve machine: the worker's run process sees the request in the
+    shared store, its 60 s pre_run is cut (the worker's own ``kill_grace``) and it ends
+    ``interrupted/cancelled`` naming who asked."""
+    mark = marker(60)
+    cluster.write_jobs(f"jobs:\n  long:\n    schedule: in 1s\n    agent: false\n    pre_run: sleep {mark}\n")
+    worker = cluster.worker("w0", concurrency=1, kill_grace=2)
+    wait_ready_all(cluster, [worker])
+    serve = cluster.serve()
+    run = wait_for(lambda: [r for r in cluster.rows() if r["status"] == "running"], timeout=30, what="the run")[0]
+    wait_for(lambda: sleeping(mark), timeout=30, what="the pre_run's sleep")
+    res = serve.cli("runs", "cancel", run["id"])
+    assert res.returncode == 0, res.stderr
+    asked = time.monotonic()
+    row = wait_for(lambda: [r for r in cluster.rows() if r["id"] == run["id"] and r["ended_at"]], timeout=30, interval=0.02)[0]
+    took = time.monotonic() - asked
+    assert (row["status"], row["reason"]) == ("interrupted", "cancelled"), row
+    assert row["error"].startswith("cancelled by ") and "@" in row["error"]
+    assert took < 3, f"the run ended {took:.1f}s after the cancel (kill_grace 2 s)"
+    assert not sleeping(mark)
+
+
+def test_killed_workers_run_is_cut_once_declared_lost_so_its_side_effect_happens_once(cluster: Cluster) -> None:
+    """kill -9 of a ``runner worker`` alone (issue 37): its run's process goes on as an orphan.
+    Once serve declares the run lost and retries it elsewhere, the orphan's own watch sees the
+    ended row and cuts its command (the ledger's fence): the file the command would append to after
+    its sleep gets one line, the retry's, and no ``sleep`` of either is left."""
+    side = cluster.tmp / "side-effect.txt"
+    mark = marker(15)
+    cluster.write_jobs(
+        "jobs:\n  once:\n    schedule: in 1s\n    agent: false\n    retries: {attempts: 1, backoff: 0s}\n"
+        f"    pre_run: 'sleep {mark} && echo $RUNNER_RUN_ID >> {side}'\n"
+    )
+    doomed = cluster.worker("doomed", concurrency=1)
+    wait_ready_all(cluster, [doomed])
+    cluster.serve()
+    first = wait_for(
+        lambda: [r for r in cluster.rows() if r["status"] == "running" and r["pid"]], timeout=30, what="the run"
+    )[0]
+    wait_for(lambda: sleeping(mark), timeout=30, what="the command's sleep")
+    assert doomed.proc is not None
+    doomed.proc.kill()  # the worker process alone: its run's process is left behind
+    doomed.proc.wait(10)
+    assert pid_alive(int(first["pid"]), first["pid_start"])
+    cluster.worker("spare", concurrency=1)
+    lost = wait_for(lambda: [r for r in cluster.rows() if r["attempt"] == 1 and r["status"] == "unknown"], timeout=30)
+    assert lost[0]["reason"] == "worker_lost"
+    wait_for(lambda: not pid_alive(int(first["pid"]), first["pid_start"]), timeout=10, what="the orphan run to stop")
+    retry = wait_for(
+        lambda: [r for r in cluster.rows() if r["attempt"] == 2 and r["status"] == "succeeded"], timeout=60
+    )[0]
+    assert [r for r in cluster.rows() if r["attempt"] == 1][0]["status"] == "unknown"  # the verdict stands
+    wait_for(lambda: not sleeping(mark), timeout=10, what="no sleep left")
+    assert side.read_text().split() == [retry["id"]]
 
 
 def test_cut_off_worker_is_fenced_when_it_comes_back(cluster: Cluster) -> None:

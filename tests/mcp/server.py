@@ -3,13 +3,14 @@ stdio, ``python server.py http PORT`` streamable HTTP on 127.0.0.1:PORT.
 
 Tools: ``echo`` (read-only), ``write_note`` (changes things: writes NOTES_FILE), ``crash`` (the
 process exits), ``shout`` (a long text holding the TEST_SECRET value), ``whoami`` (the env and cwd
-it sees).
+it sees), ``hang`` (answers after ``seconds``: a call that hangs).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 
 from mcp.server.mcpserver import MCPServer
 from mcp_types import ToolAnnotations
@@ -51,6 +52,13 @@ def whoami() -> str:
         start = fh.read().rsplit(")", 1)[1].split()[19]
     secret = "set" if os.environ.get("TEST_SECRET") else "unset"
     return f"cwd={os.getcwd()} secret={secret} pid={os.getpid()} start={start}"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def hang(seconds: float) -> str:
+    """Answer only after ``seconds``."""
+    time.sleep(seconds)
+    return "too late"
 
 
 if __name__ == "__main__":

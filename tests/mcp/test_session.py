@@ -75,7 +75,8 @@ def call(registry: Registry, name: str, args: dict[str, Any], ctx: ToolContext) 
 def test_tools_are_prefixed_and_read_only_ones_are_safe(session, tmp_path, rec):
     _, registry = session
     assert sorted(registry.entries) == [
-        "mcp__test__crash", "mcp__test__echo", "mcp__test__shout", "mcp__test__whoami", "mcp__test__write_note"
+        "mcp__test__crash", "mcp__test__echo", "mcp__test__hang", "mcp__test__shout", "mcp__test__whoami",
+        "mcp__test__write_note",
     ]  # fmt: skip
     entry = registry.entries["mcp__test__echo"]
     assert entry.toolset == "mcp:test" and entry.source == "mcp:test" and entry.alias == "mcp:test/echo"

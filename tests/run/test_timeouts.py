@@ -5,32 +5,9 @@ serve needed; an agent job's pre_run counts against the same deadline (no model 
 from __future__ import annotations
 
 import json
-import os
-import random
 import time
-from pathlib import Path
 
-from tests.servehelp import rows, wait_for
-
-
-def marker() -> str:
-    """A sleep duration no other process on the machine runs: ``sleep MARKER`` is found by it."""
-    return f"{random.randint(20, 25)}.{os.getpid()}{random.randint(1000, 9999)}"
-
-
-def sleeping(mark: str) -> list[int]:
-    """The pids of processes running ``sleep MARK`` (sandboxed ones too: seen from the host)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv[-2:] == [mark.encode(), b""] or argv[-1:] == [mark.encode()]:
-            found.append(int(entry.name))
-    return found
+from tests.servehelp import marker, rows, sleeping, wait_for
 
 
 def test_run_job_script_past_its_timeout(project):
