@@ -28,10 +28,12 @@ class CeleryExecutor:
 
         executor = settings.config.executor
         self.store, self.log = store, log
-        self.heartbeat_s, self.lost_after_s = executor.heartbeat_s, executor.lost_after_s
+        self.heartbeat_s = executor.heartbeat_s
         url = executor.broker_url()
         log.info("executor: celery (broker %s); runs go to runner worker processes", _safe(url))
-        self._spawner = CelerySpawner(app=celery_app(url), store=store, resend_s=executor.resend_s, log=log)
+        self._spawner = CelerySpawner(
+            app=celery_app(url), store=store, resend_s=executor.resend_s, lost_after_s=executor.lost_after_s, log=log
+        )
         self._spawner.connect()
 
     @property
@@ -56,7 +58,7 @@ class CeleryExecutor:
         return count
 
     def tickers(self) -> list[Ticker]:
-        return [LostRunsTicker(self.store, self.log, every=self.heartbeat_s, lost_after_s=self.lost_after_s)]
+        return [LostRunsTicker(self._spawner, self.store, self.log, every=self.heartbeat_s)]
 
     def close(self) -> None:
         self._spawner.close()

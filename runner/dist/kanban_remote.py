@@ -1,11 +1,11 @@
-"""The kanban dispatcher's side of ``executor: celery``: a ``TaskLauncher`` whose attempts run on
+"""The kanban dispatcher's side of ``executor: celery``: a ``Launcher`` whose attempts run on
 ``runner worker``s (``runner.dist.kanban_worker``), chosen by the composition root (serve's
 ``celery_kanban_loop``, ``runner kanban dispatch``).
 
-``start(claim)`` sends ``runner.kanban_attempt(task_id, fence, jobs_hash, job, attempt,
+``spawn(claim)`` sends ``runner.kanban_attempt(task_id, fence, jobs_hash, job, attempt,
 lease_seconds)`` to the
 queue of the task's job (``queue:``, else the default queue) and returns a ``RemoteAttempt``
-(``pid`` 0: no process of this machine; nothing ever signals it). A watcher thread follows the
+(``pid`` 0: no process of this machine; a signal to it does nothing). A watcher thread follows the
 claims in the shared store every ``POLL_S``: a task that left ``running`` under the claim's fence
 is the attempt's "exit" (0 when done or blocked, else 1), which the dispatcher's reap sees at
 once. While no worker has taken an attempt (its message waits for a free worker) the dispatcher
@@ -20,6 +20,7 @@ a worker lost mid-attempt stops renewing, and the lease expires as with a local 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -29,10 +30,13 @@ from typing import TYPE_CHECKING, Any
 from runner.clock import utcnow
 from runner.dist.app import DEFAULT_QUEUE, KANBAN_TASK
 from runner.dist.jobshash import JobsCache
+from runner.dist.recovery import LostRunsTicker
+from runner.dist.remote import _drain, _wake
 from runner.kanban.board import Board
 from runner.kanban.model import AttemptState, Claim
 from runner.settings import Settings
 from runner.statuses import TaskStatus
+from runner.store import Store, ledger
 
 if TYPE_CHECKING:
     from runner.serve.host import ServeHost, Ticker
@@ -56,9 +60,9 @@ class _Sent:
 
 
 class RemoteAttempt:
-    """An attempt sent to the broker, as the dispatcher sees it (``TaskWorker``)."""
+    """An attempt sent to the broker, as the dispatcher sees it (``Handle``)."""
 
-    pid = 0  # no process of this machine: never attached, never signalled
+    pid = 0  # no process of this machine: never attached, never signalled (the lease fences it)
 
     def __init__(self, launcher: CeleryTaskLauncher, task_id: int, fence: int):
         self._launcher, self.task_id, self.fence = launcher, task_id, fence
@@ -69,27 +73,40 @@ class RemoteAttempt:
             self._code = self._launcher.exit_code(self.task_id, self.fence)
         return self._code
 
+    @property
+    def sentinel(self) -> int:
+        return self._launcher.wake_r
+
+    def signal_tree(self, sig: int) -> None:
+        """Nothing: the worker holding it stops when its claim is gone."""
+
+    def close(self) -> None:
+        self._launcher.exit_code(self.task_id, self.fence)
+
 
 class CeleryTaskLauncher:
-    """``TaskLauncher`` and ``Capacity`` of a dispatcher whose attempts run on ``runner worker``s."""
+    """``Launcher`` and ``Capacity`` of a dispatcher whose attempts run on ``runner worker``s."""
 
-    def __init__(self, *, app: Any, settings: Settings, log: logging.Logger, lost_runs: Ticker | None = None):
-        """``lost_runs``: the lost-worker recovery, ticked by the watcher (``runner kanban dispatch``
+    def __init__(self, *, app: Any, settings: Settings, log: logging.Logger, recover: bool = False):
+        """``recover``: the watcher also ticks the lost-worker recovery (``runner kanban dispatch``
         has no serve doing it: the run of an attempt whose worker was lost ends ``unknown`` too)."""
-        self.app, self.settings, self.log, self.lost_runs = app, settings, log, lost_runs
+        self.app, self.settings, self.log = app, settings, log
         cfg = settings.config
+        every = cfg.executor.heartbeat_s
+        self.lost_runs = LostRunsTicker(self, settings.store, log, every=every) if recover else None
         self.resend_s, self.lease_seconds = cfg.executor.resend_s, cfg.kanban.lease_seconds
         self._jobs = JobsCache(settings.jobs_path, cfg.timezone, settings.own_tool_names)
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()  # sends come from the dispatcher's thread and from the watcher
         self._sent: dict[tuple[int, int], _Sent] = {}
         self._exits: dict[tuple[int, int], int] = {}
+        self.wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)  # written at an attempt's end
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="runner-kanban-watch", daemon=True)
         self._thread.start()
 
-    # -- TaskLauncher and Capacity ---------------------------------------------------------------
-    def start(self, claim: Claim) -> RemoteAttempt:
+    # -- Launcher and Capacity ---------------------------------------------------------------
+    def spawn(self, claim: Claim) -> RemoteAttempt:
         """Send the attempt; ``RunnerError`` (a broken jobs.yaml here) fails it like a failed start."""
         loaded = self._jobs.current()
         task = Board(self.settings.store).get(claim.task_id)
@@ -103,12 +120,16 @@ class CeleryTaskLauncher:
         self._send(sent)
         return RemoteAttempt(self, claim.task_id, claim.fence)
 
+    def lost(self, store: Store, now: datetime) -> list[str]:
+        return ledger.recover_stale(store, now=now, lost_after_s=self.settings.config.executor.lost_after_s)
+
     def running(self, board: Board) -> int:
         """Attempts claimed by a dispatcher of this host (serve's or ``kanban dispatch``), wherever they run."""
         return board.running_claimed_by(f"{board.host}:%")
 
     def exit_code(self, task_id: int, fence: int) -> int | None:
         """The attempt's "exit" once its task left ``running`` under ``fence`` (then forgotten here)."""
+        _drain(self.wake_r)
         with self._lock:
             code = self._exits.pop((task_id, fence), None)
             if code is not None:
@@ -118,6 +139,8 @@ class CeleryTaskLauncher:
     def close(self) -> None:
         self._stopped.set()
         self._thread.join(timeout=5)
+        os.close(self.wake_r)
+        os.close(self._wake_w)
 
     # -- internals --------------------------------------------------------------------------------
     def _send(self, sent: _Sent) -> None:
@@ -159,6 +182,7 @@ class CeleryTaskLauncher:
             if state is None or not state.running_under(sent.claim.fence):
                 with self._lock:
                     self._exits[sent.key] = 0 if state is not None and state.status in ENDED_OK else 1
+                _wake(self._wake_w)
             elif not state.taken:
                 self._keep(board, sent, state, now, wall)
 
@@ -179,14 +203,8 @@ def celery_task_launcher(settings: Settings, log: logging.Logger, *, recover: bo
     dispatcher without serve: ``runner kanban dispatch``)."""
     from runner.dist.app import celery_app
 
-    lost_runs = None
-    if recover:
-        from runner.dist.recovery import LostRunsTicker
-
-        ex = settings.config.executor
-        lost_runs = LostRunsTicker(settings.store, log, every=ex.heartbeat_s, lost_after_s=ex.lost_after_s)
     app = celery_app(settings.config.executor.broker_url())
-    return CeleryTaskLauncher(app=app, settings=settings, log=log, lost_runs=lost_runs)
+    return CeleryTaskLauncher(app=app, settings=settings, log=log, recover=recover)
 
 
 def celery_kanban_loop(host: ServeHost) -> Ticker:

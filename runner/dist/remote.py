@@ -1,4 +1,4 @@
-"""serve's side of the Celery executor: a ``Spawner`` whose runs execute on ``runner worker``s.
+"""serve's side of the Celery executor: a ``Launcher`` (``Spawner``) whose runs execute on ``runner worker``s.
 
 ``spawn`` sends ``runner.execute(run_id, jobs_hash, job)`` to the job's queue and returns a
 ``RemoteHandle``; the pool treats it like a local worker. A watcher thread follows the in-flight
@@ -18,6 +18,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,6 @@ from runner.statuses import RunStatus
 from runner.store import Store, ledger
 
 POLL_S = 0.1
-NOT_STARTED = "-"  # runs.worker of a row serve ended before any worker took it
 
 
 @dataclass
@@ -43,8 +43,9 @@ class _Flight:
 class CelerySpawner:
     """Sends runs to the broker; follows them in the store. ``app`` is the Celery app."""
 
-    def __init__(self, *, app: Any, store: Store, resend_s: float, log: logging.Logger):
+    def __init__(self, *, app: Any, store: Store, resend_s: float, lost_after_s: float, log: logging.Logger):
         self.app, self.store, self.resend_s, self.log = app, store, resend_s, log
+        self.lost_after_s = lost_after_s
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()  # sends come from serve's loop and from the watcher
         self._flights: dict[str, _Flight] = {}
@@ -74,6 +75,9 @@ class CelerySpawner:
         self._send(flight)
         return RemoteHandle(self, spec.run_id)
 
+    def lost(self, store: Store, now: datetime) -> list[str]:
+        return ledger.recover_stale(store, now=now, lost_after_s=self.lost_after_s)
+
     def tidy(self) -> None:
         """Nothing to retire here: the runs' processes belong to the workers."""
 
@@ -97,18 +101,14 @@ class CelerySpawner:
         return self._wake_r
 
     def exit_code(self, run_id: str) -> int | None:
-        try:
-            while os.read(self._wake_r, 4096):
-                pass
-        except BlockingIOError:
-            pass  # drained
+        _drain(self._wake_r)
         with self._lock:
             return self._exits.get(run_id)
 
     def stop(self, run_id: str, sig: int) -> None:
         """Ask the worker holding ``run_id`` to stop it (SIGTERM: finish the step; SIGKILL: at once);
         a run no worker took yet ends ``interrupted`` here and is never started."""
-        if ledger.drop_unclaimed(self.store, run_id, marker=NOT_STARTED):
+        if ledger.drop_unclaimed(self.store, run_id):
             return
         ledger.request_stop(self.store, run_id, "kill" if sig == signal.SIGKILL else "term")
 
@@ -154,10 +154,7 @@ class CelerySpawner:
                 self.log.warning("run %s of %s: no worker took it yet; sending it again", flight.run_id, flight.job)
                 self._send(flight)
         if ended:
-            try:
-                os.write(self._wake_w, b"!")
-            except BlockingIOError:
-                pass  # serve is being woken already
+            _wake(self._wake_w)
 
 
 class RemoteHandle:
@@ -182,3 +179,19 @@ class RemoteHandle:
 
     def close(self) -> None:
         self._spawner.forget(self.run_id)
+
+
+def _wake(fd: int) -> None:
+    """Make a sentinel readable: a remote worker's run or attempt ended."""
+    try:
+        os.write(fd, b"!")
+    except BlockingIOError:
+        pass  # the reader is being woken already
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except BlockingIOError:
+        pass  # drained
