@@ -316,7 +316,6 @@ class WarmForks:
             self._exits[int(message[1])] = int(message[2])
 
 
-# -- the helper's side ------------------------------------------------------------------------------
 # -- the parent's side: the launcher seam and a forked worker's handle -------------------------------
 class Handle(Protocol):
     """A started worker: wait for it (``poll``; ``sentinel`` is readable when there may be news),
@@ -397,6 +396,7 @@ class WorkerHandle:
             self._forks.forget(self._pid)
 
 
+# -- the helper's side ------------------------------------------------------------------------------
 class _Helper:
     def __init__(self, sock: socket.socket):
         self.sock = sock

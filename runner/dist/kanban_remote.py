@@ -26,8 +26,7 @@ from typing import TYPE_CHECKING, Any
 from runner.clock import utcnow
 from runner.dist.app import DEFAULT_QUEUE, KANBAN_TASK
 from runner.dist.jobshash import JobsCache
-from runner.dist.recovery import LostRunsTicker
-from runner.dist.remote import Broker, Remote, Sent
+from runner.dist.remote import Broker, LostRunsTicker, Remote, Sent
 from runner.kanban.board import Board
 from runner.kanban.model import AttemptState, Claim
 from runner.settings import Settings

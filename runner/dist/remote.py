@@ -6,10 +6,13 @@ no worker has taken ``resend_s`` after it was sent is sent again (the broker los
 restart without persistence; a duplicate message is a no-op at the worker's claim). ``lost``: a
 worker whose heartbeat stopped (``ledger.recover_stale``).
 
-Here, serve's side (``CelerySpawner``): ``spawn`` sends ``runner.execute(run_id, jobs_hash, job)``
-and returns a ``Remote`` handle; the pool treats it like a local worker. Stopping a remote run
-(timeout, ``overlap: replace``) writes ``runs.stop_request``, which the worker holding it reads; a
-run no worker took yet is ended at once and never starts. The dispatcher's side is
+Here, serve's side (``CelerySpawner``, serve's ``RemoteExecutor`` too: the composition root,
+``runner.cli.serve``, passes ``celery_executor`` to serve only when config.yaml asks for it):
+``spawn`` sends ``runner.execute(run_id, jobs_hash, job)`` and returns a ``Remote`` handle; the
+pool treats it like a local worker. Stopping a remote run (timeout, ``overlap: replace``) writes
+``runs.stop_request``, which the worker holding it reads; a run no worker took yet is ended at once
+and never starts. After a takeover the pool follows the runs workers hold; the lost-worker
+recovery ticks beside the schedule (``LostRunsTicker``). The dispatcher's side is
 ``runner.dist.kanban_remote``.
 """
 
@@ -20,17 +23,23 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from runner.dist.app import TASK
 from runner.dist.jobshash import HashCache
-from runner.serve.launcher import WorkerSpec
+from runner.serve.launcher import Launcher, WorkerSpec
+from runner.settings import Settings
 from runner.statuses import RunStatus
 from runner.store import Store, ledger
+
+if TYPE_CHECKING:
+    from runner.config.jobs import Job
+    from runner.serve.host import Ticker
+    from runner.serve.pool import Pool
 
 POLL_S = 0.1
 K = TypeVar("K", bound=Hashable)
@@ -155,13 +164,65 @@ class Remote(Generic[K]):
         self._broker.forget(self.key)
 
 
-class CelerySpawner(Broker[str]):
-    """serve's ``Launcher`` (``Spawner``) of runs on ``runner worker``s. ``app`` is the Celery app."""
+class LostRunsTicker:
+    """The ticker that asks ``launcher.lost`` every ``every`` seconds (serve's, and the watcher of
+    ``runner kanban dispatch``): a run whose worker was lost ends ``unknown``, and the retry policy
+    applies as for a failed run."""
 
-    def __init__(self, *, app: Any, store: Store, resend_s: float, lost_after_s: float, log: logging.Logger):
-        self.store = store
+    name = "lost-runs"
+
+    def __init__(self, launcher: Launcher[Any], store: Store, log: logging.Logger, *, every: float):
+        self.launcher, self.store, self.log, self.every = launcher, store, log, every
+        self._next: datetime | None = None
+
+    def tick(self, now: datetime) -> None:
+        if self._next is not None and now < self._next:
+            return
+        self._next = now + timedelta(seconds=self.every)
+        for run_id in self.launcher.lost(self.store, now):
+            self.log.warning("run %s: its worker stopped sending heartbeats; marked unknown (worker_lost)", run_id)
+
+    def next_wake(self, now: datetime) -> datetime | None:
+        return self._next
+
+    def close(self) -> None:
+        return None
+
+
+class CelerySpawner(Broker[str]):
+    """serve's ``Launcher`` (``Spawner``) of runs on ``runner worker``s, and its ``RemoteExecutor``.
+    ``app`` is the Celery app."""
+
+    def __init__(
+        self, *, app: Any, store: Store, resend_s: float, lost_after_s: float, log: logging.Logger, every: float = 1.0
+    ):
+        self.store, self.every = store, every
         self._hashes = HashCache()
         super().__init__(app, log, resend_s=resend_s, lost_after_s=lost_after_s, name="runner-celery-watch")
+
+    # -- the RemoteExecutor protocol ----------------------------------------------------------------
+    @property
+    def spawner(self) -> CelerySpawner:
+        return self
+
+    def follow(self, pool: Pool, jobs: Mapping[str, Job]) -> int:
+        """The pool follows the runs ``runner worker``s are running now (a previous leader sent them)."""
+        from runner.clock import parse_iso, utcnow
+        from runner.serve.fire import Fire
+        from runner.serve.pool import RETRIED
+
+        count = 0
+        for row in ledger.running_on_workers(self.store, RETRIED):
+            job = jobs.get(row.job)
+            if job is None:
+                continue  # it ends by itself; nothing to retry for a removed job
+            fire = Fire(row.id, job, parse_iso(row.slot), row.trigger, int(row.attempt or 1), row.parent_run, row.task_id)
+            pool.follow(fire, self.adopt(row.id, job.name, job.spec.queue), parse_iso(row.started_at) or utcnow())
+            count += 1
+        return count
+
+    def tickers(self) -> list[Ticker]:
+        return [LostRunsTicker(self, self.store, self.log, every=self.every)]
 
     def connect(self) -> None:
         """Open a broker connection now, so the first fire does not pay for it (a broker that is
@@ -208,3 +269,25 @@ class CelerySpawner(Broker[str]):
                 self._ended(sent.key, 0 if ok else 1)
             elif row.worker is None and sent.args:
                 self._resend_due(sent, now)
+
+
+def celery_executor(settings: Settings, store: Store, log: logging.Logger) -> CelerySpawner:
+    from runner.dist.app import celery_app
+
+    ex = settings.config.executor
+    url = ex.broker_url()
+    log.info("executor: celery (broker %s); runs go to runner worker processes", _safe(url))
+    app = celery_app(url)
+    spawner = CelerySpawner(
+        app=app, store=store, resend_s=ex.resend_s, lost_after_s=ex.lost_after_s, log=log, every=ex.heartbeat_s
+    )
+    spawner.connect()
+    return spawner
+
+
+def _safe(url: str) -> str:
+    """The broker URL without its password."""
+    scheme, sep, rest = url.partition("://")
+    if "@" in rest:
+        rest = "***@" + rest.split("@", 1)[1]
+    return f"{scheme}{sep}{rest}"
