@@ -19,7 +19,9 @@ cannot ask for forks. When the parent goes away the helper exits (EOF) and leave
 running; when the helper dies, ``WarmForks`` notices, reports children it can no longer reap by
 watching their pids, and starts a new helper for the next request.
 
-Nothing here imports serve or kanban: targets are named by string.
+The parent's side also holds the seam every supervisor starts its workers through: ``Launcher``
+(spawn, lost) and ``Handle`` (wait, signal); ``WorkerHandle`` is a forked child's. Nothing here
+imports serve or kanban: targets are named by string.
 """
 
 from __future__ import annotations
@@ -39,10 +41,18 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from runner.procs import ProcessTree
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from runner.store import Store
 
 HEADER = struct.Struct("!I")
 LOST_EXIT = 255  # what poll() reports for a child whose helper died before telling its exit code
+S = TypeVar("S", contravariant=True)
 
 
 @dataclass(frozen=True)
@@ -304,6 +314,86 @@ class WarmForks:
             self._replies[int(message[1])] = message
         elif kind == "exited":
             self._exits[int(message[1])] = int(message[2])
+
+
+# -- the parent's side: the launcher seam and a forked worker's handle -------------------------------
+class Handle(Protocol):
+    """A started worker: wait for it (``poll``; ``sentinel`` is readable when there may be news),
+    signal it (``signal_tree``), forget it (``close``). ``pid`` 0: no process of this machine."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def sentinel(self) -> int: ...
+
+    def poll(self) -> int | None: ...
+
+    def signal_tree(self, sig: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Launcher(Protocol[S]):
+    """The one way to start a worker that calls ``execute()``, for a run (``WorkerSpec``) or a
+    kanban attempt (``Claim``): forked here from a warm forkserver (``runner.serve.launcher.ForkLauncher``,
+    ``runner.kanban.dispatch.TaskForkLauncher``) or sent to a ``runner worker`` through Celery
+    (``runner.dist``). ``spawn`` returns its ``Handle`` (wait, signal); ``lost`` ends the runs of
+    its workers that are gone through the ledger's one recovery (this host's dead processes:
+    ``recover_orphans``; silent heartbeats: ``recover_stale``) and returns their ids."""
+
+    def spawn(self, spec: S) -> Handle: ...
+
+    def lost(self, store: Store, now: datetime) -> list[str]: ...
+
+
+class WorkerHandle:
+    """A child of the warm forkserver, as the pool sees it (``Handle``). Its pid is known once the
+    forkserver has answered; until then ``poll`` says it is running."""
+
+    def __init__(self, forks: WarmForks, ticket: int, pid: int | None = None):
+        self._forks = forks
+        self._ticket = ticket
+        self._pid = pid
+        self._tree = None if pid is None else ProcessTree(pid)
+        self._failed = False  # the fork failed, or the forkserver died before answering
+
+    def _resolve(self, wait: bool) -> int | None:
+        if self._pid is None and not self._failed:
+            try:
+                self._pid = self._forks.pid(self._ticket, wait=wait)
+            except ForkError as exc:
+                print(f"runner serve: {exc}", file=sys.stderr)
+                self._failed = True
+            if self._pid is not None:
+                self._tree = ProcessTree(self._pid)
+        return self._pid
+
+    @property
+    def pid(self) -> int:
+        return self._resolve(wait=True) or 0
+
+    @property
+    def sentinel(self) -> int:
+        """Readable when the forkserver has news (a fork done, an exit; shared by every worker)."""
+        return self._forks.fileno()
+
+    def poll(self) -> int | None:
+        """Exit code once the worker has ended (negative: killed by that signal)."""
+        pid = self._resolve(wait=False)
+        if self._failed:
+            return LOST_EXIT
+        return None if pid is None else self._forks.poll(pid)
+
+    def signal_tree(self, sig: int) -> None:
+        """Send ``sig`` to the worker, its group, and every descendant and its group (never serve's)."""
+        self._resolve(wait=True)
+        if self._tree is not None:
+            self._tree.signal(sig)
+
+    def close(self) -> None:
+        if self._pid is not None:
+            self._forks.forget(self._pid)
 
 
 # -- the helper's side ------------------------------------------------------------------------------

@@ -290,7 +290,7 @@ def _dispatcher() -> tuple[Dispatcher, Callable[[], None], Callable[[], None]]:
     worker``s under executor: celery; and the launcher's ``ready`` and ``close``."""
     import logging
 
-    from runner.kanban.dispatch import Dispatcher, ForkLauncher, warm_forks
+    from runner.kanban.dispatch import Dispatcher, TaskForkLauncher, warm_forks
 
     s = settings()
     if s.config.executor.type == "celery":
@@ -299,7 +299,7 @@ def _dispatcher() -> tuple[Dispatcher, Callable[[], None], Callable[[], None]]:
         remote = celery_task_launcher(s, logging.getLogger("runner.kanban"), recover=True)
         return Dispatcher(s, launcher=remote, capacity=remote), lambda: None, remote.close
     forks = warm_forks()  # workers fork from it: no interpreter start per task
-    return Dispatcher(s, launcher=ForkLauncher(s, forks)), forks.ready, forks.close
+    return Dispatcher(s, launcher=TaskForkLauncher(s, forks)), forks.ready, forks.close
 
 
 def _tick_dict(r: DispatchTick) -> dict[str, Any]:

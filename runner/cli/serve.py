@@ -46,8 +46,8 @@ def serve(ctx: click.Context, log_level: str, log_format: str | None, web_bind: 
         loops.append(serve_loop(s, sock, tokens))
     executor = None
     if s.config.executor.type == "celery":  # runs and kanban attempts go to `runner worker`s (docs/distributed.md)
-        from runner.dist.executor import celery_executor
         from runner.dist.kanban_remote import celery_kanban_loop
+        from runner.dist.remote import celery_executor
         from runner.serve.loops import kanban_loop
 
         executor = celery_executor

@@ -24,13 +24,12 @@ import time
 from dataclasses import dataclass
 from enum import StrEnum
 
-from runner import secrets
 from runner.clock import utcnow
 from runner.dist.worker import Refusal, WorkerRuntime
 from runner.errors import RunnerError
-from runner.forks import LOST_EXIT, ForkError, Spawn
+from runner.forks import LOST_EXIT, ForkError
 from runner.kanban.board import Board
-from runner.kanban.dispatch import ENV_FENCE, ENV_TASK, WORKER, attempt_header
+from runner.kanban.dispatch import TaskForkLauncher
 from runner.kanban.model import Claim, FenceError
 from runner.kanban.work import Assignment
 from runner.procs import start_time
@@ -155,17 +154,13 @@ class KanbanAttempts:
 
     def _fork(self, attempt: Attempt, run_id: str) -> int:
         """Fork ``runner kanban work``'s body for the attempt and wait for its exit code."""
-        s = self.runtime.settings
-        claim = Claim(attempt.task_id, attempt.fence, self.runtime.name, "", attempt.attempt)
-        path = attempt_header(s.home, claim)
-        assignment = Assignment(run_id, self.runtime.name, attempt.lease_seconds)
-        args = (str(s.home), str(s.jobs_path), str(s.config_path), s.config_given, secrets.held(), assignment)
-        env = {ENV_TASK: str(attempt.task_id), ENV_FENCE: str(attempt.fence)}
-        forks = self.runtime.launcher.forks
-        pid = forks.spawn(Spawn(WORKER, args, session=True, output=str(path), env=env))
-        while (code := forks.poll(pid)) is None:
+        rt = self.runtime
+        claim = Claim(attempt.task_id, attempt.fence, rt.name, "", attempt.attempt)
+        assignment = Assignment(run_id, rt.name, attempt.lease_seconds)
+        handle = TaskForkLauncher(rt.settings, rt.launcher.forks, assignment).spawn(claim)
+        while (code := handle.poll()) is None:
             time.sleep(WAIT_S)
-        forks.forget(pid)
+        handle.close()
         return code
 
 

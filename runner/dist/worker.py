@@ -34,8 +34,7 @@ from typing import Any, TypeVar
 
 from runner.clock import parse_iso, utcnow
 from runner.dist.jobshash import JobsCache
-from runner.serve.fire import describe_exit
-from runner.serve.launcher import Handle, Launcher, WorkerSpec
+from runner.serve.launcher import ForkLauncher, Handle, WorkerSpec
 from runner.settings import Settings
 from runner.statuses import RunStatus, Trigger
 from runner.store import StoreUnavailable, ledger, transient
@@ -89,7 +88,7 @@ class WorkerRuntime:
         self.kill_grace = config.serve.kill_grace
         self.store = settings.store
         self.jobs = JobsCache(settings.jobs_path, config.timezone, settings.own_tool_names)
-        self.launcher = Launcher(config_path=settings.config_path)
+        self.launcher = ForkLauncher(config_path=settings.config_path)
         self._lock = threading.Lock()
         self._stops: dict[str, str] = {}  # run id -> "kill", or "term" / why (timeout ...): as serve asked
         self._held: set[str] = set()
@@ -233,8 +232,7 @@ class WorkerRuntime:
 
     def _settle_once(self, run_id: str, code: int) -> str:
         """The row's final status; a process that died before writing one ends ``failed`` (worker_died)."""
-        if ledger.finish(self.store, run_id, RunStatus.FAILED, reason=ledger.Reason.WORKER_DIED, error=describe_exit(code)):
-            ledger.kill_leftovers(run_id)  # its commands (own sessions, marked) would go on unsupervised
+        ledger.worker_died(self.store, run_id, code)
         row = ledger.get(self.store, run_id)
         status = row.status if row else RunStatus.UNKNOWN
         log.info("run %s ended %s (exit %s)", run_id, status, code)

@@ -5,8 +5,9 @@ One ``tick(now)``: notice workers that exited, promote todo -> ready, reclaim ex
 ready tasks by priority then age, up to ``kanban.max_workers`` running on this host, and start
 a worker for each with ``HERMES_KANBAN_TASK`` and ``HERMES_KANBAN_FENCE`` in its environment and
 its output appended to ``RUNNER_HOME/logs/kanban/<task>.log``. The worker is forked from a warm
-forkserver (``ForkLauncher``: ``runner.forks``, the modules of a run already imported), which
+forkserver (``TaskForkLauncher``: ``runner.forks``, the modules of a run already imported), which
 does what ``runner kanban work`` does; ``ProcessLauncher`` starts ``python -m runner kanban work``.
+Both are the ``runner.forks.Launcher`` seam serve's pool starts its runs through.
 
 ``runner serve`` ticks the dispatcher from its loop and ``runner kanban dispatch`` runs ``run(stop)``;
 both use ``Changes``: a tick every ``kanban.poll_seconds``, and as soon as another process
@@ -27,6 +28,7 @@ it from a thread of its own should pass ``board=Board(Store.open(path))`` for th
 from __future__ import annotations
 
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -36,38 +38,27 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runner import secrets
 from runner.clock import iso
 from runner.errors import RunnerError
-from runner.forks import Spawn, Warm, WarmForks
+from runner.forks import Handle, Launcher, Spawn, Warm, WarmForks, WorkerHandle
 from runner.kanban.board import Board
 from runner.kanban.model import Claim, FenceError, Reclaimed
-from runner.procs import kill_tree, start_time
+from runner.procs import ProcessTree, kill_tree, start_time
 from runner.settings import Settings
 from runner.store import ledger
+
+if TYPE_CHECKING:
+    from runner.kanban.work import Assignment
+    from runner.store import Store
 
 ENV_TASK = "HERMES_KANBAN_TASK"
 ENV_FENCE = "HERMES_KANBAN_FENCE"
 WAKE_CHECK_S = 0.05
 PRELOAD = ("runner.serve.prefork",)  # what a run imports (its modules), by name: no import edge
 WORKER = "runner.kanban.work:forked_main"
-
-
-class TaskWorker(Protocol):
-    """A started worker: what ``subprocess.Popen`` offers."""
-
-    pid: int
-
-    def poll(self) -> int | None: ...
-
-
-class TaskLauncher(Protocol):
-    """Starts the worker for a claim (the seam a test or another host type can replace). A
-    remote attempt's ``TaskWorker`` has ``pid`` 0: no process of this machine, never signalled."""
-
-    def start(self, claim: Claim) -> TaskWorker: ...
 
 
 class Capacity(Protocol):
@@ -116,14 +107,35 @@ def log_path(home: Path, task_id: int) -> Path:
     return home / "logs" / "kanban" / f"{task_id}.log"
 
 
+class Process(subprocess.Popen[bytes]):
+    """``python -m runner kanban work`` as a ``Handle`` (its sentinel: a pidfd)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.sentinel = os.pidfd_open(self.pid)
+
+    def signal_tree(self, sig: int) -> None:
+        ProcessTree(self.pid).signal(sig)
+
+    def close(self) -> None:
+        os.close(self.sentinel)
+
+
+class LocalLaunchers:
+    """What the local launchers share: a worker gone without a trace is one of this host's orphans."""
+
+    def lost(self, store: Store, now: datetime) -> list[str]:
+        return ledger.recover_orphans(store)
+
+
 @dataclass
-class ProcessLauncher:
+class ProcessLauncher(LocalLaunchers):
     """Starts ``python -m runner kanban work`` in a new session (its own process group)."""
 
     settings: Settings
     python: str = sys.executable
 
-    def start(self, claim: Claim) -> TaskWorker:
+    def spawn(self, claim: Claim) -> Process:
         home = self.settings.home
         path = attempt_header(home, claim)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)
@@ -137,7 +149,7 @@ class ProcessLauncher:
                 argv += ["--config", str(self.settings.config_path)]
             argv += ["kanban", "work"]
             try:
-                return subprocess.Popen(
+                return Process(
                     argv,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
@@ -165,34 +177,24 @@ def warm_forks() -> WarmForks:
     return WarmForks(Warm(modules=PRELOAD))
 
 
-class ForkedWorker:
-    """A worker forked by the warm forkserver (``TaskWorker``)."""
-
-    def __init__(self, forks: WarmForks, pid: int):
-        self.forks, self.pid = forks, pid
-        self._code: int | None = None
-
-    def poll(self) -> int | None:
-        if self._code is None:
-            self._code = self.forks.poll(self.pid)
-            if self._code is not None:
-                self.forks.forget(self.pid)
-        return self._code
-
-
 @dataclass
-class ForkLauncher:
+class TaskForkLauncher(LocalLaunchers):
     """Forks the worker from a warm forkserver: ``runner.kanban.work.forked_main`` in a new
     session, with the task and fence in its environment, the held keys through the forkserver's
-    socket (never an environment block) and its output appended to the task's log."""
+    socket (never an environment block) and its output appended to the task's log. ``assignment``:
+    the run row and host a ``runner worker`` gives the attempt (``runner.dist.kanban_worker``)."""
 
     settings: Settings
     forks: WarmForks
+    assignment: Assignment | None = None
 
-    def start(self, claim: Claim) -> TaskWorker:
+    def spawn(self, claim: Claim) -> WorkerHandle:
+        """ForkError when the forkserver cannot fork it (the attempt fails to start)."""
         path = attempt_header(self.settings.home, claim)
         s = self.settings
-        args = (str(s.home), str(s.jobs_path), str(s.config_path), s.config_given, secrets.held())
+        args: tuple[Any, ...] = (str(s.home), str(s.jobs_path), str(s.config_path), s.config_given, secrets.held())
+        if self.assignment is not None:
+            args += (self.assignment,)
         request = Spawn(
             WORKER,
             args,
@@ -200,7 +202,8 @@ class ForkLauncher:
             output=str(path),
             env={ENV_TASK: str(claim.task_id), ENV_FENCE: str(claim.fence)},
         )
-        return ForkedWorker(self.forks, self.forks.spawn(request))
+        ticket = self.forks.submit(request)
+        return WorkerHandle(self.forks, ticket, self.forks.pid(ticket))
 
 
 def _now() -> str:
@@ -227,14 +230,14 @@ class Changes:
 
 @dataclass
 class _Child:
-    handle: TaskWorker
+    handle: Handle
     fence: int
 
 
 @dataclass
 class Dispatcher:
     settings: Settings
-    launcher: TaskLauncher | None = None
+    launcher: Launcher[Claim] | None = None
     board: Board | None = None
     owner: str = field(default_factory=lambda: f"{ledger.HOST}:{os.getpid()}:dispatch")
     capacity: Capacity = field(default_factory=HostCapacity)
@@ -245,7 +248,7 @@ class Dispatcher:
 
     def __post_init__(self) -> None:
         self._board = self.board or Board(self.settings.store)
-        self._launcher = self.launcher or ProcessLauncher(self.settings)
+        self._launcher: Launcher[Claim] = self.launcher or ProcessLauncher(self.settings)
         self._children: dict[int, _Child] = {}
         self._orphans = False
         cfg = self.settings.config.kanban
@@ -257,7 +260,7 @@ class Dispatcher:
         board = self._board
         if self._orphans:
             self._orphans = False
-            self._recover_orphans()
+            self._recover_orphans(now)
         exited = self._reap(now)
         promoted = board.promote(now=now)
         reclaimed = board.reclaim_expired(now=now, backoff=self.backoff)
@@ -283,7 +286,7 @@ class Dispatcher:
     def _start(self, claim: Claim, now: datetime, started: list[Started], failed: list[tuple[int, str]]) -> None:
         board = self._board
         try:
-            handle = self._launcher.start(claim)
+            handle = self._launcher.spawn(claim)
         except (OSError, RunnerError) as exc:
             error = f"cannot start the worker: {exc}"
             board.fail_attempt(claim.task_id, claim.fence, error, now=now, backoff=self.backoff)
@@ -318,23 +321,24 @@ class Dispatcher:
             code = child.handle.poll()
             if code is None:
                 row = self._board.store.one("SELECT fence FROM tasks WHERE id=?", (task_id,))
-                if row is not None and row["fence"] != child.fence and child.handle.pid > 0:
-                    kill_tree(child.handle.pid, 0)
+                if row is not None and row["fence"] != child.fence:
+                    child.handle.signal_tree(signal.SIGKILL)  # a remote attempt's: nothing (its lease fences it)
                 continue
             del self._children[task_id]
+            child.handle.close()
             status = self._board.worker_exited(task_id, child.fence, code, now=now, backoff=self.backoff)
             if status is not None:
                 self._orphans = True
             out.append(Exited(task_id, child.fence, code, status))
         if out and self._orphans:
             self._orphans = False
-            self._recover_orphans()
+            self._recover_orphans(now)
         return out
 
-    def _recover_orphans(self) -> None:
-        """Rows of dead workers become ``unknown`` and are alerted, on a thread: an alert sink that
-        retries must not hold up dispatching."""
-        lost = ledger.recover_orphans(self._board.store)
+    def _recover_orphans(self, now: datetime) -> None:
+        """Rows of lost workers become ``unknown`` (the launcher's ``lost``) and are alerted, on a
+        thread: an alert sink that retries must not hold up dispatching."""
+        lost = self._launcher.lost(self._board.store, now)
         if lost:
             threading.Thread(
                 target=self.settings.alert_lost, args=(self.settings.store, lost), name="kanban-alerts"
@@ -381,6 +385,8 @@ class Dispatcher:
 
     def close(self) -> None:
         """Forget the children (they keep running and renewing their leases) and reap none."""
+        for child in self._children.values():
+            child.handle.close()
         self._children.clear()
         if self.board is None:
             self._board.close()

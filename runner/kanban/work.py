@@ -9,7 +9,7 @@ parents' results are appended to the prompt; the agent ends the task with ``kanb
 task with its pre_run output on exit 0. Every board write carries the fence: once the claim is
 reclaimed the writes are refused and the worker stops.
 
-``forked_main`` is the same worker forked from a warm forkserver (``runner.kanban.dispatch.ForkLauncher``):
+``forked_main`` is the same worker forked from a warm forkserver (``runner.kanban.dispatch.TaskForkLauncher``):
 it does what the ``runner`` program does before ``kanban work`` (hold the keys, become the
 subreaper of what its commands start) and what the command does, without an interpreter start.
 """

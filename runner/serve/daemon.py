@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from runner.config.jobs import JobsFile
     from runner.delivery.alerts import Notice
     from runner.delivery.background import BackgroundAlerts
-    from runner.serve.launcher import Launcher
+    from runner.serve.launcher import ForkLauncher
     from runner.serve.leader import LeaseTicker
     from runner.serve.pool import Pool
     from runner.serve.watch import JobsWatcher
@@ -273,7 +273,7 @@ class Serve:
 
     def run(self) -> int:
         from runner.config.jobs import load_jobs
-        from runner.serve.launcher import Launcher
+        from runner.serve.launcher import ForkLauncher
 
         s = self.settings
         s.ensure_home()
@@ -283,7 +283,7 @@ class Serve:
         old_wakeup = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
         log = setup_logging(s.home, self.log_level, self.log_format)
         config = s.config
-        launcher = Launcher(config_path=s.config_path, max_runs=config.serve.worker_max_runs)
+        launcher = ForkLauncher(config_path=s.config_path, max_runs=config.serve.worker_max_runs)
         warmed = launcher.warm()  # the forkserver imports the worker while we load jobs
         try:
             jobs = load_jobs(s.jobs_path, default_timezone=config.timezone, own_tools=s.own_tool_names)
@@ -323,7 +323,7 @@ class Serve:
         store: Store,
         lease: Lease,
         jobs: JobsFile,
-        launcher: Launcher,
+        launcher: ForkLauncher,
         warmed: Callable[[], None],
         log: logging.Logger,
     ) -> None:

@@ -1,9 +1,8 @@
 """What runs through serve's pool: a ``Fire`` in (a queued ledger row to start), an ``ActiveRun``
-while it goes, and how to describe a worker that died without recording a final status."""
+while it goes, and the paths a worker is given."""
 
 from __future__ import annotations
 
-import signal
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -41,12 +40,3 @@ class Paths:
     jobs: str
     config: str
 
-
-def describe_exit(code: int) -> str:
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = str(-code)
-        return f"the worker was killed by signal {name} before recording a final status"
-    return f"the worker exited with code {code} before recording a final status"

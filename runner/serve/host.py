@@ -59,7 +59,7 @@ TickerFactory = Callable[[ServeHost], Ticker]
 
 class RemoteExecutor(Protocol):
     """Where serve's runs execute when not in its own worker processes (``executor: celery``,
-    ``runner.dist.executor``): the pool's spawner, the runs to follow after a takeover, its tickers."""
+    ``runner.dist.remote``): the pool's spawner, the runs to follow after a takeover, its tickers."""
 
     @property
     def spawner(self) -> Spawner: ...

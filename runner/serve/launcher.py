@@ -30,9 +30,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.config.jobfile import Job
-from runner.forks import LOST_EXIT, ForkError, Spawn, Warm, WarmForks
+from runner.forks import LOST_EXIT, Handle, Launcher, Spawn, Warm, WarmForks, WorkerHandle
 from runner.procs import ProcessTree, become_subreaper, install_two_stage_stop
 from runner.statuses import RunStatus, Trigger
+from runner.store import ledger
 
 PRELOAD = ("runner.serve.prefork",)
 WORKER = "runner.serve.launcher:worker_main"
@@ -124,24 +125,8 @@ class WorkerSpec:
     waited_s: float | None = None  # how long it waited for a slot (None: not recorded)
 
 
-class Handle(Protocol):
-    """A started worker, as the pool sees it."""
-
-    @property
-    def pid(self) -> int: ...
-
-    @property
-    def sentinel(self) -> int: ...
-
-    def poll(self) -> int | None: ...
-
-    def signal_tree(self, sig: int) -> None: ...
-
-    def close(self) -> None: ...
-
-
-class Spawner(Protocol):
-    def spawn(self, spec: WorkerSpec) -> Handle: ...
+class Spawner(Launcher[WorkerSpec], Protocol):
+    """serve's launcher: the pool's seam."""
 
     def tidy(self) -> None:
         """Called on every pass of serve's loop: retire what has been idle too long."""
@@ -150,7 +135,7 @@ class Spawner(Protocol):
         """``runs`` script-only runs are due within seconds: have workers ready for them."""
 
 
-class Launcher:
+class ForkLauncher:
     """Starts workers from the warm forkserver (``forks``; serve's own unless given one)."""
 
     def __init__(
@@ -193,6 +178,9 @@ class Launcher:
         ticket = self.forks.submit(Spawn(WORKER, (spec, secrets.held())))
         return WorkerHandle(self.forks, ticket)
 
+    def lost(self, store: Store, now: datetime) -> list[str]:
+        return ledger.recover_orphans(store)
+
     def tidy(self) -> None:
         if self.shelf is not None:
             self.shelf.tidy()
@@ -207,55 +195,6 @@ class Launcher:
         if self.shelf is not None:
             self.shelf.close()
         self.forks.close()
-
-
-class WorkerHandle:
-    """A child of the warm forkserver, as the pool sees it (``Handle``). Its pid is known once the
-    forkserver has answered; until then ``poll`` says it is running."""
-
-    def __init__(self, forks: WarmForks, ticket: int):
-        self._forks = forks
-        self._ticket = ticket
-        self._pid: int | None = None
-        self._tree: ProcessTree | None = None
-        self._failed = False  # the fork failed, or the forkserver died before answering
-
-    def _resolve(self, wait: bool) -> int | None:
-        if self._pid is None and not self._failed:
-            try:
-                self._pid = self._forks.pid(self._ticket, wait=wait)
-            except ForkError as exc:
-                print(f"runner serve: {exc}", file=sys.stderr)
-                self._failed = True
-            if self._pid is not None:
-                self._tree = ProcessTree(self._pid)
-        return self._pid
-
-    @property
-    def pid(self) -> int:
-        return self._resolve(wait=True) or 0
-
-    @property
-    def sentinel(self) -> int:
-        """Readable when the forkserver has news (a fork done, an exit; shared by every worker)."""
-        return self._forks.fileno()
-
-    def poll(self) -> int | None:
-        """Exit code once the worker has ended (negative: killed by that signal)."""
-        pid = self._resolve(wait=False)
-        if self._failed:
-            return LOST_EXIT
-        return None if pid is None else self._forks.poll(pid)
-
-    def signal_tree(self, sig: int) -> None:
-        """Send ``sig`` to the worker, its group, and every descendant and its group (never serve's)."""
-        self._resolve(wait=True)
-        if self._tree is not None:
-            self._tree.signal(sig)
-
-    def close(self) -> None:
-        if self._pid is not None:
-            self._forks.forget(self._pid)
 
 
 class AdoptedHandle:
@@ -414,7 +353,6 @@ def _record_failure(settings: Settings, spec: WorkerSpec, exc: RunnerError, hand
     """A problem found before the run started: the queued row says why (with the hand-off time)."""
     from runner.clock import iso
     from runner.errors import StoreError, failure_reason
-    from runner.store import ledger
 
     print(f"runner worker {spec.run_id}: {exc}", file=sys.stderr)
     try:

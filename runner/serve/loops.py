@@ -17,7 +17,9 @@ from runner.serve.host import ServeHost, Ticker, TickerFactory
 from runner.store import ledger
 
 if TYPE_CHECKING:
-    from runner.kanban.dispatch import Capacity, TaskLauncher
+    from runner.forks import Launcher
+    from runner.kanban.dispatch import Capacity
+    from runner.kanban.model import Claim
 
 
 class KanbanTicker:
@@ -33,17 +35,17 @@ class KanbanTicker:
         self,
         host: ServeHost,
         *,
-        launcher: TaskLauncher | None = None,
+        launcher: Launcher[Claim] | None = None,
         capacity: Capacity | None = None,
         on_close: Callable[[], None] | None = None,
     ):
         """``launcher``/``capacity``: where attempts run and what counts against ``max_workers``
         (default: forked from serve's forkserver, counted per host); ``on_close``: called last."""
-        from runner.kanban.dispatch import Dispatcher, ForkLauncher, HostCapacity
+        from runner.kanban.dispatch import Dispatcher, HostCapacity, TaskForkLauncher
 
         self.host, self.on_close = host, on_close
         if launcher is None and host.forks is not None:
-            launcher = ForkLauncher(host.settings, host.forks)
+            launcher = TaskForkLauncher(host.settings, host.forks)
         self.dispatcher = Dispatcher(
             host.settings, launcher=launcher, capacity=capacity or HostCapacity(), clock=host.clock.now
         )

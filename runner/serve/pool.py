@@ -31,7 +31,7 @@ from runner.clock import iso
 from runner.config.jobfile import Job
 from runner.delivery.alerts import RunEnd, is_alerted
 from runner.mcp.keep import Bridges
-from runner.serve.fire import ActiveRun, Fire, Paths, describe_exit
+from runner.serve.fire import ActiveRun, Fire, Paths
 from runner.serve.host import Clock
 from runner.serve.launcher import Handle, Spawner, WorkerSpec
 from runner.serve.state import record_slot_result, set_paused
@@ -104,7 +104,7 @@ class Pool:
         bridges: Bridges | None = None,
         remote: bool = False,
     ):
-        """``spawner`` starts workers (``Launcher`` in serve); ``clock`` gives slot and retry times;
+        """``spawner`` starts workers (``ForkLauncher`` in serve); ``clock`` gives slot and retry times;
         ``monotonic`` measures run timeouts and the kill grace. Tests inject all three."""
         self.store, self.spawner, self.clock, self.log, self.paths = store, spawner, clock, log, paths
         self.monotonic = monotonic
@@ -354,11 +354,11 @@ class Pool:
         reason: str | None
         if run.stop_reason in ledger.STOP_WHY:
             status, reason, error = ledger.stop_outcome(run.stop_reason, fire.job.spec.timeout)
+            won = ledger.finish(self.store, fire.run_id, status, reason=reason, error=error)
         else:
-            status, reason, error = RunStatus.FAILED, ledger.Reason.WORKER_DIED, describe_exit(code)
-        if ledger.finish(self.store, fire.run_id, status, reason=reason, error=error):
-            if not self.remote and reason == ledger.Reason.WORKER_DIED:
-                ledger.kill_leftovers(fire.run_id)  # its commands (own sessions, marked) would go on unsupervised
+            status, reason, error = RunStatus.FAILED, ledger.Reason.WORKER_DIED, ledger.describe_exit(code)
+            won = ledger.worker_died(self.store, fire.run_id, code, sweep=not self.remote)
+        if won:
             self._alert(fire, RunEnd(fire.job.name, fire.run_id, status, reason, error))
         else:
             row = ledger.get(self.store, fire.run_id)

@@ -44,7 +44,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner.forks import ForkError, Frames, Spawn, WarmForks, send_frame
+from runner.forks import ForkError, Frames, Spawn, WarmForks, WorkerHandle, send_frame
 from runner.procs import (
     STOP_SIGNALS,
     become_subreaper,
@@ -52,7 +52,6 @@ from runner.procs import (
     install_two_stage_stop,
     nothing_left,
 )
-from runner.serve.launcher import WorkerHandle
 
 if TYPE_CHECKING:
     from runner.config.jobs import Job

@@ -3,7 +3,8 @@
 A run's status moves along ``LEGAL`` only: ``queued -> running -> a final status``, or straight
 from ``queued`` to a final one (a skipped, missed, cancelled or never-started run). A final status
 never changes again. Each operation names an intent (``open_run``, ``start``, ``finish``,
-``declare_lost``, ``claim_for_worker``, ``request_stop``, ``recover_orphans``) and is one guarded
+``declare_lost``, ``claim_for_worker``, ``request_stop``, ``recover_orphans``, ``recover_stale``,
+``worker_died``: the one lost-worker recovery, which every ``runner.forks.Launcher`` uses) and is one guarded
 ``UPDATE ... WHERE status IN (...)``: it returns whether it won. Two writers that race (a worker
 finishing while serve declares it lost, serve's backstop after the worker wrote its own end)
 cannot both win: the loser gets False, and the row keeps the first verdict.
@@ -23,10 +24,11 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -39,6 +41,7 @@ from runner.store.control import abandon
 from runner.store.dialect import Dialect
 
 HOST = os.uname().nodename  # what socket.gethostname() returns, without importing socket
+NOT_TAKEN = "-"  # runs.worker of a row serve ended before any worker took it
 
 
 class Reason(StrEnum):
@@ -439,16 +442,7 @@ def stop_requests(store: Store, worker: str) -> dict[str, str]:
     return {r["id"]: r["stop_request"] for r in rows}
 
 
-def stale_runs(store: Store, *, before: str, except_worker: str) -> list[RunRow]:
-    """Active runs held by a worker whose heartbeat is older than ``before``."""
-    rows = store.query(
-        "SELECT * FROM runs WHERE status IN (?, ?) AND worker IS NOT NULL AND worker != ? AND heartbeat_at < ?",
-        (RunStatus.QUEUED, RunStatus.RUNNING, except_worker, before),
-    )
-    return [RunRow.of(r) for r in rows]
-
-
-def drop_unclaimed(store: Store, run_id: str, *, marker: str, now: datetime | None = None) -> bool:
+def drop_unclaimed(store: Store, run_id: str, *, marker: str = NOT_TAKEN, now: datetime | None = None) -> bool:
     """A queued run no worker took yet ends ``interrupted`` (``not_started``) and is never started:
     ``marker`` takes the worker column so no later claim can win it."""
     when = iso(now or utcnow())
@@ -460,7 +454,51 @@ def drop_unclaimed(store: Store, run_id: str, *, marker: str, now: datetime | No
     return won
 
 
-# -- this host's orphans --------------------------------------------------------------------------
+# -- lost workers: the one recovery ------------------------------------------------------------------
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = str(-code)
+        return f"the worker was killed by signal {name} before recording a final status"
+    return f"the worker exited with code {code} before recording a final status"
+
+
+def worker_died(store: Store, run_id: str, code: int, *, sweep: bool = True) -> bool:
+    """A worker exited (``code``) without recording its run's end: the run ends ``failed``
+    (``worker_died``) if it is still active, and (``sweep``: its commands ran on this machine) what
+    they left running is killed. False: the run had ended already."""
+    won = finish(store, run_id, RunStatus.FAILED, reason=Reason.WORKER_DIED, error=describe_exit(code))
+    if won and sweep:
+        kill_leftovers(run_id)  # its commands (own sessions, marked) would go on unsupervised
+    return won
+
+
+def recover_stale(store: Store, *, now: datetime, lost_after_s: float) -> list[str]:
+    """Runs held by a ``runner worker`` whose heartbeat is older than ``lost_after_s`` end
+    ``unknown`` (``worker_lost``); return their ids (each changed by one guarded UPDATE, so two
+    serves, a leader and a late one, never both recover it)."""
+    cutoff = iso(now - timedelta(seconds=lost_after_s)) or ""
+    rows = store.query(
+        "SELECT id, worker, heartbeat_at FROM runs WHERE status IN (?, ?) AND worker IS NOT NULL AND worker != ? "
+        "AND heartbeat_at < ?",
+        (RunStatus.QUEUED, RunStatus.RUNNING, NOT_TAKEN, cutoff),
+    )
+    return [
+        r["id"]
+        for r in rows
+        if declare_lost(
+            store,
+            r["id"],
+            error=f"worker {r['worker']} stopped sending heartbeats (last at {r['heartbeat_at']})",
+            now=now,
+            stale_before=cutoff,
+        )
+    ]
+
 
 
 def recover_orphans(store: Store) -> list[str]:
