@@ -181,8 +181,9 @@ def test_killed_workers_run_is_cut_once_declared_lost_so_its_side_effect_happens
 
 def test_cut_off_worker_is_fenced_when_it_comes_back(cluster: Cluster) -> None:
     """A worker paused (cut off) past ``lost_after_s``: serve declares its run lost and retries it
-    elsewhere; when the worker comes back it kills its stale run at its next heartbeat, and the
-    late result never overwrites the ``unknown`` verdict the retry was based on."""
+    elsewhere. The stale run sees the verdict in the ledger and cuts itself while its worker is still
+    paused (the run is fenced by the ledger, not by its parent); when the worker comes back it goes
+    on serving, and no late result overwrites the ``unknown`` verdict the retry was based on."""
     cluster.write_jobs(long_job(60))
     paused = cluster.worker("paused", concurrency=1)
     wait_ready_all(cluster, [paused])
@@ -198,18 +199,19 @@ def test_cut_off_worker_is_fenced_when_it_comes_back(cluster: Cluster) -> None:
         )[0]
         assert lost["reason"] == "worker_lost"
         spare = cluster.worker("spare", concurrency=1)
+        wait_for(
+            lambda: not pid_alive(int(first["pid"]), first["pid_start"]), timeout=20, what="the stale run to cut itself"
+        )
         wait_for(lambda: [r for r in cluster.rows() if r["attempt"] == 2 and r["worker"]], timeout=40)
-        assert pid_alive(int(first["pid"]), first["pid_start"])  # still running on the cut-off machine
     finally:
         os.kill(paused.proc.pid, signal.SIGCONT)
-    wait_for(lambda: not pid_alive(int(first["pid"]), first["pid_start"]), timeout=20, what="the stale run killed")
-    assert "declared it lost" in paused.log()
-    time.sleep(1.0)  # what the killed run's worker writes after it, if anything, is written by now
+    time.sleep(1.0)  # what the stale run's worker writes once it runs again, if anything, is written by now
     again = [r for r in cluster.rows() if r["attempt"] == 1][0]
     assert (again["status"], again["reason"]) == ("unknown", "worker_lost")
     second = [r for r in cluster.rows() if r["attempt"] == 2][0]
     assert second["worker"].startswith("spare@test") and second["status"] in ("queued", "running")
     assert spare.proc is not None and spare.proc.poll() is None
+    assert paused.proc.poll() is None, paused.log()[-2000:]  # the worker that came back still serves
 
 
 def test_broker_restart(cluster: Cluster, redis_server: Redis) -> None:
