@@ -47,7 +47,6 @@ RECENCY_DAYS = 30.0
 MAX_LIMIT = 50
 SNIPPET_TOKENS = 24
 MARK = ("«", "»")
-KINDS = ("prompt", "response", "tool_call", "tool_result", "pre_run")
 
 # the text of one run_events row ``{r}`` (the same expression as the triggers of m0013)
 TEXT = (
