@@ -641,7 +641,7 @@ def _plain(kind: Event | str, payload: Payload) -> Shown:
     return Shown(f"{kind}:", json.dumps(encode(payload), ensure_ascii=False))
 
 
-def _response(kind: Event | str, p: Any) -> Shown:
+def _response(kind: Event | str, p: Response) -> Shown:
     head = f"model turn {p.iteration}: {p.prompt_tokens}+{p.completion_tokens} tokens"
     if p.cached_tokens:
         head += f" ({p.cached_tokens} cached)"
@@ -652,35 +652,35 @@ def _response(kind: Event | str, p: Any) -> Shown:
     return Shown(head, parts=tuple((label, text) for label, text in parts if text))
 
 
-def _stream_text(kind: Event | str, p: Any) -> Shown:
+def _stream_text(kind: Event | str, p: StreamText) -> Shown:
     thought = f"(thinking) {p.reasoning}" if p.reasoning else ""
     more = " [... the rest comes with the model turn]" if p.more else ""
     return Shown("...", f"{thought}{p.text}{more}", whole=True)
 
 
-def _stream_cut(kind: Event | str, p: Any) -> Shown:
+def _stream_cut(kind: Event | str, p: StreamCut) -> Shown:
     return Shown(f"stream cut after {p.chars} characters ({p.error}){':' if p.partial_text else ''}", p.partial_text)
 
 
-def _tool_call(kind: Event | str, p: Any) -> Shown:
+def _tool_call(kind: Event | str, p: ToolCall) -> Shown:
     return Shown(f"-> {p.name}", json_text(p.arguments))
 
 
-def _tool_result(kind: Event | str, p: Any) -> Shown:
+def _tool_result(kind: Event | str, p: ToolResult) -> Shown:
     mark = "BLOCKED " if str(p.result).startswith(("blocked:", "blocked (")) else ""
     return Shown(f"<- {mark}{p.name}{' (failed)' if p.failed else ''}:", p.result)
 
 
-def _subagent_started(kind: Event | str, p: Any) -> Shown:
+def _subagent_started(kind: Event | str, p: SubagentStarted) -> Shown:
     return Shown(f"-> subagent {p.run_id}:", p.goal)
 
 
-def _subagent_finished(kind: Event | str, p: Any) -> Shown:
+def _subagent_finished(kind: Event | str, p: SubagentFinished) -> Shown:
     reason = f" ({p.reason})" if p.reason else ""
     return Shown(f"<- subagent {p.run_id}: {p.status}{reason}, {p.tokens} tokens, ${p.cost_usd or 0:.5f}")
 
 
-def _side_call(kind: Event | str, p: Any) -> Shown:
+def _side_call(kind: Event | str, p: SideCall) -> Shown:
     if kind != Event.SKILL_REVIEW:
         return _plain(kind, p)
     what = f"{p.outcome} {p.name or ''}".rstrip()
@@ -689,7 +689,7 @@ def _side_call(kind: Event | str, p: Any) -> Shown:
     )
 
 
-def _request(kind: Event | str, p: Any) -> Shown:
+def _request(kind: Event | str, p: Request) -> Shown:
     return Shown(f"request {p.iteration}: {p.messages} messages, {p.tools} tools")
 
 

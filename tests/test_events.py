@@ -12,7 +12,20 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner.events import FORMATS, PAYLOADS, Event, Payload, Recorded, Response, ToolCall, Unknown, decode, encode, show
+from runner.events import (
+    FORMATS,
+    PAYLOADS,
+    Event,
+    Payload,
+    ProviderFallback,
+    Recorded,
+    Response,
+    ToolCall,
+    Unknown,
+    decode,
+    encode,
+    show,
+)
 from runner.safety.redact import Redactor
 from runner.statuses import Trigger
 from runner.store import Store, dumps, ledger
@@ -71,7 +84,10 @@ def test_a_payload_reads_back_from_its_stored_json(item: tuple[Event, Payload]) 
 def test_a_field_left_at_its_default_is_not_stored_and_keywords_keep_their_names() -> None:
     reply = Response(1, "hi", [], "stop", 10, 2, 0.0, 0.5)
     assert "cached_tokens" not in encode(reply) and encode(reply)["content"] == "hi"
-    assert encode(PAYLOADS[Event.PROVIDER_FALLBACK]("a", "b", "m", "rate_limited", "429"))["from"] == "a"  # type: ignore[call-arg]
+    assert encode(ProviderFallback("a", "b", "m", "rate_limited", "429"))["from"] == "a"
+    assert decode("provider_fallback", {"from": "a", "to": "b", "model": "m", "reason": "r", "error": "e"})[1] == (
+        ProviderFallback("a", "b", "m", "r", "e")
+    )
 
 
 def test_an_old_or_unknown_event_reads_back_as_stored(tmp_path) -> None:

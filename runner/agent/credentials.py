@@ -327,7 +327,8 @@ class CredentialPool:
         remaining = self.deadline - self.monotonic() if self.deadline is not None else float("inf")
         budget = self.max_wait - self._waited
         if self.may_wait and wait <= budget and wait <= remaining:
-            self.emit(Event.CREDENTIALS_WAIT, CredentialsWait(self.provider, round(wait, 3), soonest["fingerprint"], keys))
+            waiting = CredentialsWait(self.provider, round(wait, 3), soonest["fingerprint"], keys)
+            self.emit(Event.CREDENTIALS_WAIT, waiting)
             self.sleep(wait)
             self._waited += wait
             return

@@ -382,10 +382,16 @@ def _charge_summaries(replies: Sequence[Spent], totals: Totals, emit: Emit) -> N
     run's tokens, cost and budgets, at the prices of the provider that answered them."""
     for reply in replies:
         _count(totals, reply.usage, reply.cost_usd)
-        usage = reply.usage
         emit(
             Event.SUMMARY,
-            SideCall(reply.model, reply.provider, usage.prompt_tokens, usage.completion_tokens, round(reply.cost_usd, 6), chars=len(reply.text)),
+            SideCall(
+                reply.model,
+                reply.provider,
+                reply.usage.prompt_tokens,
+                reply.usage.completion_tokens,
+                round(reply.cost_usd, 6),
+                chars=len(reply.text),
+            ),
         )
 
 

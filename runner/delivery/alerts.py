@@ -166,7 +166,8 @@ class Alerter:
         extra = {"approval_id": request.id, "command": request.command, "grant": f"runner approvals grant {request.id}"}
         message = replace(base, key=f"{request.run_id}:approval:{request.id}", payload={**base.payload, **extra})
         results = [send(sink, message, self.ctx) for sink in sinks]
-        self._recorder(end.run_id)(events.Event.ALERT, events.Alert(Event.APPROVAL, True, [r.as_dict() for r in results]))
+        sent = events.Alert(Event.APPROVAL, True, [r.as_dict() for r in results])
+        self._recorder(end.run_id)(events.Event.ALERT, sent)
         return results
 
     # -- sending ------------------------------------------------------------------------------------

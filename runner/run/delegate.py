@@ -177,7 +177,8 @@ class _Child:
             totals = Totals()
             child_ctx = self.context(ctx, tools, limits, totals)
             messages = self.first_messages(goal, context, ctx.workdir)
-            self.emit(Event.RUN_STARTED, RunStarted(p.job.name, Trigger.DELEGATE, parent_run_id=p.run_id, depth=p.depth))
+            started = RunStarted(p.job.name, Trigger.DELEGATE, parent_run_id=p.run_id, depth=p.depth)
+            self.emit(Event.RUN_STARTED, started)
             self.emit(Event.PROMPT, Prompt(messages[1]["content"][:4000], [t.name for t in tools], p.llm.model))
             result = run_loop(
                 messages,

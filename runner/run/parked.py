@@ -71,9 +71,8 @@ class Parking:
             now=now,
             expires=now + timedelta(seconds=wait),
         )
-        self.emit(
-            Event.APPROVAL_PARKED, ApprovalParked(request.id, request.command, list(request.reasons), request.expires_at)
-        )
+        parked = ApprovalParked(request.id, request.command, list(request.reasons), request.expires_at)
+        self.emit(Event.APPROVAL_PARKED, parked)
         self.notify(request)
         final = self._wait(request, start + wait, capped=wait < self.timeout)
         return self._answer(final)

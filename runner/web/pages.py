@@ -149,7 +149,9 @@ def run_detail(request: Request) -> Response:
     live = detail.run["status"] in ACTIVE
     output = None if live else _output(detail.run)
     steps = _steps(detail.events)
-    return w.render(request, "run.html", d=detail, run=detail.run, output=output, live=live, last_seq=last_seq, steps=steps)
+    return w.render(
+        request, "run.html", d=detail, run=detail.run, output=output, live=live, last_seq=last_seq, steps=steps
+    )
 
 
 def step_html(w: Any, events: list[Recorded]) -> str:

@@ -109,7 +109,9 @@ def test_the_loop_refuses_to_send_a_broken_history():
     from runner.errors import ModelError
 
     with pytest.raises(ModelError) as err:
-        run_loop(msgs, [], ToolContext(backend=None), Never(), Limits(), emit=lambda k, p: events.append((k, encode(p))))
+        run_loop(
+            msgs, [], ToolContext(backend=None), Never(), Limits(), emit=lambda k, p: events.append((k, encode(p)))
+        )
     assert err.value.reason == "invalid_history"
     assert [k for k, _ in events] == ["invalid_history"]
 

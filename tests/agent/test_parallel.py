@@ -93,7 +93,9 @@ def run(backend: LocalBackend, llm: ScriptedLLM) -> tuple[list[dict[str, Any]], 
     registry = discover()
     tools = [registry.entries[n] for n in ("web_fetch", "read_file", "list_dir", "write_file", "terminal")]
     messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
-    result = run_loop(messages, tools, ctx, llm, Limits(max_iterations=5), emit=lambda k, d: events.append((k, encode(d))))
+    result = run_loop(
+        messages, tools, ctx, llm, Limits(max_iterations=5), emit=lambda k, d: events.append((k, encode(d)))
+    )
     assert result.output == "done"
     return messages, events
 
