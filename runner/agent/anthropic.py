@@ -43,6 +43,7 @@ from runner.agent.llm import ChatClient, Failure, _Clock, _status_failure
 from runner.agent.stream import DONE, TICK, BadChunk, Progress, StreamCut, StreamError, TextEvents, sse_events
 from runner.agent.types import THINKING_KEY, Message, ToolCall, Usage
 from runner.errors import ConfigError, ModelError
+from runner.events import Event, ModelNote
 from runner.tls import verify_for
 
 ANTHROPIC_VERSION = "2023-06-01"
@@ -511,7 +512,5 @@ class AnthropicClient(ChatClient):
         finally:
             response.close()
         if reader.stop == "pause_turn":
-            self.emit(
-                "model_note", {"stop_reason": "pause_turn", "detail": "the API paused a long turn; taken as its end"}
-            )
+            self.emit(Event.MODEL_NOTE, ModelNote("pause_turn", "the API paused a long turn; taken as its end"))
         return reader.message()

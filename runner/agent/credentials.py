@@ -22,7 +22,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -32,6 +32,8 @@ from runner.agent.profiles import ErrorKind, error_message
 from runner.config.refs import resolve_key
 from runner.config.schedules import format_duration
 from runner.errors import ModelError, UsageError
+from runner.events import Credential as Info
+from runner.events import CredentialsWait, Emit, Event, no_events
 from runner.safety.redact import Redactor
 from runner.store import Store, keys
 from runner.store.keys import KeyFailure, KeyRow, KeyStatus
@@ -39,7 +41,6 @@ from runner.store.keys import KeyFailure, KeyRow, KeyStatus
 if TYPE_CHECKING:
     from runner.config.machine import Config, Cooldowns, Provider
 
-Emit = Callable[[str, dict[str, Any]], None]
 MIN_WAIT = 0.25  # never spin: a wait for a cooling key is at least this long
 
 
@@ -177,7 +178,7 @@ class CredentialPool:
         self.rules = cooldowns
         self.max_wait = max_wait
         self.may_wait = may_wait
-        self.emit: Emit = emit or (lambda kind, payload: None)
+        self.emit: Emit = emit or no_events
         self.deadline = deadline
         self.clock, self.monotonic, self.sleep = clock, monotonic, sleep
         self.rng = rng or random.Random()
@@ -205,10 +206,10 @@ class CredentialPool:
             if chosen is not None:
                 previous, self._sticky = self._sticky, chosen.fingerprint
                 if previous is None:
-                    self.emit("credential_selected", self._info(chosen, strategy=self.strategy))
+                    self.emit(Event.CREDENTIAL_SELECTED, self._info(chosen, strategy=self.strategy))
                 elif previous != self._sticky:
-                    info = self._info(chosen, **{"from": previous, "reason": self._why_rotate or "not usable"})
-                    self.emit("credential_rotated", info)
+                    info = self._info(chosen, from_=previous, reason=self._why_rotate or "not usable")
+                    self.emit(Event.CREDENTIAL_ROTATED, info)
                 self._why_rotate = ""
                 return self.creds[chosen.fingerprint]
             self._wait_or_raise(rows, now)
@@ -279,10 +280,8 @@ class CredentialPool:
         remaining = self.deadline - self.monotonic() if self.deadline is not None else float("inf")
         budget = self.max_wait - self._waited
         if self.may_wait and wait <= budget and wait <= remaining:
-            self.emit(
-                "credentials_wait",
-                {"provider": self.provider, "wait_s": round(wait, 3), "for": soonest.fingerprint, "keys": said_keys},
-            )
+            waiting = CredentialsWait(self.provider, round(wait, 3), soonest.fingerprint, said_keys)
+            self.emit(Event.CREDENTIALS_WAIT, waiting)
             self.sleep(wait)
             self._waited += wait
             return
@@ -322,27 +321,20 @@ class CredentialPool:
         return reasons.get(only, "credentials_exhausted") if only else "credentials_exhausted", said
 
     def _report(self, cred: Credential, status: int, verdict: KeyVerdict, until: str | None, message: str) -> None:
-        info = {
-            "provider": self.provider,
-            "label": cred.label,
-            "fingerprint": cred.fingerprint,
-            "http_status": status,
-            "kind": verdict.kind,
-            "error": message,
-        }
+        info = Info(self.provider, cred.label, cred.fingerprint, http_status=status, kind=verdict.kind, error=message)
         if verdict.kind == "retry_same":
             wait = self.rules.rate_limit_retry_s
-            self.emit("credential_retry", {**info, "wait_s": wait})
+            self.emit(Event.CREDENTIAL_RETRY, replace(info, wait_s=wait))
             self.sleep(wait)
             return
         self._why_rotate = f"{cred.fingerprint}: HTTP {status} ({verdict.kind})"
         if verdict.status is KeyStatus.DEAD:
-            self.emit("credential_dead", info)
+            self.emit(Event.CREDENTIAL_DEAD, info)
         elif verdict.seconds > 0:
-            self.emit("credential_cooldown", {**info, "seconds": round(verdict.seconds, 3), "until": until})
+            self.emit(Event.CREDENTIAL_COOLDOWN, replace(info, seconds=round(verdict.seconds, 3), until=until))
 
-    def _info(self, row: KeyRow, **extra: Any) -> dict[str, Any]:
-        return {"provider": self.provider, "label": row.label, "fingerprint": row.fingerprint, **extra}
+    def _info(self, row: KeyRow, **extra: Any) -> Info:
+        return Info(self.provider, row.label, row.fingerprint, **extra)
 
 
 class ProviderChoice(Protocol):

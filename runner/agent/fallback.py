@@ -9,18 +9,19 @@ records a ``provider_fallback`` event. Every other error is the run's to handle,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from runner.agent.types import LLM, Message
 from runner.errors import ModelError
+from runner.events import Emit, Event, ProviderFallback
 
 # the provider cannot answer this run: its keys are cooling, dead, out of credit, refused or rate limited
 SWITCH_REASONS = frozenset({"credentials_exhausted", "credentials_dead", "auth_failed", "no_credit", "rate_limited"})
 
 
 class FallbackLLM:
-    def __init__(self, chain: Sequence[tuple[str, LLM]], *, emit: Callable[[str, dict[str, Any]], None]):
+    def __init__(self, chain: Sequence[tuple[str, LLM]], *, emit: Emit):
         if not chain:
             raise ValueError("FallbackLLM needs at least one provider")
         self.chain = list(chain)
@@ -50,7 +51,4 @@ class FallbackLLM:
                 self.index += 1
                 nxt, nxt_llm = self.chain[self.index]
                 self.model = nxt_llm.model
-                self.emit(
-                    "provider_fallback",
-                    {"from": name, "to": nxt, "model": nxt_llm.model, "reason": exc.reason, "error": str(exc)},
-                )
+                self.emit(Event.PROVIDER_FALLBACK, ProviderFallback(name, nxt, nxt_llm.model, exc.reason, str(exc)))

@@ -46,6 +46,8 @@ from runner.agent.stream import (
 from runner.agent.types import Message, Usage
 from runner.config.request_fields import MaxTokensField, request_fields
 from runner.errors import ModelError
+from runner.events import Emit, Event, ProviderProtocol, UsageEstimated, no_events
+from runner.events import ModelRetry as RetryEvent
 from runner.tls import verify_for
 
 if TYPE_CHECKING:
@@ -53,7 +55,6 @@ if TYPE_CHECKING:
 
     from runner.config.model_options import ModelOptions
 
-Emit = Callable[[str, dict[str, Any]], None]
 RETRYABLE = {408, 409, 425, 500, 502, 503, 504, 520, 521, 522, 524, 529}
 BACKOFF_BASE = 1.0
 BACKOFF_MAX = 30.0
@@ -141,7 +142,7 @@ class ChatClient:
         self.max_retries = max_retries
         self.retry_backoff = retry_backoff
         self.headers = dict(headers or {})
-        self.emit = emit or (lambda kind, payload: None)
+        self.emit = emit or no_events
         self.sleep = sleep
         self.idle_timeout = idle_timeout
         self.stream = stream
@@ -211,12 +212,12 @@ class ChatClient:
             try:
                 message = self._attempt(sent, body, cred, clock)
             except StreamCut as cut:
-                self.emit("stream_cut", cut.payload())
+                self.emit(Event.STREAM_CUT, cut.event())
                 failure = Failure(f"connection error: stream cut after {cut.chars} characters ({cut.error})")
             except StreamError as exc:  # an error object where the answer was due (HTTP 200)
                 failure = _error_failure(exc)
             except BadChunk as exc:
-                self.emit("provider_protocol", {"error": str(exc), "excerpt": exc.excerpt})
+                self.emit(Event.PROVIDER_PROTOCOL, ProviderProtocol(str(exc), exc.excerpt))
                 raise ModelError(
                     f"{self.provider}: the answer is not a chat completion: {exc} (excerpt in the run's steps)",
                     reason="provider_protocol",
@@ -237,11 +238,8 @@ class ChatClient:
         out = len(message.content or "") + len(message.reasoning or "")
         out += sum(len(c.name) + len(c.arguments) for c in message.tool_calls)
         usage = Usage(prompt, max(1, out // CHARS_PER_TOKEN))
-        self.emit(
-            "usage_estimated",
-            {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
-             "detail": "the provider sent no token counts; estimated from characters (4 per token)"},
-        )  # fmt: skip
+        detail = "the provider sent no token counts; estimated from characters (4 per token)"
+        self.emit(Event.USAGE_ESTIMATED, UsageEstimated(usage.prompt_tokens, usage.completion_tokens, detail))
         return replace(message, usage=usage)
 
     def _attempt(
@@ -335,7 +333,7 @@ class ChatClient:
             raise ModelError(f"{self.provider}: {what} (no time left for a retry)", reason=reason, status=status)
         delay = wait if wait is not None else min(BACKOFF_MAX, self.retry_backoff * 2**retries)
         delay = min(delay, 300.0) + (random.uniform(0, 0.25 * delay) if wait is None else 0.0)
-        self.emit("model_retry", {"attempt": retries + 1, "error": what, "wait_s": round(delay, 3)})
+        self.emit(Event.MODEL_RETRY, RetryEvent(retries + 1, what, round(delay, 3)))
         if end is not None:
             delay = min(delay, max(0.0, end - time.monotonic()))
         self.sleep(delay)

@@ -21,6 +21,21 @@ from runner.agent.history import history_problem
 from runner.agent.schema import check_args
 from runner.agent.types import LLM, Message, ToolCall, Usage, arguments_value
 from runner.errors import ModelError, RunnerError
+from runner.events import (
+    Detail,
+    Emit,
+    Error,
+    Event,
+    Grace,
+    InvalidHistory,
+    Limit,
+    Request,
+    Response,
+    SideCall,
+    ToolResult,
+    Truncated,
+)
+from runner.events import ToolCall as CallEvent
 from runner.priced import PricedReply, Tokens
 from runner.procs import Cut, future_results, wait_or_cut
 from runner.safety.result import ApprovalResult, ApproveFn
@@ -28,9 +43,6 @@ from runner.statuses import RunStatus
 from runner.tools import ToolEntry, ToolError
 from runner.tools.context import ToolContext
 from runner.tracing import NOOP, Span, Tracer
-
-Emit = Callable[[str, dict[str, Any]], None]
-
 
 Spent = PricedReply  # a side call's reply, already priced (``runner.agent.auxiliary.AuxReply``)
 
@@ -254,7 +266,7 @@ def run_loop(
                 recent_failures = _track_loop(recent_failures, call, failed)
             _check(limits, totals, stop, cut)
     except LoopExit as exit_:
-        emit("limit", {"reason": exit_.reason, "detail": exit_.detail})
+        emit(Event.LIMIT, Limit(exit_.reason, exit_.detail))
         output = exit_.output if isinstance(exit_, Unusable) else ""
         if exit_.grace:
             if prune is not None:
@@ -326,9 +338,9 @@ def _call(
     history the API would reject is never sent (``invalid_history``)."""
     problem = history_problem(messages)
     if problem is not None:
-        emit("invalid_history", {"error": problem, "messages": len(messages)})
+        emit(Event.INVALID_HISTORY, InvalidHistory(problem, len(messages)))
         raise ModelError(f"the conversation is not valid to send: {problem}", reason="invalid_history")
-    emit("request", {"iteration": totals.iterations + 1, "messages": len(messages), "tools": len(schemas)})
+    emit(Event.REQUEST, Request(totals.iterations + 1, len(messages), len(schemas)))
     started = time.monotonic()
     extra = {} if max_tokens is None else {"max_tokens": max_tokens}
     if cut is None:
@@ -338,23 +350,25 @@ def _call(
     totals.iterations += 1
     cost = _charge(totals, reply, pricing)
     emit(
-        "response",
-        {
-            "iteration": totals.iterations,
-            "content": reply.content,
-            "tool_calls": [{"name": c.name, "arguments": arguments_value(c.arguments)} for c in reply.tool_calls],
-            "finish_reason": reply.finish_reason,
-            "prompt_tokens": reply.usage.prompt_tokens,
-            "completion_tokens": reply.usage.completion_tokens,
-            **({"cached_tokens": reply.usage.cached_tokens} if reply.usage.cached_tokens else {}),
-            **({"cache_write_tokens": reply.usage.cache_write_tokens} if reply.usage.cache_write_tokens else {}),
-            "cost_usd": round(cost, 6),
-            "seconds": round(time.monotonic() - started, 3),
-            **reply.extras(),
-        },
+        Event.RESPONSE,
+        Response(
+            iteration=totals.iterations,
+            content=reply.content,
+            tool_calls=[{"name": c.name, "arguments": arguments_value(c.arguments)} for c in reply.tool_calls],
+            finish_reason=reply.finish_reason,
+            prompt_tokens=reply.usage.prompt_tokens,
+            completion_tokens=reply.usage.completion_tokens,
+            cached_tokens=reply.usage.cached_tokens or None,
+            cache_write_tokens=reply.usage.cache_write_tokens or None,
+            cost_usd=round(cost, 6),
+            seconds=round(time.monotonic() - started, 3),
+            reasoning=reply.reasoning or None,
+            refusal=reply.refusal or None,
+            content_parts=[dict(p) for p in reply.parts] or None,
+        ),
     )
     if reply.finish_reason == "length":
-        emit("truncated", {"iteration": totals.iterations, "detail": "the model hit its output token limit"})
+        emit(Event.TRUNCATED, Truncated(totals.iterations, "the model hit its output token limit"))
     return reply
 
 
@@ -376,7 +390,7 @@ def _complete_or_cut(complete: Callable[[], Message], cut: Cut, emit: Emit) -> M
 
     threading.Thread(target=contextvars.copy_context().run, args=(ask,), name="runner-model", daemon=True).start()
     if not wait_or_cut(done.wait, None, cut):
-        emit("request_cut", {"detail": "the model request was given up: the run was cut"})
+        emit(Event.REQUEST_CUT, Detail("the model request was given up: the run was cut"))
         raise Interrupted("interrupted", "the run's model request was cut (cancelled, or declared lost)")
     if failure:
         raise failure[0]
@@ -403,15 +417,15 @@ def _charge_summaries(replies: Sequence[Spent], totals: Totals, emit: Emit) -> N
     for reply in replies:
         _count(totals, reply.usage, reply.cost_usd)
         emit(
-            "summary",
-            {
-                "model": reply.model,
-                "provider": reply.provider,
-                "prompt_tokens": reply.usage.prompt_tokens,
-                "completion_tokens": reply.usage.completion_tokens,
-                "cost_usd": round(reply.cost_usd, 6),
-                "chars": len(reply.text),
-            },
+            Event.SUMMARY,
+            SideCall(
+                reply.model,
+                reply.provider,
+                reply.usage.prompt_tokens,
+                reply.usage.completion_tokens,
+                round(reply.cost_usd, 6),
+                chars=len(reply.text),
+            ),
         )
 
 
@@ -457,7 +471,7 @@ def _run_tool(
 
 
 def _announce(call: ToolCall, emit: Emit) -> None:
-    emit("tool_call", {"id": call.id, "name": call.name, "arguments": arguments_value(call.arguments)})
+    emit(Event.TOOL_CALL, CallEvent(call.id, call.name, arguments_value(call.arguments)))
 
 
 def _invoke(
@@ -490,17 +504,10 @@ def _invoke(
 
 def _report(call: ToolCall, result: str, failed: bool, seconds: float, emit: Emit, cut: Cut | None = None) -> None:
     """The call's ``tool_result`` event; ``cut: true`` when the run was cut meanwhile (the call was ended)."""
+    was_cut = (cut is not None and cut.is_set()) or None
     emit(
-        "tool_result",
-        {
-            "id": call.id,
-            "name": call.name,
-            "result": _preview(result),
-            "chars": len(result),
-            "failed": failed,
-            "seconds": round(seconds, 3),
-            **({"cut": True} if cut is not None and cut.is_set() else {}),
-        },
+        Event.TOOL_RESULT,
+        ToolResult(call.id, call.name, _preview(result), len(result), failed, round(seconds, 3), was_cut),
     )
 
 
@@ -586,14 +593,14 @@ def _grace(
     end = limits.hard_deadline if limits.hard_deadline is not None else limits.deadline
     timeout = GRACE_TIMEOUT if end is None else min(GRACE_TIMEOUT, end - time.monotonic())
     if timeout < GRACE_MIN_SECONDS:
-        emit("grace_skipped", {"reason": exit_.reason, "detail": "no time left before the run's hard deadline"})
+        emit(Event.GRACE_SKIPPED, Limit(exit_.reason, "no time left before the run's hard deadline"))
         return ""
     messages.append({"role": "user", "content": GRACE_PROMPT.format(why=exit_.detail)})
-    emit("grace", {"reason": exit_.reason, "timeout_s": round(timeout, 1), "max_tokens": GRACE_MAX_TOKENS})
+    emit(Event.GRACE, Grace(exit_.reason, round(timeout, 1), GRACE_MAX_TOKENS))
     try:
         reply = _call(llm, messages, [], totals, emit, pricing, timeout=timeout, max_tokens=GRACE_MAX_TOKENS)
     except RunnerError as exc:  # recorded; the limit is already the run's outcome
-        emit("grace_failed", {"error": str(exc)})
+        emit(Event.GRACE_FAILED, Error(str(exc)))
         return ""
     messages.append(reply.to_dict())
     return reply.answer

@@ -17,8 +17,8 @@ from typing import Any
 
 from runner.agent.auxiliary import AuxiliaryModel, AuxReply
 from runner.errors import ModelError
+from runner.events import Emit, Error, Event, Prune
 
-Emit = Callable[[str, dict[str, Any]], None]
 CHARS_PER_TOKEN = 4
 MESSAGE_OVERHEAD = 4
 LOW_WATER = 0.7
@@ -110,17 +110,17 @@ class Pruner:
         target = int(self.budget * LOW_WATER)
         protected_from = self._protected_from(messages)
         calls = _calls_by_id(messages)
-        steps = {"deduped_reads": self._dedupe_reads(messages, calls)}
+        deduped = self._dedupe_reads(messages, calls)
         replies: list[AuxReply] = []
-        steps["summarized_turns"] = self._summarize_middle(messages, protected_from, replies)
-        if steps["summarized_turns"]:
+        turns = self._summarize_middle(messages, protected_from, replies)
+        if turns:
             protected_from = 3  # system, task, the summary; then the protected tail
-        steps["summarized_results"] = self._summarize_old(messages, calls, protected_from, target)
-        steps["trimmed_messages"] = self._trim_old_text(messages, protected_from, target)
-        steps["dropped_messages"] = self._drop_oldest(messages, target)
+        results = self._summarize_old(messages, calls, protected_from, target)
+        trimmed = self._trim_old_text(messages, protected_from, target)
+        dropped = self._drop_oldest(messages, target)
         after = total(messages, self.tools_tokens)
         if self.emit:
-            self.emit("prune", {"tokens_before": before, "tokens_after": after, "budget": self.budget, **steps})
+            self.emit(Event.PRUNE, Prune(before, after, self.budget, deduped, turns, results, trimmed, dropped))
         return replies
 
     def _summarize_middle(self, messages: list[dict[str, Any]], stop: int, replies: list[AuxReply]) -> int:
@@ -133,7 +133,7 @@ class Pruner:
             reply = self.summarize(middle)
         except ModelError as exc:
             if self.emit:
-                self.emit("summary_failed", {"error": str(exc)})
+                self.emit(Event.SUMMARY_FAILED, Error(str(exc)))
             return 0
         replies.append(reply)
         summary = reply.text.strip()

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from runner.agent.types import Message, ToolCall, Usage
+from runner.events import Emit, Event, StreamText
+from runner.events import StreamCut as CutEvent
 
-Emit = Callable[[str, dict[str, Any]], None]
 TEXT_EVENT_SECONDS = 0.1  # streamed text reaches the run's events at most this often
 TEXT_EVENT_CHARS = 16_000  # and at most this much of one turn (the response event has it all)
 PARTIAL_CHARS = 20_000  # a cut stream's partial text kept in its event
@@ -44,11 +45,8 @@ class StreamCut(Exception):
     def chars(self) -> int:
         return len(self.text)
 
-    def payload(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"error": self.error, "chars": self.chars, "partial_text": self.text[-PARTIAL_CHARS:]}
-        if self.reasoning:
-            out["partial_reasoning"] = self.reasoning[-PARTIAL_CHARS:]
-        return out
+    def event(self) -> CutEvent:
+        return CutEvent(self.error, self.chars, self.text[-PARTIAL_CHARS:], self.reasoning[-PARTIAL_CHARS:] or None)
 
 
 class TextEvents:
@@ -75,14 +73,13 @@ class TextEvents:
             self._flush(now)
 
     def _flush(self, now: float) -> None:
-        payload: dict[str, Any] = {"text": "".join(self.text)[: self.budget]}
-        self.budget -= len(payload["text"])
+        text = "".join(self.text)[: self.budget]
+        self.budget -= len(text)
+        reasoning = None
         if self.reasoning and self.budget > 0:
-            payload["reasoning"] = "".join(self.reasoning)[: self.budget]
-            self.budget -= len(payload["reasoning"])
-        if self.budget <= 0:
-            payload["more"] = True
-        self.emit("stream_text", payload)
+            reasoning = "".join(self.reasoning)[: self.budget]
+            self.budget -= len(reasoning)
+        self.emit(Event.STREAM_TEXT, StreamText(text, reasoning, True if self.budget <= 0 else None))
         self.text, self.reasoning, self.last = [], [], now
 
 

@@ -7,11 +7,11 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import click
 
 from runner.cli._util import echo_json, parse_vars, settings
+from runner.events import Event, Payload, show
 from runner.procs import two_stage_stop
 from runner.statuses import RunStatus, Trigger
 
@@ -84,16 +84,14 @@ def run_job(
     sys.exit(outcome.exit_code)
 
 
-PROGRESS_KINDS = frozenset({"pre_run", "response", "tool_call", "error", "approval"})
+PROGRESS_KINDS = frozenset({Event.PRE_RUN, Event.RESPONSE, Event.TOOL_CALL, Event.ERROR, Event.APPROVAL})
 
 
-def _progress(kind: str, payload: dict[str, Any]) -> None:
+def _progress(kind: Event, payload: Payload) -> None:
     """One line on the terminal per model turn and tool call (``run-job`` on a TTY only)."""
     if kind not in PROGRESS_KINDS:
         return
-    from runner.cli.runs import format_event
-
-    line = format_event({"kind": kind, "payload": payload, "ts": ""}, width=100).strip().splitlines()[0]
+    line = show(kind, payload).text(100).splitlines()[0]
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
 

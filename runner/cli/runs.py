@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from runner.cli._util import echo_json, local_time, settings, table
+from runner.events import LIVE_ONLY, Recorded, SubagentStarted, clip
 from runner.statuses import ACTIVE, RunStatus
 
 STATUSES = [s.value for s in RunStatus]
@@ -125,66 +126,8 @@ def _load(run_id: str) -> dict[str, Any]:
     return find_run(settings().store, run_id)
 
 
-def format_event(ev: dict[str, Any], *, width: int = 400) -> str:
-    payload = json.loads(ev["payload"]) if isinstance(ev["payload"], str) else ev["payload"]
-    kind = ev["kind"]
-    ts = local_time(ev["ts"])[11:]
-    if kind == "response":
-        calls = ", ".join(f"{c['name']}({_short(_text(c['arguments']), 120)})" for c in payload.get("tool_calls", []))
-        text = f"model turn {payload.get('iteration')}: {payload.get('prompt_tokens')}+{payload.get('completion_tokens')} tokens"
-        if payload.get("cached_tokens"):
-            text += f" ({payload['cached_tokens']} cached)"
-        if payload.get("cost_usd"):
-            text += f", ${payload['cost_usd']:.5f}"
-        if payload.get("reasoning"):
-            text += f"\n    thinks: {_short(payload['reasoning'], width)}"
-        if calls:
-            text += f"\n    calls: {calls}"
-        if payload.get("content"):
-            text += f"\n    says: {_short(payload['content'], width)}"
-        if payload.get("refusal"):
-            text += f"\n    refuses: {_short(payload['refusal'], width)}"
-        return f"{ts}  {text}"
-    if kind == "stream_text":
-        thought = f"(thinking) {payload['reasoning']}" if payload.get("reasoning") else ""
-        more = " [... the rest comes with the model turn]" if payload.get("more") else ""
-        return f"{ts}  ... {thought}{payload.get('text', '')}{more}".rstrip()
-    if kind == "stream_cut":
-        partial = f": {_short(payload.get('partial_text', ''), width)}" if payload.get("partial_text") else ""
-        return f"{ts}  stream cut after {payload.get('chars', 0)} characters ({payload.get('error')}){partial}"
-    if kind == "tool_call":
-        return f"{ts}  -> {payload.get('name')} {_short(_text(payload.get('arguments', '')), width)}"
-    if kind == "tool_result":
-        mark = "BLOCKED " if str(payload.get("result", "")).startswith(("blocked:", "blocked (")) else ""
-        flag = " (failed)" if payload.get("failed") else ""
-        return f"{ts}  <- {mark}{payload.get('name')}{flag}: {_short(payload.get('result', ''), width)}"
-    if kind == "subagent_started":
-        return f"{ts}  -> subagent {payload.get('run_id')}: {_short(payload.get('goal', ''), width)}"
-    if kind == "subagent_finished":
-        reason = f" ({payload['reason']})" if payload.get("reason") else ""
-        return (
-            f"{ts}  <- subagent {payload.get('run_id')}: {payload.get('status')}{reason}, "
-            f"{payload.get('tokens')} tokens, ${payload.get('cost_usd') or 0:.5f}"
-        )
-    if kind == "skill_review":
-        what = f"{payload.get('outcome')} {payload.get('name') or ''}".rstrip()
-        return (
-            f"{ts}  skill review by {payload.get('model')}: {payload.get('prompt_tokens')}+"
-            f"{payload.get('completion_tokens')} tokens, ${payload.get('cost_usd') or 0:.5f}: {what}"
-        )
-    if kind == "request":
-        return f"{ts}  request {payload.get('iteration')}: {payload.get('messages')} messages, {payload.get('tools')} tools"
-    return f"{ts}  {kind}: {_short(json.dumps(payload, ensure_ascii=False), width)}"
-
-
-def _text(value: Any) -> str:
-    """Tool-call arguments as shown: stored as JSON (older rows: as the model's text)."""
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
-def _short(text: str, width: int) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= width else text[: width - 3] + "..."
+def format_event(ev: Recorded, *, width: int = 400) -> str:
+    return f"{local_time(ev.ts)[11:]}  {ev.shown().text(width)}"
 
 
 @runs_group.command("show")
@@ -202,7 +145,7 @@ def runs_show(run_id: str, as_json: bool) -> None:
             {
                 "run": row,
                 "children": kids,
-                "events": [{**e, "payload": json.loads(e["payload"])} for e in evs],
+                "events": [e.as_json() for e in evs],
             }
         )
         return
@@ -236,7 +179,7 @@ def runs_show(run_id: str, as_json: bool) -> None:
     click.echo("")
     click.echo("steps:")
     for ev in evs:
-        if ev["kind"] != "stream_text":  # the text as it arrived (runs logs): the response has it whole
+        if ev.kind not in LIVE_ONLY:
             click.echo(format_event(ev))
 
 
@@ -274,16 +217,12 @@ def _cached(row: dict[str, Any]) -> str:
     return f" ({cached} cached)" if cached else ""
 
 
-def _children(kids: list[dict[str, Any]], evs: list[dict[str, Any]]) -> None:
+def _children(kids: list[dict[str, Any]], evs: list[Recorded]) -> None:
     """The run's subagents, nested under it: status, turns, tokens, cost and goal of each
     (the run's own totals above include theirs)."""
     if not kids:
         return
-    goals = {}
-    for ev in evs:
-        if ev["kind"] == "subagent_started":
-            payload = json.loads(ev["payload"])
-            goals[payload.get("run_id")] = payload.get("goal", "")
+    goals = {ev.payload.run_id: ev.payload.goal for ev in evs if isinstance(ev.payload, SubagentStarted)}
     click.echo("")
     click.echo(f"subagents ({len(kids)}; their tokens and cost are included above):")
     for k in kids:
@@ -293,7 +232,7 @@ def _children(kids: list[dict[str, Any]], evs: list[dict[str, Any]]) -> None:
             f"{k['prompt_tokens']}+{k['completion_tokens']}  ${k['cost_usd'] or 0:.5f}  took {_duration(k)}"
         )
         if goals.get(k["id"]):
-            click.echo(f"      goal: {_short(goals[k['id']], 160)}")
+            click.echo(f"      goal: {clip(goals[k['id']], 160)}")
 
 
 def _partial_answer(row: dict[str, Any]) -> None:
@@ -327,17 +266,14 @@ def runs_logs(run_id: str, follow: bool, as_json: bool) -> None:
     seq = 0
     while True:
         for ev in events(store, row["id"], after=seq):
-            seq = ev["seq"]
-            if as_json:
-                click.echo(json.dumps({**ev, "payload": json.loads(ev["payload"])}, ensure_ascii=False))
-            else:
-                click.echo(format_event(ev))
+            seq = ev.seq
+            click.echo(json.dumps(ev.as_json(), ensure_ascii=False) if as_json else format_event(ev))
         if not follow:
             return
         current = get_run(store, row["id"])
         if current is None or current["status"] not in ACTIVE:
             for ev in events(store, row["id"], after=seq):
-                click.echo(json.dumps(ev) if as_json else format_event(ev))
+                click.echo(json.dumps(ev.as_json(), ensure_ascii=False) if as_json else format_event(ev))
             return
         time.sleep(0.3)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from runner import events
 from runner.clock import utcnow
 from runner.config.sinks import Sink, parse_sink
 from runner.delivery import throttle
@@ -84,9 +85,8 @@ def tail_of_run(store: Store, run_id: str) -> str:
         except OSError:
             pass  # the file is gone: fall back to the events
     ev = store.one(
-        "SELECT payload FROM run_events WHERE run_id=? AND kind IN ('response', 'tool_result', 'pre_run') "
-        "ORDER BY seq DESC LIMIT 1",
-        (run_id,),
+        "SELECT payload FROM run_events WHERE run_id=? AND kind IN (?, ?, ?) ORDER BY seq DESC LIMIT 1",
+        (run_id, events.Event.RESPONSE, events.Event.TOOL_RESULT, events.Event.PRE_RUN),
     )
     if ev is None:
         return ""
@@ -166,9 +166,8 @@ class Alerter:
         extra = {"approval_id": request.id, "command": request.command, "grant": f"runner approvals grant {request.id}"}
         message = replace(base, key=f"{request.run_id}:approval:{request.id}", payload={**base.payload, **extra})
         results = [send(sink, message, self.ctx) for sink in sinks]
-        self._recorder(end.run_id)(
-            "alert", {"event": Event.APPROVAL, "sent": True, "sinks": [r.as_dict() for r in results]}
-        )
+        sent = events.Alert(Event.APPROVAL, True, [r.as_dict() for r in results])
+        self._recorder(end.run_id)(events.Event.ALERT, sent)
         return results
 
     # -- sending ------------------------------------------------------------------------------------
@@ -178,12 +177,11 @@ class Alerter:
             self.store, end.job, topic, end.run_id, every=limits.every, min_interval=limits.min_interval, now=utcnow()
         )
         if decision.repeat:  # this run's end was alerted already (by the run itself, or by serve)
-            self._recorder(end.run_id)("alert", {"event": event, "sent": False, "repeat": True})
+            self._recorder(end.run_id)(events.Event.ALERT, events.Alert(event, False, repeat=True))
             return []
         if not decision.send:
-            self._recorder(end.run_id)(
-                "alert", {"event": event, "sent": False, "streak": decision.streak, "throttled": True}
-            )
+            alert = events.Alert(event, False, streak=decision.streak, throttled=True)
+            self._recorder(end.run_id)(events.Event.ALERT, alert)
             return []
         extra = f"{decision.streak} in a row" if decision.streak > 1 else ""
         if decision.suppressed:
@@ -193,7 +191,7 @@ class Alerter:
     def _send(self, sinks: list[Sink], event: str, end: RunEnd, note: str = "") -> list[Delivered]:
         message = self.message(event, end, note)
         results = [send(sink, message, self.ctx) for sink in sinks]
-        self._recorder(end.run_id)("alert", {"event": event, "sent": True, "sinks": [r.as_dict() for r in results]})
+        self._recorder(end.run_id)(events.Event.ALERT, events.Alert(event, True, [r.as_dict() for r in results]))
         return results
 
     def _recorder(self, run_id: str) -> Recorder:

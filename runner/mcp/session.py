@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from runner.config.mcp import McpServer, parse_ref
 from runner.errors import ConfigError
+from runner.events import Emit, Event
+from runner.events import McpServer as ServerEvent
 from runner.mcp.client import CallTimeout, Connection, McpFailure, RemoteTool
 from runner.mcp.launch import StdioHost, http_target, target_for
 from runner.safety.result import ToolCheck
@@ -27,7 +29,7 @@ from runner.tools import ToolEntry, ToolResult, compact_json
 
 if TYPE_CHECKING:
     from runner.tools import Registry
-    from runner.tools.context import EmitFn, ToolContext
+    from runner.tools.context import ToolContext
 
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
 
@@ -53,7 +55,7 @@ class McpSession:
 
     servers: Mapping[str, McpServer]
     backend: Any
-    emit: EmitFn
+    emit: Emit
     getenv: Callable[[str], str | None]
     down: dict[str, str] = field(default_factory=dict)  # "mcp:SERVER" -> why its tools are missing
     home: Path | None = None  # with ``job``: where serve's keep-alive bridges are listed (runner.mcp.keep)
@@ -94,16 +96,8 @@ class McpSession:
         connection, tools, where = self._bridged(state) or self._own(state)
         state.connection, state.failure = connection, ""
         state.tools = tools if not state.tools else state.tools
-        self.emit(
-            "mcp_server",
-            {
-                "server": state.name,
-                "status": "started",
-                "where": where,
-                "tools": len(tools),
-                "seconds": round(time.monotonic() - started, 3),
-            },
-        )
+        seconds = round(time.monotonic() - started, 3)
+        self.emit(Event.MCP_SERVER, ServerEvent(state.name, "started", where=where, tools=len(tools), seconds=seconds))
 
     def _own(self, state: _Server) -> tuple[Connection, tuple[RemoteTool, ...], str]:
         target, where = target_for(state.config, self.backend, self.getenv)
@@ -111,7 +105,7 @@ class McpSession:
         try:
             return connection, connection.start(), where
         except McpFailure as exc:
-            self.emit("mcp_server", {"server": state.name, "status": "failed", "where": where, "error": str(exc)})
+            self.emit(Event.MCP_SERVER, ServerEvent(state.name, "failed", where=where, error=str(exc)))
             raise
 
     def _bridged(self, state: _Server) -> tuple[Connection, tuple[RemoteTool, ...], str] | None:
@@ -135,7 +129,7 @@ class McpSession:
             except McpFailure as exc:
                 why = f"the keep-alive bridge does not answer: {exc}"
         if why:
-            self.emit("mcp_server", {"server": state.name, "status": "bridge_unavailable", "error": why})
+            self.emit(Event.MCP_SERVER, ServerEvent(state.name, "bridge_unavailable", error=why))
         return None
 
     def _entries(self, state: _Server, names: set[str] | None) -> Iterator[ToolEntry]:
@@ -202,7 +196,7 @@ class McpSession:
         if state.restarted:
             raise McpFailure(f"not restarted again after it stopped twice ({state.failure or 'stopped'})")
         state.restarted = True
-        self.emit("mcp_server", {"server": state.name, "status": "restarting", "error": state.failure})
+        self.emit(Event.MCP_SERVER, ServerEvent(state.name, "restarting", error=state.failure))
         self._connect(state)
         assert state.connection is not None
         return state.connection
@@ -214,14 +208,14 @@ class McpSession:
         state.failure = why
         state.connection = None
         connection.close()
-        self.emit("mcp_server", {"server": state.name, "status": "crashed", "error": why})
+        self.emit(Event.MCP_SERVER, ServerEvent(state.name, "crashed", error=why))
 
     def close(self) -> None:
         for state in self._live.values():
             if state.connection is not None:
                 state.connection.close()
                 state.connection = None
-                self.emit("mcp_server", {"server": state.name, "status": "stopped"})
+                self.emit(Event.MCP_SERVER, ServerEvent(state.name, "stopped"))
 
 
 def strings(value: Any) -> Iterator[str]:

@@ -15,13 +15,14 @@ from runner.agent.auxiliary import Priced
 from runner.agent.loop import Limits, LoopResult, Totals, run_loop
 from runner.agent.pruning import Pruner, summarize_with
 from runner.agent.types import Usage
+from runner.events import Emit, Event, Prompt, Text
 from runner.run.delivery import is_silent
 from runner.run.model_source import Connected, Models
 from runner.run.produce import Produced
 from runner.run.review import review_run
 from runner.statuses import RunStatus
 from runner.store import ledger
-from runner.tools.context import EmitFn, ToolContext
+from runner.tools.context import ToolContext
 
 if TYPE_CHECKING:
     from runner.memory.write import Binding
@@ -85,15 +86,15 @@ class AgentOutput:
         memory = _memory_block(ctx, writable=any(t.name == "memory" for t in tools))
         messages = _first_messages(run, tools, skills, user_prompt, memory)
         run.emit(
-            "prompt",
-            {
-                "system_chars": len(messages[0]["content"]),
-                "memory_chars": len(memory),
-                "user": user_prompt[:4000],
-                "tools": [t.name for t in tools],
-                "unavailable": {**toolbox.registry.unavailable(run.job.spec.toolsets, ctx), **toolbox.down},
-                "model": connected.llm.model,
-            },
+            Event.PROMPT,
+            Prompt(
+                user_prompt[:4000],
+                [t.name for t in tools],
+                connected.llm.model,
+                system_chars=len(messages[0]["content"]),
+                memory_chars=len(memory),
+                unavailable={**toolbox.registry.unavailable(run.job.spec.toolsets, ctx), **toolbox.down},
+            ),
         )
         run.record_model(connected.llm.model)
         status = RunStatus.FAILED
@@ -274,14 +275,14 @@ def _follow_up_once(
     loop: Callable[[Limits], LoopResult],
     messages: Messages,
     limits: Limits,
-    emit: EmitFn,
+    emit: Emit,
 ) -> LoopResult:
     """The model answered: if ``follow_up`` has a reminder, send it once and continue the same
     conversation within what is left of the limits; still unfinished after that is a failure."""
     reminder = follow_up()
     if not reminder:
         return first
-    emit("follow_up", {"text": reminder})
+    emit(Event.FOLLOW_UP, Text(reminder))
     messages.append({"role": "user", "content": reminder})
     used = first.usage.prompt_tokens + first.usage.completion_tokens
     more = loop(

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner.config.jobfile import Job
 from runner.errors import ConfigError
+from runner.events import Budget
 from runner.store import Store
 from runner.store.budget import Cap, Hold, Period, Refusal, Scope, reserve, to_micro
 
@@ -29,12 +30,9 @@ class BudgetPlan:
         hold = Hold(run_id, self.job, self.providers, to_micro(self.amount_usd), self.caps)
         return reserve(store, hold)
 
-    def as_event(self) -> dict[str, object]:
-        return {
-            "reserved_usd": self.amount_usd,
-            "providers": list(self.providers),
-            "caps": [c.label() for c in self.caps],
-        }
+    def as_event(self, refusal: Refusal | None = None) -> Budget:
+        cap, detail = (refusal.cap.label(), refusal.describe()) if refusal is not None else (None, None)
+        return Budget(self.amount_usd, list(self.providers), [c.label() for c in self.caps], cap, detail)
 
 
 def _caps(scope: Scope, name: str, caps: Caps | None) -> list[Cap]:

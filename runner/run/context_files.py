@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from backends.base import Backend
-from runner.tools.context import EmitFn
+from runner.events import ContextFile, Emit, Event, Findings
 
 CONTEXT_FILES = ("AGENTS.md", "CLAUDE.md", ".cursorrules")
 CONTEXT_FILE_CAP = 20_000
 
 
-def load_context_file(backend: Backend, emit: EmitFn) -> str | None:
+def load_context_file(backend: Backend, emit: Emit) -> str | None:
     """The first of AGENTS.md, CLAUDE.md, .cursorrules in the workdir, scanned for injection first."""
     from runner.safety.injection import blocked_marker, scan
 
@@ -21,10 +21,10 @@ def load_context_file(backend: Backend, emit: EmitFn) -> str | None:
         text = data.decode("utf-8", errors="replace")
         findings = scan(text)
         if findings:
-            emit("context_blocked", {"file": name, "findings": [f.kind + ": " + f.excerpt for f in findings]})
+            emit(Event.CONTEXT_BLOCKED, Findings(name, [f.kind + ": " + f.excerpt for f in findings]))
             return blocked_marker(name, findings)
         if len(text) > CONTEXT_FILE_CAP:
             text = text[:CONTEXT_FILE_CAP] + f"\n[... {name} truncated at {CONTEXT_FILE_CAP} characters]"
-        emit("context_file", {"file": name, "chars": len(text)})
+        emit(Event.CONTEXT_FILE, ContextFile(name, len(text)))
         return f"Project instructions from {name} (the job's workdir):\n\n{text}"
     return None

@@ -32,6 +32,7 @@ from runner.agent.loop import Limits, LoopResult, Pricing, Totals, grace_reserve
 from runner.agent.types import LLM, Usage
 from runner.atomic import write_run_file
 from runner.errors import RunnerError, failure_reason
+from runner.events import Event, Failure, Prompt, RunFinished, RunStarted, SubagentFinished, SubagentStarted
 from runner.procs import Cut, future_results
 from runner.safety.approval import audit_recorder
 from runner.statuses import RunStatus, Trigger
@@ -138,7 +139,7 @@ class Delegation:
         child_id = ledger.open_run(store, job=self.job.name, trigger=Trigger.DELEGATE, parent_run_id=self.run_id)
         emit = Recorder(store, child_id, self.redactor)
         parent_emit = ctx.emit
-        parent_emit("subagent_started", {"run_id": child_id, "goal": goal[:500], "depth": self.depth})
+        parent_emit(Event.SUBAGENT_STARTED, SubagentStarted(child_id, goal[:500], self.depth))
         child = _Child(self, child_id, emit)
         result = child.run(goal, context, toolsets, ctx, limits)
         self.totals.add(result.usage, result.cost_usd)
@@ -151,16 +152,8 @@ class Delegation:
             result.usage.prompt_tokens + result.usage.completion_tokens,
             result.cost_usd,
         )
-        parent_emit(
-            "subagent_finished",
-            {
-                "run_id": child_id,
-                "status": report.status,
-                "reason": report.reason,
-                "tokens": report.tokens,
-                "cost_usd": report.cost_usd,
-            },
-        )
+        finished = SubagentFinished(child_id, report.status, report.reason, report.tokens, report.cost_usd)
+        parent_emit(Event.SUBAGENT_FINISHED, finished)
         return report
 
 
@@ -185,14 +178,9 @@ class _Child:
             totals = Totals()
             child_ctx = self.context(ctx, tools, limits, totals)
             messages = self.first_messages(goal, context, ctx.workdir)
-            self.emit(
-                "run_started",
-                {"job": p.job.name, "trigger": Trigger.DELEGATE, "parent_run_id": p.run_id, "depth": p.depth},
-            )
-            self.emit(
-                "prompt",
-                {"user": messages[1]["content"][:4000], "tools": [t.name for t in tools], "model": p.llm.model},
-            )
+            started = RunStarted(p.job.name, Trigger.DELEGATE, parent_run_id=p.run_id, depth=p.depth)
+            self.emit(Event.RUN_STARTED, started)
+            self.emit(Event.PROMPT, Prompt(messages[1]["content"][:4000], [t.name for t in tools], p.llm.model))
             result = run_loop(
                 messages,
                 tools,
@@ -208,7 +196,7 @@ class _Child:
             )
         except RunnerError as exc:  # a dead backend or the model gone: this child fails, the parent hears it
             error = p.redactor(str(exc))
-            self.emit("error", {"reason": failure_reason(exc), "error": error})
+            self.emit(Event.ERROR, Failure(failure_reason(exc), error))
             result = replace(result, reason=failure_reason(exc), error=error)
             if p.stop.is_set():  # the parent was stopped and closed the backend under the child
                 result = replace(result, status=RunStatus.INTERRUPTED, reason="interrupted")
@@ -277,7 +265,7 @@ class _Child:
             error=result.error,
             output_path=str(path) if path else None,
         )
-        self.emit("run_finished", {"status": result.status, "reason": result.reason})
+        self.emit(Event.RUN_FINISHED, RunFinished(result.status, result.reason))
 
 
 def _one_at_a_time(gate: Gate, lock: threading.Lock) -> Any:

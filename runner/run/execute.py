@@ -23,6 +23,8 @@ from runner.clock import utcnow
 from runner.delivery.alerts import Alerter, RunEnd, tail, tail_of_run
 from runner.delivery.send import SendContext
 from runner.errors import RunnerError, StoreError, Tampered, failure_reason
+from runner.events import By, Delivered, Event, Failure, Fenced, PreRun, RunFinished, RunStarted, Sandbox
+from runner.events import Tampered as TamperedEvent
 from runner.procs import Cut
 from runner.run.cancel import CancelWatch
 from runner.run.delivery import Output, deliver
@@ -121,7 +123,7 @@ class Run:
         return run
 
     def emit_started(self) -> None:
-        self.emit("run_started", {"job": self.job.name, "trigger": self.req.trigger, "pid": os.getpid()})
+        self.emit(Event.RUN_STARTED, RunStarted(self.job.name, self.req.trigger, pid=os.getpid()))
 
     def go(self) -> RunOutcome:
         """The steps inside the run's span (``runner.tracing``; a no-op unless OTel is configured)."""
@@ -167,11 +169,10 @@ class Run:
             return None
         refusal = plan.reserve(self.settings.store, self.run_id)
         if refusal is None:
-            self.emit("budget_reserved", plan.as_event())
+            self.emit(Event.BUDGET_RESERVED, plan.as_event())
             return None
-        detail = refusal.describe()
-        self.emit("budget_refused", {**plan.as_event(), "cap": refusal.cap.label(), "detail": detail})
-        return RunOutcome(self.run_id, RunStatus.SKIPPED, reason="budget", error=detail)
+        self.emit(Event.BUDGET_REFUSED, plan.as_event(refusal))
+        return RunOutcome(self.run_id, RunStatus.SKIPPED, reason="budget", error=refusal.describe())
 
     @cached_property
     def loop_deadline(self) -> float:
@@ -210,7 +211,7 @@ class Run:
         if not changed:
             return
         hold_reloads(self.settings, self.run_id, changed)
-        self.emit("tampered", {"files": list(changed)})
+        self.emit(Event.TAMPERED, TamperedEvent(list(changed)))
         raise Tampered(
             f"the run changed the runner's control files: {', '.join(changed)}; serve will not reload "
             "jobs.yaml until an operator checks them and runs `runner serve reload`"
@@ -245,7 +246,7 @@ class Run:
         )
         self._backend = backends.resolve(self.job.spec.backend, ctx=ctx)
         if plan is not None:
-            self.emit("sandbox", {"network": plan.network, "writable": [plan.workdir, *plan.writable]})
+            self.emit(Event.SANDBOX, Sandbox(plan.network, [plan.workdir, *plan.writable]))
         self.control = self.control.seen_from(self._backend.workdir)
 
     def pre_run(self) -> Produced | None:
@@ -259,12 +260,8 @@ class Run:
         check_pre(self.job, self.gate.check)
         pre = self.pre = run_pre(self.job, self.backend, run_id=self.run_id, deadline=self.deadline)
         # a script-only run ends a few milliseconds later: its pre_run event is written with its last
-        cut = {"cut": True} if self.cut.is_set() else {}  # cancelled, or declared lost: the script was ended
-        self.emit(
-            "pre_run",
-            {"exit_code": pre.exit_code, "timed_out": pre.timed_out, "stdout": pre.stdout[-4000:], **cut},
-            hold=not self.job.spec.agent,
-        )
+        cut = self.cut.is_set() or None  # cancelled, or declared lost: the script was ended
+        self.emit(Event.PRE_RUN, PreRun(pre.exit_code, pre.timed_out, pre.stdout[-4000:], cut), hold=not self.job.spec.agent)
         if cut:
             return Produced(RunStatus.INTERRUPTED, reason="interrupted", error="the run's pre_run was cut")
         if pre.run_timeout:
@@ -387,7 +384,7 @@ class Run:
         A run whose row someone else ended meanwhile (declared lost: a retry may be running) delivers
         nothing: its fence."""
         if not self.req.deliver:
-            self.emit("delivered", {"skipped": "--no-deliver"})
+            self.emit(Event.DELIVERED, Delivered(skipped="--no-deliver"))
             return ()
         if self.fenced():
             return ()
@@ -406,7 +403,7 @@ class Run:
         )
         sinks = tuple(self.redactor.redact_obj([d.as_dict() for d in delivered]))
         failed = [d for d in delivered if not d.ok]
-        self.emit("delivered", {"sinks": list(sinks)})
+        self.emit(Event.DELIVERED, Delivered(sinks=list(sinks)))
         ledger.set_fields(self.settings.store, self.run_id, delivery=dumps(list(sinks)), delivery_failed=int(bool(failed)))
         self.alerter.delivery(self.job, RunEnd(self.job.name, self.run_id, status, tail=tail(output)), delivered)
         return sinks
@@ -414,7 +411,7 @@ class Run:
     def failed(self, exc: RunnerError) -> RunOutcome:
         reason, error = failure_reason(exc), self.redactor(str(exc))
         if not isinstance(exc, StoreError):  # a store fault is told by the row alone: an event may not fit
-            self.emit("error", {"reason": reason, "error": error})
+            self.emit(Event.ERROR, Failure(reason, error))
         return RunOutcome(self.run_id, RunStatus.FAILED, reason=reason, error=error)
 
     def cancelled(self, result: RunOutcome) -> RunOutcome:
@@ -422,7 +419,7 @@ class Run:
         by = self.cancel.by
         if by is None or result.status != RunStatus.INTERRUPTED:
             return result
-        self.emit("cancelled", {"by": by})
+        self.emit(Event.CANCELLED, By(by))
         return replace(result, reason="cancelled", error=f"cancelled by {by} (runner runs cancel)")
 
     def supervised(self, result: RunOutcome) -> RunOutcome:
@@ -441,7 +438,7 @@ class Run:
         row = ledger.fenced_out(self.settings.store, self.run_id)
         if row is None:
             return False
-        self.emit("fenced", {"status": row.status, "reason": row.reason, "error": row.error})
+        self.emit(Event.FENCED, Fenced(row.status, row.reason, row.error))
         return True
 
     def save_transcript(self, messages: list[dict[str, Any]]) -> Path:
@@ -477,7 +474,7 @@ class Run:
                 output_path=r.output_path,
             )
             seconds = round(time.monotonic() - self.started, 3)
-            self.emit("run_finished", {"status": r.status, "reason": r.reason, "seconds": seconds})
+            self.emit(Event.RUN_FINISHED, RunFinished(r.status, r.reason, seconds))
         if not won:  # someone else recorded its end (declared it lost): theirs stands, no alert from here
             self.fenced()
             return

@@ -12,6 +12,7 @@ from runner.agent.loop import Pricing
 from runner.config.jobfile import Job
 from runner.config.refs import resolve_key
 from runner.errors import ConfigError
+from runner.events import Emit, no_events
 
 if TYPE_CHECKING:
     from runner.agent.auxiliary import AuxiliaryModel
@@ -103,7 +104,7 @@ def build_client(
     choice: ModelChoice,
     keys: KeySource,
     *,
-    emit: Callable[[str, dict[str, Any]], None],
+    emit: Emit,
     options: ModelOptions | None = None,
     idle_timeout: float | None = None,
 ) -> Any:
@@ -155,5 +156,5 @@ def side_model(config: Config, *, purpose: str) -> AuxiliaryModel:
     from runner.agent.auxiliary import Priced
 
     choice = choose(config, config.auxiliary or "default", job=purpose, key="auxiliary")
-    client = build_client(choice, key_source(choice, job=purpose), emit=lambda kind, payload: None)
+    client = build_client(choice, key_source(choice, job=purpose), emit=no_events)
     return Priced(client, choice.pricing, choice.provider_name)

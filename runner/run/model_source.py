@@ -20,7 +20,7 @@ from runner.run.model_choice import ModelChoice
 from runner.run.request import Given, ModelSource, Record, Replay
 from runner.safety.redact import Redactor
 from runner.settings import Settings
-from runner.tools.context import EmitFn
+from runner.tools.context import Emit
 
 if TYPE_CHECKING:
     from runner.agent.auxiliary import AuxiliaryModel
@@ -45,7 +45,7 @@ class Models(Protocol):
         """Key values: masked in events and kept out of the backend's env."""
         ...
 
-    def connect(self, *, emit: EmitFn, deadline: float | None, redactor: Redactor, on_model: OnModel) -> Connected:
+    def connect(self, *, emit: Emit, deadline: float | None, redactor: Redactor, on_model: OnModel) -> Connected:
         """The model for this run; ``on_model`` hears when a fallback provider answered instead."""
         ...
 
@@ -57,7 +57,7 @@ class Fixed:
     llm: LLM
     secrets: tuple[str, ...] = ()
 
-    def connect(self, *, emit: EmitFn, deadline: float | None, redactor: Redactor, on_model: OnModel) -> Connected:
+    def connect(self, *, emit: Emit, deadline: float | None, redactor: Redactor, on_model: OnModel) -> Connected:
         return Connected(self.llm, Pricing())
 
 
@@ -83,7 +83,7 @@ class Providers:
             names.append(self.auxiliary[0].provider_name)
         return tuple(dict.fromkeys(names))
 
-    def connect(self, *, emit: EmitFn, deadline: float | None, redactor: Redactor, on_model: OnModel) -> Connected:
+    def connect(self, *, emit: Emit, deadline: float | None, redactor: Redactor, on_model: OnModel) -> Connected:
         from runner.run.model_choice import build_client
 
         self.pools.attach(emit=emit, deadline=deadline)
@@ -105,7 +105,7 @@ class Providers:
             client = RecordingLLM(client, self.record, job=self.job, redact=redactor.redact_obj)
         return Connected(client, pricing, self._auxiliary(emit))
 
-    def _auxiliary(self, emit: EmitFn) -> AuxiliaryModel | None:
+    def _auxiliary(self, emit: Emit) -> AuxiliaryModel | None:
         if self.auxiliary is None:
             return None
         from runner.agent.auxiliary import Priced

@@ -23,10 +23,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from runner.clock import utcnow
 from runner.config.schedules import format_duration
+from runner.events import ApprovalAnswered, ApprovalParked, Emit, Event
 from runner.safety.approval import Answer
 from runner.statuses import ApprovalState
 from runner.store import Store
@@ -49,7 +50,7 @@ class Parking:
     deadline: Callable[[], float | None]  # time.monotonic() by which the run's loop must stop
     stop: threading.Event  # set by a cancel request or a signal
     redact: Callable[[str], str]
-    emit: Callable[[str, dict[str, Any]], None]
+    emit: Emit
     notify: Callable[[ApprovalRequest], None]  # the alert naming `runner approvals grant ID`
     cancelled_by: Callable[[], str | None] = field(default=lambda: None)
     name: str = "parked"
@@ -70,15 +71,8 @@ class Parking:
             now=now,
             expires=now + timedelta(seconds=wait),
         )
-        self.emit(
-            "approval_parked",
-            {
-                "approval_id": request.id,
-                "command": request.command,
-                "reasons": list(request.reasons),
-                "expires_at": request.expires_at,
-            },
-        )
+        parked = ApprovalParked(request.id, request.command, list(request.reasons), request.expires_at)
+        self.emit(Event.APPROVAL_PARKED, parked)
         self.notify(request)
         final = self._wait(request, start + wait, capped=wait < self.timeout)
         return self._answer(final)
@@ -108,10 +102,8 @@ class Parking:
             self.stop.wait(min(POLL, left))
 
     def _answer(self, request: ApprovalRequest) -> Answer:
-        self.emit(
-            "approval_answered",
-            {"approval_id": request.id, "status": request.status, "by": request.decided_by, "reason": request.reason},
-        )
+        answered = ApprovalAnswered(request.id, request.status, request.decided_by, request.reason)
+        self.emit(Event.APPROVAL_ANSWERED, answered)
         by = request.decided_by or "nobody"
         if request.status == ApprovalState.GRANTED:
             return Answer(True, by)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from runner.agent.types import LLM
 from runner.config.jobfile import Job
+from runner.events import Emit
 from runner.statuses import RunStatus, Trigger
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ class RunRequest:
     handoff: Handoff | None = None  # a queued row started by serve's worker
     # the files jobs.yaml refers to, when the caller has them (serve); None: the run reads jobs.yaml
     control_inputs: tuple[str, ...] | None = None
-    progress: Callable[[str, dict[str, Any]], None] | None = None  # each recorded event, redacted (a TTY's progress)
+    progress: Emit | None = None  # each recorded event, redacted (a TTY's progress)
     review: bool = False  # ``run-job --review``: a skill review after this run, a replayed one too
     # a cancel watcher on the run's store that the caller keeps across runs (serve's reusable
     # worker); None: the run starts a watcher of its own and ends it with the run

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner.agent.loop import LoopResult
 from runner.agent.types import Usage
+from runner.events import Error, Event, ReviewSkipped, SideCall
 from runner.statuses import RunStatus
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ def review_run(
     ):
         why = f"the run's token budget ({max_tokens}) is used up"
     if why:
-        run.emit("skill_review_skipped", {"reason": why, "tool_calls": calls})
+        run.emit(Event.SKILL_REVIEW_SKIPPED, ReviewSkipped(why, calls))
         return result
     try:
         return _review(run, messages, result, connected, skills, left)
@@ -129,24 +130,25 @@ def _counted(result: LoopResult, reply: SideReply) -> LoopResult:
 
 def _event(run: Run, reply: SideReply, outcome: str, decision: Decision | None, message: str = "") -> None:
     """The review's reply: its cost (counted by the budget settlement, like ``summary``) and outcome."""
+    usage = reply.usage
     run.emit(
-        "skill_review",
-        {
-            "model": reply.model,
-            "provider": reply.provider,
-            "prompt_tokens": reply.usage.prompt_tokens,
-            "completion_tokens": reply.usage.completion_tokens,
-            "cost_usd": round(reply.cost_usd, 6),
-            "outcome": outcome,  # create | patch | none | failed
-            "name": decision.name if decision is not None else "",
-            "why": decision.why if decision is not None else "",
-            "message": message,
-        },
+        Event.SKILL_REVIEW,
+        SideCall(
+            reply.model,
+            reply.provider,
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            round(reply.cost_usd, 6),
+            outcome=outcome,  # create | patch | none | failed
+            name=decision.name if decision is not None else "",
+            why=decision.why if decision is not None else "",
+            message=message,
+        ),
     )
 
 
 def _failed(run: Run, error: str) -> None:
-    run.emit("skill_review_failed", {"error": error})
+    run.emit(Event.SKILL_REVIEW_FAILED, Error(error))
     import logging  # only here: a run that is not reviewed does not load it (~5 ms a start)
 
     log = logging.getLogger("runner.review")

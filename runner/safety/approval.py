@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+from runner.events import Approval, Emit, Event
 from runner.safety.control import WRITES_CONTROL
 from runner.safety.result import ApprovalResult, ToolCheck
 
@@ -336,7 +337,7 @@ class Gate:
 
 
 def audit_recorder(
-    store: Any, run_id: str, policy: str, emit: Callable[[str, dict[str, Any]], None], redact: Callable[[str], str]
+    store: Any, run_id: str, policy: str, emit: Emit, redact: Callable[[str], str]
 ) -> Callable[[str, Decision], None]:
     import json
 
@@ -344,16 +345,8 @@ def audit_recorder(
 
     def record(command: str, decision: Decision) -> None:
         clean = redact(command)
-        emit(
-            "approval",
-            {
-                "command": clean,
-                "level": decision.level,
-                "reasons": list(decision.reasons),
-                "decision": "approved" if decision.allowed else "denied",
-                "decided_by": decision.decided_by,
-            },
-        )
+        verdict = "approved" if decision.allowed else "denied"
+        emit(Event.APPROVAL, Approval(clean, decision.level, list(decision.reasons), verdict, decision.decided_by))
         store.execute(
             "INSERT INTO approvals (run_id, ts, command, level, reasons, policy, decision, decided_by) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -377,7 +370,7 @@ def build_gate(
     *,
     store: Any,
     run_id: str,
-    emit: Callable[[str, dict[str, Any]], None],
+    emit: Emit,
     redact: Callable[[str], str],
     interactive: bool,
     control: ControlPlane | None = None,

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from runner.events import Blocked, Event, Payload
 from runner.lazyre import LazyPattern
 
 if TYPE_CHECKING:
@@ -272,7 +273,7 @@ class AuditTarget(Protocol):
     @property
     def settings(self) -> Any: ...
 
-    def emit(self, kind: str, payload: dict[str, Any]) -> None: ...
+    def emit(self, kind: Event, payload: Payload) -> None: ...
 
 
 def audit_refusal(ctx: AuditTarget, what: str, hit: str) -> None:
@@ -282,7 +283,7 @@ def audit_refusal(ctx: AuditTarget, what: str, hit: str) -> None:
     from runner.clock import iso, utcnow
 
     reason = f"touches the runner's control files ({hit})"
-    ctx.emit("blocked", {"what": what, "protected": hit, "reason": reason})
+    ctx.emit(Event.BLOCKED, Blocked(what, hit, reason))
     if ctx.settings is None or not ctx.run_id:
         return
     ctx.settings.store.execute(

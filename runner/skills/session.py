@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from runner.clock import utcnow
+from runner.events import Emit, Event, Findings, SkillChanged, SkillsPreloaded, SkillUsageFailed, no_events
 from runner.skills import SkillError, SkillPaths, SkillStateError
 from runner.skills.loader import Catalog, Source, build_index, load_catalog, run_written, sources_for
 from runner.skills.manage import Change, SkillManager
@@ -25,12 +26,7 @@ from runner.skills.usage import Counter, UsageFile
 if TYPE_CHECKING:
     from runner.settings import Settings
 
-Emit = Callable[[str, dict[str, Any]], None]
 MAX_VIEW_CHARS = 100_000
-
-
-def _no_events(kind: str, payload: dict[str, Any]) -> None:
-    return None
 
 
 class SkillSession:
@@ -39,7 +35,7 @@ class SkillSession:
         paths: SkillPaths,
         sources: Sequence[Source],
         *,
-        emit: Emit = _no_events,
+        emit: Emit = no_events,
         clock: Callable[[], datetime] = utcnow,
         scanner: Scanner = scan_skill_text,
     ):
@@ -53,7 +49,7 @@ class SkillSession:
         self._catalog: Catalog | None = None
 
     @classmethod
-    def for_run(cls, settings: Settings, *, emit: Emit = _no_events) -> SkillSession:
+    def for_run(cls, settings: Settings, *, emit: Emit = no_events) -> SkillSession:
         return cls(skill_paths(settings), sources_for(settings), emit=emit)
 
     # The index is built from skills that passed the quick check on load; their full text passes
@@ -91,7 +87,7 @@ class SkillSession:
                 continue
             blocks.append(_preloaded(skill))
         loaded = [n for n in wanted if n not in missing]
-        self.emit("skills_preloaded", {"loaded": loaded, "missing": missing})
+        self.emit(Event.SKILLS_PRELOADED, SkillsPreloaded(loaded, missing))
         self._count(loaded, "use")
         parts = ["\n\n---\nThe skills below were loaded for this job; follow them where they apply."]
         parts.extend(blocks)
@@ -165,7 +161,7 @@ class SkillSession:
         else:
             raise SkillError(f"unknown action {action!r}")
         self._catalog = None  # the next view sees the change
-        self.emit("skill_changed", {"action": change.action, "name": change.name, "path": str(change.path)})
+        self.emit(Event.SKILL_CHANGED, SkillChanged(change.action, change.name, str(change.path)))
         return change
 
     def _blocked(self, name: str, rel: str, text: str) -> str:
@@ -173,7 +169,7 @@ class SkillSession:
         findings = self.scan(text, kind=kind_for(rel))
         if not findings:
             return ""
-        self.emit("skill_blocked", {"name": name, "file": rel, "findings": [str(f) for f in findings]})
+        self.emit(Event.SKILL_BLOCKED, Findings(rel, [str(f) for f in findings], name=name))
         return "blocked, it looks like a prompt injection: " + "; ".join(f.brief() for f in findings)
 
     # -- bookkeeping ----------------------------------------------------------------------
@@ -184,7 +180,7 @@ class SkillSession:
         try:
             self.usage.bump(names, kind, now=self.clock())
         except (OSError, SkillStateError) as exc:
-            self.emit("skill_usage_failed", {"names": names, "kind": kind, "error": str(exc)})
+            self.emit(Event.SKILL_USAGE_FAILED, SkillUsageFailed(names, kind, str(exc)))
 
     def finish(self, status: str) -> None:
         """Add this run's outcome to the skills it viewed or used."""
@@ -193,7 +189,7 @@ class SkillSession:
         try:
             self.usage.record_outcome(sorted(self.touched), status, now=self.clock())
         except (OSError, SkillStateError) as exc:
-            self.emit("skill_usage_failed", {"names": sorted(self.touched), "kind": "outcome", "error": str(exc)})
+            self.emit(Event.SKILL_USAGE_FAILED, SkillUsageFailed(sorted(self.touched), "outcome", str(exc)))
 
 
 SKILL_LABEL = (

@@ -19,6 +19,7 @@ from typing import Any
 
 from runner.clock import iso, utcnow
 from runner.errors import StoreError
+from runner.events import Event
 from runner.store import Store
 
 MICRO = 1_000_000
@@ -190,12 +191,14 @@ def settle(store: Store, run_id: str, *, now: datetime | None = None) -> bool:
     return True
 
 
+SIDE_CALLS = (Event.SUMMARY, Event.SKILL_REVIEW)  # priced calls beside the model turns
+
+
 def _answering(conn: sqlite3.Connection, run_id: str, first: str) -> str:
     """The provider that answered last: the target of the run's last ``provider_fallback``, else the first."""
     row = conn.execute(
-        "SELECT json_extract(payload, '$.to') FROM run_events WHERE run_id=? AND kind='provider_fallback' "
-        "ORDER BY seq DESC LIMIT 1",
-        (run_id,),
+        "SELECT json_extract(payload, '$.to') FROM run_events WHERE run_id=? AND kind=? ORDER BY seq DESC LIMIT 1",
+        (run_id, Event.PROVIDER_FALLBACK),
     ).fetchone()
     return str(row[0]) if row and row[0] else first
 
@@ -207,14 +210,14 @@ def _real_cost(conn: sqlite3.Connection, run_id: str, main: str) -> dict[str, in
     (the auxiliary model) answered are counted under it, the rest under ``main``."""
     row = conn.execute("SELECT cost_usd FROM runs WHERE id=?", (run_id,)).fetchone()
     ev = conn.execute(
-        "SELECT SUM(CAST(json_extract(payload, '$.cost_usd') AS DOUBLE PRECISION)) FROM run_events WHERE run_id=? AND kind IN ('response', 'summary', 'skill_review')",
-        (run_id,),
+        "SELECT SUM(CAST(json_extract(payload, '$.cost_usd') AS DOUBLE PRECISION)) FROM run_events WHERE run_id=? AND kind IN (?, ?, ?)",
+        (run_id, Event.RESPONSE, *SIDE_CALLS),
     ).fetchone()
     total = max(float(row[0] or 0.0) if row is not None else 0.0, float(ev[0] or 0.0))
     others = conn.execute(
         "SELECT json_extract(payload, '$.provider') AS p, SUM(CAST(json_extract(payload, '$.cost_usd') AS DOUBLE PRECISION)) AS c "
-        "FROM run_events WHERE run_id=? AND kind IN ('summary', 'skill_review') GROUP BY p",
-        (run_id,),
+        "FROM run_events WHERE run_id=? AND kind IN (?, ?) GROUP BY p",
+        (run_id, *SIDE_CALLS),
     ).fetchall()
     split = {main: to_micro(float(total))}
     for provider, cost in others:

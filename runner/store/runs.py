@@ -6,11 +6,11 @@ Every change of a run's status is runner/store/ledger.py's.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from runner.clock import iso, utcnow
+from runner.events import Emit, Event, Payload, Recorded, decode, encode
 from runner.safety.redact import Redactor
 from runner.statuses import RunStatus
 from runner.store import Store, dumps
@@ -66,10 +66,11 @@ def children(store: Store, run_id: str) -> list[dict[str, Any]]:
     return store.query("SELECT * FROM runs WHERE parent_run_id=? ORDER BY created_at, id", (run_id,))
 
 
-def events(store: Store, run_id: str, after: int = 0) -> list[dict[str, Any]]:
-    return store.query(
-        "SELECT seq, ts, kind, payload FROM run_events WHERE run_id=? AND seq>? ORDER BY seq", (run_id, after)
-    )
+def events(store: Store, run_id: str, after: int = 0, limit: int | None = None) -> list[Recorded]:
+    """The run's events after ``after``, oldest first (at most ``limit``)."""
+    sql = "SELECT seq, ts, kind, payload FROM run_events WHERE run_id=? AND seq>? ORDER BY seq"
+    rows = store.query(sql, (run_id, after)) if limit is None else store.query(f"{sql} LIMIT ?", (run_id, after, limit))
+    return [Recorded.of(r) for r in rows]
 
 
 INSERT_EVENT = "INSERT INTO run_events (run_id, seq, ts, kind, payload) VALUES (?, ?, ?, ?, ?)"
@@ -82,7 +83,7 @@ class Recorder:
     store: Store
     run_id: str
     redact: Redactor
-    listener: Callable[[str, dict[str, Any]], None] | None = None  # sees each event as stored (progress)
+    listener: Emit | None = None  # sees each event as stored, redacted (progress)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -90,11 +91,11 @@ class Recorder:
         self._seq = int(row["n"] or 0) if row else 0
         self._held: list[tuple[Any, ...]] = []
 
-    def __call__(self, kind: str, payload: dict[str, Any], *, hold: bool = False) -> None:
+    def __call__(self, kind: Event, payload: Payload, *, hold: bool = False) -> None:
         """Append the event. ``hold``: the event takes its place (seq, time) now but is written
         with the run's next event, in the same write (a script-only run's ``pre_run`` goes with
         ``run_finished``, a few milliseconds later: one write lock fewer per run)."""
-        clean = self.redact.redact_obj(payload)
+        clean = self.redact.redact_obj(encode(payload))
         with self._lock:
             self._seq += 1
             row = (self.run_id, self._seq, iso(utcnow()), kind, dumps(clean))
@@ -107,4 +108,4 @@ class Recorder:
             else:
                 self.store.execute(INSERT_EVENT, row)
         if self.listener is not None:
-            self.listener(kind, clean)
+            self.listener(kind, decode(kind, clean)[1])

@@ -37,6 +37,7 @@ from typing import Any
 
 from runner.clock import iso, parse_iso, utcnow
 from runner.errors import UsageError
+from runner.events import Event
 from runner.lazyre import LazyPattern
 from runner.store import Store
 from runner.store.dialect import Dialect
@@ -47,7 +48,7 @@ RECENCY_DAYS = 30.0
 MAX_LIMIT = 50
 SNIPPET_TOKENS = 24
 MARK = ("«", "»")
-KINDS = ("prompt", "response", "tool_call", "tool_result", "pre_run")
+KINDS = (Event.PROMPT, Event.RESPONSE, Event.TOOL_CALL, Event.TOOL_RESULT, Event.PRE_RUN)  # as m0013 indexes them
 
 # the text of one run_events row ``{r}`` (the same expression as the triggers of m0013)
 TEXT = (

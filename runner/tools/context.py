@@ -8,11 +8,11 @@ not offered then.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from backends.base import Backend
+from runner.events import Emit, no_events
 from runner.procs import Cut
 from runner.safety.result import ApprovalResult, ApproveFn, ToolApproveFn, ToolCheck
 from runner.safety.ssrf import WebPolicy
@@ -25,19 +25,12 @@ if TYPE_CHECKING:
     from runner.tools.delegate import Delegator
     from runner.tools.kanban import KanbanTask
 
-EmitFn = Callable[[str, dict[str, Any]], None]
-
-
 def _deny_all(command: str) -> ApprovalResult:
     return ApprovalResult(False, "blocked: no approval policy is configured for this run")
 
 
 def _deny_tools(check: ToolCheck) -> ApprovalResult:
     return ApprovalResult(False, "blocked: no approval policy is configured for this run")
-
-
-def _no_events(kind: str, payload: dict[str, Any]) -> None:
-    return None
 
 
 @dataclass(frozen=True)
@@ -48,7 +41,7 @@ class ToolContext:
     allow_paths: tuple[str, ...] = ()
     approve: ApproveFn = _deny_all
     approve_tool: ToolApproveFn = _deny_tools  # MCP tools: the same gate, for calls that are not commands
-    emit: EmitFn = _no_events
+    emit: Emit = no_events
     command_timeout: float = 300.0
     output_chars: int = 16_000
     deadline: float | None = None  # time.monotonic() value when the run must end

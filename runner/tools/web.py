@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from backends.base import truncate_text
+from runner.events import Approval, Event
 from runner.safety.ssrf import Blocked, Resolver, Target, WebPolicy, check_url, system_resolver
 from runner.tls import ca_context
 from runner.tools import Registry, ToolError, ToolResult
@@ -201,9 +202,7 @@ def refuse(ctx: ToolContext, url: str, reason: str) -> ToolResult:
         record = audit_recorder(ctx.settings.store, ctx.run_id, "web", ctx.emit, Redactor())
         record(f"web_fetch {url}", decision)
     else:
-        ctx.emit(
-            "approval", {"command": f"web_fetch {url}", "level": "blocked", "reasons": [reason], "decision": "denied"}
-        )
+        ctx.emit(Event.APPROVAL, Approval(f"web_fetch {url}", "blocked", [reason], "denied"))
     return ToolResult(message, failed=True)
 
 

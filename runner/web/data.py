@@ -13,7 +13,9 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from runner.config.database import Dialect
+from runner.events import Recorded
 from runner.statuses import ACTIVE, RunStatus
+from runner.store.runs import events
 
 if TYPE_CHECKING:
     from runner.store import Store
@@ -136,7 +138,7 @@ def strips(store: Store, jobs: list[str]) -> dict[str, list[dict[str, Any]]]:
 class RunDetail:
     run: dict[str, Any]
     children: list[dict[str, Any]]
-    events: list[dict[str, Any]]  # payload decoded
+    events: list[Recorded]
     truncated: bool
     approvals: list[dict[str, Any]]
     task: dict[str, Any] | None
@@ -147,25 +149,12 @@ def run_detail(store: Store, run_id: str) -> RunDetail | None:
     if run is None:
         return None
     kids = store.query(f"SELECT {RUN_COLUMNS} FROM runs WHERE parent_run_id = ? ORDER BY created_at, id", (run_id,))
-    evs = events_after(store, run_id, 0, MAX_EVENTS + 1)
+    evs = events(store, run_id, 0, MAX_EVENTS + 1)
     approvals = store.query("SELECT * FROM approvals WHERE run_id = ? ORDER BY id", (run_id,))
     task = None
     if run.get("task_id"):
         task = store.one("SELECT id, title, status FROM tasks WHERE id = ?", (run["task_id"],))
     return RunDetail(run, kids, evs[:MAX_EVENTS], len(evs) > MAX_EVENTS, approvals, task)
-
-
-def events_after(store: Store, run_id: str, after: int, limit: int = 500) -> list[dict[str, Any]]:
-    rows = store.query(
-        "SELECT seq, ts, kind, payload FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-        (run_id, after, limit),
-    )
-    for r in rows:
-        try:
-            r["payload"] = json.loads(r["payload"]) if r["payload"] else {}
-        except ValueError:
-            r["payload"] = {"text": r["payload"]}
-    return rows
 
 
 def run_status(store: Store, run_id: str) -> dict[str, Any] | None:

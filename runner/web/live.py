@@ -16,9 +16,11 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
 from runner.statuses import ACTIVE
+from runner.store import runs
 from runner.web import data
 
 POLL_S = 0.2
+STEPS_PER_MESSAGE = 500  # rows of the timeline sent in one server-sent event
 BOARD_POLL_S = 0.5
 KEEPALIVE_S = 15.0
 MAX_STREAM_S = 3600.0
@@ -60,9 +62,9 @@ def run_stream(request: Request) -> StreamingResponse:
     def step() -> list[bytes] | None:
         store = w.source.store
         out = []
-        events = data.events_after(store, run_id, cursor["seq"])
+        events = runs.events(store, run_id, cursor["seq"], STEPS_PER_MESSAGE)
         if events:
-            cursor["seq"] = events[-1]["seq"]
+            cursor["seq"] = events[-1].seq
             out.append(sse("step", step_html(w, events)))
         row = data.run_status(store, run_id)
         if row is None:

@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from runner.clock import utcnow
+from runner.events import LIVE_ONLY, Recorded, Shown
 from runner.statuses import ACTIVE, RunStatus, TaskStatus
 from runner.web import data
 
@@ -144,15 +145,22 @@ def run_detail(request: Request) -> Response:
     detail = data.run_detail(w.source.store, request.path_params["run_id"])
     if detail is None:
         return w.render(request, "missing.html", status_code=404, what=f"run {request.path_params['run_id']}")
-    last_seq = detail.events[-1]["seq"] if detail.events else 0
+    last_seq = detail.events[-1].seq if detail.events else 0
     live = detail.run["status"] in ACTIVE
     output = None if live else _output(detail.run)
-    return w.render(request, "run.html", d=detail, run=detail.run, output=output, live=live, last_seq=last_seq)
+    steps = _steps(detail.events)
+    return w.render(
+        request, "run.html", d=detail, run=detail.run, output=output, live=live, last_seq=last_seq, steps=steps
+    )
 
 
-def step_html(w: Any, events: list[dict[str, Any]]) -> str:
+def step_html(w: Any, events: list[Recorded]) -> str:
     """The timeline rows of ``events`` (the run page and its live stream render the same HTML)."""
-    return str(w.env.get_template("_steps.html").render(events=events))
+    return str(w.env.get_template("_steps.html").render(steps=_steps(events)))
+
+
+def _steps(events: list[Recorded]) -> list[tuple[Recorded, Shown]]:
+    return [(e, e.shown()) for e in events if e.kind not in LIVE_ONLY]
 
 
 # -- the board --------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from runner.agent.profiles import retry_after
 from runner.agent.types import Message, Usage
 from runner.config.machine import Provider
 from runner.errors import ModelError
+from runner.events import encode
 from runner.run.model_choice import ModelChoice, build_client
 from runner.testing.fakeanthropic import FakeAnthropic, Reply, error, signature_of, text, thinking, tool
 from tests.agent.test_limits import kinds, last_run
@@ -53,7 +54,7 @@ def client(server: FakeAnthropic, *, stream: bool = True, keys: Any = None, **kw
         model="claude-sonnet-4-5",
         keys=keys or StaticKeys(Credential("ANTHROPIC_API_KEY", KEY)),
         stream=stream,
-        emit=lambda kind, payload: seen.append((kind, payload)),
+        emit=lambda kind, payload: seen.append((kind, encode(payload))),
         sleep=lambda seconds: seen.append(("slept", {"s": seconds})),
         **kw,
     )

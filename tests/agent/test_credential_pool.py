@@ -14,6 +14,7 @@ from runner.agent.credentials import CredentialPool, list_credentials, reset
 from runner.agent.keys import Action, Credential
 from runner.config.machine import Cooldowns
 from runner.errors import ModelError
+from runner.events import encode
 from runner.store import Store
 from runner.store.keys import KeyRow, KeyStatus
 
@@ -47,7 +48,7 @@ def pool(store, clock, creds=CREDS, **kw):
         clock=clock,
         monotonic=clock.monotonic,
         sleep=clock.sleep,
-        emit=lambda k, v: events.append((k, v)),
+        emit=lambda k, v: events.append((k, encode(v))),
         **kw,
     )
     p.events = events  # type: ignore[attr-defined]

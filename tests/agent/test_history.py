@@ -15,6 +15,7 @@ from runner.agent.history import history_problem
 from runner.agent.loop import Limits, run_loop
 from runner.agent.pruning import Pruner
 from runner.agent.types import Usage
+from runner.events import encode
 from runner.tools.context import ToolContext
 
 HEAD = [{"role": "system", "content": "sys"}, {"role": "user", "content": "task"}]
@@ -108,7 +109,9 @@ def test_the_loop_refuses_to_send_a_broken_history():
     from runner.errors import ModelError
 
     with pytest.raises(ModelError) as err:
-        run_loop(msgs, [], ToolContext(backend=None), Never(), Limits(), emit=lambda k, p: events.append((k, p)))
+        run_loop(
+            msgs, [], ToolContext(backend=None), Never(), Limits(), emit=lambda k, p: events.append((k, encode(p)))
+        )
     assert err.value.reason == "invalid_history"
     assert [k for k, _ in events] == ["invalid_history"]
 

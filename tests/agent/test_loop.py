@@ -6,6 +6,7 @@ from backends.base import BackendContext
 from backends.local import LocalBackend
 from runner.agent.loop import Limits, run_loop
 from runner.agent.types import Message, ToolCall, Usage
+from runner.events import encode
 from runner.testing import ScriptedLLM as Scripted
 from runner.tools import discover
 from runner.tools.context import ApprovalResult, ToolContext
@@ -20,7 +21,7 @@ def setup(tmp_path):
     ctx = ToolContext(backend=backend, approve=lambda c: ApprovalResult(True))
     tools = discover().select(["terminal", "files"], ctx)
     events = []
-    return ctx, tools, events, lambda k, p: events.append((k, p))
+    return ctx, tools, events, lambda k, p: events.append((k, encode(p)))
 
 
 def test_multi_call_turn_results_in_order(tmp_path):

@@ -16,6 +16,7 @@ import pytest
 from backends.base import BackendContext
 from backends.local import LocalBackend
 from runner.agent.loop import MAX_PARALLEL, Limits, run_loop
+from runner.events import encode
 from runner.safety.result import ApprovalResult
 from runner.safety.ssrf import WebPolicy
 from runner.testing import ScriptedLLM, calls, final
@@ -87,12 +88,14 @@ def run(backend: LocalBackend, llm: ScriptedLLM) -> tuple[list[dict[str, Any]], 
         backend=backend,
         approve=approve,
         web=WebPolicy(allow_private=True),
-        emit=lambda kind, data: events.append((kind, data)),
+        emit=lambda kind, data: events.append((kind, encode(data))),
     )
     registry = discover()
     tools = [registry.entries[n] for n in ("web_fetch", "read_file", "list_dir", "write_file", "terminal")]
     messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
-    result = run_loop(messages, tools, ctx, llm, Limits(max_iterations=5), emit=lambda k, d: events.append((k, d)))
+    result = run_loop(
+        messages, tools, ctx, llm, Limits(max_iterations=5), emit=lambda k, d: events.append((k, encode(d)))
+    )
     assert result.output == "done"
     return messages, events
 

@@ -5,6 +5,7 @@ import json
 from runner.agent.loop import Limits, run_loop
 from runner.agent.pruning import Pruner, estimate, summarize_result, total
 from runner.agent.types import Message, ToolCall, Usage
+from runner.events import encode
 from runner.tools import ToolEntry, ToolResult
 from runner.tools.context import ToolContext
 
@@ -50,7 +51,7 @@ def run(budget):
     llm = Recording(synthetic())
     events = []
     msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": "do 200 things"}]
-    prune = Pruner(budget, emit=lambda k, p: events.append((k, p))) if budget else None
+    prune = Pruner(budget, emit=lambda k, p: events.append((k, encode(p)))) if budget else None
     ctx = ToolContext(backend=None)  # the tools here never touch the backend
     result = run_loop(msgs, tools(), ctx, llm, Limits(max_iterations=500), emit=lambda k, p: None, prune=prune)
     return result, llm, events
@@ -127,7 +128,7 @@ def test_summarize_replaces_middle_turns_with_reference_only_background():
     llm = Summarizing(synthetic(60))
     events = []
     msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": "do things"}]
-    prune = Pruner(30_000, emit=lambda k, p: events.append((k, p)), summarize=summarize_with(Priced(llm)))
+    prune = Pruner(30_000, emit=lambda k, p: events.append((k, encode(p))), summarize=summarize_with(Priced(llm)))
     result = run_loop(
         msgs, tools(), ToolContext(backend=None), llm, Limits(max_iterations=100), emit=lambda k, p: None, prune=prune
     )

@@ -13,6 +13,7 @@ import pytest
 from runner.agent.keys import Credential, StaticKeys
 from runner.agent.llm import ChatClient
 from runner.errors import ModelError
+from runner.events import encode
 from runner.testing import Reply
 
 WIRE = Path(__file__).parent / "wire"
@@ -34,7 +35,7 @@ def client(fake, *, stream: bool, model: str = "gpt-4o-mini", **kw: Any) -> tupl
         model=model,
         keys=StaticKeys(Credential("OPENAI_API_KEY", KEY)),
         stream=stream,
-        emit=lambda kind, payload: seen.append((kind, payload)),
+        emit=lambda kind, payload: seen.append((kind, encode(payload))),
         sleep=lambda seconds: seen.append(("slept", {"s": seconds})),
         **kw,
     )

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from runner.config.mcp import McpServer
+from runner.events import encode
 from runner.mcp.session import McpSession
 from runner.safety.approval import AutoDeny, Gate
 from runner.tools import Registry
@@ -22,7 +23,7 @@ PY_SERVER = Path(__file__).resolve().parents[1] / "mcp" / "server.py"
 
 def session_for(backend: Any, server: McpServer, env: dict[str, str]) -> tuple[McpSession, Registry, list[Any]]:
     events: list[Any] = []
-    session = McpSession({"box": server}, backend, lambda k, p: events.append((k, p)), env.get)
+    session = McpSession({"box": server}, backend, lambda k, p: events.append((k, encode(p))), env.get)
     registry = Registry()
     session.add_to(registry, ["mcp:box"])
     return session, registry, events

@@ -104,6 +104,7 @@ def request_bytes() -> None:
 
 
 def write_cost(samples: int = 2_000, others: int = 1_000) -> None:
+    from runner.events import encode
     from runner.memory.notebook import Action, Notebook, parse_scope
     from runner.memory.notebooks import change
     from runner.memory.write import Binding, write
@@ -126,7 +127,7 @@ def write_cost(samples: int = 2_000, others: int = 1_000) -> None:
                 action,
                 content,
                 f"fact number {i - 1} " if action == Action.REMOVE else "",
-                lambda k, p: events.append((k, p)),
+                lambda k, p: events.append((k, encode(p))),
             )
             times.append(time.perf_counter() - start)
         store.close()

@@ -40,6 +40,7 @@ sys.path.insert(0, sys.argv[1])
 from pathlib import Path
 from runner.safety.redact import Redactor
 from runner.store import Store
+from runner.events import Event, ToolResult
 from runner.store.runs import Recorder
 from runner.store import ledger
 store = Store.open(Path(sys.argv[2]))
@@ -49,7 +50,7 @@ for i in range(n):
     run_id = ledger.open_run(store, job="bench", trigger="manual")
     emit = Recorder(store, run_id, Redactor(include_env=False))
     for j in range(20):
-        emit("tool_result", {"name": "shell", "result": f"line {j} of run {i}"})
+        emit(Event.TOOL_RESULT, ToolResult(str(j), "shell", f"line {j} of run {i}", 20, False, 0.0))
     ledger.finish(store, run_id, "succeeded")
 print(n / (time.perf_counter() - start))
 """

@@ -187,6 +187,7 @@ from runner.store import Store
 from runner.store.runs import Recorder
 from runner.store import ledger
 from runner.safety.redact import Redactor
+from runner.events import Event, Request, Response, ToolCall, ToolResult
 path, n, mode = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 store = Store.open(path)
 saved = store.one("SELECT sql FROM sqlite_master WHERE name='search_event_added'")
@@ -197,15 +198,15 @@ rec = Recorder(store, run_id, Redactor())
 text = " ".join(f"word{i % 97} line {i}" for i in range(120))
 items = []
 for i in range(n):
-    kind = ("request", "response", "tool_call", "tool_result")[i % 4]
-    if kind == "tool_result":
-        items.append((kind, {"id": f"c{i}", "name": "terminal", "result": text[: 200 + (i * 37) % 1800], "chars": 2000}))
-    elif kind == "tool_call":
-        items.append((kind, {"id": f"c{i}", "name": "terminal", "arguments": json.dumps({"command": f"grep -r w{i}"})}))
-    elif kind == "response":
-        items.append((kind, {"iteration": i, "content": text[:300], "tool_calls": [], "prompt_tokens": 900}))
+    kind = (Event.REQUEST, Event.RESPONSE, Event.TOOL_CALL, Event.TOOL_RESULT)[i % 4]
+    if kind == Event.TOOL_RESULT:
+        items.append((kind, ToolResult(f"c{i}", "terminal", text[: 200 + (i * 37) % 1800], 2000, False, 0.1)))
+    elif kind == Event.TOOL_CALL:
+        items.append((kind, ToolCall(f"c{i}", "terminal", json.dumps({"command": f"grep -r w{i}"}))))
+    elif kind == Event.RESPONSE:
+        items.append((kind, Response(i, text[:300], [], "stop", 900, 10, 0.0, 0.1)))
     else:
-        items.append((kind, {"iteration": i, "messages": i, "tools": 3}))
+        items.append((kind, Request(i, i, 3)))
 started = time.perf_counter()
 for kind, payload in items:
     rec(kind, payload)

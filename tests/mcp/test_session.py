@@ -14,6 +14,7 @@ import pytest
 
 from runner.config.mcp import McpServer
 from runner.errors import ConfigError
+from runner.events import Event, Payload, encode
 from runner.mcp.session import McpSession
 from runner.safety.approval import AutoApprove, AutoDeny, Gate
 from runner.tools import Registry, ToolResult
@@ -31,8 +32,8 @@ class Recorder:
         self.events: list[tuple[str, dict[str, Any]]] = []
         self.audit: list[tuple[str, str]] = []
 
-    def emit(self, kind: str, payload: dict[str, Any]) -> None:
-        self.events.append((kind, payload))
+    def emit(self, kind: Event, payload: Payload) -> None:
+        self.events.append((kind, encode(payload)))
 
     def record(self, command: str, decision: Any) -> None:
         self.audit.append((command, decision.decided_by))

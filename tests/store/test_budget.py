@@ -79,6 +79,7 @@ def test_reserve_settle_and_refuse(tmp_path: Path):
 
 
 def test_a_lost_run_is_settled_at_recovery_with_what_its_events_recorded(tmp_path: Path):
+    from runner.events import Event, Response, SideCall
     from runner.safety.redact import Redactor
     from runner.store import ledger
     from runner.store.runs import Recorder
@@ -87,8 +88,8 @@ def test_a_lost_run_is_settled_at_recovery_with_what_its_events_recorded(tmp_pat
     run_id = ledger.open_run(store, job="j", trigger=Trigger.MANUAL)
     assert reserve(store, Hold(run_id, "j", ("p",), to_micro(1.0), caps())) is None
     emit = Recorder(store, run_id, Redactor())
-    emit("response", {"cost_usd": 0.3})
-    emit("summary", {"cost_usd": 0.05, "provider": "aux"})
+    emit(Event.RESPONSE, Response(1, "", [], "stop", 10, 10, cost_usd=0.3, seconds=1))
+    emit(Event.SUMMARY, SideCall("m", "aux", 10, 10, cost_usd=0.05))
     store.execute("UPDATE runs SET pid=999999999, pid_start=NULL WHERE id=?", (run_id,))  # its process is gone
     assert ledger.recover_orphans(store) == [run_id]
     t = by_key(store)

@@ -16,6 +16,7 @@ import pytest
 
 from runner.agent.credentials import CredentialPool, list_credentials
 from runner.agent.keys import Credential
+from runner.events import Event, PreRun, Prompt, Response, RunFinished, RunStarted, Text, ToolCall, ToolResult
 from runner.kanban.board import Board
 from runner.kanban.model import FenceError
 from runner.memory.notebook import MemoryRefused, Notebook, Scope, ScopeKind
@@ -78,33 +79,37 @@ def test_a_run_declared_lost_keeps_that_verdict(any_store: Store):
 def test_events_in_order_redacted_from_threads(any_store: Store):
     run_id = ledger.open_run(any_store, job="a", trigger=Trigger.MANUAL)
     emit = Recorder(any_store, run_id, Redactor(["sk-secret-value-1234"], include_env=False))
-    threads = [threading.Thread(target=lambda i=i: emit("tool_call", {"name": "t", "n": i})) for i in range(8)]
-    emit("prompt", {"user": "the key is sk-secret-value-1234"})
+    threads = [
+        threading.Thread(target=lambda i=i: emit(Event.TOOL_CALL, ToolCall(f"c{i}", "t", {"n": i}))) for i in range(8)
+    ]
+    emit(Event.PROMPT, Prompt("the key is sk-secret-value-1234", [], "m"))
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     rows = events(any_store, run_id)
-    assert [r["seq"] for r in rows] == list(range(1, 10))
-    assert "sk-secret" not in rows[0]["payload"]
-    assert [r["seq"] for r in events(any_store, run_id, after=7)] == [8, 9]
+    assert [r.seq for r in rows] == list(range(1, 10))
+    assert rows[0].payload == Prompt("the key is [REDACTED]", [], "m")
+    assert sorted(r.payload.arguments["n"] for r in rows[1:] if isinstance(r.payload, ToolCall)) == list(range(8))
+    assert [r.seq for r in events(any_store, run_id, after=7)] == [8, 9]
+    assert [r.seq for r in events(any_store, run_id, after=2, limit=3)] == [3, 4, 5]
     again = Recorder(any_store, run_id, Redactor())  # a second recorder continues the numbering
-    again("response", {"content": "ok"})
-    assert events(any_store, run_id)[-1]["seq"] == 10
+    again(Event.FOLLOW_UP, Text("ok"))
+    assert events(any_store, run_id)[-1].seq == 10
 
 
 def test_a_held_event_keeps_its_place_and_is_written_with_the_next(any_store: Store):
     run_id = ledger.open_run(any_store, job="a", trigger=Trigger.MANUAL)
     emit = Recorder(any_store, run_id, Redactor(["sk-secret-value-1234"], include_env=False))
-    emit("run_started", {"job": "a"})
-    emit("pre_run", {"stdout": "key sk-secret-value-1234"}, hold=True)
-    assert [r["kind"] for r in events(any_store, run_id)] == ["run_started"]  # not written yet
+    emit(Event.RUN_STARTED, RunStarted("a", Trigger.MANUAL))
+    emit(Event.PRE_RUN, PreRun(0, False, "key sk-secret-value-1234"), hold=True)
+    assert [r.kind for r in events(any_store, run_id)] == ["run_started"]  # not written yet
     with any_store.transaction():  # as ``finish`` writes it: with the final status
         ledger.finish(any_store, run_id, RunStatus.SUCCEEDED)
-        emit("run_finished", {"status": "succeeded"})
+        emit(Event.RUN_FINISHED, RunFinished(RunStatus.SUCCEEDED, None))
     rows = events(any_store, run_id)
-    assert [(r["seq"], r["kind"]) for r in rows] == [(1, "run_started"), (2, "pre_run"), (3, "run_finished")]
-    assert "sk-secret" not in rows[1]["payload"]
+    assert [(r.seq, r.kind) for r in rows] == [(1, "run_started"), (2, "pre_run"), (3, "run_finished")]
+    assert rows[1].payload == PreRun(0, False, "key [REDACTED]")
 
 
 def test_credential_state_is_shared_between_connections(where):
@@ -256,11 +261,11 @@ def test_curator_state_row(any_store: Store):
 def test_search_finds_events_and_outputs_and_rebuild_agrees(any_store: Store):
     run_id = ledger.open_run(any_store, job="backup", trigger=Trigger.MANUAL)
     emit = Recorder(any_store, run_id, Redactor())
-    emit("tool_result", {"name": "shell", "result": "the nightly rsync of /srv finished"})
-    emit("tool_call", {"name": "session_search", "arguments": "{}"})  # never indexed
+    emit(Event.TOOL_RESULT, ToolResult("c1", "shell", "the nightly rsync of /srv finished", 34, False, 0.1))
+    emit(Event.TOOL_CALL, ToolCall("c2", "session_search", {}))  # never indexed
     index_output(any_store, run_id, "backup", "Report: rsync copied 12 files", ended=T0)
     other = ledger.open_run(any_store, job="other", trigger=Trigger.MANUAL)
-    Recorder(any_store, other, Redactor())("response", {"content": "nothing about that"})
+    Recorder(any_store, other, Redactor())(Event.RESPONSE, Response(1, "nothing about that", [], "stop", 1, 1, 0, 0))
     hits = search(any_store, Search("rsync"))
     assert [h.run_id for h in hits] == [run_id] and "«rsync»" in hits[0].snippet
     assert search(any_store, Search("rsy*"))[0].run_id == run_id

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runner.clock import iso
+from runner.events import Event, Prompt, Request, Response, ToolCall, ToolResult
 from runner.safety.redact import Redactor
 from runner.statuses import Trigger
 from runner.store import Store, dumps, ledger
@@ -51,12 +52,12 @@ def test_recorder_events_are_indexed_redacted_and_skipped_kinds_are_not(store):
     run_id = ledger.open_run(store, job="j", trigger=Trigger.MANUAL)
     key = "sk-proj-" + "a1B2c3D4e5F6g7H8i9J0" * 2
     rec = Recorder(store, run_id, Redactor())
-    rec("prompt", {"user": "look at the orchard", "system_chars": 10})
-    rec("tool_call", {"id": "c1", "name": "terminal", "arguments": '{"command": "cat apples.txt"}'})
-    rec("tool_result", {"id": "c1", "name": "terminal", "result": f"granny smith; token {key}", "chars": 9})
-    rec("response", {"iteration": 1, "content": "pears are ripe", "tool_calls": []})
-    rec("request", {"iteration": 1, "messages": 3, "tools": 1})  # not text worth searching
-    rec("tool_call", {"id": "c2", "name": "session_search", "arguments": '{"query": "orchard"}'})
+    rec(Event.PROMPT, Prompt("look at the orchard", [], "m", system_chars=10))
+    rec(Event.TOOL_CALL, ToolCall("c1", "terminal", '{"command": "cat apples.txt"}'))
+    rec(Event.TOOL_RESULT, ToolResult("c1", "terminal", f"granny smith; token {key}", 9, False, 0.1))
+    rec(Event.RESPONSE, Response(1, "pears are ripe", [], "stop", 1, 1, 0.0, 0.1))
+    rec(Event.REQUEST, Request(1, 3, 1))  # not text worth searching
+    rec(Event.TOOL_CALL, ToolCall("c2", "session_search", '{"query": "orchard"}'))
     kinds = [r["kind"] for r in store.query("SELECT kind FROM search_docs ORDER BY id")]
     assert kinds == ["prompt", "tool_call", "tool_result", "response"]
     for word, kind in (("orchard", "prompt"), ("apples", "tool_call"), ("granny", "tool_result"), ("ripe", "response")):

@@ -21,6 +21,7 @@ from backends.base import BackendContext
 from backends.local import LocalBackend
 from runner.config.jobs import load_jobs
 from runner.errors import ConfigError
+from runner.events import encode
 from runner.safety.result import ApprovalResult
 from runner.safety.ssrf import Blocked, Target, WebPolicy, address_problem, check_url
 from runner.tools import ToolError, discover
@@ -59,7 +60,7 @@ def local(tmp_path: Path) -> Iterator[LocalBackend]:
 def make_ctx(backend: Any, *, web: WebPolicy = WebPolicy(), gate: Gate | None = None) -> tuple[ToolContext, list]:
     events: list[tuple[str, dict[str, Any]]] = []
     ctx = ToolContext(
-        backend=backend, approve=gate or Gate(), web=web, emit=lambda kind, data: events.append((kind, data))
+        backend=backend, approve=gate or Gate(), web=web, emit=lambda kind, data: events.append((kind, encode(data)))
     )
     return ctx, events
 
