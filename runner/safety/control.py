@@ -22,12 +22,11 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
-
-from runner.lazyre import LazyPattern
 
 if TYPE_CHECKING:
     from runner.safety.shell import Verdict
@@ -49,7 +48,7 @@ _GIT_READ_ONLY = frozenset({"status", "diff", "log", "show", "blame", "ls-files"
 _FIND_ACTIONS = frozenset({"-delete", "-exec", "-execdir", "-ok", "-okdir", "-fprint", "-fprint0", "-fprintf", "-fls"})
 _COPIES = frozenset({"cp", "install", "ln", "rsync", "scp"})  # they write their destination only
 _WRITE_OPS = frozenset({">", ">>", ">|", "<>", "&>", "&>>"})
-_VARIABLE = LazyPattern(r"\$\{[^}]*\}|\$\w+|\$\(.*?\)|`[^`]*`")
+_VARIABLE = re.compile(r"\$\{[^}]*\}|\$\w+|\$\(.*?\)|`[^`]*`")
 
 
 def _norm(path: str) -> str:

@@ -26,6 +26,7 @@ FTS5 in one way: accents are not folded (``café`` does not find ``cafe``).
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import unicodedata
 from collections.abc import Iterator
@@ -37,7 +38,6 @@ from typing import Any
 
 from runner.clock import iso, parse_iso, utcnow
 from runner.errors import UsageError
-from runner.lazyre import LazyPattern
 from runner.store import Store
 from runner.store.dialect import Dialect
 
@@ -228,9 +228,9 @@ def _snippets(store: Store, q: Search, ids: list[int]) -> dict[int, str]:
     return {r["id"]: passage(str(r["body"]), terms) for r in rows}
 
 
-_TOKEN = LazyPattern(r"[^\W_]+")
-_PUNCT = LazyPattern(r"[\s!-/:-@\[-`{-~]+")  # what the PostgreSQL index splits words at (ASCII punctuation)
-_QUERY_WORD = LazyPattern(r"([^\W_]+)(\*?)")
+_TOKEN = re.compile(r"[^\W_]+")
+_PUNCT = re.compile(r"[\s!-/:-@\[-`{-~]+")  # what the PostgreSQL index splits words at (ASCII punctuation)
+_QUERY_WORD = re.compile(r"([^\W_]+)(\*?)")
 _OPERATORS = frozenset({"AND", "OR", "NOT", "NEAR"})
 
 

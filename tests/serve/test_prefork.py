@@ -128,10 +128,8 @@ def test_a_forked_worker_imports_nothing_the_forkserver_did_not(project, fake, j
 LOAD_AFTER_PRELOAD = """
 import json, sys
 import runner.serve.prefork
-from runner.warm import ready_loaded
 from runner.settings import Settings
 
-ready_loaded()
 before = set(sys.modules)
 settings = Settings.from_options()
 settings.jobs.get("agent")
