@@ -29,13 +29,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 from runner.agent.cooldowns import KeyVerdict, classify
 from runner.agent.keys import Action, Credential
 from runner.agent.profiles import ErrorKind, error_message
+from runner.config.machine import Cooldowns
 from runner.config.refs import resolve_key
+from runner.config.schedules import format_duration
 from runner.errors import ModelError, UsageError
 from runner.safety.redact import Redactor
 from runner.store import Store
 
 if TYPE_CHECKING:
-    from runner.config.machine import Config, Cooldowns, Provider
+    from runner.config.machine import Config, Provider
 
 Emit = Callable[[str, dict[str, Any]], None]
 MIN_WAIT = 0.25  # never spin: a wait for a cooling key is at least this long
@@ -65,8 +67,6 @@ def describe(row: Mapping[str, Any], now: float) -> str:
         return f"{what}: dead after {code}"
     left = iso_ts(row["cooldown_until"]) - now
     if left > 0:
-        from runner.config.schedules import format_duration
-
         return f"{what}: cooling {format_duration(max(1.0, left))} after {code}"
     return f"{what}: ok"
 
@@ -192,8 +192,6 @@ class CredentialPool:
         self.creds = {c.fingerprint: c for c in _unique(creds)}
         self.strategy = strategy
         if cooldowns is None:
-            from runner.config.machine import Cooldowns
-
             cooldowns = Cooldowns()
         self.rules = cooldowns
         self.max_wait = max_wait
@@ -339,7 +337,6 @@ class CredentialPool:
             why = f"longer than max_wait ({self.max_wait:g}s{', part already spent' if self._waited else ''})"
         else:
             why = f"longer than the run's remaining time ({max(0.0, remaining):.0f}s)"
-        from runner.config.schedules import format_duration
 
         reason, said = self._cause(live)
         hint = ""

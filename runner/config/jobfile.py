@@ -15,8 +15,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from runner.config.refs import is_ref, parse_ref
 from runner.config.schedules import Schedule, parse_schedule, parse_timezone
 from runner.errors import UsageError
+from runner.tools import known_toolset_names
 
 if TYPE_CHECKING:
     from runner.config.jobs import JobSpec
@@ -177,9 +179,6 @@ class OwnNames:
 
 
 def _check_toolsets(spec: JobSpec, own: OwnNames) -> list[str]:
-    from runner.config.refs import is_ref, parse_ref
-    from runner.tools import known_toolset_names
-
     known = known_toolset_names()
     problems = []
     for item in spec.toolsets:

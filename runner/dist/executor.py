@@ -6,6 +6,11 @@ takeover, and the lost-worker recovery ticks beside the schedule. The compositio
 
 from __future__ import annotations
 
+from runner.dist.app import celery_app
+from runner.clock import parse_iso, utcnow
+from runner.serve.fire import Fire
+from runner.serve.pool import RETRIED
+from runner.statuses import RunStatus, Trigger
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -24,8 +29,6 @@ if TYPE_CHECKING:
 
 class CeleryExecutor:
     def __init__(self, settings: Settings, store: Store, log: logging.Logger):
-        from runner.dist.app import celery_app
-
         executor = settings.config.executor
         self.store, self.log = store, log
         self.heartbeat_s, self.lost_after_s = executor.heartbeat_s, executor.lost_after_s
@@ -40,10 +43,6 @@ class CeleryExecutor:
 
     def follow(self, pool: Pool, jobs: Mapping[str, Job]) -> int:
         """The pool follows the runs ``runner worker``s are running now (a previous leader sent them)."""
-        from runner.clock import parse_iso, utcnow
-        from runner.serve.fire import Fire
-        from runner.serve.pool import RETRIED
-        from runner.statuses import RunStatus, Trigger
 
         count = 0
         for row in ledger.running_on_workers(self.store, RETRIED):

@@ -19,6 +19,9 @@ a worker lost mid-attempt stops renewing, and the lease expires as with a local 
 
 from __future__ import annotations
 
+from runner.dist.app import celery_app
+from runner.serve.loops import KanbanTicker
+from runner.dist.recovery import LostRunsTicker
 import logging
 import threading
 import time
@@ -177,12 +180,9 @@ class CeleryTaskLauncher:
 def celery_task_launcher(settings: Settings, log: logging.Logger, *, recover: bool = False) -> CeleryTaskLauncher:
     """The launcher with its Celery app; ``recover``: it also runs the lost-worker recovery (a
     dispatcher without serve: ``runner kanban dispatch``)."""
-    from runner.dist.app import celery_app
 
     lost_runs = None
     if recover:
-        from runner.dist.recovery import LostRunsTicker
-
         ex = settings.config.executor
         lost_runs = LostRunsTicker(settings.store, log, every=ex.heartbeat_s, lost_after_s=ex.lost_after_s)
     app = celery_app(settings.config.executor.broker_url())
@@ -192,7 +192,6 @@ def celery_task_launcher(settings: Settings, log: logging.Logger, *, recover: bo
 def celery_kanban_loop(host: ServeHost) -> Ticker:
     """serve's kanban loop under ``executor: celery`` (the composition root puts it in place of
     ``runner.serve.loops.kanban_loop``)."""
-    from runner.serve.loops import KanbanTicker
 
     launcher = celery_task_launcher(host.settings, host.log)
     host.log.info("kanban: attempts go to runner worker processes through the broker")

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Protocol
 
 from runner import secrets
-from runner.clock import iso
+from runner.clock import iso, utcnow
 from runner.errors import RunnerError
 from runner.forks import Spawn, Warm, WarmForks
 from runner.kanban.board import Board
@@ -204,8 +204,6 @@ class ForkLauncher:
 
 
 def _now() -> str:
-    from runner.clock import utcnow
-
     return iso(utcnow()) or ""
 
 
@@ -353,7 +351,6 @@ class Dispatcher:
 
         A database error in a tick (locked past the busy timeout, disk full) goes to ``on_error``
         and the loop carries on at the next poll; without ``on_error`` it propagates."""
-        from runner.clock import utcnow
 
         clock = clock or utcnow
         if self.clock is None:

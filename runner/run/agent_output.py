@@ -15,20 +15,25 @@ from runner.agent.auxiliary import Priced
 from runner.agent.loop import Limits, LoopResult, Totals, run_loop
 from runner.agent.pruning import Pruner, summarize_with
 from runner.agent.types import Usage
+from runner.memory.notebook import job_scope
+from runner.memory.write import Binding, run_snapshot
+from runner.run.context_files import load_context_file
 from runner.run.delivery import is_silent
+from runner.run.model_choice import context_budget
 from runner.run.model_source import Connected, Models
 from runner.run.produce import Produced
+from runner.run.prompt import render, system_prompt
 from runner.run.review import review_run
+from runner.run.toolbox import open_toolbox
+from runner.skills.session import SkillSession
 from runner.statuses import RunStatus
 from runner.store import ledger
 from runner.tools.context import EmitFn, ToolContext
 
 if TYPE_CHECKING:
-    from runner.memory.write import Binding
     from runner.run.delegate import Delegation
     from runner.run.execute import Run
     from runner.run.toolbox import Toolbox
-    from runner.skills.session import SkillSession
     from runner.tools import ToolEntry
 
 Messages = list[dict[str, Any]]
@@ -51,7 +56,6 @@ class AgentOutput:
         skills = _skill_session(run)
         delegation = _delegation(run, connected)
         ctx = _tool_context(run, skills, delegation)
-        from runner.run.toolbox import open_toolbox
 
         toolbox = open_toolbox(run, ctx)
         try:
@@ -108,8 +112,6 @@ class AgentOutput:
         return result, status
 
     def _user_prompt(self, run: Run) -> str:
-        from runner.run.prompt import render
-
         prompt = render(self.source, run.variables, name=self.name, base=run.job.base_dir)
         task = run.req.task
         if task is not None and task.prompt:
@@ -122,7 +124,6 @@ def _skill_session(run: Run) -> SkillSession | None:
     spec = run.job.spec
     if not spec.skills and not set(spec.toolsets) & {"skills", "skill_view", "skill_manage"}:
         return None
-    from runner.skills.session import SkillSession
 
     return SkillSession.for_run(run.settings, emit=run.emit)
 
@@ -168,8 +169,6 @@ def _tool_context(run: Run, skills: SkillSession | None, delegation: Delegation 
 
 def _memory(run: Run) -> Binding | None:
     """The run's notebook from the job's ``memory:`` (None for ``off``)."""
-    from runner.memory.notebook import job_scope
-    from runner.memory.write import Binding
 
     scope = job_scope(run.job.spec.memory, run.job.name)
     if scope is None:
@@ -181,7 +180,6 @@ def _memory_block(ctx: ToolContext, writable: bool) -> str:
     """The notebook as it is now, for the frozen system prompt ("" when off or empty)."""
     if ctx.memory is None:
         return ""
-    from runner.memory.write import run_snapshot
 
     return run_snapshot(ctx.memory.store, ctx.memory.scope, writable=writable)
 
@@ -190,8 +188,6 @@ def _first_messages(
     run: Run, tools: Sequence[ToolEntry], skills: SkillSession | None, user_prompt: str, memory: str = ""
 ) -> Messages:
     """The frozen system prompt (rules, skills index, memory, project instructions) and the user prompt."""
-    from runner.run.context_files import load_context_file
-    from runner.run.prompt import system_prompt
 
     names = {t.name for t in tools}
     index = skills.index(can_manage="skill_manage" in names) if skills is not None and "skill_view" in names else None
@@ -210,7 +206,6 @@ def _converse(
     delegation: Delegation | None = None,
 ) -> LoopResult:
     """The loop over ``messages`` (extended in place) within the job's limits, then the follow-up."""
-    from runner.run.model_choice import context_budget
 
     spec = run.job.spec
     limits = Limits(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from backends.base import Backend
+from runner.safety.injection import blocked_marker, scan
 from runner.tools.context import EmitFn
 
 CONTEXT_FILES = ("AGENTS.md", "CLAUDE.md", ".cursorrules")
@@ -11,7 +12,6 @@ CONTEXT_FILE_CAP = 20_000
 
 def load_context_file(backend: Backend, emit: EmitFn) -> str | None:
     """The first of AGENTS.md, CLAUDE.md, .cursorrules in the workdir, scanned for injection first."""
-    from runner.safety.injection import blocked_marker, scan
 
     for name in CONTEXT_FILES:
         try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from runner.config.schedules import format_duration
 from runner.run.delivery import is_silent
 from runner.run.prerun import PreRunResult
 from runner.statuses import RunStatus
@@ -40,7 +41,6 @@ class Producer(Protocol):
 
 def pre_run_timed_out(timeout: float) -> Produced:
     """The run's own ``timeout:`` ran out while its pre_run was going (the run stopped it)."""
-    from runner.config.schedules import format_duration
 
     error = f"the job's timeout of {format_duration(timeout)} was reached during pre_run; the run stopped it"
     return Produced(RunStatus.TIMED_OUT, reason="timeout", error=error)

@@ -13,15 +13,19 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from runner.agent.auxiliary import Priced
 from runner.agent.loop import LoopResult
 from runner.agent.types import Usage
+from runner.errors import RunnerError
+from runner.run.request import Replay
+from runner.skills.review import apply, count_tool_calls, review, skip_reason
+from runner.skills.session import SkillSession
 from runner.statuses import RunStatus
 
 if TYPE_CHECKING:
     from runner.run.execute import Run
     from runner.run.model_source import Connected
     from runner.skills.review import Decision
-    from runner.skills.session import SkillSession
     from runner.skills.sidecall import SideReply
 
 MIN_SECONDS = 2.0  # with less time left before the run's deadline there is no review
@@ -47,8 +51,6 @@ def review_run(
 
     ``max_cost_usd``: the run's cost cap; a run that has spent it (or its ``budget.max_tokens``) is
     not reviewed."""
-    from runner.run.request import Replay
-    from runner.skills.review import count_tool_calls, skip_reason
 
     if not wanted(run):
         return result
@@ -90,11 +92,6 @@ def _review(
     skills: SkillSession | None,
     left: float,
 ) -> LoopResult:
-    from runner.agent.auxiliary import Priced
-    from runner.errors import RunnerError
-    from runner.skills.review import apply, review
-    from runner.skills.session import SkillSession
-
     session = skills if skills is not None else SkillSession.for_run(run.settings, emit=run.emit)
     model = connected.auxiliary or Priced(connected.llm, connected.pricing)
     cfg = run.settings.config.skills_review

@@ -28,6 +28,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from runner.clock import iso, utcnow
+
 if TYPE_CHECKING:
     from runner.safety.shell import Verdict
 
@@ -278,7 +280,6 @@ def audit_refusal(ctx: AuditTarget, what: str, hit: str) -> None:
     """A file tool refused a control file: an event and an ``approvals`` row (decided by ``control``)."""
     import json
 
-    from runner.clock import iso, utcnow
 
     reason = f"touches the runner's control files ({hit})"
     ctx.emit("blocked", {"what": what, "protected": hit, "reason": reason})

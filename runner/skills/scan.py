@@ -18,7 +18,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from runner.safety.injection import INVISIBLE_CLASS
+from runner.safety.injection import INVISIBLE_CLASS, scan
 
 Kind = Literal["markdown", "script", "text"]
 
@@ -122,7 +122,6 @@ def quick_scan(text: str, *, kind: Kind = "markdown") -> list[SkillFinding]:
 def scan_skill_text(text: str, *, kind: Kind = "markdown") -> list[SkillFinding]:
     """Everything ``quick_scan`` finds, plus the shared injection scanner and (for shell scripts)
     the shared command classifier. Empty means nothing was found."""
-    from runner.safety.injection import scan
 
     findings = quick_scan(text, kind=kind)
     flagged_lines = {f.line for f in findings if f.rule == "injection"}

@@ -37,7 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from runner.clock import iso, parse_iso, utcnow
+from runner.config.schedules import parse_duration
 from runner.errors import UsageError
+from runner.safety.redact import Redactor
 from runner.store import Store
 from runner.store.dialect import Dialect
 
@@ -310,7 +312,6 @@ class Rebuilt:
 def rebuild(store: Store) -> Rebuilt:
     """Empty the index and make it again from ``run_events`` and the runs' output files, in one
     transaction (searches see the old index until it commits)."""
-    from runner.safety.redact import Redactor
 
     redact = Redactor()
     text, wanted = TEXT.format(r="e"), WANTED.format(r="e")
@@ -390,7 +391,6 @@ def since(text: str, *, now: datetime | None = None) -> datetime:
     unless it names its offset); anything else is a UsageError naming the option."""
     from datetime import UTC
 
-    from runner.config.schedules import parse_duration
 
     moment = now or utcnow()
     try:

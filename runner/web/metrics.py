@@ -7,7 +7,10 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from runner.agent.credentials import list_credentials
 from runner.clock import utcnow
+from runner.serve.state import serve_status
+from runner.store.lease import lease_holder
 
 if TYPE_CHECKING:
     from runner.store import Store
@@ -107,7 +110,6 @@ class StoreCollector:
     def _keys(self) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
-        from runner.agent.credentials import list_credentials
 
         family = GaugeMetricFamily("runner_keys_cooling", "API keys cooling down, by provider", labels=["provider"])
         cooling: dict[str, int] = {}
@@ -120,7 +122,6 @@ class StoreCollector:
     def _serve(self, now: datetime) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
-        from runner.serve.state import serve_status
 
         status = serve_status(self.store, now)
         up = GaugeMetricFamily("runner_serve_up", "1 when runner serve's heartbeat is fresh", value=int(status.alive))
@@ -135,7 +136,6 @@ class StoreCollector:
     def _leader(self, now: datetime) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
-        from runner.store.lease import lease_holder
 
         labels = ["holder", "host", "pid"]
         leads = GaugeMetricFamily(
