@@ -17,13 +17,12 @@ from runner.agent.auxiliary import Priced
 from runner.agent.loop import LoopResult
 from runner.agent.types import Usage
 from runner.errors import RunnerError
-from runner.run.request import Replay
+from runner.run.request import Replay, RunScope
 from runner.skills.review import apply, count_tool_calls, review, skip_reason
 from runner.skills.session import SkillSession
 from runner.statuses import RunStatus
 
 if TYPE_CHECKING:
-    from runner.run.execute import Run
     from runner.run.model_source import Connected
     from runner.skills.review import Decision
     from runner.skills.sidecall import SideReply
@@ -31,7 +30,7 @@ if TYPE_CHECKING:
 MIN_SECONDS = 2.0  # with less time left before the run's deadline there is no review
 
 
-def wanted(run: Run) -> bool:
+def wanted(run: RunScope) -> bool:
     if run.req.review:
         return True
     own = run.job.spec.skills_review
@@ -39,7 +38,7 @@ def wanted(run: Run) -> bool:
 
 
 def review_run(
-    run: Run,
+    run: RunScope,
     messages: list[dict[str, Any]],
     result: LoopResult,
     connected: Connected,
@@ -85,7 +84,7 @@ def review_run(
 
 
 def _review(
-    run: Run,
+    run: RunScope,
     messages: list[dict[str, Any]],
     result: LoopResult,
     connected: Connected,
@@ -124,7 +123,7 @@ def _counted(result: LoopResult, reply: SideReply) -> LoopResult:
     return replace(result, usage=usage, cost_usd=round(result.cost_usd + reply.cost_usd, 6))
 
 
-def _event(run: Run, reply: SideReply, outcome: str, decision: Decision | None, message: str = "") -> None:
+def _event(run: RunScope, reply: SideReply, outcome: str, decision: Decision | None, message: str = "") -> None:
     """The review's reply: its cost (counted by the budget settlement, like ``summary``) and outcome."""
     run.emit(
         "skill_review",
@@ -142,7 +141,7 @@ def _event(run: Run, reply: SideReply, outcome: str, decision: Decision | None, 
     )
 
 
-def _failed(run: Run, error: str) -> None:
+def _failed(run: RunScope, error: str) -> None:
     run.emit("skill_review_failed", {"error": error})
     import logging  # only here: a run that is not reviewed does not load it (~5 ms a start)
 

@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 from runner import secrets
 from runner.config.refs import is_ref
 from runner.errors import ConfigError
+from runner.run.request import RunScope
 from runner.tools import Registry, discover, known_toolset_names
 from runner.tools._own import add_to
 
 if TYPE_CHECKING:
     from runner.mcp.session import McpSession
-    from runner.run.execute import Run
     from runner.tools.context import ToolContext
 
 
@@ -29,7 +29,7 @@ class Toolbox:
             self.mcp.close()
 
 
-def open_toolbox(run: Run, ctx: ToolContext) -> Toolbox:
+def open_toolbox(run: RunScope, ctx: ToolContext) -> Toolbox:
     """ConfigError for a broken tools file, an unknown MCP server or a single tool a server lacks."""
     toolsets = run.job.spec.toolsets
     registry = discover()

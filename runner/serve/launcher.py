@@ -74,12 +74,11 @@ class ConfigCache:
         if key is not None:
             self._entry = (key, load_config(path))
 
-    def apply(self, settings: Settings) -> bool:
-        """Give ``settings`` the parsed config if its file is unchanged; True when it did."""
-        if self._entry is None or self._key(settings.config_path) != self._entry[0]:
-            return False
-        settings.__dict__["config"] = self._entry[1]  # what the cached property would compute
-        return True
+    def config_for(self, path: Path) -> Config | None:
+        """The parsed config of ``path`` if the file is unchanged since it was parsed, else None."""
+        if self._entry is None or self._key(path) != self._entry[0]:
+            return None
+        return self._entry[1]
 
     def database(self) -> str | None:
         """config.yaml's ``database:`` as parsed (None when not loaded or not set)."""
@@ -371,10 +370,17 @@ def run_spec(spec: WorkerSpec, stop: threading.Event, handed: datetime, kept: Ke
     after); returns the exit code. ``handed``: when this process took the run; ``kept``: what a
     reusable worker keeps across its runs."""
 
-    settings = Settings(home=Path(spec.home), jobs_path=Path(spec.jobs_path), config_path=Path(spec.config_path))
-    CONFIG.apply(settings)
+    config_path = Path(spec.config_path)
+    settings = Settings(
+        home=Path(spec.home),
+        jobs_path=Path(spec.jobs_path),
+        config_path=config_path,
+        loaded_config=CONFIG.config_for(config_path),
+    )
     # serve has created and migrated the store, and it watches its own workers: open it plainly
-    settings.store = settings.open_store(migrate=False) if kept is None else kept.store(settings)
+    settings = settings.replace(
+        opened_store=settings.open_store(migrate=False) if kept is None else kept.store(settings)
+    )
     # the queued row exists (serve wrote it, with the task id if any): the run starts that row
     req = RunRequest(
         job=spec.job,
