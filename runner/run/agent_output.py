@@ -21,7 +21,7 @@ from runner.run.context_files import load_context_file
 from runner.run.delivery import is_silent
 from runner.run.model_choice import context_budget
 from runner.run.model_source import Connected, Models
-from runner.run.produce import Produced
+from runner.run.produce import Produced, RunView
 from runner.run.prompt import render, system_prompt
 from runner.run.review import review_run
 from runner.run.toolbox import open_toolbox
@@ -32,7 +32,6 @@ from runner.tools.context import EmitFn, ToolContext
 
 if TYPE_CHECKING:
     from runner.run.delegate import Delegation
-    from runner.run.execute import Run
     from runner.run.toolbox import Toolbox
     from runner.tools import ToolEntry
 
@@ -49,7 +48,7 @@ class AgentOutput:
     name: str  # the template's name in messages
     models: Models
 
-    def produce(self, run: Run) -> Produced:
+    def produce(self, run: RunView) -> Produced:
         connected = self.models.connect(
             emit=run.emit, deadline=run.deadline, redactor=run.redactor, on_model=run.record_model
         )
@@ -75,7 +74,7 @@ class AgentOutput:
 
     def _talk(
         self,
-        run: Run,
+        run: RunView,
         ctx: ToolContext,
         connected: Connected,
         skills: SkillSession | None,
@@ -111,7 +110,7 @@ class AgentOutput:
                 skills.finish(status)
         return result, status
 
-    def _user_prompt(self, run: Run) -> str:
+    def _user_prompt(self, run: RunView) -> str:
         prompt = render(self.source, run.variables, name=self.name, base=run.job.base_dir)
         task = run.req.task
         if task is not None and task.prompt:
@@ -119,7 +118,7 @@ class AgentOutput:
         return prompt
 
 
-def _skill_session(run: Run) -> SkillSession | None:
+def _skill_session(run: RunView) -> SkillSession | None:
     """The run's SkillSession when the job uses skills (the ``skills`` toolset or a ``skills:`` list)."""
     spec = run.job.spec
     if not spec.skills and not set(spec.toolsets) & {"skills", "skill_view", "skill_manage"}:
@@ -128,7 +127,7 @@ def _skill_session(run: Run) -> SkillSession | None:
     return SkillSession.for_run(run.settings, emit=run.emit)
 
 
-def _delegation(run: Run, connected: Connected) -> Delegation | None:
+def _delegation(run: RunView, connected: Connected) -> Delegation | None:
     """The run's delegator when the job lists ``delegate`` (or ``delegate_task``) in its toolsets."""
     if not set(run.job.spec.toolsets) & {"delegate", "delegate_task"}:
         return None
@@ -146,7 +145,7 @@ def _delegation(run: Run, connected: Connected) -> Delegation | None:
     )
 
 
-def _tool_context(run: Run, skills: SkillSession | None, delegation: Delegation | None = None) -> ToolContext:
+def _tool_context(run: RunView, skills: SkillSession | None, delegation: Delegation | None = None) -> ToolContext:
     job = run.job
     return ToolContext(
         backend=run.backend,
@@ -167,7 +166,7 @@ def _tool_context(run: Run, skills: SkillSession | None, delegation: Delegation 
     )
 
 
-def _memory(run: Run) -> Binding | None:
+def _memory(run: RunView) -> Binding | None:
     """The run's notebook from the job's ``memory:`` (None for ``off``)."""
 
     scope = job_scope(run.job.spec.memory, run.job.name)
@@ -185,7 +184,7 @@ def _memory_block(ctx: ToolContext, writable: bool) -> str:
 
 
 def _first_messages(
-    run: Run, tools: Sequence[ToolEntry], skills: SkillSession | None, user_prompt: str, memory: str = ""
+    run: RunView, tools: Sequence[ToolEntry], skills: SkillSession | None, user_prompt: str, memory: str = ""
 ) -> Messages:
     """The frozen system prompt (rules, skills index, memory, project instructions) and the user prompt."""
 
@@ -198,7 +197,7 @@ def _first_messages(
 
 
 def _converse(
-    run: Run,
+    run: RunView,
     messages: Messages,
     tools: Sequence[ToolEntry],
     ctx: ToolContext,
@@ -252,7 +251,7 @@ def _converse(
     return result
 
 
-def _max_cost(run: Run) -> float | None:
+def _max_cost(run: RunView) -> float | None:
     """The job's ``budget.max_cost_usd``, else what the run reserved under ``budgets:`` (its default)."""
     if run.job.spec.budget.max_cost_usd is not None:
         return run.job.spec.budget.max_cost_usd
