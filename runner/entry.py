@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import sys
 
-from runner.cli import main as cli_main
-from runner.startup import prepare_process
-
 
 def main() -> None:
+    from runner.startup import prepare_process
+
     args = sys.argv[1:]
     prepare_process(args)
+    from runner.cli import main as cli_main
 
     cli_main(args)

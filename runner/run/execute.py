@@ -32,6 +32,7 @@ from runner.run.prepare import Prepared, prepare
 from runner.run.prerun import PreRunResult, check_pre, run_pre
 from runner.run.produce import Produced, pre_run_failed, pre_run_timed_out
 from runner.run.prompt import capped_context, render
+from runner.run.prompt import variables as template_variables
 from runner.run.protect import hold_reloads, masks_inside, protected_set, sandbox_plan, tampered
 from runner.run.request import Replay, RunOutcome, RunRequest
 from runner.safety.approval import build_gate
@@ -309,11 +310,9 @@ class Run:
     @cached_property
     def variables(self) -> dict[str, Any]:
         """The template variables of this run (prompt and ``file:PATH`` delivery), built once after pre_run."""
-        from runner.run.prompt import variables
-
         req = self.req
         run = {"id": self.run_id, "slot": req.slot.isoformat() if req.slot else None, "trigger": str(req.trigger)}
-        return variables(
+        return template_variables(
             self.job,
             now=self.now,
             run=run,

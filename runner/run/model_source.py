@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.agent.auxiliary import Priced
-from runner.agent.cassette import RecordingLLM
+from runner.agent.cassette import RecordingLLM, ReplayLLM, check_record_path
 from runner.agent.credentials import PoolFactory
 from runner.agent.fallback import FallbackLLM
 from runner.agent.keys import KeySource
@@ -116,12 +116,8 @@ def resolve(settings: Settings, job: Job, source: ModelSource) -> Models:
         case Given(llm):
             return Fixed(llm)
         case Replay(path):
-            from runner.agent.cassette import ReplayLLM
-
             return Fixed(ReplayLLM(path))
         case Record(path):
-            from runner.agent.cassette import check_record_path
-
             check_record_path(path)
             return _providers(settings, job, record=path)
     return _providers(settings, job, record=None)
