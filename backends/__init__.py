@@ -8,11 +8,13 @@ imported only for the chosen type, so a local run never imports the Docker SDK.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from backends.base import Backend, ExecResult
-from backends.spec import BackendSpec, known_types, parse_spec
 from runner.errors import BackendError
+
+if TYPE_CHECKING:
+    from backends.base import Backend, ExecResult
+    from backends.spec import BackendSpec, known_types, parse_spec
 
 # type name -> "module:factory"; a factory takes (spec: the type's model, *, ctx: BackendContext)
 _FACTORIES: dict[str, str] = {
@@ -24,6 +26,8 @@ _FACTORIES: dict[str, str] = {
 
 def resolve(spec: object, **kwargs: Any) -> Backend:
     """A ready backend for ``spec``; pass ``ctx=BackendContext(...)``. Close it when done."""
+    from backends.spec import parse_spec
+
     model = parse_spec(spec)  # UsageError unless it is a valid spec (a model is returned as is)
     module_name, _, attr = _FACTORIES[model.type].partition(":")
     try:
@@ -33,6 +37,20 @@ def resolve(spec: object, **kwargs: Any) -> Backend:
     factory = getattr(module, attr)
     backend: Backend = factory(model, **kwargs)
     return backend
+
+
+def __getattr__(name: str) -> Any:
+    """``backends.Backend`` and ``backends.ExecResult`` without importing backends.base for a spec;
+    ``BackendSpec``, ``known_types`` and ``parse_spec`` without importing pydantic for ``import backends``."""
+    if name in ("Backend", "ExecResult"):
+        from backends import base
+
+        return getattr(base, name)
+    if name in ("BackendSpec", "known_types", "parse_spec"):
+        from backends import spec
+
+        return getattr(spec, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["Backend", "BackendSpec", "ExecResult", "resolve", "parse_spec", "known_types"]
