@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from runner.lazyre import LazyPattern
 from runner.procs import Cut, wait_or_cut
 
 if TYPE_CHECKING:
@@ -146,7 +145,7 @@ def wrap_command(command: str, cwd: str, nonce: str) -> str:
     return f"trap {shlex.quote(trap)} EXIT\ncd {shlex.quote(cwd)} || exit 1\n{command}\n"
 
 
-_MARKER = LazyPattern(r"\n?__RUNNER_CWD_(?P<nonce>[0-9a-f]+)__(?P<cwd>[^\n]*)\n?$")
+_MARKER = re.compile(r"\n?__RUNNER_CWD_(?P<nonce>[0-9a-f]+)__(?P<cwd>[^\n]*)\n?$")
 
 
 def split_marker(output: str, nonce: str) -> tuple[str, str | None]:

@@ -63,7 +63,7 @@ def _mount_fields(item: object) -> object:
 class MountSpec(BaseModel):
     """One extra bind mount: a host path (relative to the workdir) at ``target``; read-only unless ``rw``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     source: str
     target: str
@@ -105,7 +105,7 @@ class DockerSpec(BaseModel):
     ``user`` unset means the invoking uid:gid (filled in by the backend).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     type: Literal["docker"] = "docker"
     image: str

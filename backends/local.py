@@ -30,6 +30,7 @@ from backends.base import (
     split_marker,
     wrap_command,
 )
+from backends.sandbox import Box, stdio_args
 from runner import secrets
 from runner.errors import BackendError
 from runner.procs import (
@@ -44,7 +45,6 @@ from runner.procs import (
 )
 
 if TYPE_CHECKING:
-    from backends.sandbox import Box
     from backends.spec import LocalSpec
 
 KILL_GRACE_S = 0.5
@@ -75,8 +75,6 @@ class LocalBackend:
             raise BackendError(f"local backend: workdir {self.workdir} does not exist")
         self._box: Box | None = None
         if ctx.sandbox is not None:
-            from backends.sandbox import Box
-
             self._base_env["TMPDIR"] = "/tmp"  # the sandbox's own
             self._box = Box(ctx.sandbox)
             self.is_local = False
@@ -183,7 +181,6 @@ class LocalBackend:
         sandbox (the server runs on the host, as the runner's user)."""
         if self._box is None:
             return None
-        from backends.sandbox import stdio_args
 
         return stdio_args(self._box.plan, argv, self._cwd.resolve(cwd)), dict(env)
 

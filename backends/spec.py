@@ -10,6 +10,7 @@ runner.config's ``Strict``.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -19,13 +20,12 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from backends.docker_spec import DockerSpec
 from backends.ssh_spec import SSHSpec
 from runner.errors import UsageError
-from runner.lazyre import LazyPattern
 
 
 class LocalSpec(BaseModel):
     """``{type: local}``: subprocesses on this machine; no options."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     type: Literal["local"] = "local"
 
@@ -38,7 +38,7 @@ _MODELS: dict[str, type[BaseModel]] = {
     get_args(model.model_fields["type"].annotation)[0]: model for model in (LocalSpec, DockerSpec, SSHSpec)
 }
 
-_SSH_TARGET = LazyPattern(
+_SSH_TARGET = re.compile(
     r"(?:(?P<user>[A-Za-z0-9_.+-]+)@)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)(?::(?P<port>\d{1,5}))?"
 )
 _FORMS = "forms: local, docker:IMAGE, ssh:[user@]host[:port]"

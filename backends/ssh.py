@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shlex
 import subprocess
 import tempfile
@@ -55,12 +56,11 @@ from backends.ssh_shell import (
 )
 from backends.ssh_spec import SSHSpec
 from runner.errors import BackendError, UsageError
-from runner.lazyre import LazyPattern
 
 SUN_PATH_MAX = 100  # sockaddr_un holds 108 bytes; ssh adds a temporary suffix while binding
 CONTROL_PERSIST = "60s"
 TRANSFER_TIMEOUT = 300.0
-_ENV_NAME = LazyPattern(r"[A-Za-z_][A-Za-z0-9_]*")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 LOST_NOTE = "\n[runner: the remote shell ended during this command (ssh exit {status}); a new shell was started]\n"
 
 

@@ -3,18 +3,17 @@ and the ssh client command line it gives."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, field_validator
 
-from runner.lazyre import LazyPattern
-
 STRICT_VALUES = ("yes", "no", "accept-new")
-_HOST = LazyPattern(r"[A-Za-z0-9_.%:\[\]-]+")
-_USER = LazyPattern(r"[A-Za-z0-9_.@+-]+")
-_OPTION = LazyPattern(r"[A-Za-z][A-Za-z0-9]*=[^\n\r]*")
+_HOST = re.compile(r"[A-Za-z0-9_.%:\[\]-]+")
+_USER = re.compile(r"[A-Za-z0-9_.@+-]+")
+_OPTION = re.compile(r"[A-Za-z][A-Za-z0-9]*=[^\n\r]*")
 #: options runner relies on; ssh_options may not change them
 _RESERVED = frozenset({"controlmaster", "controlpath", "controlpersist", "batchmode"})
 
@@ -69,7 +68,7 @@ class SSHSpec(BaseModel):
     ``known_hosts_file`` have ``~`` expanded.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     type: Literal["ssh"] = "ssh"
     host: str

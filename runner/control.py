@@ -24,6 +24,7 @@ from runner.safety.inside import refuse_inside_run
 from runner.statuses import ACTIVE, ApprovalState, ControlKind
 from runner.store import Store, control
 from runner.store.control import ApprovalRequest, new_id
+from runner.store.runs import get_run
 
 
 class ControlRefused(UsageError):
@@ -74,7 +75,6 @@ def request_cancel(store: Store, run_id: str, *, by: str, now: datetime | None =
     stops waiting. Raises ``ControlRefused`` (``not_found`` / ``not_running``; ``subagent`` for a
     delegate_task child, which stops with its parent)."""
     refuse_inside_run("cancel a run")
-    from runner.store.runs import get_run
 
     row = get_run(store, run_id)
     if row is None:

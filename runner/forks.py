@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 
     from runner.store import Store
 
+from runner.procs import become_undumpable, running, start_time
+
 HEADER = struct.Struct("!I")
 LOST_EXIT = 255  # what poll() reports for a child whose helper died before telling its exit code
 S = TypeVar("S", contravariant=True)
@@ -247,13 +249,10 @@ class WarmForks:
                 self._read(0.0)
                 if pid in self._exits:
                     return self._exits[pid]
-            if pid in self._orphans:
-                from runner.procs import running
-
-                if not running(pid, self._orphans[pid]):
-                    del self._orphans[pid]
-                    self._exits[pid] = LOST_EXIT
-                    return LOST_EXIT
+            if pid in self._orphans and not running(pid, self._orphans[pid]):
+                del self._orphans[pid]
+                self._exits[pid] = LOST_EXIT
+                return LOST_EXIT
             return None
 
     def forget(self, pid: int) -> None:
@@ -269,7 +268,6 @@ class WarmForks:
 
     def _lost(self) -> None:
         """The helper is gone: watch its unreaped children by pid from now on."""
-        from runner.procs import start_time
 
         if self._sock is not None:
             self._sock.close()
@@ -537,8 +535,6 @@ def _drain(fd: int) -> None:
 
 
 def main(argv: list[str]) -> None:
-    from runner.procs import become_undumpable
-
     become_undumpable()  # its forked workers receive keys: they keep this flag
     sock = socket.socket(fileno=int(argv[0]))
     sock.set_inheritable(False)

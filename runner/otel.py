@@ -17,6 +17,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Span as OtelSpan
 from opentelemetry.trace import Status, StatusCode
 
+from runner import __version__
+
 
 class _Span:
     def __init__(self, span: OtelSpan):
@@ -33,7 +35,6 @@ class OtelTracer:
     def __init__(self, service: str):
         import os
 
-        from runner import __version__
 
         name = os.environ.get("OTEL_SERVICE_NAME") or service
         self._provider = TracerProvider(

@@ -24,17 +24,15 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from runner.lazyre import LazyPattern
-
 ENV_FD = "RUNNER_SECRETS_FD"
 TOOL_COMMANDS = frozenset({("run-job",), ("serve",), ("kanban", "work"), ("kanban", "dispatch")})
 _GLOBAL_WITH_VALUE = frozenset({"--jobs", "--config", "--home"})
-_NAME = LazyPattern(
+_NAME = re.compile(
     r"(API_?KEYS?|APIKEY|TOKENS?|SECRETS?|PASSWORD|PASSWD|PRIVATE_KEY|CREDENTIALS?|ACCESS_KEY|AUTH|WEBHOOK(?:_URL)?)$"
     r"|^OPENAI_API_KEY",
     re.I,
 )
-_REF = LazyPattern(r"\benv(?:list)?:([A-Za-z_][A-Za-z0-9_]*)")
+_REF = re.compile(r"\benv(?:list)?:([A-Za-z_][A-Za-z0-9_]*)")
 
 _held: dict[str, str] = {}
 

@@ -1,12 +1,19 @@
-"""Where things are: RUNNER_HOME, jobs.yaml and config.yaml, resolved once per command."""
+"""Where things are: RUNNER_HOME, jobs.yaml and config.yaml, resolved once per command.
+
+A ``Settings`` is built complete: config.yaml and the store are read on first use, or given when
+it is made (``loaded_config``: a config.yaml already parsed, as serve's forkserver keeps it;
+``opened_store``: a store the caller opened and closes). Nothing sets them from outside."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from runner.errors import UsageError
 
 if TYPE_CHECKING:
     from runner.config.database import Target
@@ -34,6 +41,8 @@ class Settings:
     jobs_path: Path
     config_path: Path
     config_given: bool = False  # --config was passed: a missing file is an error, not "use defaults"
+    loaded_config: Config | None = field(default=None, repr=False)
+    opened_store: Store | None = field(default=None, repr=False)
 
     @classmethod
     def from_options(cls, *, jobs: str | None = None, config: str | None = None, home: str | None = None) -> Settings:
@@ -50,8 +59,6 @@ class Settings:
     def ensure_home(self) -> Path:
         """Create RUNNER_HOME (0700) and its folders; return it. A home that cannot be made or
         used (``--home /proc/self``) is bad input: exit 2, one line."""
-        from runner.errors import UsageError
-
         try:
             self.home.mkdir(parents=True, exist_ok=True)
             os.chmod(self.home, 0o700)
@@ -64,11 +71,15 @@ class Settings:
             ) from None
         return self.home
 
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with ``changes`` (e.g. ``opened_store=``), built complete like any other."""
+        return dataclasses.replace(self, **changes)
+
     @cached_property
     def config(self) -> Config:
+        if self.loaded_config is not None:
+            return self.loaded_config
         from runner.config.machine import load_config
-        from runner.errors import UsageError
-
         if self.config_given and not self.config_path.exists():
             raise UsageError(f"{self.config_path}: config file not found (given with --config)")
         return load_config(self.config_path)
@@ -133,6 +144,10 @@ class Settings:
 
     @cached_property
     def store(self) -> Store:
+        """The store: ``opened_store`` if given, else opened (and migrated) here, runs left
+        ``running`` by a dead worker recovered and alerted."""
+        if self.opened_store is not None:
+            return self.opened_store
         from runner.store import ledger
 
         self.ensure_home()
@@ -146,8 +161,6 @@ class Settings:
         """Alert each run found ``unknown`` (its worker died); jobs.yaml may be absent or broken here,
         then config.yaml's ``alerts:`` apply."""
         from runner.delivery.alerts import alert_lost
-        from runner.errors import UsageError
-
         try:
             jobs = self.jobs.jobs
         except UsageError:

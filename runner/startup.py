@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import os
 
+from runner.procs import become_subreaper, become_undumpable
+from runner.secrets import ENV_FD, command_path, hide, runs_tools
+
 ONE_RUN_COMMANDS = frozenset({("run-job",), ("kanban", "work")})
 #: commands whose process holds keys besides the tool runners (``runner.secrets.TOOL_COMMANDS``)
 KEY_HOLDERS = frozenset({("worker",), ("web",)})
@@ -14,7 +17,6 @@ KEY_HOLDERS = frozenset({("worker",), ("web",)})
 
 def prepare_process(args: list[str]) -> None:
 
-    from runner.secrets import ENV_FD, command_path, hide, runs_tools
 
     path = command_path(args)
     if runs_tools(args) or ENV_FD in os.environ:
@@ -22,10 +24,6 @@ def prepare_process(args: list[str]) -> None:
 
         hide(args, is_token)
     if runs_tools(args) or ENV_FD in os.environ or path[:1] in KEY_HOLDERS:
-        from runner.procs import become_undumpable
-
         become_undumpable()  # no reading its memory or descriptors through /proc, no core dump
     if path[:1] in ONE_RUN_COMMANDS or path[:2] in ONE_RUN_COMMANDS:
-        from runner.procs import become_subreaper
-
         become_subreaper()

@@ -4,6 +4,7 @@ cycle (imports inside functions and under TYPE_CHECKING count: they are dependen
 from __future__ import annotations
 
 import ast
+import importlib
 import pkgutil
 import re
 import subprocess
@@ -244,3 +245,33 @@ def test_no_sql_on_the_stores_tables_outside_the_store() -> None:
     gone = sorted(set(SQL_OUTSIDE_STORE) - found)
     assert not new, f"SQL on runs/tasks/credentials outside runner/store: {new}; use (or add) a store operation"
     assert not gone, f"no SQL left in {gone}: take them off SQL_OUTSIDE_STORE"
+
+
+# Functions named by a "module:function" string, not imported: the warm forkserver's entries
+# (runner.forks imports and calls them in its helper and its children, which serve and the kanban
+# dispatcher never import) and the backend registry (a backend's SDK loads only when chosen). The
+# import graph above cannot see these; any other dependency is an import.
+NAMED_BY_STRING: dict[str, set[str]] = {
+    "runner/serve/launcher.py": {
+        "runner.serve.launcher:worker_main",
+        "runner.serve.launcher:preload_config",
+        "runner.serve.reuse:prepare_warm_up",
+    },
+    "runner/serve/reuse.py": {"runner.serve.reuse:reuse_main"},
+    "runner/kanban/dispatch.py": {"runner.kanban.work:forked_main"},
+    "backends/__init__.py": {"backends.local:from_spec", "backends.docker:from_spec", "backends.ssh:from_spec"},
+}
+FUNCTION_BY_NAME = re.compile(r"^(?:runner|backends)(?:\.\w+)*:\w+$")
+
+
+def test_functions_named_by_string_are_the_listed_ones_and_exist() -> None:
+    found: dict[str, set[str]] = {}
+    for package in ("runner", "backends"):
+        for path in (ROOT / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and FUNCTION_BY_NAME.match(node.value):
+                    found.setdefault(str(path.relative_to(ROOT)), set()).add(node.value)
+    assert found == NAMED_BY_STRING, "import the function instead of naming it by string (or list a forkserver entry)"
+    for name in set().union(*NAMED_BY_STRING.values()):
+        module, _, function = name.partition(":")
+        assert callable(getattr(importlib.import_module(module), function)), name

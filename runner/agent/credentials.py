@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from runner.agent.cooldowns import KeyVerdict, classify
 from runner.agent.keys import Action, Credential
 from runner.agent.profiles import ErrorKind, error_message
+from runner.config.machine import Cooldowns
 from runner.config.refs import resolve_key
 from runner.config.schedules import format_duration
 from runner.errors import ModelError, UsageError
@@ -39,7 +40,7 @@ from runner.store import Store, keys
 from runner.store.keys import KeyFailure, KeyRow, KeyStatus
 
 if TYPE_CHECKING:
-    from runner.config.machine import Config, Cooldowns, Provider
+    from runner.config.machine import Config, Provider
 
 MIN_WAIT = 0.25  # never spin: a wait for a cooling key is at least this long
 
@@ -172,8 +173,6 @@ class CredentialPool:
         self.creds = {c.fingerprint: c for c in _unique(creds)}
         self.strategy = strategy
         if cooldowns is None:
-            from runner.config.machine import Cooldowns
-
             cooldowns = Cooldowns()
         self.rules = cooldowns
         self.max_wait = max_wait
@@ -291,6 +290,7 @@ class CredentialPool:
             why = f"longer than max_wait ({self.max_wait:g}s{', part already spent' if self._waited else ''})"
         else:
             why = f"longer than the run's remaining time ({max(0.0, remaining):.0f}s)"
+
         reason, said = self._cause(live)
         hint = ""
         if reason in ("no_credit", "auth_failed"):

@@ -44,6 +44,7 @@ from runner.agent.stream import (
     whole_as_chunks,
 )
 from runner.agent.types import Message, Usage
+from runner.config.model_options import ModelOptions
 from runner.config.request_fields import MaxTokensField, request_fields
 from runner.errors import ModelError
 from runner.events import Emit, Event, ProviderProtocol, UsageEstimated, no_events
@@ -52,8 +53,6 @@ from runner.tls import verify_for
 
 if TYPE_CHECKING:
     from openai import OpenAI
-
-    from runner.config.model_options import ModelOptions
 
 RETRYABLE = {408, 409, 425, 500, 502, 503, 504, 520, 521, 522, 524, 529}
 BACKOFF_BASE = 1.0
@@ -147,8 +146,6 @@ class ChatClient:
         self.idle_timeout = idle_timeout
         self.stream = stream
         if options is None:
-            from runner.config.model_options import ModelOptions
-
             options = ModelOptions()
         self.options = options
         self.max_tokens_field = max_tokens_field

@@ -9,11 +9,10 @@ tests/config/test_cron.py checks it against croniter). When both day fields are 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cached_property
-
-from runner.lazyre import LazyPattern
 
 MACROS = {
     "@yearly": "0 0 1 1 *",
@@ -45,7 +44,7 @@ FIELDS = (
     _Field("month", 1, 12, tuple(MONTHS), 1),
     _Field("day of week", 0, 7, tuple(DAYS), 0),
 )
-_ITEM = LazyPattern(r"^(?:(\*)|([a-z0-9]+)(?:-([a-z0-9]+))?)(?:/(\d+))?$")
+_ITEM = re.compile(r"^(?:(\*)|([a-z0-9]+)(?:-([a-z0-9]+))?)(?:/(\d+))?$")
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ backend, toolsets, ``context_from``) and the files a job reads.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -14,14 +15,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from runner.config.refs import is_ref, parse_ref
 from runner.config.schedules import Schedule, parse_schedule, parse_timezone
 from runner.errors import UsageError
-from runner.lazyre import LazyPattern
+from runner.tools import known_toolset_names
 
 if TYPE_CHECKING:
     from runner.config.jobs import JobSpec
 
-JOB_NAME = LazyPattern(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+JOB_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 TEMPLATE_SUFFIXES = (".j2", ".jinja", ".jinja2", ".md", ".txt", ".tmpl")
 
 
@@ -177,9 +179,6 @@ class OwnNames:
 
 
 def _check_toolsets(spec: JobSpec, own: OwnNames) -> list[str]:
-    from runner.config.refs import is_ref, parse_ref
-    from runner.tools import known_toolset_names
-
     known = known_toolset_names()
     problems = []
     for item in spec.toolsets:

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, ValidationError, ValidationInfo, field_validator
 
@@ -37,9 +37,7 @@ from runner.config.schedules import parse_duration, parse_timezone
 from runner.config.sinks import check_sink
 from runner.config.strict import Strict
 from runner.errors import ConfigError, UsageError
-
-if TYPE_CHECKING:
-    from runner.safety.ssrf import WebPolicy
+from runner.safety.ssrf import WebPolicy
 
 __all__ = [
     "JOB_NAME",
@@ -125,8 +123,6 @@ class WebSpec(Strict):
         return value
 
     def policy(self) -> WebPolicy:
-        from runner.safety.ssrf import WebPolicy
-
         return WebPolicy(self.allow_private, tuple(self.allow_domains), tuple(self.deny_domains))
 
 

@@ -10,10 +10,13 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from runner import secrets
 from runner.config import yamlio
+from runner.config.database import parse
 from runner.config.families import Family
 from runner.config.jobs import Duration, SinkItem
 from runner.config.mcp import McpServer
 from runner.config.model_options import MaxTokensField, ModelOptions
+from runner.config.refs import SERVER_NAME
+from runner.config.schedules import parse_timezone
 from runner.config.strict import Strict
 from runner.errors import ConfigError, UsageError
 
@@ -290,8 +293,6 @@ class Config(Strict):
     @field_validator("mcp_servers")
     @classmethod
     def _server_names(cls, value: dict[str, McpServer]) -> dict[str, McpServer]:
-        from runner.config.refs import SERVER_NAME
-
         for name in value:
             if not SERVER_NAME.match(name):
                 raise ValueError(f"server name {name!r} must match {SERVER_NAME.pattern}")
@@ -300,9 +301,6 @@ class Config(Strict):
     @field_validator("database")
     @classmethod
     def _database(cls, value: str | None) -> str | None:
-        from runner.config.database import parse
-        from runner.errors import UsageError
-
         if value is not None:
             try:
                 parse(value, what="database")
@@ -313,8 +311,6 @@ class Config(Strict):
     @field_validator("timezone")
     @classmethod
     def _tz(cls, value: str) -> str:
-        from runner.config.schedules import parse_timezone
-
         parse_timezone(value)
         return value
 

@@ -15,11 +15,10 @@ from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from runner.config.cron import CronFields, parse_cron
-from runner.lazyre import LazyPattern
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_DURATION = LazyPattern(r"^\s*(?:(\d+)\s*([smhdw]))+\s*$")
-_PART = LazyPattern(r"(\d+)\s*([smhdw])")
+_DURATION = re.compile(r"^\s*(?:(\d+)\s*([smhdw]))+\s*$")
+_PART = re.compile(r"(\d+)\s*([smhdw])")
 
 
 def parse_duration(value: str | int | float) -> float:

@@ -9,18 +9,17 @@ down (ledger, ``runs show``, logs): the secret parts of URLs masked.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from runner.lazyre import LazyPattern
-
 URL_KINDS = ("webhook", "slack", "discord")
 KINDS = ("file", "stdout", *URL_KINDS, "telegram", "email")
-ENV_REF = LazyPattern(r"^env:[A-Za-z_][A-Za-z0-9_]*$")
-_URL = LazyPattern(r"^https?://[^\s/]+[^\s]*$")
-_EMAIL = LazyPattern(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
-_CHAT_ID = LazyPattern(r"^(-?\d+|@[A-Za-z0-9_]{5,})$")
+ENV_REF = re.compile(r"^env:[A-Za-z_][A-Za-z0-9_]*$")
+_URL = re.compile(r"^https?://[^\s/]+[^\s]*$")
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_CHAT_ID = re.compile(r"^(-?\d+|@[A-Za-z0-9_]{5,})$")
 HELP = (
     "use file, file:PATH, stdout, webhook:URL, slack:URL, discord:URL, telegram:CHAT_ID, email:ADDRESS "
     "or {webhook: {url, headers, secret, template}}; a URL may be env:NAME"

@@ -7,6 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from runner.tools import known_toolset_names
+from runner.tools._own import load
+
 if TYPE_CHECKING:
     from runner.tools._own import Loaded
 
@@ -23,7 +26,5 @@ def tool_dirs(jobs_path: Path, config_path: Path, configured: Sequence[str]) -> 
 
 def load_own(dirs: Sequence[Path]) -> Loaded:
     """The operator's tools, loaded afresh (their files run each time: no process-wide cache)."""
-    from runner.tools import known_toolset_names
-    from runner.tools._own import load
 
     return load(dirs, taken=known_toolset_names())

@@ -23,6 +23,7 @@ from runner.delivery.send import Delivered, SendContext, send
 from runner.safety.redact import Redactor
 from runner.statuses import RunStatus
 from runner.store import Store, ledger
+from runner.store.files import FileKind, read
 from runner.store.runs import Recorder
 
 if TYPE_CHECKING:
@@ -76,7 +77,6 @@ def tail(text: str) -> str:
 
 def tail_of_run(store: Store, run_id: str) -> str:
     """The output file's last lines, else the last thing the model said, for a run another process ended."""
-    from runner.store.files import FileKind, read
 
     row = ledger.get(store, run_id)
     if row and row.output_path:

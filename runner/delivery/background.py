@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner.delivery.alerts import Alerter, Notice, RunEnd, send_notice
+from runner.delivery.alerts import Alerter, Notice, RunEnd, send_notice, tail_of_run
 from runner.store import Store
 
 if TYPE_CHECKING:
@@ -109,6 +109,4 @@ class BackgroundAlerts:
 
 
 def _tail(alerter: Alerter, run_id: str) -> str:
-    from runner.delivery.alerts import tail_of_run
-
     return tail_of_run(alerter.store, run_id)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from runner.config.sinks import ENV_REF, Sink
+from runner.delivery.mail import send_mail
 from runner.delivery.message import Message, capped
 from runner.delivery.retry import post
 from runner.errors import RunnerError
@@ -150,8 +151,6 @@ def _telegram(sink: Sink, message: Message, ctx: SendContext) -> tuple[bool, str
 
 
 def _email(sink: Sink, message: Message, ctx: SendContext) -> tuple[bool, str]:
-    from runner.delivery.mail import send_mail
-
     if ctx.config.smtp is None:
         raise DeliveryError("an email sink needs smtp: {host, port, from, ...} in config.yaml")
     return send_mail(ctx.config.smtp, sink.target, message, resolve=ctx.resolve, policy=ctx.config.delivery)

@@ -10,6 +10,7 @@ skills and config.yaml are not part of it (config.yaml is per machine by design)
 
 from __future__ import annotations
 
+from runner.config.jobs import load_jobs
 import hashlib
 import os
 from collections.abc import Callable, Iterable
@@ -85,8 +86,6 @@ class JobsCache:
         self._entry: tuple[tuple[tuple[int, int, int], ...], LoadedJobs] | None = None
 
     def current(self) -> LoadedJobs:
-        from runner.config.jobs import load_jobs
-
         if self._entry is not None:
             stamp, loaded = self._entry
             if _stamp([self.path, *inputs_of(loaded.jobs.jobs)]) == stamp:

@@ -18,6 +18,8 @@ a worker lost mid-attempt stops renewing, and the lease expires as with a local 
 
 from __future__ import annotations
 
+from runner.dist.app import celery_app
+from runner.serve.loops import KanbanTicker
 import logging
 import time
 from datetime import datetime
@@ -101,7 +103,6 @@ class CeleryTaskLauncher(Broker[Key]):
 def celery_task_launcher(settings: Settings, log: logging.Logger, *, recover: bool = False) -> CeleryTaskLauncher:
     """The launcher with its Celery app; ``recover``: it also runs the lost-worker recovery (a
     dispatcher without serve: ``runner kanban dispatch``)."""
-    from runner.dist.app import celery_app
 
     app = celery_app(settings.config.executor.broker_url())
     return CeleryTaskLauncher(app=app, settings=settings, log=log, recover=recover)
@@ -110,7 +111,6 @@ def celery_task_launcher(settings: Settings, log: logging.Logger, *, recover: bo
 def celery_kanban_loop(host: ServeHost) -> Ticker:
     """serve's kanban loop under ``executor: celery`` (the composition root puts it in place of
     ``runner.serve.loops.kanban_loop``)."""
-    from runner.serve.loops import KanbanTicker
 
     launcher = celery_task_launcher(host.settings, host.log)
     host.log.info("kanban: attempts go to runner worker processes through the broker")

@@ -19,6 +19,9 @@ message is never dropped with its row left ``queued`` and nobody to run it.
 
 from __future__ import annotations
 
+from runner.dist.app import KANBAN_TASK, TASK, requeue
+from runner.dist.app import celery_app
+from runner.config.jobs import inputs_of
 import logging
 import os
 import signal
@@ -177,7 +180,6 @@ class WorkerRuntime:
                 f"scheduler's (hash {jobs_hash}); deploy the same project folder to every worker"
             )
             return self._refuse(claimed, Refusal.JOBS_MISMATCH, error)
-        from runner.config.jobs import inputs_of
 
         waited = (utcnow() - claimed.created_at).total_seconds() if claimed.created_at else None
         spec = WorkerSpec(
@@ -295,7 +297,6 @@ def mismatch_error(claimed: Claimed, job_name: str) -> str:
 def register(app: Any, runtime: WorkerRuntime) -> None:
     """The tasks of ``app``, run by ``runtime``: ``runner.execute`` (a scheduled run) and
     ``runner.kanban_attempt`` (an attempt at a kanban task, ``runner.dist.kanban_worker``)."""
-    from runner.dist.app import KANBAN_TASK, TASK, requeue
     from runner.dist.kanban_worker import Attempt, KanbanAttempts
 
     @app.task(name=TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
@@ -323,7 +324,6 @@ def run_worker(
     settings: Settings, *, hostname: str, concurrency: int, queues: list[str], loglevel: str = "INFO"
 ) -> int:
     """Start a Celery worker (threads pool) consuming ``queues`` until SIGTERM/SIGINT."""
-    from runner.dist.app import celery_app
 
     app = celery_app(settings.config.executor.broker_url())
     runtime = WorkerRuntime(settings, hostname).start()

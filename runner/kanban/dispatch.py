@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from runner import secrets
-from runner.clock import iso
+from runner.clock import iso, utcnow
 from runner.errors import RunnerError
 from runner.forks import Handle, Launcher, Spawn, Warm, WarmForks, WorkerHandle
 from runner.kanban.board import Board
@@ -207,8 +207,6 @@ class TaskForkLauncher(LocalLaunchers):
 
 
 def _now() -> str:
-    from runner.clock import utcnow
-
     return iso(utcnow()) or ""
 
 
@@ -357,7 +355,6 @@ class Dispatcher:
 
         A database error in a tick (locked past the busy timeout, disk full) goes to ``on_error``
         and the loop carries on at the next poll; without ``on_error`` it propagates."""
-        from runner.clock import utcnow
 
         clock = clock or utcnow
         if self.clock is None:

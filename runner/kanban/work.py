@@ -25,13 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runner import secrets
 from runner.clock import utcnow
 from runner.config.jobfile import Job
 from runner.errors import RunnerError, UsageError
 from runner.kanban.board import Board
 from runner.kanban.dispatch import ENV_FENCE, ENV_TASK
 from runner.kanban.model import FenceError, Task
-from runner.procs import start_time
+from runner.procs import become_subreaper, install_two_stage_stop, start_time
+from runner.run.execute import execute
+from runner.run.request import RunRequest, TaskHooks
 from runner.safety.redact import Redactor
 from runner.settings import Settings
 from runner.statuses import RunStatus, TaskStatus, Trigger
@@ -259,9 +262,6 @@ def work(
 
 
 def _attempt(settings: Settings, session: TaskSession, stop: threading.Event, run_id: str | None) -> WorkResult:
-    from runner.run.execute import execute
-    from runner.run.request import RunRequest, TaskHooks
-
     board, task_id, fence = session.board, session.task_id, session.fence
     task = board.get(task_id)
     job, outcome = None, None
@@ -326,8 +326,6 @@ def forked_main(
     """The body of a kanban worker forked from the warm forkserver: one attempt at the task in
     ``HERMES_KANBAN_TASK``, its line and exit code as ``runner kanban work`` gives them;
     ``assignment``: a ``runner worker``'s attempt."""
-    from runner import secrets
-    from runner.procs import become_subreaper, install_two_stage_stop
 
     secrets.install(held)  # the keys came through the forkserver's socket, never an environment block
     become_subreaper()  # what the run's commands leave behind ends with the worker

@@ -28,6 +28,7 @@ from typing import Any
 from runner.atomic import write_private
 from runner.mcp.client import Connection, McpFailure
 from runner.mcp.launch import stdio_target
+from runner.procs import become_undumpable
 
 _CALL_TIMEOUT = 3600.0  # the run's client enforces the job's own call timeout
 
@@ -164,8 +165,6 @@ def serve(path: Path, spec: dict[str, Any]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    from runner.procs import become_undumpable
-
     become_undumpable()  # it holds the server's variables
     line = sys.stdin.readline()
     if not line:

@@ -31,8 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from backends.sandbox import stdio_args
 from runner.atomic import write_private
+from runner.config.machine import load_config
 from runner.config.mcp import McpServer, is_ref, parse_ref
+from runner.errors import ConfigError
 from runner.procs import running
 
 if TYPE_CHECKING:
@@ -102,8 +105,6 @@ class Bridges:
 
     def _load(self) -> dict[str, McpServer]:
         """config.yaml's ``mcp_servers:``, read again when the file changed (kept while it is invalid)."""
-        from runner.config.machine import load_config
-        from runner.errors import ConfigError
 
         try:
             st = self._config_path.stat()
@@ -138,8 +139,6 @@ class Bridges:
         argv = [str(server.command), *server.args]
         cwd = server.cwd or str(workdir)
         if plan is not None:
-            from backends.sandbox import stdio_args
-
             argv = stdio_args(plan, argv, cwd)
         fingerprint = json.dumps([server.model_dump(mode="json"), str(workdir), argv], sort_keys=True)
         bridge = self._live.get((job, name))

@@ -18,11 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from backends.base import truncate_text
+from backends.local import LocalBackend
 from runner.config.mcp import McpServer, parse_ref
 from runner.errors import ConfigError
 from runner.events import Emit, Event
 from runner.events import McpServer as ServerEvent
 from runner.mcp.client import CallTimeout, Connection, McpFailure, RemoteTool
+from runner.mcp.keep import find_bridge
 from runner.mcp.launch import StdioHost, http_target, target_for
 from runner.safety.result import ToolCheck
 from runner.tools import ToolEntry, ToolResult, compact_json
@@ -111,14 +114,12 @@ class McpSession:
     def _bridged(self, state: _Server) -> tuple[Connection, tuple[RemoteTool, ...], str] | None:
         """serve's keep-alive bridge for this server, when it has one that answers (else None, and
         an event saying why the run starts its own server)."""
-        from backends.local import LocalBackend
 
         config = state.config
         if self.home is None or not config.keep_alive or config.kind != "stdio":
             return None
         if isinstance(self.backend, StdioHost) and not isinstance(self.backend, LocalBackend):
             return None  # docker and ssh host the run's own server; serve keeps servers for local jobs
-        from runner.mcp.keep import find_bridge
 
         address, why = find_bridge(self.home, self.job, state.name, config.start_timeout)
         if address is not None:
@@ -170,8 +171,6 @@ class McpSession:
     def _call(
         self, state: _Server, tool: RemoteTool, name: str, level: str, args: dict[str, Any], ctx: ToolContext
     ) -> ToolResult:
-        from backends.base import truncate_text
-
         reason = f"is a tool of MCP server {state.name} that is not marked read-only"
         check = ToolCheck(name, level, reason, tuple(strings(args)), f"{name} {compact_json(args)}"[:4000])
         approval = ctx.approve_tool(check)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from runner.errors import UsageError
 from runner.memory.notebook import Action, MemoryRefused, Notebook, parse_scope
 from runner.memory.notebooks import change
+from runner.safety.inside import refuse_inside_run
 from runner.statuses import HeldState
 from runner.store import Store
 from runner.store.memory_pending import HeldNote, Hold, decide, get, insert, pending_count, same_pending
@@ -53,7 +54,6 @@ def accept(store: Store, note_id: str, *, by: str) -> tuple[HeldNote, Notebook]:
     HeldRefused when it is not pending; MemoryRefused (nothing changes) when the notebook does not
     take it (over the cap, ``old_text`` no longer unique). Refused from inside a run: a run
     cannot accept the note it wrote (``runner.safety.inside``)."""
-    from runner.safety.inside import refuse_inside_run
 
     refuse_inside_run("accept a held memory note")
     with store.transaction():
@@ -65,7 +65,6 @@ def accept(store: Store, note_id: str, *, by: str) -> tuple[HeldNote, Notebook]:
 
 def reject(store: Store, note_id: str, *, by: str) -> HeldNote:
     """Drop the held note (kept as ``rejected`` for the record); HeldRefused when not pending."""
-    from runner.safety.inside import refuse_inside_run
 
     refuse_inside_run("reject a held memory note")
     with store.transaction():

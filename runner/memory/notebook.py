@@ -8,15 +8,14 @@ Entries are joined by ``DELIMITER`` (a line holding only ``§``), which is also 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import StrEnum
-
-from runner.lazyre import LazyPattern
 
 DELIMITER = "\n§\n"
 MARK = "§"  # a line holding only this separates entries; an entry may not contain such a line
 CAP_CHARS = 1_800  # per notebook: a full one plus the tool's schema stays under 2.5 KB of a request
-SCOPE_NAME = LazyPattern(r"[a-z0-9][a-z0-9_-]{0,63}")  # matched whole (fullmatch: no trailing newline)
+SCOPE_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")  # matched whole (fullmatch: no trailing newline)
 
 
 class ScopeKind(StrEnum):

@@ -16,20 +16,24 @@ from runner.agent.loop import Limits, LoopResult, Totals, run_loop
 from runner.agent.pruning import Pruner, summarize_with
 from runner.agent.types import Usage
 from runner.events import Emit, Event, Prompt, Text
+from runner.memory.notebook import job_scope
+from runner.memory.write import Binding, run_snapshot
+from runner.run.context_files import load_context_file
 from runner.run.delivery import is_silent
+from runner.run.model_choice import context_budget
 from runner.run.model_source import Connected, Models
-from runner.run.produce import Produced
+from runner.run.produce import Produced, RunView
+from runner.run.prompt import render, system_prompt
 from runner.run.review import review_run
+from runner.run.toolbox import open_toolbox
+from runner.skills.session import SkillSession
 from runner.statuses import RunStatus
 from runner.store import ledger
 from runner.tools.context import ToolContext
 
 if TYPE_CHECKING:
-    from runner.memory.write import Binding
     from runner.run.delegate import Delegation
-    from runner.run.execute import Run
     from runner.run.toolbox import Toolbox
-    from runner.skills.session import SkillSession
     from runner.tools import ToolEntry
 
 Messages = list[dict[str, Any]]
@@ -45,14 +49,13 @@ class AgentOutput:
     name: str  # the template's name in messages
     models: Models
 
-    def produce(self, run: Run) -> Produced:
+    def produce(self, run: RunView) -> Produced:
         connected = self.models.connect(
             emit=run.emit, deadline=run.deadline, redactor=run.redactor, on_model=run.record_model
         )
         skills = _skill_session(run)
         delegation = _delegation(run, connected)
         ctx = _tool_context(run, skills, delegation)
-        from runner.run.toolbox import open_toolbox
 
         toolbox = open_toolbox(run, ctx)
         try:
@@ -72,7 +75,7 @@ class AgentOutput:
 
     def _talk(
         self,
-        run: Run,
+        run: RunView,
         ctx: ToolContext,
         connected: Connected,
         skills: SkillSession | None,
@@ -108,9 +111,7 @@ class AgentOutput:
                 skills.finish(status)
         return result, status
 
-    def _user_prompt(self, run: Run) -> str:
-        from runner.run.prompt import render
-
+    def _user_prompt(self, run: RunView) -> str:
         prompt = render(self.source, run.variables, name=self.name, base=run.job.base_dir)
         task = run.req.task
         if task is not None and task.prompt:
@@ -118,17 +119,16 @@ class AgentOutput:
         return prompt
 
 
-def _skill_session(run: Run) -> SkillSession | None:
+def _skill_session(run: RunView) -> SkillSession | None:
     """The run's SkillSession when the job uses skills (the ``skills`` toolset or a ``skills:`` list)."""
     spec = run.job.spec
     if not spec.skills and not set(spec.toolsets) & {"skills", "skill_view", "skill_manage"}:
         return None
-    from runner.skills.session import SkillSession
 
     return SkillSession.for_run(run.settings, emit=run.emit)
 
 
-def _delegation(run: Run, connected: Connected) -> Delegation | None:
+def _delegation(run: RunView, connected: Connected) -> Delegation | None:
     """The run's delegator when the job lists ``delegate`` (or ``delegate_task``) in its toolsets."""
     if not set(run.job.spec.toolsets) & {"delegate", "delegate_task"}:
         return None
@@ -147,7 +147,7 @@ def _delegation(run: Run, connected: Connected) -> Delegation | None:
     )
 
 
-def _tool_context(run: Run, skills: SkillSession | None, delegation: Delegation | None = None) -> ToolContext:
+def _tool_context(run: RunView, skills: SkillSession | None, delegation: Delegation | None = None) -> ToolContext:
     job = run.job
     return ToolContext(
         backend=run.backend,
@@ -169,10 +169,8 @@ def _tool_context(run: Run, skills: SkillSession | None, delegation: Delegation 
     )
 
 
-def _memory(run: Run) -> Binding | None:
+def _memory(run: RunView) -> Binding | None:
     """The run's notebook from the job's ``memory:`` (None for ``off``)."""
-    from runner.memory.notebook import job_scope
-    from runner.memory.write import Binding
 
     scope = job_scope(run.job.spec.memory, run.job.name)
     if scope is None:
@@ -184,17 +182,14 @@ def _memory_block(ctx: ToolContext, writable: bool) -> str:
     """The notebook as it is now, for the frozen system prompt ("" when off or empty)."""
     if ctx.memory is None:
         return ""
-    from runner.memory.write import run_snapshot
 
     return run_snapshot(ctx.memory.store, ctx.memory.scope, writable=writable)
 
 
 def _first_messages(
-    run: Run, tools: Sequence[ToolEntry], skills: SkillSession | None, user_prompt: str, memory: str = ""
+    run: RunView, tools: Sequence[ToolEntry], skills: SkillSession | None, user_prompt: str, memory: str = ""
 ) -> Messages:
     """The frozen system prompt (rules, skills index, memory, project instructions) and the user prompt."""
-    from runner.run.context_files import load_context_file
-    from runner.run.prompt import system_prompt
 
     names = {t.name for t in tools}
     index = skills.index(can_manage="skill_manage" in names) if skills is not None and "skill_view" in names else None
@@ -205,7 +200,7 @@ def _first_messages(
 
 
 def _converse(
-    run: Run,
+    run: RunView,
     messages: Messages,
     tools: Sequence[ToolEntry],
     ctx: ToolContext,
@@ -213,7 +208,6 @@ def _converse(
     delegation: Delegation | None = None,
 ) -> LoopResult:
     """The loop over ``messages`` (extended in place) within the job's limits, then the follow-up."""
-    from runner.run.model_choice import context_budget
 
     spec = run.job.spec
     limits = Limits(
@@ -261,7 +255,7 @@ def _converse(
     return result
 
 
-def _max_cost(run: Run) -> float | None:
+def _max_cost(run: RunView) -> float | None:
     """The job's ``budget.max_cost_usd``, else what the run reserved under ``budgets:`` (its default)."""
     if run.job.spec.budget.max_cost_usd is not None:
         return run.job.spec.budget.max_cost_usd

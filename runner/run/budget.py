@@ -9,11 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from runner.clock import utcnow
 from runner.config.jobfile import Job
 from runner.errors import ConfigError
 from runner.events import Budget
 from runner.store import Store
-from runner.store.budget import Cap, Hold, Period, Refusal, Scope, reserve, to_micro
+from runner.store.budget import Cap, Hold, Period, Refusal, Scope, open_reservations, periods, reserve, to_micro, totals
 
 if TYPE_CHECKING:
     from runner.config.machine import Caps, Config
@@ -67,8 +68,6 @@ def plan(config: Config, job: Job, providers: tuple[str, ...]) -> BudgetPlan:
 # -- the report of ``runner budget`` ------------------------------------------------------------------
 def report(store: Store, config: Config) -> dict[str, Any]:
     """Spend and open reservations today and this month (UTC) per scope, with the caps that apply."""
-    from runner.clock import utcnow
-    from runner.store.budget import open_reservations, periods, totals
 
     now = utcnow()
     when = periods(now)

@@ -26,6 +26,7 @@ from typing import Any
 from runner.procs import Cut
 from runner.statuses import FINAL, ControlKind, RunStatus
 from runner.store import ledger
+from runner.store.dialect import PgURL
 
 CHECK = 0.1
 
@@ -144,7 +145,6 @@ class CancelWatcher:
 def _connect(path: Path) -> Any:
     """The watch's own connection: a SQLite file, or a PostgreSQL store (``PgURL``; its adapter
     answers ``PRAGMA data_version`` with the server's WAL position, and raises sqlite3's errors)."""
-    from runner.store.dialect import PgURL
 
     if isinstance(path, PgURL):
         from runner.store.pg import PgConnection

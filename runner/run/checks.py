@@ -12,8 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner.config.jobfile import Job, JobsFile
+from runner.config.refs import is_ref, parse_ref
 from runner.config.schedules import OneShotSchedule
 from runner.errors import ConfigError
+from runner.run.budget import plan
+from runner.run.model_choice import choose
+from runner.run.prompt import check_template, template_env
+from runner.skills.loader import load_catalog, sources_for
 
 if TYPE_CHECKING:
     from runner.config.machine import Config
@@ -22,7 +27,6 @@ if TYPE_CHECKING:
 
 def check_jobs(jobs: JobsFile, settings: Settings, *, now: datetime) -> list[str]:
     """Every problem as ``FILE: job NAME: field: message``, in job order."""
-    from runner.run.prompt import template_env
 
     config = _config(settings)
     envs: dict[Path, Any] = {}
@@ -45,8 +49,6 @@ def tool_file_problems(settings: Settings) -> list[str]:
 
 
 def check_job(job: Job, config: Config | None, *, env: Any, now: datetime, skills: set[str] | None) -> list[str]:
-    from runner.run.prompt import check_template
-
     problems: list[str] = []
     if job.spec.agent:
         problems.extend(f"prompt: {p.removeprefix(f'job {job.name}: prompt: ')}" for p in check_template(job, env))
@@ -67,7 +69,6 @@ def check_job(job: Job, config: Config | None, *, env: Any, now: datetime, skill
 
 def _check_mcp(job: Job, config: Config) -> list[str]:
     """Each ``mcp:SERVER`` entry names a server of config.yaml (its tools are known only once it runs)."""
-    from runner.config.refs import is_ref, parse_ref
 
     problems = []
     for item in job.spec.toolsets:
@@ -99,8 +100,6 @@ def _check_models(job: Job, config: Config) -> list[str]:
 def _check_budget(job: Job, config: Config) -> list[str]:
     """The auxiliary model names a configured provider; under a ``budgets:`` cap the job has a
     maximum to reserve (the same checks a run makes before its ledger row)."""
-    from runner.run.budget import plan
-    from runner.run.model_choice import choose
 
     problems: list[str] = []
     providers = [config.split_model_ref(ref)[0] for ref in job.models]
@@ -123,7 +122,5 @@ def _config(settings: Settings) -> Config | None:
 
 
 def _skill_names(settings: Settings) -> set[str]:
-    from runner.skills.loader import load_catalog, sources_for
-
     catalog = load_catalog(sources_for(settings))
     return set(catalog.skills) | {s.name for s in catalog.unavailable}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from backends.base import Backend
 from runner.events import ContextFile, Emit, Event, Findings
+from runner.safety.injection import blocked_marker, scan
 
 CONTEXT_FILES = ("AGENTS.md", "CLAUDE.md", ".cursorrules")
 CONTEXT_FILE_CAP = 20_000
@@ -11,7 +12,6 @@ CONTEXT_FILE_CAP = 20_000
 
 def load_context_file(backend: Backend, emit: Emit) -> str | None:
     """The first of AGENTS.md, CLAUDE.md, .cursorrules in the workdir, scanned for injection first."""
-    from runner.safety.injection import blocked_marker, scan
 
     for name in CONTEXT_FILES:
         try:

@@ -37,6 +37,7 @@ from runner.procs import Cut, future_results
 from runner.safety.approval import audit_recorder
 from runner.statuses import RunStatus, Trigger
 from runner.store import ledger
+from runner.store.files import FileKind, keep
 from runner.store.runs import Recorder
 from runner.tools.delegate import ChildReport
 
@@ -236,7 +237,6 @@ class _Child:
         home = p.settings.home
         output = p.redactor(result.output)
         path = None
-        from runner.store.files import FileKind, keep
 
         if output:
             path = home / "outputs" / p.job.name / f"{self.run_id}.md"

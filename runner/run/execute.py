@@ -17,7 +17,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import backends
 from backends.base import Backend, BackendContext
+from runner.agent.loop import grace_reserve
 from runner.atomic import write_run_file
 from runner.clock import utcnow
 from runner.delivery.alerts import Alerter, RunEnd, tail, tail_of_run
@@ -28,21 +30,26 @@ from runner.events import Tampered as TamperedEvent
 from runner.procs import Cut
 from runner.run.cancel import CancelWatch
 from runner.run.delivery import Output, deliver
+from runner.run.parked import Parking
 from runner.run.prepare import Prepared, prepare
-from runner.run.prerun import PreRunResult
+from runner.run.prerun import PreRunResult, check_pre, run_pre
 from runner.run.produce import Produced, pre_run_failed, pre_run_timed_out
-from runner.run.request import RunOutcome, RunRequest
+from runner.run.prompt import capped_context, render
+from runner.run.prompt import variables as template_variables
+from runner.run.protect import hold_reloads, masks_inside, protected_set, sandbox_plan, tampered
+from runner.run.request import Replay, RunOutcome, RunRequest
+from runner.safety.approval import build_gate
 from runner.safety.control import ControlPlane, Fingerprint
 from runner.safety.redact import Redactor
 from runner.settings import Settings
 from runner.statuses import RunStatus
 from runner.store import dumps, ledger
+from runner.store.files import FileKind, keep
 from runner.store.runs import Recorder, last_output
 from runner.store.search import index_output
 from runner.tracing import Tracer, tracer_from_env
 
 if TYPE_CHECKING:
-    from runner.run.parked import Parking
     from runner.safety.approval import Gate
     from runner.store.control import ApprovalRequest
 
@@ -177,7 +184,6 @@ class Run:
     @cached_property
     def loop_deadline(self) -> float:
         """When the agent loop and its tools stop: the rest of the timeout is the grace call's reserve."""
-        from runner.agent.loop import grace_reserve
 
         return self.deadline - grace_reserve(self.job.spec.timeout)
 
@@ -188,8 +194,6 @@ class Run:
 
     def protect(self) -> None:
         """Compute the run's control plane and fingerprint it before anything can change it."""
-        from runner.run.protect import protected_set
-        from runner.run.request import Replay
 
         cassette = self.req.model.path if isinstance(self.req.model, Replay) else None
         workdir = self.req.workdir or self.job.workdir
@@ -204,7 +208,6 @@ class Run:
         hot reload is held until an operator reloads serve."""
         if self.control is None or self._before is None:
             return
-        from runner.run.protect import hold_reloads, tampered
 
         before, self._before = self._before, None  # checked once
         changed = tampered(self.control, before)
@@ -220,8 +223,6 @@ class Run:
     def open_backend(self) -> None:
         """The job's backend; an agent job's local commands in a sandbox that shows the machine as
         ``sandbox_plan`` says (``backends.sandbox``), Docker with the control files read-only."""
-        import backends
-        from runner.run.protect import masks_inside, sandbox_plan
 
         assert self.control is not None, "protect() runs first"
         workdir = Path(self.req.workdir or self.job.workdir)
@@ -255,7 +256,6 @@ class Run:
         stops the script's tree and ends ``timed_out`` by itself, with or without serve."""
         if not self.job.spec.pre_run:
             return None
-        from runner.run.prerun import check_pre, run_pre
 
         check_pre(self.job, self.gate.check)
         pre = self.pre = run_pre(self.job, self.backend, run_id=self.run_id, deadline=self.deadline)
@@ -276,7 +276,6 @@ class Run:
     def gate(self) -> Gate:
         """The run's approval gate, frozen at first use (after the backend is open): pre_run and
         the agent's commands go through the same one."""
-        from runner.safety.approval import build_gate
 
         return build_gate(
             self.job,
@@ -294,7 +293,6 @@ class Run:
         until a person answers (``runner.run.parked``); None otherwise."""
         if self.job.spec.approvals != "manual" or self.req.interactive:
             return None
-        from runner.run.parked import Parking
 
         return Parking(
             store=self.settings.store,
@@ -316,11 +314,9 @@ class Run:
     @cached_property
     def variables(self) -> dict[str, Any]:
         """The template variables of this run (prompt and ``file:PATH`` delivery), built once after pre_run."""
-        from runner.run.prompt import variables
-
         req = self.req
         run = {"id": self.run_id, "slot": req.slot.isoformat() if req.slot else None, "trigger": str(req.trigger)}
-        return variables(
+        return template_variables(
             self.job,
             now=self.now,
             run=run,
@@ -332,7 +328,6 @@ class Run:
 
     def context_outputs(self) -> dict[str, str]:
         """The last successful output of each ``context_from`` job, redacted and capped ("" when none)."""
-        from runner.run.prompt import capped_context
 
         store = self.settings.store
         return {other: capped_context(self.redactor(last_output(store, other))) for other in self.job.spec.context_from}
@@ -360,8 +355,6 @@ class Run:
         )
 
     def write_output(self, output: str) -> Path:
-        from runner.store.files import FileKind, keep
-
         path = self.settings.home / "outputs" / self.job.name / f"{self.run_id}.md"
         write_run_file(path, output)
         keep(self.settings.store, self.run_id, FileKind.OUTPUT, output)  # PostgreSQL: other machines show it
@@ -388,7 +381,6 @@ class Run:
             return ()
         if self.fenced():
             return ()
-        from runner.run.prompt import render
 
         ctx = SendContext(
             self.settings.config,
@@ -443,7 +435,6 @@ class Run:
 
     def save_transcript(self, messages: list[dict[str, Any]]) -> Path:
         """The conversation as sent to the model (after pruning), redacted, for post-mortems."""
-        from runner.store.files import FileKind, keep
 
         path = self.settings.home / "logs" / "runs" / f"{self.run_id}.json"
         text = json.dumps(self.redactor.redact_obj(messages), ensure_ascii=False, indent=1)

@@ -7,8 +7,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runner.agent.anthropic import AnthropicClient
+from runner.agent.auxiliary import Priced
 from runner.agent.keys import Credential, KeySource, StaticKeys
+from runner.agent.llm import ChatClient
 from runner.agent.loop import Pricing
+from runner.agent.profiles import profile_for
 from runner.config.jobfile import Job
 from runner.config.refs import resolve_key
 from runner.errors import ConfigError
@@ -35,7 +39,6 @@ class ModelChoice:
     @property
     def native(self) -> bool:
         """Whether the provider speaks Anthropic's Messages API (not chat completions)."""
-        from runner.agent.profiles import profile_for
 
         return profile_for(self.provider.base_url, self.provider.profile).native
 
@@ -110,15 +113,11 @@ def build_client(
 ) -> Any:
     """The chat client for ``choice``: the provider's ``model_options`` under the job's ``options``;
     on Anthropic's Messages API (``profile: anthropic`` or its base URL) the native client."""
-    from runner.agent.llm import ChatClient
-    from runner.agent.profiles import profile_for
 
     p = choice.provider
     cls: type[ChatClient] = ChatClient
     extra: dict[str, Any] = {}
     if choice.native:
-        from runner.agent.anthropic import AnthropicClient
-
         cls, extra = AnthropicClient, {"cache": p.cache}
     return cls(
         base_url=p.base_url,
@@ -153,7 +152,6 @@ def side_model(config: Config, *, purpose: str) -> AuxiliaryModel:
     """The auxiliary model outside a run (the Curator's consolidation pass): config.yaml's
     ``auxiliary:``, else the ``default`` provider, priced at its rates; keys straight from config
     (no pool); ``purpose`` names it in messages."""
-    from runner.agent.auxiliary import Priced
 
     choice = choose(config, config.auxiliary or "default", job=purpose, key="auxiliary")
     client = build_client(choice, key_source(choice, job=purpose), emit=no_events)

@@ -12,11 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from runner.agent.auxiliary import Priced
+from runner.agent.cassette import RecordingLLM, ReplayLLM, check_record_path
+from runner.agent.credentials import PoolFactory
+from runner.agent.fallback import FallbackLLM
 from runner.agent.keys import KeySource
 from runner.agent.loop import Pricing
 from runner.agent.types import LLM, Message, Usage
 from runner.config.jobfile import Job
-from runner.run.model_choice import ModelChoice
+from runner.run.model_choice import ModelChoice, build_client, choose, key_source
 from runner.run.request import Given, ModelSource, Record, Replay
 from runner.safety.redact import Redactor
 from runner.settings import Settings
@@ -24,7 +28,6 @@ from runner.tools.context import Emit
 
 if TYPE_CHECKING:
     from runner.agent.auxiliary import AuxiliaryModel
-    from runner.agent.credentials import PoolFactory
     from runner.config.model_options import ModelOptions
 
 OnModel = Callable[[str], None]
@@ -84,8 +87,6 @@ class Providers:
         return tuple(dict.fromkeys(names))
 
     def connect(self, *, emit: Emit, deadline: float | None, redactor: Redactor, on_model: OnModel) -> Connected:
-        from runner.run.model_choice import build_client
-
         self.pools.attach(emit=emit, deadline=deadline)
         chain = [
             (c.provider_name, build_client(c, k, emit=emit, options=self.options, idle_timeout=self.idle_timeout))
@@ -94,22 +95,16 @@ class Providers:
         client: LLM = chain[0][1]
         pricing = self.choices[0].pricing
         if len(chain) > 1:
-            from runner.agent.fallback import FallbackLLM
-
             fallback = FallbackLLM(chain, emit=emit)
             pricing = AnsweringPricing(chain=fallback, prices=tuple(c.pricing for c in self.choices))
             client = Watched(fallback, on_model)
         if self.record is not None:
-            from runner.agent.cassette import RecordingLLM
-
             client = RecordingLLM(client, self.record, job=self.job, redact=redactor.redact_obj)
         return Connected(client, pricing, self._auxiliary(emit))
 
     def _auxiliary(self, emit: Emit) -> AuxiliaryModel | None:
         if self.auxiliary is None:
             return None
-        from runner.agent.auxiliary import Priced
-        from runner.run.model_choice import build_client
 
         choice, keys = self.auxiliary
         return Priced(build_client(choice, keys, emit=emit), choice.pricing, choice.provider_name)
@@ -121,12 +116,8 @@ def resolve(settings: Settings, job: Job, source: ModelSource) -> Models:
         case Given(llm):
             return Fixed(llm)
         case Replay(path):
-            from runner.agent.cassette import ReplayLLM
-
             return Fixed(ReplayLLM(path))
         case Record(path):
-            from runner.agent.cassette import check_record_path
-
             check_record_path(path)
             return _providers(settings, job, record=path)
     return _providers(settings, job, record=None)
@@ -147,8 +138,6 @@ def shipped_cassette(job: Job) -> Path | None:
 
 def _providers(settings: Settings, job: Job, *, record: Path | None) -> Providers:
     """A credential pool per provider of the job's list (shared state in runner.db)."""
-    from runner.agent.credentials import PoolFactory
-    from runner.run.model_choice import choose, key_source
 
     cassette = shipped_cassette(job)
     choices = tuple(choose(settings.config, ref, job=job.name, cassette=cassette) for ref in job.models)

@@ -10,8 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from backends.sandbox import problem
 from runner.clock import utcnow
+from runner.errors import UsageError
+from runner.run.agent_output import AgentOutput
+from runner.run.budget import plan
+from runner.run.model_source import Providers, resolve
 from runner.run.produce import Producer, ScriptOutput
+from runner.run.prompt import check_syntax, job_template, render, variables
 from runner.run.request import RunRequest
 from runner.settings import Settings
 
@@ -33,9 +39,6 @@ def prepare(settings: Settings, req: RunRequest) -> Prepared:
         return Prepared(ScriptOutput())
     if job.sandboxed:
         check_sandbox(job.name)
-    from runner.run.agent_output import AgentOutput
-    from runner.run.model_source import Providers, resolve
-    from runner.run.prompt import check_syntax, job_template, render, variables
 
     check_syntax(job)
     source, name = job_template(job)
@@ -51,7 +54,6 @@ def prepare(settings: Settings, req: RunRequest) -> Prepared:
     models = resolve(settings, job, req.model)
     budget = None
     if isinstance(models, Providers):  # a cassette or a caller's own model costs nothing
-        from runner.run.budget import plan
 
         budget = plan(settings.config, job, models.provider_names)
     return Prepared(AgentOutput(source, name, models), models.secrets, budget)
@@ -60,8 +62,6 @@ def prepare(settings: Settings, req: RunRequest) -> Prepared:
 def check_sandbox(job: str) -> None:
     """An agent job on the local backend runs only in its sandbox: none on this machine is bad
     input (exit 2), with the package to install or the key that turns the sandbox off."""
-    from backends.sandbox import problem
-    from runner.errors import UsageError
 
     why = problem()
     if why is not None:

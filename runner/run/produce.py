@@ -7,14 +7,23 @@ model's final answer (``runner.run.agent_output``). The run around them is the s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
+from runner.config.schedules import format_duration
 from runner.run.delivery import is_silent
 from runner.run.prerun import PreRunResult
+from runner.run.request import RunScope
 from runner.statuses import RunStatus
 
 if TYPE_CHECKING:
-    from runner.run.execute import Run
+    from backends.base import Backend
+    from runner.procs import Cut
+    from runner.run.budget import BudgetPlan
+    from runner.safety.approval import Gate
+    from runner.safety.control import ControlPlane
+    from runner.safety.redact import Redactor
+    from runner.tracing import Tracer
 
 
 @dataclass(frozen=True)
@@ -28,19 +37,53 @@ class Produced:
     silent: bool = False
 
 
+class Budgeted(Protocol):
+    """The one member of a run's preparation (``runner.run.prepare.Prepared``) a producer reads."""
+
+    @property
+    def budget(self) -> BudgetPlan | None: ...
+
+
+class RunView(RunScope, Protocol):
+    """What a producer reads and calls of its run, beyond ``RunScope`` (``runner.run.execute.Run``
+    has these members; a producer never imports it)."""
+
+    @property
+    def pre(self) -> PreRunResult | None: ...
+    @property
+    def prepared(self) -> Budgeted: ...
+    @property
+    def redactor(self) -> Redactor: ...
+    @property
+    def tracer(self) -> Tracer: ...
+    @property
+    def control(self) -> ControlPlane | None: ...
+    @property
+    def backend(self) -> Backend: ...
+    @property
+    def gate(self) -> Gate: ...
+    @property
+    def loop_deadline(self) -> float: ...
+    @property
+    def cut(self) -> Cut: ...  # set when the run must end its current step now (cancelled, declared lost)
+    @property
+    def variables(self) -> dict[str, Any]: ...
+    def record_model(self, model: str) -> None: ...
+    def save_transcript(self, messages: list[dict[str, Any]]) -> Path: ...
+
+
 class Producer(Protocol):
     #: a model steers the run, so its end is checked for tampering with the control files (a
     #: script-only job runs the operator's own code: an operator editing jobs.yaml meanwhile is no tamper)
     steered: bool
 
-    def produce(self, run: Run) -> Produced:
+    def produce(self, run: RunView) -> Produced:
         """Make the run's output; the run writes and delivers it and records the status."""
         ...
 
 
 def pre_run_timed_out(timeout: float) -> Produced:
     """The run's own ``timeout:`` ran out while its pre_run was going (the run stopped it)."""
-    from runner.config.schedules import format_duration
 
     error = f"the job's timeout of {format_duration(timeout)} was reached during pre_run; the run stopped it"
     return Produced(RunStatus.TIMED_OUT, reason="timeout", error=error)
@@ -57,7 +100,7 @@ class ScriptOutput:
 
     steered = False
 
-    def produce(self, run: Run) -> Produced:
+    def produce(self, run: RunView) -> Produced:
         pre = run.pre
         if run.req.stop.is_set():  # a first SIGTERM/Ctrl-C let the script finish; the run was still interrupted
             return Produced(RunStatus.INTERRUPTED, reason="interrupted", error="interrupted by a signal")

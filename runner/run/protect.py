@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from backends.sandbox import Plan
 from runner.config.jobfile import Job, JobsFile, job_inputs, referenced_files
+from runner.errors import RunnerError
 from runner.safety.control import ControlPlane, Fingerprint, hold_path
 from runner.settings import Settings
-
-if TYPE_CHECKING:
-    from backends.sandbox import Plan
+from runner.skills.loader import sources_for
 
 #: folders beside jobs.yaml that steer later runs (operator tools run in the runner; bundled
 #: skills are trusted text): made, empty, when missing inside a run's writable area, so that a
@@ -60,8 +59,6 @@ def protected_set(
 
 
 def _jobs_or_none(settings: Settings) -> JobsFile | None:
-    from runner.errors import RunnerError
-
     try:
         return settings.jobs
     except RunnerError:  # a run of a job given without a jobs.yaml (tests, embedders)
@@ -71,7 +68,6 @@ def _jobs_or_none(settings: Settings) -> JobsFile | None:
 def _tool_folders(settings: Settings) -> tuple[str, ...]:
     """The operator's tools folders (their code runs in the runner process: never the agent's to
     write). ``tools/`` beside jobs.yaml is protected even before it exists."""
-    from runner.errors import RunnerError
 
     beside = settings.jobs_path.parent / "tools"
     try:
@@ -82,8 +78,6 @@ def _tool_folders(settings: Settings) -> tuple[str, ...]:
 
 
 def _skill_folders(settings: Settings) -> tuple[str, ...]:
-    from runner.skills.loader import sources_for
-
     return tuple(os.path.normpath(str(s.root)) for s in sources_for(settings) if s.kind != "home")
 
 
@@ -104,7 +98,6 @@ def sandbox_plan(settings: Settings, job: Job, control: ControlPlane, workdir: P
     """What the run's sandbox shows (``backends.sandbox``): the workdir, ``allow_paths`` and
     ``sandbox.writable`` writable; RUNNER_HOME, config.yaml and jobs.yaml hidden; every other
     control file and folder, and the workdir's git config and hooks, read-only."""
-    from backends.sandbox import Plan
 
     writable = tuple(str(job.resolve_path(p)) for p in job.spec.sandbox.writable)
     writable += tuple(os.path.normpath(os.path.join(workdir, os.path.expanduser(p))) for p in job.spec.allow_paths)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from runner.agent.types import LLM
 from runner.config.jobfile import Job
@@ -22,6 +22,8 @@ from runner.statuses import RunStatus, Trigger
 
 if TYPE_CHECKING:
     from runner.run.cancel import CancelWatcher
+    from runner.settings import Settings
+    from runner.store.runs import Recorder
     from runner.tools.kanban import KanbanTask
 
 
@@ -142,3 +144,21 @@ class RunOutcome:
             "delivery_failed": bool(self.delivery_failed),
             "output": self.output,
         }
+
+
+class RunScope(Protocol):
+    """What the steps inside a run (its toolbox, its skill review) read of it: not the whole run
+    (``runner.run.execute.Run``, which has these members)."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def job(self) -> Job: ...
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def req(self) -> RunRequest: ...
+    @property
+    def emit(self) -> Recorder: ...
+    @property
+    def deadline(self) -> float: ...  # time.monotonic() at which the run's timeout ends

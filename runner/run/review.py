@@ -13,22 +13,25 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from runner.agent.auxiliary import Priced
 from runner.agent.loop import LoopResult
 from runner.agent.types import Usage
+from runner.errors import RunnerError
 from runner.events import Error, Event, ReviewSkipped, SideCall
+from runner.run.request import Replay, RunScope
+from runner.skills.review import apply, count_tool_calls, review, skip_reason
+from runner.skills.session import SkillSession
 from runner.statuses import RunStatus
 
 if TYPE_CHECKING:
-    from runner.run.execute import Run
     from runner.run.model_source import Connected
     from runner.skills.review import Decision
-    from runner.skills.session import SkillSession
     from runner.skills.sidecall import SideReply
 
 MIN_SECONDS = 2.0  # with less time left before the run's deadline there is no review
 
 
-def wanted(run: Run) -> bool:
+def wanted(run: RunScope) -> bool:
     if run.req.review:
         return True
     own = run.job.spec.skills_review
@@ -36,7 +39,7 @@ def wanted(run: Run) -> bool:
 
 
 def review_run(
-    run: Run,
+    run: RunScope,
     messages: list[dict[str, Any]],
     result: LoopResult,
     connected: Connected,
@@ -48,8 +51,6 @@ def review_run(
 
     ``max_cost_usd``: the run's cost cap; a run that has spent it (or its ``budget.max_tokens``) is
     not reviewed."""
-    from runner.run.request import Replay
-    from runner.skills.review import count_tool_calls, skip_reason
 
     if not wanted(run):
         return result
@@ -84,18 +85,13 @@ def review_run(
 
 
 def _review(
-    run: Run,
+    run: RunScope,
     messages: list[dict[str, Any]],
     result: LoopResult,
     connected: Connected,
     skills: SkillSession | None,
     left: float,
 ) -> LoopResult:
-    from runner.agent.auxiliary import Priced
-    from runner.errors import RunnerError
-    from runner.skills.review import apply, review
-    from runner.skills.session import SkillSession
-
     session = skills if skills is not None else SkillSession.for_run(run.settings, emit=run.emit)
     model = connected.auxiliary or Priced(connected.llm, connected.pricing)
     cfg = run.settings.config.skills_review
@@ -128,7 +124,7 @@ def _counted(result: LoopResult, reply: SideReply) -> LoopResult:
     return replace(result, usage=usage, cost_usd=round(result.cost_usd + reply.cost_usd, 6))
 
 
-def _event(run: Run, reply: SideReply, outcome: str, decision: Decision | None, message: str = "") -> None:
+def _event(run: RunScope, reply: SideReply, outcome: str, decision: Decision | None, message: str = "") -> None:
     """The review's reply: its cost (counted by the budget settlement, like ``summary``) and outcome."""
     usage = reply.usage
     run.emit(
@@ -147,7 +143,7 @@ def _event(run: Run, reply: SideReply, outcome: str, decision: Decision | None, 
     )
 
 
-def _failed(run: Run, error: str) -> None:
+def _failed(run: RunScope, error: str) -> None:
     run.emit(Event.SKILL_REVIEW_FAILED, Error(error))
     import logging  # only here: a run that is not reviewed does not load it (~5 ms a start)
 

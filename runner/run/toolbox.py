@@ -6,13 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from runner import secrets
 from runner.config.refs import is_ref
 from runner.errors import ConfigError
+from runner.run.request import RunScope
 from runner.tools import Registry, discover, known_toolset_names
+from runner.tools._own import add_to
 
 if TYPE_CHECKING:
     from runner.mcp.session import McpSession
-    from runner.run.execute import Run
     from runner.tools.context import ToolContext
 
 
@@ -27,14 +29,12 @@ class Toolbox:
             self.mcp.close()
 
 
-def open_toolbox(run: Run, ctx: ToolContext) -> Toolbox:
+def open_toolbox(run: RunScope, ctx: ToolContext) -> Toolbox:
     """ConfigError for a broken tools file, an unknown MCP server or a single tool a server lacks."""
     toolsets = run.job.spec.toolsets
     registry = discover()
     builtin = known_toolset_names()
     if any(t not in builtin and not is_ref(t) for t in toolsets):
-        from runner.tools._own import add_to
-
         loaded = run.settings.own_tools()
         if loaded.problems:
             raise ConfigError(list(loaded.problems))
@@ -42,7 +42,6 @@ def open_toolbox(run: Run, ctx: ToolContext) -> Toolbox:
     refs = [t for t in toolsets if is_ref(t)]
     if not refs:
         return Toolbox(registry)
-    from runner import secrets
     from runner.mcp.session import McpSession
 
     session = McpSession(

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+from runner.clock import iso, utcnow
 from runner.events import Approval, Emit, Event
 from runner.safety.control import WRITES_CONTROL
 from runner.safety.result import ApprovalResult, ToolCheck
@@ -341,7 +342,6 @@ def audit_recorder(
 ) -> Callable[[str, Decision], None]:
     import json
 
-    from runner.clock import iso, utcnow
 
     def record(command: str, decision: Decision) -> None:
         clean = redact(command)

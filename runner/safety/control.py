@@ -22,13 +22,14 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from runner.clock import iso, utcnow
 from runner.events import Blocked, Event, Payload
-from runner.lazyre import LazyPattern
 
 if TYPE_CHECKING:
     from runner.safety.shell import Verdict
@@ -50,7 +51,7 @@ _GIT_READ_ONLY = frozenset({"status", "diff", "log", "show", "blame", "ls-files"
 _FIND_ACTIONS = frozenset({"-delete", "-exec", "-execdir", "-ok", "-okdir", "-fprint", "-fprint0", "-fprintf", "-fls"})
 _COPIES = frozenset({"cp", "install", "ln", "rsync", "scp"})  # they write their destination only
 _WRITE_OPS = frozenset({">", ">>", ">|", "<>", "&>", "&>>"})
-_VARIABLE = LazyPattern(r"\$\{[^}]*\}|\$\w+|\$\(.*?\)|`[^`]*`")
+_VARIABLE = re.compile(r"\$\{[^}]*\}|\$\w+|\$\(.*?\)|`[^`]*`")
 
 
 def _norm(path: str) -> str:
@@ -280,7 +281,6 @@ def audit_refusal(ctx: AuditTarget, what: str, hit: str) -> None:
     """A file tool refused a control file: an event and an ``approvals`` row (decided by ``control``)."""
     import json
 
-    from runner.clock import iso, utcnow
 
     reason = f"touches the runner's control files ({hit})"
     ctx.emit(Event.BLOCKED, Blocked(what, hit, reason))

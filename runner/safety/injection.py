@@ -36,8 +36,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 
-from runner.lazyre import LazyPattern
-
 
 class Context(StrEnum):
     """What the scanned text is: the rules differ."""
@@ -60,8 +58,8 @@ INVISIBLE_CLASS = (
     "\u00ad\u034f\u115f\u1160\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\u3164\ufeff\uffa0"
     "\U000e0000-\U000e007f\U000e0100-\U000e01ef"
 )
-_INVISIBLE = LazyPattern(f"[{INVISIBLE_CLASS}]")
-_SELECTOR_RUN = LazyPattern("[\ufe00-\ufe0f]{2,}")  # emoji use one; a run encodes bytes
+_INVISIBLE = re.compile(f"[{INVISIBLE_CLASS}]")
+_SELECTOR_RUN = re.compile("[\ufe00-\ufe0f]{2,}")  # emoji use one; a run encodes bytes
 
 
 def _invisible(text: str) -> list[Finding]:
@@ -79,14 +77,14 @@ class Rule:
     """``pattern`` found in the text; with ``also``, each of them must occur in the same sentence."""
 
     kind: str
-    pattern: LazyPattern
-    also: tuple[LazyPattern, ...] = ()
+    pattern: re.Pattern[str]
+    also: tuple[re.Pattern[str], ...] = ()
     notes_only: bool = False
     negated: bool = False  # a match right after "never", "don't", "must not" ... does not count
 
 
-def _re(pattern: str) -> LazyPattern:
-    return LazyPattern(pattern, re.I | re.M)
+def _re(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern, re.I | re.M)
 
 
 _DROP = (
@@ -239,7 +237,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "role impersonation",
-        LazyPattern(
+        re.compile(
             r"<\|?(?:im_start|im_end)\|?>|<\|[a-z_]{2,20}\|>|\[/?INST\]|<<SYS>>|<start_of_turn>|"
             r"(?-i:^\s*(?:SYSTEM|ASSISTANT|DEVELOPER)\s*:)|^\s*\[(?:system|assistant|developer)\]|"
             r"^\s*#{1,6}\s*(?:system|assistant|instruction|developer)s?\s*:|"
@@ -387,7 +385,7 @@ class Signal:
     ``STEERING`` or more (each family counted once, by its weight) is flagged."""
 
     name: str
-    pattern: LazyPattern
+    pattern: re.Pattern[str]
     weight: int = 1
 
 
@@ -465,11 +463,11 @@ def _steering(text: str) -> Finding | None:
     return None
 
 
-_SENTENCE = LazyPattern(r"(?<=[.!?;])\s+|\n")
-_NEGATION = LazyPattern(r"\b(?:never|not|don'?t|do\s+not|must\s*n[o']t|mustn't|avoid|no)\b[^.\n;]{0,25}$", re.I)
+_SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n")
+_NEGATION = re.compile(r"\b(?:never|not|don'?t|do\s+not|must\s*n[o']t|mustn't|avoid|no)\b[^.\n;]{0,25}$", re.I)
 
 
-def _hits(pattern: LazyPattern, text: str, negated: bool) -> Iterator[re.Match[str]]:
+def _hits(pattern: re.Pattern[str], text: str, negated: bool) -> Iterator[re.Match[str]]:
     """Matches of ``pattern``; with ``negated``, not those right after a negation (``never print ...``)."""
     for found in pattern.finditer(text):
         if not (negated and _NEGATION.search(text, max(0, found.start() - 30), found.start())):
@@ -507,8 +505,8 @@ def _findings(text: str, context: Context, suffix: str = "") -> list[Finding]:
 
 # -- other views of the text: what a reader decodes, the scan decodes too ----------------------
 _LEET = str.maketrans("013457@$", "oieastas")
-_SPACED = LazyPattern(r"\b(?:[A-Za-z][\s.\-_*·]){3,}[A-Za-z]\b")
-_BASE64 = LazyPattern(r"[A-Za-z0-9+/]{20,}={0,2}")
+_SPACED = re.compile(r"\b(?:[A-Za-z][\s.\-_*·]){3,}[A-Za-z]\b")
+_BASE64 = re.compile(r"[A-Za-z0-9+/]{20,}={0,2}")
 
 
 def _squeezed(text: str) -> str:

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from runner.errors import UsageError
+from runner.secrets import command_path
 
 #: runner commands whose processes run agents (and so whose descendants are a run's commands)
 RUNS_AGENTS = frozenset({("run-job",), ("serve",), ("worker",), ("kanban", "work"), ("kanban", "dispatch")})
@@ -63,7 +64,6 @@ def ancestors(pid: int) -> list[tuple[int, list[str]]]:
 
 def runs_agents(argv: Sequence[str]) -> bool:
     """Is ``argv`` a runner process that runs agents (see ``RUNS_AGENTS``), or a sandbox's first process?"""
-    from runner.secrets import command_path
 
     if argv[-1:] == [LAUNCHER_MARK] and "-c" in argv:
         return True

@@ -16,12 +16,12 @@ reads is what a person reading the prompt sees.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
-from runner.lazyre import LazyPattern
 from runner.safety.injection import INVISIBLE_CLASS
 
-_HIDDEN = LazyPattern(f"[{INVISIBLE_CLASS}]")
+_HIDDEN = re.compile(f"[{INVISIBLE_CLASS}]")
 
 
 def visible(text: str) -> str:

@@ -23,16 +23,16 @@ from itertools import accumulate
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
-from runner.lazyre import LazyPattern
+import runner.secrets as held
 
 MASK = "[REDACTED]"
 MIN_SECRET_LEN = 8
 
-SECRET_ENV_NAME = LazyPattern(
+SECRET_ENV_NAME = re.compile(
     r"(API_?KEYS?|TOKENS?|SECRETS?|PASSWORD|PASSWD|PRIVATE_KEY|CREDENTIALS?|ACCESS_KEY|AUTH|WEBHOOK(?:_URL)?)$", re.I
 )
 
-_MASK_GLUE = LazyPattern(re.escape(MASK) + r"[A-Za-z0-9_:]")
+_MASK_GLUE = re.compile(re.escape(MASK) + r"[A-Za-z0-9_:]")
 _WORD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 
 
@@ -59,7 +59,7 @@ class Family(NamedTuple):
 
 
 _PLAIN_VALUES = frozenset({"null", "none", "true", "false", "nil", "undefined", "", "***", "xxx", "changeme"})
-_NOT_SECRET_KEYS = LazyPattern(r"(?:tokens|tokeniz\w*|token_(?:type|url|uri|endpoint|count|usage|limit)s?)$")
+_NOT_SECRET_KEYS = re.compile(r"(?:tokens|tokeniz\w*|token_(?:type|url|uri|endpoint|count|usage|limit)s?)$")
 
 
 def _is_secret_value(key: str, value: str) -> bool:
@@ -165,11 +165,11 @@ FAMILIES: tuple[Family, ...] = (
 # Escapes that can hide a secret's characters are decoded; escapes of separators (``\\n``, ``%20``,
 # ``\\"``) are not, they count as boundaries (and known values are also matched in escaped form).
 _ESCAPES = (
-    LazyPattern(r"\\u[0-9a-fA-F]{4}"),
-    LazyPattern(r"\\/"),
-    LazyPattern(r"%(?:2[1-9A-Fa-f]|[3-6][0-9A-Fa-f]|7[0-9A-Ea-e])"),
+    re.compile(r"\\u[0-9a-fA-F]{4}"),
+    re.compile(r"\\/"),
+    re.compile(r"%(?:2[1-9A-Fa-f]|[3-6][0-9A-Fa-f]|7[0-9A-Ea-e])"),
 )
-_BOUNDARY_ESCAPE = LazyPattern(r"(?:\\[nrtbf\"'\\/]|\\u[0-9a-fA-F]{4}|%[0-9A-Fa-f]{2})\Z")
+_BOUNDARY_ESCAPE = re.compile(r"(?:\\[nrtbf\"'\\/]|\\u[0-9a-fA-F]{4}|%[0-9A-Fa-f]{2})\Z")
 _DECODE = (
     {"\\/": "/"} | {f"%{i:02X}": chr(i) for i in range(0x21, 0x7F)} | {f"%{i:02x}": chr(i) for i in range(0x21, 0x7F)}
 )
@@ -253,8 +253,6 @@ def secret_env_values(environ: Mapping[str, str] | None = None) -> list[str]:
     """Values of secret-named variables: the process's own environment and the secrets it holds
     (``runner.secrets``), or ``environ``."""
     if environ is None:
-        import runner.secrets as held
-
         environ = held.environ()
     return [v for k, v in environ.items() if SECRET_ENV_NAME.search(k) and len(v) >= MIN_SECRET_LEN]
 

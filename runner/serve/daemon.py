@@ -32,13 +32,25 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runner import secrets
+from runner.config.jobs import load_jobs
+from runner.delivery.alerts import Event, Notice
+from runner.delivery.background import BackgroundAlerts
 from runner.errors import AlreadyRunning, RunnerError
+from runner.safety.control import hold_path
 from runner.serve.host import Clock, ExecutorFactory, ServeHost, SystemClock, Ticker, TickerFactory
+from runner.serve.leader import LeaseTicker
 from runner.serve.logs import JsonFormatter, LogFile, LogFormat, stream_formatter, text_formatter
 from runner.serve.notify import WatchdogTicker, sd_notify, watchdog_interval
+from runner.serve.outage import StoreOutage
+from runner.serve.pool import Paths, Pool
+from runner.serve.schedule import ScheduleTicker
+from runner.serve.state import heartbeat, register_serve
+from runner.serve.watch import JobsWatcher, ReloadTicker
 from runner.settings import Settings
-from runner.store import Store, StoreFault
+from runner.store import Store, StoreFault, fault
 from runner.store.dialect import Dialect
+from runner.store.lease import SCHEDULER, lease_holder, open_lease
 
 if TYPE_CHECKING:
     from runner.config.jobs import JobsFile
@@ -99,7 +111,6 @@ def serve_pid(home: Path) -> int | None:
 def _release_hold_at_start(home: Path, log: logging.Logger) -> None:
     """Starting serve is an operator's load of jobs.yaml: a reload hold left by a tampering run is
     cleared, loudly."""
-    from runner.safety.control import hold_path
 
     hold = hold_path(home)
     if hold.exists():
@@ -144,7 +155,6 @@ class HeartbeatTicker:
     def beat(self, now: datetime) -> None:
         """Write the heartbeat now (also serve's probe, during an outage, of whether the store can
         be written again)."""
-        from runner.serve.state import heartbeat
 
         running, waiting = self.pool.counts()
         heartbeat(self.store, now=now, running=running, waiting=waiting)
@@ -233,7 +243,6 @@ class Serve:
     def _lead(self, store: Store, ttl: float, log: logging.Logger) -> Lease | None:
         """Take the scheduler lease, standing by while another serve holds it; None when a
         signal stopped serve first."""
-        from runner.store.lease import SCHEDULER, lease_holder, open_lease
 
         lease = open_lease(store, SCHEDULER, ttl, log=log)
         announced = False
@@ -272,7 +281,6 @@ class Serve:
             self._stops += 1
 
     def run(self) -> int:
-        from runner.config.jobs import load_jobs
         from runner.serve.launcher import ForkLauncher
 
         s = self.settings
@@ -330,14 +338,7 @@ class Serve:
         """Lead the schedule with ``lease`` until a signal stops serve or another serve takes the
         lease (``_lease_lost``), then stop what leading started: the pool's workers, the loops, the
         watcher, the heartbeat. The lease is released unless it was lost."""
-        from runner import secrets
-        from runner.delivery.background import BackgroundAlerts
         from runner.mcp.keep import Bridges
-        from runner.serve.leader import LeaseTicker
-        from runner.serve.pool import Paths, Pool
-        from runner.serve.schedule import ScheduleTicker
-        from runner.serve.state import heartbeat, register_serve
-        from runner.serve.watch import JobsWatcher, ReloadTicker
 
         s = self.settings
         config = s.config
@@ -442,7 +443,6 @@ class Serve:
         (``StoreOutage``); during an outage a round also writes the heartbeat (``probe``), so the
         store is said to answer again only once it can be written, not after a round that
         happened to need no write."""
-        from runner.serve.outage import StoreOutage
 
         log = logging.getLogger("runner.serve")
         outage = StoreOutage(log, lambda exc, lasted: alerts.notice(store_notice(exc, lasted)))
@@ -495,7 +495,6 @@ def _enforce(pool: Pool, path: Path) -> None:
 def transient_fault(exc: sqlite3.OperationalError, path: Path) -> StoreFault | None:
     """``exc`` as the transient store fault serve rides out, or None (a bug, or a damaged file:
     serve stops). ``path``: the SQLite file, named by a fault raised outside the store's guard."""
-    from runner.store import fault
 
     if isinstance(exc, StoreFault):
         return exc if exc.transient else None
@@ -504,8 +503,6 @@ def transient_fault(exc: sqlite3.OperationalError, path: Path) -> StoreFault | N
 
 
 def store_notice(exc: StoreFault, lasted: float) -> Notice:
-    from runner.delivery.alerts import Event, Notice
-
     return Notice(
         Event.STORE_UNAVAILABLE,
         str(exc),

@@ -29,9 +29,18 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from runner import secrets
+from runner.clock import iso, utcnow
+from runner.config.database import ENV, PG_SCHEMES
 from runner.config.jobfile import Job
+from runner.config.machine import load_config
+from runner.errors import RunnerError, StoreError, failure_reason
 from runner.forks import LOST_EXIT, Handle, Launcher, Spawn, Warm, WarmForks, WorkerHandle
 from runner.procs import ProcessTree, become_subreaper, install_two_stage_stop
+from runner.run.cancel import CancelWatcher
+from runner.run.execute import execute
+from runner.run.request import Handoff, RunRequest
+from runner.settings import Settings
 from runner.statuses import RunStatus, Trigger
 from runner.store import ledger
 
@@ -40,9 +49,6 @@ WORKER = "runner.serve.launcher:worker_main"
 
 if TYPE_CHECKING:
     from runner.config.machine import Config
-    from runner.errors import RunnerError
-    from runner.run.cancel import CancelWatcher
-    from runner.settings import Settings
     from runner.store import Store
     from runner.store.dialect import Target
 
@@ -64,18 +70,15 @@ class ConfigCache:
         return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
     def load(self, path: Path) -> None:
-        from runner.config.machine import load_config
-
         key = self._key(path)
         if key is not None:
             self._entry = (key, load_config(path))
 
-    def apply(self, settings: Settings) -> bool:
-        """Give ``settings`` the parsed config if its file is unchanged; True when it did."""
-        if self._entry is None or self._key(settings.config_path) != self._entry[0]:
-            return False
-        settings.__dict__["config"] = self._entry[1]  # what the cached property would compute
-        return True
+    def config_for(self, path: Path) -> Config | None:
+        """The parsed config of ``path`` if the file is unchanged since it was parsed, else None."""
+        if self._entry is None or self._key(path) != self._entry[0]:
+            return None
+        return self._entry[1]
 
     def database(self) -> str | None:
         """config.yaml's ``database:`` as parsed (None when not loaded or not set)."""
@@ -90,7 +93,6 @@ CONFIG = ConfigCache()  # filled in the forkserver by ``preload_config``; empty 
 
 def preload_config(path: str, held: dict[str, str]) -> None:
     """A set-up call the forkserver runs once, before it forks any worker."""
-    from runner import secrets
 
     secrets.install(held)  # the env fallback provider is built from the keys a worker holds
     CONFIG.load(Path(path))
@@ -101,7 +103,6 @@ def preload_store_driver(setting: str | None) -> None:
     """With the store on PostgreSQL (``RUNNER_DATABASE_URL``, else config.yaml's ``database:``),
     import its driver once here rather than in every worker (psycopg: ~0.1 s a start, which
     otherwise lands between serve's dispatch, where a run's timeout starts, and its start)."""
-    from runner.config.database import ENV, PG_SCHEMES
 
     url = os.environ.get(ENV, "").strip() or (setting or "")
     if url.split("://", 1)[0].lower() in PG_SCHEMES:
@@ -149,7 +150,6 @@ class ForkLauncher:
         """``preload``: modules the forkserver imports first (default ``runner.serve.prefork``);
         ``config_path``: the config.yaml it parses once for every worker; ``max_runs``: how many
         script-only runs one worker process takes (``serve.worker_max_runs``; 1: a process per run)."""
-        from runner import secrets
         from runner.serve.reuse import Shelf
 
         setup: tuple[tuple[str, tuple[Any, ...]], ...] = (
@@ -170,7 +170,6 @@ class ForkLauncher:
     def spawn(self, spec: WorkerSpec) -> Handle:
         """Ask the forkserver for the worker and return at once: serve does not wait for the fork.
         A script-only run goes to a reusable worker (runner.serve.reuse) when ``max_runs`` > 1."""
-        from runner import secrets
 
         # the keys travel in the pickled arguments (a socket), never in an environment block
         if self.shelf is not None and not spec.job.spec.agent:
@@ -187,8 +186,6 @@ class ForkLauncher:
 
     def prewarm(self, runs: int) -> None:
         if self.shelf is not None:
-            from runner import secrets
-
             self.shelf.prewarm(runs, secrets.held())
 
     def close(self) -> None:
@@ -234,12 +231,9 @@ def worker_main(spec: WorkerSpec, held: dict[str, str] | None = None) -> None:
     once. A problem found before the run starts (broken template, no model) is recorded on the
     queued row, so the ledger always says why.
     """
-    from runner.clock import utcnow
 
     handed = utcnow()  # the worker has its run: what follows is start overhead
     if held:
-        from runner import secrets
-
         secrets.install(held)
     stop = threading.Event()
     install_two_stage_stop(stop)
@@ -270,7 +264,6 @@ class Kept:
 
     def cancels(self, store: Store) -> CancelWatcher:
         """The watcher on ``store`` (a run whose store is elsewhere gets a new one)."""
-        from runner.run.cancel import CancelWatcher
 
         if self._cancels is None or self._cancels.path != store.path:
             if self._cancels is not None:
@@ -314,16 +307,18 @@ def run_spec(spec: WorkerSpec, stop: threading.Event, handed: datetime, kept: Ke
     """``execute`` the queued row ``spec`` names in this process (its store opened here and closed
     after); returns the exit code. ``handed``: when this process took the run; ``kept``: what a
     reusable worker keeps across its runs."""
-    from runner.errors import RunnerError
-    from runner.run.execute import execute
-    from runner.run.request import Handoff, RunRequest
-    from runner.settings import Settings
-    from runner.statuses import Trigger
 
-    settings = Settings(home=Path(spec.home), jobs_path=Path(spec.jobs_path), config_path=Path(spec.config_path))
-    CONFIG.apply(settings)
+    config_path = Path(spec.config_path)
+    settings = Settings(
+        home=Path(spec.home),
+        jobs_path=Path(spec.jobs_path),
+        config_path=config_path,
+        loaded_config=CONFIG.config_for(config_path),
+    )
     # serve has created and migrated the store, and it watches its own workers: open it plainly
-    settings.store = settings.open_store(migrate=False) if kept is None else kept.store(settings)
+    settings = settings.replace(
+        opened_store=settings.open_store(migrate=False) if kept is None else kept.store(settings)
+    )
     # the queued row exists (serve wrote it, with the task id if any): the run starts that row
     req = RunRequest(
         job=spec.job,
@@ -351,8 +346,6 @@ def run_spec(spec: WorkerSpec, stop: threading.Event, handed: datetime, kept: Ke
 
 def _record_failure(settings: Settings, spec: WorkerSpec, exc: RunnerError, handed: datetime) -> None:
     """A problem found before the run started: the queued row says why (with the hand-off time)."""
-    from runner.clock import iso
-    from runner.errors import StoreError, failure_reason
 
     print(f"runner worker {spec.run_id}: {exc}", file=sys.stderr)
     try:

@@ -19,6 +19,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import IO, Any
 
+from runner.errors import UsageError
+
 
 class LogFormat(StrEnum):
     TEXT = "text"
@@ -32,7 +34,6 @@ PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR
 
 def choose_format(option: str | None, environ: Mapping[str, str], configured: str | None) -> LogFormat:
     """``--log-format`` wins, then ``RUNNER_LOG_FORMAT``, then config.yaml's ``log_format``, else text."""
-    from runner.errors import UsageError
 
     value = option or environ.get(FORMAT_ENV) or configured or LogFormat.TEXT
     try:

@@ -13,8 +13,14 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from backends.docker import cleanup_stale
+from runner.errors import BackendError
+from runner.run.model_choice import side_model
 from runner.serve.host import ServeHost, Ticker, TickerFactory
-from runner.store import ledger
+from runner.skills.curator import run_pass
+from runner.skills.idle import CuratorTicker
+from runner.store import Store, ledger
+from runner.store.retention import Policy, Pruner, old_logs
 
 if TYPE_CHECKING:
     from runner.forks import Launcher
@@ -98,13 +104,8 @@ class ContainerCleanup:
             threading.Thread(target=self._run, name="runner-container-cleanup", daemon=True).start()
 
     def _run(self) -> None:
-        from runner.store import Store
-
         store = Store.open(self.host.store.path, migrate=False)
         try:
-            from backends.docker import cleanup_stale
-            from runner.errors import BackendError
-
             def is_active(run_id: str) -> bool:
                 return ledger.is_active(store, run_id)
 
@@ -134,9 +135,6 @@ class CuratorLoop:
     def __init__(self, host: ServeHost):
         from functools import partial
 
-        from runner.run.model_choice import side_model
-        from runner.skills.curator import run_pass
-        from runner.skills.idle import CuratorTicker
 
         self.host = host
         self.ticker = CuratorTicker(  # the consolidation pass's model: built when a pass needs it
@@ -191,9 +189,6 @@ class RetentionLoop:
         self._thread.start()
 
     def _run(self, now: datetime) -> None:
-        from runner.store import Store
-        from runner.store.retention import Policy, Pruner, old_logs
-
         store = Store.open(self.host.store.path, migrate=False)
         try:
             home, conf = self.host.settings.home, self.conf

@@ -31,10 +31,13 @@ from runner.clock import iso
 from runner.config.jobfile import Job
 from runner.delivery.alerts import RunEnd, is_alerted
 from runner.mcp.keep import Bridges
+from runner.procs import pid_alive
+from runner.run.protect import protected_set, sandbox_plan
 from runner.serve.fire import ActiveRun, Fire, Paths
 from runner.serve.host import Clock
-from runner.serve.launcher import Handle, Spawner, WorkerSpec
+from runner.serve.launcher import AdoptedHandle, Handle, Spawner, WorkerSpec
 from runner.serve.state import record_slot_result, set_paused
+from runner.settings import Settings
 from runner.statuses import RunStatus, Trigger
 from runner.store import Store, StoreError, StoreFault, ledger
 
@@ -257,8 +260,6 @@ class Pool:
 
     def _sandbox_plan(self, job: Job) -> Plan:
         """The sandbox a run of ``job`` gets (its kept MCP servers run in the same)."""
-        from runner.run.protect import protected_set, sandbox_plan
-        from runner.settings import Settings
 
         paths = self.paths
         settings = Settings(home=Path(paths.home), jobs_path=Path(paths.jobs), config_path=Path(paths.config))
@@ -440,8 +441,6 @@ class Pool:
         """Follow the runs a previous serve on this host started and left running when it died
         (their processes go on): by pid and start time, so each job's timeout and overlap policy
         count them before the job fires again. A run of a job no longer in jobs.yaml is stopped."""
-        from runner.procs import pid_alive
-        from runner.serve.launcher import AdoptedHandle
 
         count = 0
         for row in ledger.running_here(self.store, RETRIED):

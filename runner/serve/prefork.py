@@ -32,7 +32,7 @@ MODULES = [
     "runner.store.runs",
     "runner.store.files",  # a run's output and transcript kept in the store
     "runner.config.tooldirs",  # the operator's tools folders, protected by every run
-    # the job and config models, built once here (ready_loaded): a worker unpickles its job and a
+    # the job and config models, built once here: a worker unpickles its job and a
     # kanban worker validates jobs.yaml; the run path itself imports them for typing only
     "runner.config.jobs",
     "runner.config.machine",
@@ -104,10 +104,6 @@ for _name in SDK_REQUEST_PATH:
 from runner.tls import ca_context  # noqa: E402
 
 ca_context()  # the CA bundle, loaded once for every worker's HTTPS requests
-
-from runner.warm import ready_loaded  # noqa: E402
-
-ready_loaded()  # LazyPatterns compiled and deferred validators built once, not in every child
 
 from backends.sandbox import problem  # noqa: E402
 

@@ -44,6 +44,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runner import secrets
+from runner.clock import utcnow
+from runner.config.database import ENV
+from runner.config.jobs import load_jobs
 from runner.forks import ForkError, Frames, Spawn, WarmForks, WorkerHandle, send_frame
 from runner.procs import (
     STOP_SIGNALS,
@@ -52,10 +56,14 @@ from runner.procs import (
     install_two_stage_stop,
     nothing_left,
 )
+from runner.serve.launcher import Kept, WorkerSpec, run_spec
+from runner.settings import Settings
+from runner.statuses import RunStatus, Trigger
+from runner.store import Store, ledger
+from runner.tracing import ENDPOINT_ENV
 
 if TYPE_CHECKING:
     from runner.config.jobs import Job
-    from runner.serve.launcher import Kept, WorkerSpec
 
 WORKER = "runner.serve.reuse:reuse_main"
 IDLE_S = 120.0  # an idle worker is retired after this long (a job every minute keeps its worker)
@@ -66,8 +74,6 @@ WARM_JOB = "jobs:\n  warm-up:\n    agent: false\n    pre_run: 'true'\n"
 def reuse_main(channel: socket.socket, held: dict[str, str], warm: bool = False) -> None:
     """A reusable worker's body: run what serve hands over until serve closes the channel;
     ``warm``: first one throwaway run (``warm_up``), before any run serve hands over."""
-    from runner import secrets
-    from runner.serve.launcher import Kept
 
     if held:
         secrets.install(held)
@@ -83,8 +89,6 @@ def reuse_main(channel: socket.socket, held: dict[str, str], warm: bool = False)
 
 def _take_runs(channel: socket.socket, kept: Kept) -> None:
     """Run what serve hands over, one run at a time, until serve closes the channel or a run stops."""
-    from runner.clock import utcnow
-    from runner.serve.launcher import run_spec
 
     frames = Frames()
     while True:  # stop signals are at their defaults here: the forkserver's child starts so, _idle() after each run
@@ -118,8 +122,6 @@ class WarmKit:
     def prepare(self) -> None:
         import atexit
 
-        from runner.config.jobs import load_jobs
-        from runner.store import Store
 
         scratch = Path(tempfile.mkdtemp(prefix="runner-warm-"))
         atexit.register(shutil.rmtree, scratch, True)
@@ -144,13 +146,6 @@ def warm_up(kit: WarmKit = KIT) -> bool:
     the burst). Nothing of it reaches serve's store (``RUNNER_DATABASE_URL`` is set aside for
     it), the operator's tracing (``OTEL_EXPORTER_OTLP_ENDPOINT`` too) or the ledger. False when
     there is no kit or it failed: that only costs the warmth."""
-    from runner.clock import utcnow
-    from runner.config.database import ENV
-    from runner.serve.launcher import WorkerSpec, run_spec
-    from runner.settings import Settings
-    from runner.statuses import RunStatus, Trigger
-    from runner.store import Store, ledger
-    from runner.tracing import ENDPOINT_ENV
 
     if kit.dir is None or kit.job is None:
         return False

@@ -22,8 +22,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from runner.config import yamlio
 from runner.config.jobs import JobsFile, load_jobs, referenced_files
+from runner.delivery.alerts import Event, Notice
 from runner.errors import RunnerError
+from runner.run.checks import check_jobs
+from runner.safety.control import hold_path
 from runner.serve.schedule import ScheduleTicker
 from runner.store import Store, StoreFault, ledger
 from runner.store.reloads import clear_refused, record_refused
@@ -65,7 +69,6 @@ def digest(path: Path) -> str:
 
 def says_no_jobs(path: Path) -> bool:
     """jobs.yaml says, in so many words, that there are no jobs: ``jobs: {}``."""
-    from runner.config import yamlio
 
     try:
         data = yamlio.load_file(path)
@@ -89,7 +92,6 @@ def load(path: Path, default_timezone: str, settings: Settings | None = None) ->
         return Loaded(None, (problem,), digest=content)
     if settings is None:
         return Loaded(jobs, (), digest=content)
-    from runner.run.checks import check_jobs
 
     return Loaded(jobs, (), tuple(check_jobs(jobs, settings, now=datetime.now(UTC))), digest=content)
 
@@ -206,8 +208,6 @@ class ReloadTicker:
         return ledger.running_ids(self.schedule.store)
 
     def _held(self, result: Loaded) -> bool:
-        from runner.safety.control import hold_path
-
         if self.home is None or not hold_path(self.home).exists():
             return False
         why = hold_path(self.home).read_text(errors="replace").strip()
@@ -219,8 +219,6 @@ class ReloadTicker:
         return True
 
     def _release_hold(self) -> None:
-        from runner.safety.control import hold_path
-
         if self.home is not None and hold_path(self.home).exists():
             hold_path(self.home).unlink(missing_ok=True)
             self.log.warning("reload forced by an operator: the reload hold is cleared")
@@ -242,7 +240,6 @@ class ReloadTicker:
 
     def _refuse(self, result: Loaded, now: datetime) -> None:
         """Keep the last good jobs; log every problem; alert once per content; note it for the dashboard."""
-        from runner.delivery.alerts import Event, Notice
 
         self.log.error("jobs.yaml reload refused; still running the last good jobs:")
         for problem in result.problems:

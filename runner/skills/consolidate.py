@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runner.atomic import write_private
 from runner.clock import iso
 from runner.errors import RunnerError
 from runner.skills import SkillPaths
@@ -135,8 +136,6 @@ def propose(settings: Settings, *, now: datetime, model: ModelFactory) -> Propos
 
 
 def write_plan(home: Path, now: datetime, plan: MergePlan) -> Path:
-    from runner.atomic import write_private
-
     folder = home / "logs" / "curator"
     path = folder / f"{now.strftime('%Y%m%d-%H%M%S')}-merge-plan.json"
     n = 2

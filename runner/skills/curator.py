@@ -26,8 +26,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runner.atomic import write_private
 from runner.clock import iso
-from runner.errors import UsageError
+from runner.errors import RunnerError, UsageError
 from runner.skills import ARCHIVE_DIR, BACKUP_DIR, SkillPaths, SkillStateError
 from runner.skills.shared import skill_paths
 from runner.skills.sidecall import ModelFactory
@@ -248,7 +249,6 @@ def consolidate_step(settings: Settings, now: datetime, model: ModelFactory | No
     """The consolidation pass of a curator pass: (what it did, for the report; the plan file).
 
     A model that fails or answers nonsense is reported; the ageing already done stands."""
-    from runner.errors import RunnerError
     from runner.skills.consolidate import propose
 
     if model is None:
@@ -359,8 +359,6 @@ def _unique(folder: Path, stem: str, suffix: str) -> Path:
 
 
 def write_report(home: Path, now: datetime, text: str) -> Path:
-    from runner.atomic import write_private
-
     folder = home / "logs" / "curator"
     folder.mkdir(parents=True, exist_ok=True)
     path = _unique(folder, now.strftime("%Y%m%d-%H%M%S"), ".md")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from runner.safety.quoting import escape
 from runner.skills import SUPPORT_DIRS, SkillPaths
 from runner.skills.rules import MAX_FILE_BYTES, MAX_SKILL_MD, Skill, check_skill_md, os_platforms
 from runner.skills.scan import Scanner, quick_scan
@@ -265,7 +266,6 @@ def build_index(skills: Iterable[Skill], *, can_manage: bool = False) -> str:
 def _category_lines(category: str, skills: list[Skill]) -> str:
     """A category's heading and entries: the heading marked when every skill in it is run-written
     (the usual case: one marker, not one per skill), else each run-written entry."""
-    from runner.safety.quoting import escape
 
     whole = all(run_written(s) for s in skills)
     lines = [f"### {escape(category)}" + (f" {RUN_WRITTEN}" if whole else "")]

@@ -48,11 +48,14 @@ from runner.clock import iso
 from runner.config.strict import Strict
 from runner.errors import UsageError
 from runner.skills import SkillPaths, SkillStateError
+from runner.skills.curator import write_report, write_snapshot
 from runner.skills.loader import Invalid, read_skill
+from runner.skills.manage import write_atomic
 from runner.skills.rules import check_skill_md, parse_frontmatter
 from runner.skills.scan import scan_skill_text
 from runner.skills.shared import skill_paths
 from runner.skills.usage import UsageFile, UsageRecord
+from runner.store import dumps
 
 if TYPE_CHECKING:
     from runner.settings import Settings
@@ -195,7 +198,6 @@ def apply_plan(settings: Settings, plan_path: Path, *, now: datetime, dry_run: b
     _raise_first(plan_path, check_plan(plan, paths, usage.read()))
     if dry_run:
         return Applied(plan_path, True, steps_of(plan, paths))
-    from runner.skills.curator import write_snapshot
 
     with paths.changing_tree(), usage.locked():
         records = usage.read()
@@ -217,7 +219,6 @@ def _raise_first(plan_path: Path, problems: Sequence[str]) -> None:
 
 def _merge_one(merge: Merge, paths: SkillPaths, records: dict[str, UsageRecord], now: datetime) -> None:
     """Write the new SKILL.md, check it loads as written, then archive the sources."""
-    from runner.skills.manage import write_atomic
 
     text = with_agent_mark(merge.content)
     md = paths.live(merge.into) / "SKILL.md"
@@ -242,8 +243,6 @@ def _record(
     settings: Settings, plan_path: Path, plan: MergePlan, steps: Sequence[str], snapshot: Path, now: datetime
 ) -> Path:
     """The apply's report (logs/curator/) and its curator_runs row (trigger ``apply``)."""
-    from runner.skills.curator import write_report
-    from runner.store import dumps
 
     lines = [f"# Curator apply {now.strftime('%Y-%m-%d %H:%M:%S %Z')}", "", f"- plan: {plan_path}"]
     lines += [f"- snapshot before changes: {snapshot}", "", "## Steps"] + [f"- {s}" for s in steps]

@@ -24,11 +24,10 @@ from typing import Any
 import yaml
 
 from runner.config.yamlio import BoundedLoader
-from runner.lazyre import LazyPattern
 from runner.skills import SUPPORT_DIRS
 from runner.skills.scan import Scanner, quick_scan
 
-NAME_RE = LazyPattern(r"^[a-z0-9][a-z0-9._-]*$")
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 MAX_NAME = 64
 MAX_DESCRIPTION = 1024
 MAX_SKILL_MD = 100_000
@@ -73,8 +72,8 @@ MESSAGING = frozenset(
         "line",
     ]
 )
-_OPEN = LazyPattern(r"---[ \t]*\r?\n")
-_CLOSE = LazyPattern(r"^---[ \t]*(?:\r?\n|\Z)", re.MULTILINE)
+_OPEN = re.compile(r"---[ \t]*\r?\n")
+_CLOSE = re.compile(r"^---[ \t]*(?:\r?\n|\Z)", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -117,13 +116,13 @@ def parse_frontmatter(text: str) -> tuple[dict[str, Any], str, list[str]]:
     return meta, body, []
 
 
-_KEY_LINE = LazyPattern(r"([A-Za-z_][A-Za-z0-9_-]*):[ \t]+(\S.*?)[ \t]*")
-_PLAIN = LazyPattern(r"[A-Za-z][^#:\[\]{},\"'`|>&*!%@\t]*")  # starts with a letter; no YAML syntax at all
-_PLAIN_ITEM = LazyPattern(r"[A-Za-z][A-Za-z0-9 ._/+-]*")
-_NOT_STR = LazyPattern(r"(?i)(y|n|yes|no|on|off|true|false|null|nan|inf)")
+_KEY_LINE = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*):[ \t]+(\S.*?)[ \t]*")
+_PLAIN = re.compile(r"[A-Za-z][^#:\[\]{},\"'`|>&*!%@\t]*")  # starts with a letter; no YAML syntax at all
+_PLAIN_ITEM = re.compile(r"[A-Za-z][A-Za-z0-9 ._/+-]*")
+_NOT_STR = re.compile(r"(?i)(y|n|yes|no|on|off|true|false|null|nan|inf)")
 
 
-def _plain(value: str, pattern: LazyPattern) -> str | None:
+def _plain(value: str, pattern: re.Pattern[str]) -> str | None:
     """``value`` when YAML would read it as exactly this string, else None."""
     if pattern.fullmatch(value) and not _NOT_STR.fullmatch(value) and not value.endswith(":"):
         return value

@@ -18,8 +18,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from runner.lazyre import LazyPattern
-from runner.safety.injection import INVISIBLE_CLASS
+from runner.safety.injection import INVISIBLE_CLASS, scan
 
 Kind = Literal["markdown", "script", "text"]
 
@@ -84,13 +83,13 @@ _INJECTION = [
     ),
 ]
 
-_INJECTION_RE = [(LazyPattern(p, re.IGNORECASE), why, triggers) for p, why, triggers in _INJECTION]
+_INJECTION_RE = [(re.compile(p, re.IGNORECASE), why, triggers) for p, why, triggers in _INJECTION]
 _TRIGGERS = tuple(sorted({t for _, _, triggers in _INJECTION for t in triggers}))
 
 # the shared scanner's hidden characters (zero-width and joiners, direction marks and overrides,
 # invisible operators, the BOM inside text, Unicode "tag" characters, soft hyphens, fillers, the
 # variation selectors supplement), plus the line and paragraph separators
-_INVISIBLE_RE = LazyPattern(f"[\u2028\u2029{INVISIBLE_CLASS}]")
+_INVISIBLE_RE = re.compile(f"[\u2028\u2029{INVISIBLE_CLASS}]")
 
 
 def _line_of(text: str, pos: int) -> int:
@@ -123,7 +122,6 @@ def quick_scan(text: str, *, kind: Kind = "markdown") -> list[SkillFinding]:
 def scan_skill_text(text: str, *, kind: Kind = "markdown") -> list[SkillFinding]:
     """Everything ``quick_scan`` finds, plus the shared injection scanner and (for shell scripts)
     the shared command classifier. Empty means nothing was found."""
-    from runner.safety.injection import scan
 
     findings = quick_scan(text, kind=kind)
     flagged_lines = {f.line for f in findings if f.rule == "injection"}

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner.clock import utcnow
 from runner.events import Emit, Event, Findings, SkillChanged, SkillsPreloaded, SkillUsageFailed, no_events
+from runner.safety.quoting import data_block
 from runner.skills import SkillError, SkillPaths, SkillStateError
 from runner.skills.loader import Catalog, Source, build_index, load_catalog, run_written, sources_for
 from runner.skills.manage import Change, SkillManager
@@ -204,7 +205,6 @@ def quoted(skill: Skill, text: str, file: str) -> str:
     operator's), in a labelled, escaped ``<skill>`` block for run-written ones."""
     if not run_written(skill):
         return text
-    from runner.safety.quoting import data_block
 
     return data_block(
         "skill", {"name": skill.name, "source": "RUNNER_HOME/skills"}, SKILL_LABEL.format(file=file), text

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runner.clock import iso, utcnow
+from runner.config.database import Dialect
 from runner.skills import BACKUP_DIR, SkillPaths
 
 if TYPE_CHECKING:
@@ -56,7 +57,6 @@ class Synced:
 
 def skill_paths(settings: Settings) -> SkillPaths:
     """This machine's home skills, synced with the store first when the store is shared."""
-    from runner.config.database import Dialect
 
     plain = SkillPaths.under(settings.home)
     if settings.database.dialect is not Dialect.POSTGRESQL:

@@ -18,6 +18,7 @@ from typing import Any
 from runner.errors import StoreError, UsageError
 from runner.store import Store
 from runner.store.dialect import Dialect
+from runner.store.search import _add_output
 
 BATCH = 1000
 #: tables other tables point at (foreign keys), copied first, in this order
@@ -121,7 +122,6 @@ def _copy_rows(source: Store, conn: Any, table: str, cols: list[str]) -> int:
 
 def _copy_outputs(source: Store, conn: Any) -> None:
     """Each run's indexed output (seq 0 of the index; events the target's triggers indexed)."""
-    from runner.store.search import _add_output
 
     rows = source.conn.execute(
         "SELECT d.run_id, d.job, d.ts, f.body FROM search_docs d JOIN search_fts f ON f.rowid = d.id "

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from runner.clock import iso, parse_iso, utcnow
 from runner.store import Store, StoreUnavailable
+from runner.store.dialect import Dialect
 
 SCHEDULER = "scheduler"
 
@@ -368,7 +369,6 @@ def open_lease(
 ) -> Lease:
     """The lease for this store's dialect (``holder``: default ``host:pid``; ``log``: where a
     PostgreSQL lease says it repaired its row, took its lock again or ended a stale holder)."""
-    from runner.store.dialect import Dialect
 
     if store.dialect is Dialect.POSTGRESQL:
         return PgLease(store, name, ttl, holder, log)

@@ -33,6 +33,7 @@ from enum import StrEnum
 from typing import Any
 
 from runner.clock import iso, utcnow
+from runner.config.schedules import format_duration
 from runner.procs import RUN_MARK, kill_marked, pid_alive, start_time
 from runner.statuses import ACTIVE, FINAL, RunStatus, Trigger
 from runner.store import Store, StoreError
@@ -407,8 +408,6 @@ def stop_outcome(why: str, timeout_s: float | None) -> tuple[RunStatus, Reason, 
     """The end a run stopped by its supervisor for ``why`` records (by itself, or by the
     supervisor when the run could not)."""
     if why == "timeout":
-        from runner.config.schedules import format_duration
-
         limit = format_duration(timeout_s) if timeout_s else "its limit"
         return RunStatus.TIMED_OUT, Reason.TIMEOUT, f"stopped by serve after the job's timeout of {limit}"
     if why == "replaced":

@@ -14,6 +14,7 @@ from runner.events import Emit, Event, Payload, Recorded, decode, encode
 from runner.safety.redact import Redactor
 from runner.statuses import RunStatus
 from runner.store import Store, dumps
+from runner.store.files import FileKind, read
 
 
 def get_run(store: Store, run_id: str) -> dict[str, Any] | None:
@@ -46,8 +47,6 @@ def list_runs(
 
 
 def last_output(store: Store, job: str) -> str:
-    from runner.store.files import FileKind, read
-
     row = store.one(
         "SELECT id, output_path FROM runs WHERE job=? AND status=? AND output_path IS NOT NULL "
         "AND parent_run_id IS NULL ORDER BY created_at DESC LIMIT 1",  # a subagent's summary is not the job's output

@@ -26,6 +26,7 @@ FTS5 in one way: accents are not folded (``café`` does not find ``cafe``).
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import unicodedata
 from collections.abc import Iterator
@@ -36,9 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from runner.clock import iso, parse_iso, utcnow
+from runner.config.schedules import parse_duration
 from runner.errors import UsageError
 from runner.events import Event
-from runner.lazyre import LazyPattern
+from runner.safety.redact import Redactor
 from runner.store import Store
 from runner.store.dialect import Dialect
 
@@ -229,9 +231,9 @@ def _snippets(store: Store, q: Search, ids: list[int]) -> dict[int, str]:
     return {r["id"]: passage(str(r["body"]), terms) for r in rows}
 
 
-_TOKEN = LazyPattern(r"[^\W_]+")
-_PUNCT = LazyPattern(r"[\s!-/:-@\[-`{-~]+")  # what the PostgreSQL index splits words at (ASCII punctuation)
-_QUERY_WORD = LazyPattern(r"([^\W_]+)(\*?)")
+_TOKEN = re.compile(r"[^\W_]+")
+_PUNCT = re.compile(r"[\s!-/:-@\[-`{-~]+")  # what the PostgreSQL index splits words at (ASCII punctuation)
+_QUERY_WORD = re.compile(r"([^\W_]+)(\*?)")
 _OPERATORS = frozenset({"AND", "OR", "NOT", "NEAR"})
 
 
@@ -311,7 +313,6 @@ class Rebuilt:
 def rebuild(store: Store) -> Rebuilt:
     """Empty the index and make it again from ``run_events`` and the runs' output files, in one
     transaction (searches see the old index until it commits)."""
-    from runner.safety.redact import Redactor
 
     redact = Redactor()
     text, wanted = TEXT.format(r="e"), WANTED.format(r="e")
@@ -391,7 +392,6 @@ def since(text: str, *, now: datetime | None = None) -> datetime:
     unless it names its offset); anything else is a UsageError naming the option."""
     from datetime import UTC
 
-    from runner.config.schedules import parse_duration
 
     moment = now or utcnow()
     try:

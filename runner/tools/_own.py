@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from backends.base import truncate_text
 from runner.tools import TOOLSETS, ToolEntry, ToolResult
 
 if TYPE_CHECKING:
@@ -192,8 +193,6 @@ def _handler(fn: Callable[..., Any], model: Any) -> Callable[[dict[str, Any], To
     from pydantic import ValidationError
 
     def handle(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        from backends.base import truncate_text
-
         try:
             values = model.model_validate(args)
         except ValidationError as exc:

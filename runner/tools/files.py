@@ -21,6 +21,7 @@ from typing import Any
 from backends.base import decode, truncate_text
 from runner.errors import BackendError
 from runner.safety.beneath import Escape, open_dir, open_file, read_beneath, write_beneath
+from runner.safety.control import BLOCKED_LINE, audit_refusal
 from runner.tools import Registry, ToolError, ToolResult
 from runner.tools.context import ToolContext
 
@@ -92,7 +93,6 @@ def _protected(ctx: ToolContext, tool: str, path: str, raw: str, *, write: bool)
     hit = ctx.control.write_hit(path) if write else ctx.control.read_hit(path)
     if hit is None:
         return None
-    from runner.safety.control import BLOCKED_LINE, audit_refusal
 
     audit_refusal(ctx, f"{tool} {raw}", hit)
     return ToolResult(BLOCKED_LINE.format(path=raw), failed=True)

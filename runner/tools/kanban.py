@@ -16,7 +16,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
-from runner.errors import RunnerError
+from runner.clock import utcnow
+from runner.errors import RunnerError, StoreError
+from runner.safety.latitude import Latitude
+from runner.safety.redact import Redactor
 from runner.statuses import TaskStatus
 from runner.tools import Registry, ToolError, ToolResult, compact_json
 from runner.tools.context import ToolContext
@@ -92,7 +95,6 @@ def _text(args: dict[str, Any], name: str) -> str:
 def _call(fn: Any, *args: Any, **kw: Any) -> Any:
     """Board problems the model can act on (bad job name, task already ended) become tool errors;
     a refused fence is not one of them: it ends the run."""
-    from runner.errors import StoreError
     from runner.kanban.model import FenceError
 
     try:
@@ -142,8 +144,6 @@ def kanban_create(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         )
     if not isinstance(parents, list) or not all(isinstance(p, int) and not isinstance(p, bool) for p in parents):
         raise ToolError("'parents' must be a list of task ids")
-    from runner.clock import utcnow
-    from runner.safety.redact import Redactor
 
     settings, redact = _settings(ctx), Redactor()
     with _board(ctx) as board:
@@ -177,7 +177,6 @@ def _check_job(ctx: ToolContext, job: str | None, *, fallback: bool = False) -> 
 
 def _no_wider(ctx: ToolContext, settings: Settings, target: Any) -> None:
     """ToolError when a task for ``target`` would run with more latitude than this run's job."""
-    from runner.safety.latitude import Latitude
 
     if not ctx.job_name:
         raise ToolError("this run names no job, so it cannot hand work to one")

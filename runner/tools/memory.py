@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from runner.memory.notebook import Action, MemoryRefused
+from runner.memory.write import write
 from runner.tools import Registry, ToolError, ToolResult
 from runner.tools.context import ToolContext
 
@@ -33,9 +35,6 @@ def _offered(ctx: ToolContext) -> bool | str:
 
 
 def memory(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-    from runner.memory.notebook import Action, MemoryRefused
-    from runner.memory.write import write
-
     binding = ctx.memory
     if binding is None:
         raise ToolError("memory is off for this job")

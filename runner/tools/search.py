@@ -22,10 +22,12 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from backends.base import truncate_text
+from runner.config.refs import resolve_key
 from runner.safety.ssrf import Blocked, WebPolicy, check_url
+from runner.tls import ca_context
 from runner.tools import Registry, ToolError, ToolResult
 from runner.tools.context import ToolContext
-from runner.tools.web import USER_AGENT, backend_network, refuse
+from runner.tools.web import USER_AGENT, Response, _pinned, backend_network, refuse
 
 if TYPE_CHECKING:
     from runner.config.machine import SearchConfig
@@ -127,7 +129,6 @@ def web_search(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
 def _key(cfg: SearchConfig) -> str | None:
     if cfg.api_key is None:
         return None
-    from runner.config.refs import resolve_key
 
     label, value = resolve_key(cfg.api_key)
     if value is None:
@@ -143,8 +144,6 @@ def send(request: Request, timeout: float) -> Any:
     """Make ``request`` to the address its host resolved to (checked once, then pinned); no redirects."""
     import httpx
 
-    from runner.tls import ca_context
-    from runner.tools.web import Response, _pinned
 
     target = check_url(request.url, OPERATOR)
     url, host_header = _pinned(target)

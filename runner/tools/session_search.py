@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from runner.store.search import MAX_LIMIT, QueryError, Search, search
 from runner.tools import Registry, ToolError, ToolResult
 from runner.tools.context import ToolContext
 
@@ -16,8 +17,6 @@ def offered(ctx: ToolContext) -> bool | str:
 
 
 def session_search(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-    from runner.store.search import MAX_LIMIT, QueryError, Search, search
-
     assert ctx.settings is not None  # offered() holds
     limit = args.get("limit", DEFAULT_LIMIT)
     if not 1 <= limit <= MAX_LIMIT:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from runner.skills import SkillError, SkillRefused
 from runner.tools import Registry, ToolError, ToolResult
 from runner.tools.context import ToolContext
 
@@ -26,8 +27,6 @@ def _has_session(ctx: ToolContext) -> bool:
 
 
 def skill_view(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-    from runner.skills import SkillError
-
     try:
         return ToolResult(str(_session(ctx).view(args["name"], args.get("file"))))
     except SkillError as exc:
@@ -35,8 +34,6 @@ def skill_view(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
 
 
 def skill_manage(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-    from runner.skills import SkillError, SkillRefused
-
     action = args["action"]
     needs = {
         "create": ("content",),

@@ -19,6 +19,8 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from backends.base import truncate_text
 from runner.events import Approval, Event
+from runner.safety.approval import Decision, audit_recorder
+from runner.safety.redact import Redactor
 from runner.safety.ssrf import Blocked, Resolver, Target, WebPolicy, check_url, system_resolver
 from runner.tls import ca_context
 from runner.tools import Registry, ToolError, ToolResult
@@ -193,8 +195,6 @@ def _parse_raw(raw: str, url: str) -> Response:
 
 def refuse(ctx: ToolContext, url: str, reason: str) -> ToolResult:
     """The model hears ``blocked: ...``; the refusal is in the run's events and the approvals audit."""
-    from runner.safety.approval import Decision, audit_recorder
-    from runner.safety.redact import Redactor
 
     message = BLOCKED.format(reason=reason)
     decision = Decision(False, "blocked", (reason,), "web policy", message)

@@ -19,8 +19,12 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from runner.agent.credentials import reset, sync_config
 from runner.clock import utcnow
 from runner.errors import RunnerError, UsageError
+from runner.kanban.board import Board
+from runner.serve.state import set_paused
+from runner.web import skills
 from runner.web.auth import CSRF_COOKIE, CSRF_FIELD, CSRF_HEADER, Role, csrf_ok
 
 
@@ -100,16 +104,12 @@ def _job(request: Request) -> str:
 
 
 def pause(request: Request, form: FormData) -> str:
-    from runner.serve.state import set_paused
-
     name = _job(request)
     set_paused(_source(request).store, name, True, f"paused from the web ({_who(request)})")
     return f"paused {name}"
 
 
 def resume(request: Request, form: FormData) -> str:
-    from runner.serve.state import set_paused
-
     name = _job(request)
     set_paused(_source(request).store, name, False)
     return f"resumed {name}"
@@ -131,8 +131,6 @@ def cancel(request: Request, form: FormData) -> str:
 # -- the board --------------------------------------------------------------------------------
 @contextmanager
 def _board(request: Request) -> Iterator[Any]:
-    from runner.kanban.board import Board
-
     board = Board(_source(request).store)
     try:
         yield board
@@ -224,8 +222,6 @@ def _answer(granted: bool) -> Handler:
 
 # -- credentials and skills -------------------------------------------------------------------
 def reset_key(request: Request, form: FormData) -> str:
-    from runner.agent.credentials import reset, sync_config
-
     source = _source(request)
     sync_config(source.store, source.config())
     fingerprint = str(form.get("fingerprint") or "").strip()
@@ -237,8 +233,6 @@ def reset_key(request: Request, form: FormData) -> str:
 
 def _skill(kind: str) -> Handler:
     def act(request: Request, form: FormData) -> str:
-        from runner.web import skills
-
         return skills.act(_source(request), request.path_params["name"], kind)
 
     return act

@@ -21,14 +21,17 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from runner import __version__
+from runner.safety.redact import Redactor
 from runner.settings import Settings
-from runner.web import actions, live, pages
+from runner.web import actions, live, metrics, pages
 from runner.web.auth import (
     CSRF_COOKIE,
+    CSRF_FIELD,
     SESSION_COOKIE,
     Role,
     Tokens,
     cross_site_refusal,
+    csrf_ok,
     host_is_loopback,
     new_csrf,
     session_value,
@@ -45,8 +48,6 @@ class Web:
     def __init__(self, settings: Settings, tokens: Tokens):
         import jinja2
 
-        from runner.safety.redact import Redactor
-        from runner.web import metrics
 
         self.source = Source(settings)
         self.tokens = tokens
@@ -148,8 +149,6 @@ def login_page(request: Request) -> Response:
 
 
 async def login_submit(request: Request) -> Response:
-    from runner.web.auth import CSRF_FIELD, csrf_ok
-
     w = web(request)
     form = await request.form()
     nxt = str(form.get("next") or "/")
@@ -173,8 +172,6 @@ async def logout(request: Request) -> Response:
 
 
 def metrics_endpoint(request: Request) -> Response:
-    from runner.web import metrics
-
     body, content_type = metrics.render(web(request).registry)
     return Response(body, media_type=content_type)
 

@@ -18,6 +18,7 @@ from starlette.responses import StreamingResponse
 from runner.statuses import ACTIVE
 from runner.store import runs
 from runner.web import data
+from runner.web.pages import step_html
 
 POLL_S = 0.2
 STEPS_PER_MESSAGE = 500  # rows of the timeline sent in one server-sent event
@@ -52,8 +53,6 @@ async def _poll(request: Request, step: Any, interval: float) -> AsyncIterator[b
 
 
 def run_stream(request: Request) -> StreamingResponse:
-    from runner.web.pages import step_html
-
     w = request.app.state.web
     run_id = request.path_params["run_id"]
     after_text = request.query_params.get("after", "0")

@@ -7,8 +7,11 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
+from runner.agent.credentials import list_credentials
 from runner.clock import utcnow
+from runner.serve.state import serve_status
 from runner.store import Store
+from runner.store.lease import lease_holder
 from runner.store.queries import Measure, StatusTotals, histograms, queued_count, task_counts, totals_by_status
 
 DURATION_BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0)
@@ -83,7 +86,6 @@ class StoreCollector:
     def _keys(self) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
-        from runner.agent.credentials import list_credentials
 
         family = GaugeMetricFamily("runner_keys_cooling", "API keys cooling down, by provider", labels=["provider"])
         cooling: dict[str, int] = {}
@@ -96,7 +98,6 @@ class StoreCollector:
     def _serve(self, now: datetime) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
-        from runner.serve.state import serve_status
 
         status = serve_status(self.store, now)
         up = GaugeMetricFamily("runner_serve_up", "1 when runner serve's heartbeat is fresh", value=int(status.alive))
@@ -111,7 +112,6 @@ class StoreCollector:
     def _leader(self, now: datetime) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
-        from runner.store.lease import lease_holder
 
         labels = ["holder", "host", "pid"]
         leads = GaugeMetricFamily(

@@ -11,10 +11,22 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from runner.agent.credentials import list_credentials, sync_config
 from runner.clock import utcnow
+from runner.config.schedules import format_duration
 from runner.events import LIVE_ONLY, Recorded, Shown
+from runner.kanban.board import Board
+from runner.kanban.model import TaskNotFound
+from runner.run.budget import report
+from runner.serve.planner import JobState, upcoming
+from runner.serve.state import load_states, serve_status
 from runner.statuses import ACTIVE, RunStatus, TaskStatus
+from runner.store.lease import lease_holder
+from runner.store.reloads import refused_reload
+from runner.web import charts as c
 from runner.web import data
+from runner.web import skills as skill_rows
+from runner.web.markdown import render
 
 BOARD_COLUMNS = [s for s in TaskStatus if s != TaskStatus.ARCHIVED]
 CURATOR_REPORT_CHARS = 200_000
@@ -27,7 +39,6 @@ def _web(request: Request) -> Any:
 def _ago(text: str | None) -> str:
     if not text:
         return ""
-    from runner.config.schedules import format_duration
 
     seconds = (datetime.now(UTC) - datetime.fromisoformat(text)).total_seconds()
     return f"{format_duration(abs(seconds))} {'ago' if seconds >= 0 else 'from now'}"
@@ -39,8 +50,6 @@ def _short(value: Any, width: int = 2000) -> str:
 
 
 def install_filters(env: Any, redactor: Any) -> None:
-    from runner.web.markdown import render
-
     env.filters["ago"] = _ago
     env.filters["short"] = _short
     env.filters["redact"] = lambda text: redactor(str(text)) if text is not None else ""
@@ -55,9 +64,6 @@ def install_filters(env: Any, redactor: Any) -> None:
 
 # -- overview and jobs ------------------------------------------------------------------------
 def _next_fires(source: Any, now: datetime, count: int = 1) -> dict[str, list[str]]:
-    from runner.serve.planner import JobState, upcoming
-    from runner.serve.state import load_states
-
     jf = source.jobs().value
     if jf is None:
         return {}
@@ -74,11 +80,6 @@ def _next_fires(source: Any, now: datetime, count: int = 1) -> dict[str, list[st
 
 
 def overview(request: Request) -> Response:
-    from runner.run.budget import report
-    from runner.serve.state import serve_status
-    from runner.store.lease import lease_holder
-    from runner.store.reloads import refused_reload
-
     w = _web(request)
     store, now = w.source.store, utcnow()
     lead = lease_holder(store)
@@ -100,8 +101,6 @@ def overview(request: Request) -> Response:
 
 
 def jobs(request: Request) -> Response:
-    from runner.serve.state import load_states
-
     w = _web(request)
     loaded = w.source.jobs()
     names = sorted(loaded.value.jobs) if loaded.value is not None else []
@@ -165,8 +164,6 @@ def _steps(events: list[Recorded]) -> list[tuple[Recorded, Shown]]:
 
 # -- the board --------------------------------------------------------------------------------
 def _columns(w: Any) -> dict[str, list[Any]]:
-    from runner.kanban.board import Board
-
     tasks = Board(w.source.store).tasks()
     return {str(s): [t for t in tasks if t.status == s] for s in BOARD_COLUMNS}
 
@@ -185,9 +182,6 @@ def board_columns(request: Request) -> Response:
 
 
 def task_detail(request: Request) -> Response:
-    from runner.kanban.board import Board
-    from runner.kanban.model import TaskNotFound
-
     w = _web(request)
     b = Board(w.source.store)
     task_id = int(request.path_params["task_id"])
@@ -226,16 +220,12 @@ def approvals(request: Request) -> Response:
 
 
 def credentials(request: Request) -> Response:
-    from runner.agent.credentials import list_credentials, sync_config
-
     w = _web(request)
     sync_config(w.source.store, w.source.config())
     return w.render(request, "credentials.html", keys=list_credentials(w.source.store))
 
 
 def skills(request: Request) -> Response:
-    from runner.web import skills as skill_rows
-
     w = _web(request)
     return w.render(request, "skills.html", skills=skill_rows.rows(w.source), passes=data.curator_runs(w.source.store))
 
@@ -255,8 +245,6 @@ def curator_report(request: Request) -> Response:
 
 
 def charts(request: Request) -> Response:
-    from runner.web import charts as c
-
     w = _web(request)
     now = utcnow()
     rows = c.daily(w.source.store, now)

@@ -10,7 +10,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from runner import secrets
 from runner.errors import UsageError
+from runner.web.app import build_app
 from runner.web.auth import Bind, Tokens, check_bind, load_tokens
 
 if TYPE_CHECKING:
@@ -22,8 +24,6 @@ EXTRA = ("starlette", "uvicorn", "prometheus_client", "markdown_it", "multipart"
 
 
 def tokens_for(settings: Settings) -> Tokens:
-    from runner import secrets
-
     web = settings.config.web
     return load_tokens(settings.home, token_ref=web.token, read_only_ref=web.read_only_token, getenv=secrets.getenv)
 
@@ -53,7 +53,6 @@ def prepare(settings: Settings, bind: Bind) -> tuple[Tokens, socket.socket]:
 def _server(settings: Settings, tokens: Tokens, *, log_level: str = "warning") -> Any:
     import uvicorn
 
-    from runner.web.app import build_app
 
     config = uvicorn.Config(
         build_app(settings, tokens),

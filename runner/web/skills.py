@@ -7,6 +7,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from runner.skills import SkillError
+from runner.skills.loader import load_catalog, sources_for
+from runner.skills.manage import SkillManager
+from runner.skills.shared import skill_paths
+from runner.skills.usage import UsageFile, UsageRecord
 
 if TYPE_CHECKING:
     from runner.web.source import Source
@@ -32,10 +36,6 @@ class SkillRow:
 
 
 def rows(source: Source) -> list[SkillRow]:
-    from runner.skills.loader import load_catalog, sources_for
-    from runner.skills.shared import skill_paths
-    from runner.skills.usage import UsageFile, UsageRecord
-
     paths = skill_paths(source.settings)
     catalog = load_catalog(sources_for(source.settings))
     usage = UsageFile(paths).read()
@@ -74,11 +74,6 @@ def rows(source: Source) -> list[SkillRow]:
 
 
 def act(source: Source, name: str, kind: str) -> str:
-    from runner.skills.loader import sources_for
-    from runner.skills.manage import SkillManager
-    from runner.skills.shared import skill_paths
-    from runner.skills.usage import UsageFile
-
     paths = skill_paths(source.settings)
     if kind in ("archive", "restore"):
         manager = SkillManager(paths, readonly=sources_for(source.settings), actor="person")

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runner.config.jobs import load_jobs
+from runner.config.machine import Config, load_config
 from runner.errors import RunnerError
 
 if TYPE_CHECKING:
     from runner.config.jobs import JobsFile
-    from runner.config.machine import Config
     from runner.settings import Settings
     from runner.store import Store
 
@@ -50,8 +51,6 @@ class Source:
         return self.settings.store
 
     def config(self) -> Config:
-        from runner.config.machine import Config, load_config
-
         stamp = _mtime(self.settings.config_path)
         with self._lock:
             if self._config is None or self._config[0] != stamp:
@@ -68,7 +67,6 @@ class Source:
 
     def jobs(self) -> Loaded:
         """The jobs file (value None and the error's text when it does not load)."""
-        from runner.config.jobs import load_jobs
 
         config = self.config()
         stamp = (_mtime(self.settings.jobs_path), _mtime(self.settings.config_path))

@@ -37,17 +37,19 @@ def test_the_forkservers_config_is_reused_only_while_the_file_is_unchanged(tmp_p
     cache.load(path)
 
     def fresh() -> Settings:
-        return Settings(home=tmp_path, jobs_path=tmp_path / "jobs.yaml", config_path=path)
+        return Settings(
+            home=tmp_path, jobs_path=tmp_path / "jobs.yaml", config_path=path, loaded_config=cache.config_for(path)
+        )
 
     reused = fresh()
-    assert cache.apply(reused) and reused.config.serve.max_parallel == 7
+    assert reused.loaded_config is not None and reused.config.serve.max_parallel == 7
     path.write_text("serve: {max_parallel: 9}\n")  # same size, new content
     changed = fresh()
-    assert not cache.apply(changed) and changed.config.serve.max_parallel == 9
+    assert changed.loaded_config is None and changed.config.serve.max_parallel == 9
     cache.load(path)
-    assert cache.apply(fresh())
+    assert fresh().loaded_config is not None
     path.chmod(0o644)
-    assert not cache.apply(fresh())  # a chmod counts too (the literal-key check reads the mode)
+    assert fresh().loaded_config is None  # a chmod counts too (the literal-key check reads the mode)
 
 
 # A forkserver with serve's preload forks a worker per run, as serve does, and reports the modules
@@ -128,10 +130,8 @@ def test_a_forked_worker_imports_nothing_the_forkserver_did_not(project, fake, j
 LOAD_AFTER_PRELOAD = """
 import json, sys
 import runner.serve.prefork
-from runner.warm import ready_loaded
 from runner.settings import Settings
 
-ready_loaded()
 before = set(sys.modules)
 settings = Settings.from_options()
 settings.jobs.get("agent")

@@ -11,7 +11,8 @@ arguments can neither hide a command nor make classification slow.
 
 from __future__ import annotations
 
-from runner.lazyre import LazyPattern
+import re
+
 from runner.safety.shell.syntax import ParseError
 
 MAX_WORDS = 4096
@@ -133,7 +134,7 @@ def _split_amble(amble: str, budget: _Budget) -> list[str]:
         start = comma + 1
 
 
-_SEQUENCE = LazyPattern(r"^([+-]?\d+|[A-Za-z])\.\.([+-]?\d+|[A-Za-z])(?:\.\.([+-]?\d+))?$")
+_SEQUENCE = re.compile(r"^([+-]?\d+|[A-Za-z])\.\.([+-]?\d+|[A-Za-z])(?:\.\.([+-]?\d+))?$")
 
 
 def _sequence(body: str) -> list[str] | None:

@@ -14,10 +14,10 @@ coarse scan of the text still shows a hardline signature.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from runner.lazyre import LazyPattern
 from runner.safety.shell.common import MAX_WRITTEN, NO_TRAITS, TOO_LARGE, Traits, check_write
 from runner.safety.shell.defs import (
     Definitions,
@@ -485,7 +485,7 @@ _NO_FLOW = _Flow(False, False, None)
 _RAN_CODE = Traits(shellish=True)  # a wrapper ran shell text (eval, bash -c)
 
 
-_KNOWN_PREFIX = LazyPattern(r"^(?:\$HOME|\$\{HOME\}|\$PWD|\$\{PWD\})(?=/)")
+_KNOWN_PREFIX = re.compile(r"^(?:\$HOME|\$\{HOME\}|\$PWD|\$\{PWD\})(?=/)")
 
 
 def _known_prefix(word: str) -> int:

@@ -19,7 +19,6 @@ import shlex
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from runner.lazyre import LazyPattern
 from runner.safety.shell.common import NO_TRAITS, Traits
 from runner.safety.shell.syntax import ParseError
 from runner.safety.shell.unwrap import with_positionals
@@ -118,9 +117,9 @@ def expansion(name: str, kind: Kind, body: str | None, use: Use) -> Expansion:
 
 # ---------------------------------------------------------------- definitions that are assignments
 
-_ELEMENT = LazyPattern(r"^BASH_ALIASES\[([^\]]*)\]\+?=(.*)$", re.S)
-_ARRAY_ITEM = LazyPattern(r"\[([^\]]+)\]=(\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s)]+)")
-_EXPORTED = LazyPattern(r"^BASH_FUNC_(.+?)(?:%%|\(\))=\(\)\s*(.*)$", re.S)
+_ELEMENT = re.compile(r"^BASH_ALIASES\[([^\]]*)\]\+?=(.*)$", re.S)
+_ARRAY_ITEM = re.compile(r"\[([^\]]+)\]=(\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s)]+)")
+_EXPORTED = re.compile(r"^BASH_FUNC_(.+?)(?:%%|\(\))=\(\)\s*(.*)$", re.S)
 
 
 def assigned_definitions(word: str) -> list[tuple[str, Kind, str]]:

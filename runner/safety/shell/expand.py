@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import re
 
-from runner.lazyre import LazyPattern
 from runner.safety.shell.braces import brace_expand
 from runner.safety.shell.syntax import Redirect, Word
 
-ASSIGNMENT = LazyPattern(r"^([A-Za-z_]\w*)\+?=(.*)$", re.S)
-ELEMENT = LazyPattern(r"^[A-Za-z_]\w*\[[^\]]*\]\+?=", re.S)  # an array element: a[1]=x
-_VAR_REF = LazyPattern(r"\$(?:\{([A-Za-z_]\w*)\}|([A-Za-z_]\w*))")
-UNKNOWN = LazyPattern(r"\$[({A-Za-z_]|`")  # an expansion still unresolved in a word
+ASSIGNMENT = re.compile(r"^([A-Za-z_]\w*)\+?=(.*)$", re.S)
+ELEMENT = re.compile(r"^[A-Za-z_]\w*\[[^\]]*\]\+?=", re.S)  # an array element: a[1]=x
+_VAR_REF = re.compile(r"\$(?:\{([A-Za-z_]\w*)\}|([A-Za-z_]\w*))")
+UNKNOWN = re.compile(r"\$[({A-Za-z_]|`")  # an expansion still unresolved in a word
 
 # Words that structure a script but run nothing themselves.
 _KEYWORDS = frozenset(

@@ -19,14 +19,14 @@ scanner serves one ``script()`` call; substitutions get their own.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-from runner.lazyre import LazyPattern
 from runner.safety.shell.syntax import FunctionDef, Word
 
-_NAME = LazyPattern(r"[^\s$`'\"\\=<>|&;(){}]+")
-_CLOSE_PAREN = LazyPattern(r"[^\S\n]*\)")
-_BODY_START = LazyPattern(r"\s*(?:\{(?=\s)|\()")
+_NAME = re.compile(r"[^\s$`'\"\\=<>|&;(){}]+")
+_CLOSE_PAREN = re.compile(r"[^\S\n]*\)")
+_BODY_START = re.compile(r"\s*(?:\{(?=\s)|\()")
 # Words after which a word is still in command position (so "{" opens a group).
 _LEADING = frozenset({"!", "{", "if", "then", "else", "elif", "while", "until", "do", "time"})
 

@@ -17,11 +17,9 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from runner.lazyre import LazyPattern
-
 # CSI sequences (colours, cursor moves), OSC sequences (titles, hyperlinks) and the short
 # two-byte escapes; the 8-bit CSI introducer (0x9b) too.
-_ANSI = LazyPattern(
+_ANSI = re.compile(
     r"""
     \x1b\[ [0-?]* [ -/]* [@-~]          # CSI ... final byte
   | \x1b\] [^\x07\x1b]* (?:\x07|\x1b\\)? # OSC ... BEL or ST
@@ -32,9 +30,9 @@ _ANSI = LazyPattern(
 )
 
 # Control characters other than tab and newline, plus DEL and the C1 range.
-_CONTROL = LazyPattern(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
-_CONTINUATION = LazyPattern(r"\\\n")
+_CONTINUATION = re.compile(r"\\\n")
 
 
 def _strip_format_chars(text: str) -> str:
@@ -80,7 +78,7 @@ _ANSI_C_ESCAPES = {
     "?": "?",
 }
 
-_ANSI_C_NUMERIC = LazyPattern(r"\\(?:x([0-9a-fA-F]{1,2})|u([0-9a-fA-F]{1,4})|U([0-9a-fA-F]{1,8})|([0-7]{1,3})|c(.))")
+_ANSI_C_NUMERIC = re.compile(r"\\(?:x([0-9a-fA-F]{1,2})|u([0-9a-fA-F]{1,4})|U([0-9a-fA-F]{1,8})|([0-7]{1,3})|c(.))")
 
 
 def decode_ansi_c(body: str) -> str:

@@ -10,15 +10,14 @@ relative paths, and ``.``/``..``/duplicate slashes are folded (``/tmp/../`` is `
 from __future__ import annotations
 
 import posixpath
-
-from runner.lazyre import LazyPattern
+import re
 
 HOME = "/home/~"
 
-_HOME_PREFIX = LazyPattern(r"^(?:~|\$HOME|\$\{HOME\})(?=/|$)")
-_OTHER_HOME = LazyPattern(r"^~([A-Za-z_][\w.-]*)(?=/|$)")
-_GLOB = LazyPattern(r"[*?\[]")
-_BRACKET = LazyPattern(r"\[[^\]]*\]")
+_HOME_PREFIX = re.compile(r"^(?:~|\$HOME|\$\{HOME\})(?=/|$)")
+_OTHER_HOME = re.compile(r"^~([A-Za-z_][\w.-]*)(?=/|$)")
+_GLOB = re.compile(r"[*?\[]")
+_BRACKET = re.compile(r"\[[^\]]*\]")
 
 # Deleting (or moving away) one of these, or all of its entries, breaks the machine.
 SYSTEM_DIRS = frozenset(
@@ -32,7 +31,7 @@ SYSTEM_DIRS = frozenset(
 )  # fmt: skip
 _HOME_PARENTS = ("/home", "/Users")
 
-_BLOCK_DEVICE = LazyPattern(r"^/dev/(?:sd|nvme|vd|hd|xvd|mmcblk|dm-|md|loop|mapper/|disk/)")
+_BLOCK_DEVICE = re.compile(r"^/dev/(?:sd|nvme|vd|hd|xvd|mmcblk|dm-|md|loop|mapper/|disk/)")
 _HARMLESS_DEVICES = frozenset(
     {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty",
      "/dev/stdout", "/dev/stderr", "/dev/stdin"}
@@ -47,7 +46,7 @@ RC_FILES = frozenset(
 )  # fmt: skip
 _CREDENTIAL_FILES = frozenset({".netrc", ".pgpass", ".git-credentials"})
 # Every path sensitive_write flags contains one of these; most paths contain none.
-_MAYBE_SENSITIVE = LazyPattern(
+_MAYBE_SENSITIVE = re.compile(
     r"etc|\.ssh|rc|\.env|profile|bash_log|zlog|zshenv|netrc|pgpass|credentials|\.fish|history|git"
 )
 
@@ -78,8 +77,8 @@ def _is_protected(path: str) -> bool:
     return parent in _HOME_PARENTS and bool(name) and not _GLOB.search(name)
 
 
-_UNRESOLVED = LazyPattern(r"\$[({A-Za-z_0-9@*#?!$-]|`")
-_LEADING_HOME = LazyPattern(r"^(?:\$HOME|\$\{HOME\})(?=/|$)")
+_UNRESOLVED = re.compile(r"\$[({A-Za-z_0-9@*#?!$-]|`")
+_LEADING_HOME = re.compile(r"^(?:\$HOME|\$\{HOME\})(?=/|$)")
 
 
 def with_unknown_rest(path: str) -> str:
@@ -159,7 +158,7 @@ def is_sysrq(path: str, cwd: str | None = None) -> bool:
     return "sysrq" in path and normalize_path(path, cwd) == "/proc/sysrq-trigger"
 
 
-_PROC_FD = LazyPattern(r"^/proc/(?:self|thread-self|\d+)(?:/task/\d+)?/fd/")
+_PROC_FD = re.compile(r"^/proc/(?:self|thread-self|\d+)(?:/task/\d+)?/fd/")
 
 
 def kernel_write(path: str, cwd: str | None = None) -> str | None:

@@ -12,26 +12,25 @@ import base64
 import binascii
 import re
 
-from runner.lazyre import LazyPattern
 from runner.safety.shell.common import Sink
 
 # ---------------------------------------------------------------- interpreter code
 
 _STRING = r"""(?:'(?:[^'\\\n]|\\.){0,4000}+'|"(?:[^"\\\n]|\\.){0,4000}+")"""
-_SHELL_CALL = LazyPattern(
+_SHELL_CALL = re.compile(
     r"(?:system|popen|popen2|popen3|spawn|spawnSync|exec|execSync|execFileSync|shell_exec|passthru"
     r"|call|check_call|check_output|run|Popen|getoutput|getstatusoutput|capture2|capture3)"
     r"\s*\(\s*(\[\s*" + _STRING + r"(?:\s*,\s*" + _STRING + r")*+\s*\]|" + _STRING + r")"
 )
-_BACKTICKS = LazyPattern(r"`([^`\n]{1,4000})`|\bqx\s*[({]([^)}\n]{1,4000})[)}]")
-_RMTREE = LazyPattern(r"(?:rmtree|rm_rf|rm_r|remove_dir_all|rmSync)\s*\(\s*(" + _STRING + r")")
-_FORK_LOOP = LazyPattern(
+_BACKTICKS = re.compile(r"`([^`\n]{1,4000})`|\bqx\s*[({]([^)}\n]{1,4000})[)}]")
+_RMTREE = re.compile(r"(?:rmtree|rm_rf|rm_r|remove_dir_all|rmSync)\s*\(\s*(" + _STRING + r")")
+_FORK_LOOP = re.compile(
     r"while\s*\(?\s*(?:True|1|true)\s*\)?\s*[:{]?\s*(?:os\.)?fork\s*\("
     r"|\bfork\s+while\s+fork\b|\bloop\s*(?:\{|do)\s*fork\b|for\s*\(\s*;\s*;\s*\)\s*\{?\s*fork\s*\(",
 )
-_SOCKET = LazyPattern(r"socket|fsockopen|TCPSocket|net\.connect|new\s+net\.Socket", re.I)
-_SHELL_SPAWN = LazyPattern(r"pty\.spawn|dup2|subprocess|/bin/(?:ba)?sh|child_process|exec\s*\(|IO\.popen|proc_open")
-_STR_ITEM = LazyPattern(_STRING)
+_SOCKET = re.compile(r"socket|fsockopen|TCPSocket|net\.connect|new\s+net\.Socket", re.I)
+_SHELL_SPAWN = re.compile(r"pty\.spawn|dup2|subprocess|/bin/(?:ba)?sh|child_process|exec\s*\(|IO\.popen|proc_open")
+_STR_ITEM = re.compile(_STRING)
 
 
 def _unquote(literal: str) -> str:
@@ -62,7 +61,7 @@ def scan_code(code: str, sink: Sink, depth: int = 0) -> None:
             scan_decoded(text, sink, depth + 1)
 
 
-_B64_LITERAL = LazyPattern(
+_B64_LITERAL = re.compile(
     r"(?:b64decode|decodebytes|decodestring|base64_decode|decode64|atob|urlsafe_b64decode)\s*\(\s*[bu]?("
     + _STRING
     + r")|Buffer\.from\s*\(\s*("
@@ -98,7 +97,7 @@ def scan_decoded(text: str, sink: Sink, depth: int = 1) -> None:
 # way to run a command, load code, decode hidden text, touch files, processes or the
 # network, or reach such a thing indirectly (``getattr``, ``__import__``, ``sys.modules``).
 # Anything else an inline program can do is computing and printing.
-_RISKY_CODE = LazyPattern(
+_RISKY_CODE = re.compile(
     r"__\w*__|`|%x|\bqx\b|\$\w+\s*\(|[\])]\s*\(|&\s*[{$]|\bimport\s*\(|(?<![.\w])(?:load|open|require|include|do)\b"
     r"|\b(?:exec\w*|eval\w*|system|popen\w*|spawn\w*|fork\w*|subprocess|pty|ctypes|cffi|importlib|import_module"
     r"|send|method|io|help|getattr|setattr|delattr|globals|locals|vars|compile|breakpoint|builtins?|modules|base64|b64decode|atob"
@@ -113,7 +112,7 @@ _RISKY_CODE = LazyPattern(
     r"|(?<!import )\bos\b(?!\.(?:getcwd|path|sep|linesep|name|cpu_count|getpid)\b)"
     r"|\bimport\s+os\s+as\b|\bfrom\s+os\b"
 )
-_PERL_EVAL_FLAG = LazyPattern(r"\bs([^\w\s])(?:\\.|(?!\1).)*+\1(?:\\.|(?!\1).)*+\1[a-z]*e")
+_PERL_EVAL_FLAG = re.compile(r"\bs([^\w\s])(?:\\.|(?!\1).)*+\1(?:\\.|(?!\1).)*+\1[a-z]*e")
 
 
 def code_risk(code: str) -> str | None:
@@ -128,18 +127,18 @@ def code_risk(code: str) -> str | None:
 
 # ---------------------------------------------------------------- SQL
 
-_SQL_DROP = LazyPattern(
+_SQL_DROP = re.compile(
     r"(?<![\w-])DROP\s++(?:TABLE|DATABASE|SCHEMA|VIEW|INDEX|USER|ROLE|TRIGGER|FUNCTION|PROCEDURE"
     r"|SEQUENCE|TYPE|EXTENSION|OWNED|COLLECTION|KEYSPACE|MATERIALIZED)\b",
     re.I,
 )
-_SQL_TRUNCATE = LazyPattern(r"(?<![\w-])TRUNCATE\s++(?:TABLE\s++|ONLY\s++)?[\w\"`\[.]", re.I)
-_SQL_DELETE = LazyPattern(r"(?<![\w-])DELETE\s++FROM\b", re.I)
-_SQL_WHERE = LazyPattern(r"\bWHERE\b", re.I)
+_SQL_TRUNCATE = re.compile(r"(?<![\w-])TRUNCATE\s++(?:TABLE\s++|ONLY\s++)?[\w\"`\[.]", re.I)
+_SQL_DELETE = re.compile(r"(?<![\w-])DELETE\s++FROM\b", re.I)
+_SQL_WHERE = re.compile(r"\bWHERE\b", re.I)
 
 
-_REDIS_FLUSH = LazyPattern(r"(?<![\w-])FLUSH(?:ALL|DB)(?![\w-])", re.I)
-_MONGO_DROP = LazyPattern(
+_REDIS_FLUSH = re.compile(r"(?<![\w-])FLUSH(?:ALL|DB)(?![\w-])", re.I)
+_MONGO_DROP = re.compile(
     r"\.(?:dropDatabase|drop|dropCollection|dropUser|dropAllUsers)\s*\(|\.(?:deleteMany|remove)\s*\(\s*\{\s*\}"
 )
 
@@ -165,7 +164,7 @@ def scan_sql(text: str, sink: Sink) -> None:
 
 # On the skeleton (unquoted words and operators joined by single spaces):
 # "NAME ( ) { NAME | NAME & ; }" or "function NAME { NAME | NAME & }".
-_FORK_BOMB = LazyPattern(r"(?:^| )(?:function )?([^ ]{1,64}) (?:\( \) )?\{ \1 \|&? \1 & (?:; )?\}")
+_FORK_BOMB = re.compile(r"(?:^| )(?:function )?([^ ]{1,64}) (?:\( \) )?\{ \1 \|&? \1 & (?:; )?\}")
 
 
 def is_fork_bomb(skeleton: str) -> bool:
@@ -175,14 +174,14 @@ def is_fork_bomb(skeleton: str) -> bool:
 # ---------------------------------------------------------------- last resort
 
 _DELETE_QUOTES = str.maketrans("", "", "'\"\\")
-_IFS_OR_EMPTY = LazyPattern(r"\$\{IFS[^}]{0,16}\}|\$IFS\b|\$[@*]")
+_IFS_OR_EMPTY = re.compile(r"\$\{IFS[^}]{0,16}\}|\$IFS\b|\$[@*]")
 _SYS = r"(?:bin|boot|etc|home|lib|lib64|root|sbin|usr|var)"
 # Each pattern starts with a literal, so the regex engine can skip ahead to candidates,
 # and each is tried only when its keyword occurs at all.
-_COARSE: tuple[tuple[str, LazyPattern, str], ...] = (
+_COARSE: tuple[tuple[str, re.Pattern[str], str], ...] = (
     (
         "rm",
-        LazyPattern(
+        re.compile(
             r"rm(?<![\w./-]rm)\s++(?:-\S*+\s++)*?-[^\s]*?[rR]\S*+\s++(?:-\S*+\s++)*+"
             r"(?:/|~|\$HOME|\$\{HOME\}|/" + _SYS + r")/?\*?(?=[\s;&|)]|$)"
         ),
@@ -190,27 +189,27 @@ _COARSE: tuple[tuple[str, LazyPattern, str], ...] = (
     ),
     (
         "ch",
-        LazyPattern(
+        re.compile(
             r"ch(?:mod|own|grp)(?<![\w./-]ch...)\s++(?:-\S*+\s++)*?(?:-[^\s-]*?R\S*+|--recursive)\s++"
             r"(?:-\S*+\s++)*+\S++\s++(?:-\S*+\s++)*+(?:/|~|\$HOME|\$\{HOME\}|/" + _SYS + r")/?\*?(?=[\s;&|)]|$)"
         ),
         "recursive mode or owner change of / or a system directory",
     ),
-    ("kill", LazyPattern(r"kill(?<![\w-]kill)\s++(?:-\S++\s++)*?-1\b"), "kill -1"),
-    ("init", LazyPattern(r"init(?<![\w-]init)\s++[06]\b"), "shutdown or reboot"),
+    ("kill", re.compile(r"kill(?<![\w-]kill)\s++(?:-\S++\s++)*?-1\b"), "kill -1"),
+    ("init", re.compile(r"init(?<![\w-]init)\s++[06]\b"), "shutdown or reboot"),
     (
         "systemctl",
-        LazyPattern(r"systemctl\s++(?:\S++\s++){0,4}?(?:poweroff|reboot|halt|kexec)\b"),
+        re.compile(r"systemctl\s++(?:\S++\s++){0,4}?(?:poweroff|reboot|halt|kexec)\b"),
         "shutdown or reboot",
     ),
 )
-_POWER_WORDS = LazyPattern(r"(?<![\w-])(?:shutdown|reboot|poweroff|halt)(?![\w-])")
-_FORK_BOMB_COARSE = LazyPattern(r"(?<![^\s;&|])([^\s(){}|&;]{1,64})\s*+\(\s*+\)\s*+\{\s*+\1\s*+\|\s*+\1\s*+&")
+_POWER_WORDS = re.compile(r"(?<![\w-])(?:shutdown|reboot|poweroff|halt)(?![\w-])")
+_FORK_BOMB_COARSE = re.compile(r"(?<![^\s;&|])([^\s(){}|&;]{1,64})\s*+\(\s*+\)\s*+\{\s*+\1\s*+\|\s*+\1\s*+&")
 _BLOCK = r"/dev/(?:sd|nvme|vd|hd|xvd|mmcblk|dm-|md|loop|mapper/|disk/)"
-_BLOCK_DEVICE = LazyPattern(_BLOCK)
-_DIRECT_WRITE = LazyPattern(r"of=" + _BLOCK + r"|>\s*+" + _BLOCK)
-_DISK_TOOL = LazyPattern(r"(?<![\w-])(?:mkfs\S*|mke2fs|mkswap|wipefs|blkdiscard|shred)\s")
-_COMMAND_BREAK = LazyPattern(r"[;&|\n]")
+_BLOCK_DEVICE = re.compile(_BLOCK)
+_DIRECT_WRITE = re.compile(r"of=" + _BLOCK + r"|>\s*+" + _BLOCK)
+_DISK_TOOL = re.compile(r"(?<![\w-])(?:mkfs\S*|mke2fs|mkswap|wipefs|blkdiscard|shred)\s")
+_COMMAND_BREAK = re.compile(r"[;&|\n]")
 
 
 def _writes_block_device(flat: str) -> bool:

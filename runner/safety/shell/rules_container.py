@@ -24,7 +24,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from runner.lazyre import LazyPattern
 from runner.safety.shell.common import Rule, Sink
 from runner.safety.shell.paths import is_block_device, normalize_path, protected_target
 
@@ -37,8 +36,8 @@ _BOOL_LONG = frozenset(
 )  # fmt: skip
 _HOST_NAMESPACES = ("--pid", "--ipc", "--userns", "--uts", "--cgroupns")
 _ESCAPING_CAPS = frozenset({"ALL", "SYS_ADMIN", "SYS_MODULE", "SYS_PTRACE", "SYS_RAWIO", "DAC_READ_SEARCH", "BPF"})
-_UNCONFINED = LazyPattern(r"(?:seccomp|apparmor|systempaths)[=:]unconfined|label[=:]disable", re.I)
-_RUNTIME_SOCKET = LazyPattern(r"(?:docker|containerd|podman|crio|buildkit)[\w.-]*\.sock$")
+_UNCONFINED = re.compile(r"(?:seccomp|apparmor|systempaths)[=:]unconfined|label[=:]disable", re.I)
+_RUNTIME_SOCKET = re.compile(r"(?:docker|containerd|podman|crio|buildkit)[\w.-]*\.sock$")
 _PATHISH = ("/", "~", "$", ".")
 
 

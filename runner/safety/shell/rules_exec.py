@@ -9,11 +9,12 @@ is a plain program name with plain options (``tar -I zstd``, ``rsync -e 'ssh -p 
 
 from __future__ import annotations
 
-from runner.lazyre import LazyPattern
+import re
+
 from runner.safety.shell.common import Rule, Sink, parse_args
 from runner.safety.shell.unwrap import SHELLS, command_name
 
-_PLAIN_PROGRAM = LazyPattern(r"[\w./+-]+(?:\s+[\w./+=:,@%-]+)*")
+_PLAIN_PROGRAM = re.compile(r"[\w./+-]+(?:\s+[\w./+=:,@%-]+)*")
 _CODE_RUNNERS = frozenset(
     {*SHELLS, "python", "python3", "perl", "ruby", "node", "php", "lua", "eval", "exec", "env", "xargs", "sudo",
      "busybox", "source", ".", "script", "expect", "awk", "gawk", "mawk", "nawk", "find", "vim", "vi", "nvim"}
@@ -40,7 +41,7 @@ def exec_value(value: str, sink: Sink, what: str, always: bool = False) -> None:
 # ---------------------------------------------------------------- editors and pagers
 
 # Ex commands that only move, search, set options or quit.
-_EX_BENIGN = LazyPattern(
+_EX_BENIGN = re.compile(
     r"(?:\d+|\$|[/?][^|]*|(?:set?|setl(?:ocal)?|sy(?:ntax)?|filetype|colo(?:rscheme)?|noh(?:lsearch)?"
     r"|q|qa|q!|qa!|wq|wqa|x|xa|w|wa|e!?|norm(?:al)?!?\s+[\w\s]*)(?:\s+[^!|`]*)?)"
 )
@@ -103,8 +104,8 @@ def script(name: str, args: tuple[str, ...], sink: Sink) -> None:
         exec_value(value, sink, "script -c", always=True)
 
 
-_TCL_RUN = LazyPattern(r"(?:^|[;\n\[{])\s*(?:spawn|exec|system)\s+([^;\n\]}]*)")
-_TCL_SEND = LazyPattern(r"\bsend\s+(?:--\s+)?\"((?:[^\"\\]|\\.){0,4000}+)\"")
+_TCL_RUN = re.compile(r"(?:^|[;\n\[{])\s*(?:spawn|exec|system)\s+([^;\n\]}]*)")
+_TCL_SEND = re.compile(r"\bsend\s+(?:--\s+)?\"((?:[^\"\\]|\\.){0,4000}+)\"")
 
 
 def expect(name: str, args: tuple[str, ...], sink: Sink) -> None:
@@ -123,10 +124,10 @@ def expect(name: str, args: tuple[str, ...], sink: Sink) -> None:
 # ---------------------------------------------------------------- awk
 
 _AWK_STRING = r"\"((?:[^\"\\\n]|\\.){0,4000}+)\""
-_AWK_TO_COMMAND = LazyPattern(r"\|&?\s*" + _AWK_STRING)  # print ... | "CMD"
-_AWK_FROM_COMMAND = LazyPattern(_AWK_STRING + r"\s*\|&?\s*getline")  # "CMD" | getline
-_AWK_PRINTED = LazyPattern(r"print[f]?\s*\(?\s*" + _AWK_STRING)
-_AWK_RUNS = LazyPattern(r"\bsystem\s*\(|\|&?\s*getline|\|&?\s*[\"\w(]")
+_AWK_TO_COMMAND = re.compile(r"\|&?\s*" + _AWK_STRING)  # print ... | "CMD"
+_AWK_FROM_COMMAND = re.compile(_AWK_STRING + r"\s*\|&?\s*getline")  # "CMD" | getline
+_AWK_PRINTED = re.compile(r"print[f]?\s*\(?\s*" + _AWK_STRING)
+_AWK_RUNS = re.compile(r"\bsystem\s*\(|\|&?\s*getline|\|&?\s*[\"\w(]")
 
 
 def awk_program(program: str, sink: Sink) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import posixpath
 import re
 
-from runner.lazyre import LazyPattern
 from runner.safety.shell.common import (
     Parsed,
     Rule,
@@ -277,9 +276,9 @@ def _tar_commands(args: tuple[str, ...], sink: Sink) -> None:
         exec_value(action[5:], sink, "tar --checkpoint-action", always=True)
 
 
-_OCTAL = LazyPattern(r"^[0-7]{1,4}$")
-_SYMBOLIC = LazyPattern(r"([ugoa]*)((?:[-+=][rwxXstugo]*)+)")
-_ADDS_EXEC = LazyPattern(r"[+=][rwXst]*x")
+_OCTAL = re.compile(r"^[0-7]{1,4}$")
+_SYMBOLIC = re.compile(r"([ugoa]*)((?:[-+=][rwxXstugo]*)+)")
+_ADDS_EXEC = re.compile(r"[+=][rwXst]*x")
 
 
 def chmod(name: str, args: tuple[str, ...], sink: Sink) -> None:

@@ -15,7 +15,6 @@ import socket
 from functools import lru_cache
 from urllib.parse import urlsplit
 
-from runner.lazyre import LazyPattern
 from runner.safety.shell.common import Rule, Sink, Traits, check_write, has_long, parse_args, record_write
 from runner.safety.shell.normalize import decode_ansi_c
 from runner.safety.shell.payloads import code_risk, scan_code
@@ -23,7 +22,7 @@ from runner.safety.shell.rules_exec import awk_program
 from runner.safety.shell.rules_written import pytest, run_file
 from runner.safety.shell.unwrap import SHELLS, command_name
 
-_VERSION_SUFFIX = LazyPattern(r"[\d.]+$")
+_VERSION_SUFFIX = re.compile(r"[\d.]+$")
 INTERPRETERS = frozenset({"python", "perl", "ruby", "node", "php", "lua", "deno", "bun"})
 
 # Options that take a value, and the options whose value is a program text.
@@ -57,7 +56,7 @@ def shell(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
 
 
 _STDIN_FILES = frozenset({"/dev/stdin", "/proc/self/fd/0", "/dev/fd/0", "-"})
-_NOT_A_PLAIN_FILE = LazyPattern(r"[$`]|^<\(|^/dev/|^/proc/")
+_NOT_A_PLAIN_FILE = re.compile(r"[$`]|^<\(|^/dev/|^/proc/")
 
 
 def source(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
@@ -246,7 +245,7 @@ def netcat(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
     return Traits(socket=True)
 
 
-_SOCAT_EXEC = LazyPattern(r"(?:^|[,!])\s*(?:exec|system):", re.I)
+_SOCAT_EXEC = re.compile(r"(?:^|[,!])\s*(?:exec|system):", re.I)
 
 
 def socat(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
@@ -303,13 +302,13 @@ def pass_through(name: str, args: tuple[str, ...], sink: Sink) -> Traits:
 
 # ---------------------------------------------------------------- arguments
 
-_ARG_ALARM = LazyPattern(
+_ARG_ALARM = re.compile(
     r"169\.254\.169\.254|169\.254\.170\.2|metadata\.google\.internal|100\.100\.100\.200"
     r"|fd00:ec2::254|/dev/(?:tcp|udp)/",
     re.I,
 )
 _METADATA_IPS = frozenset({b"\xa9\xfe\xa9\xfe", b"\xa9\xfe\xaa\x02", b"\x64\x64\x64\xc8"})
-_HOSTISH = LazyPattern(r"^(?:[a-z][a-z0-9+.-]*://)?(?:[^@/\s]*@)?\[?([0-9a-fx.]+)\]?(?:[:/?#]|$)", re.I)
+_HOSTISH = re.compile(r"^(?:[a-z][a-z0-9+.-]*://)?(?:[^@/\s]*@)?\[?([0-9a-fx.]+)\]?(?:[:/?#]|$)", re.I)
 
 
 def scan_args(args: tuple[str, ...], sink: Sink) -> None:

@@ -17,7 +17,6 @@ import re
 import shlex
 from itertools import islice, product
 
-from runner.lazyre import LazyPattern
 from runner.safety.shell.common import Rule, Sink, Traits, has_long, parse_args
 from runner.safety.shell.rules_written import run_file, run_written
 
@@ -59,8 +58,8 @@ def crontab(name: str, args: tuple[str, ...], sink: Sink) -> Traits | None:
     return None
 
 
-_CRON_LINE = LazyPattern(r"^\s*(?:@\w+|(?:\S+\s+){5})(.*)$")
-_CRON_VARIABLE = LazyPattern(r"^\s*[A-Za-z_]\w*\s*=")
+_CRON_LINE = re.compile(r"^\s*(?:@\w+|(?:\S+\s+){5})(.*)$")
+_CRON_VARIABLE = re.compile(r"^\s*[A-Za-z_]\w*\s*=")
 
 
 def crontab_commands(text: str) -> list[str]:
@@ -91,8 +90,8 @@ _PARALLEL_LONG = (
     "--block --blocksize --recstart --recend --header --limit --nice --seqreplace --id"
 )
 _SEPARATORS = frozenset({":::", ":::+", "::::", "::::+"})
-_REPLACEMENT = LazyPattern(r"\{(?:(\d*)(?:\.|/|//|/\.)?|#|%|=(?:[^=]|=(?!\}))*=)\}")
-_NUMBERED = LazyPattern(r"\{(\d+)\}")
+_REPLACEMENT = re.compile(r"\{(?:(\d*)(?:\.|/|//|/\.)?|#|%|=(?:[^=]|=(?!\}))*=)\}")
+_NUMBERED = re.compile(r"\{(\d+)\}")
 
 
 def parallel(name: str, args: tuple[str, ...], sink: Sink) -> Traits | None:

@@ -23,8 +23,8 @@ of a command, after ``export``/``declare``/``local``/``readonly``, or given to `
 from __future__ import annotations
 
 import posixpath
+import re
 
-from runner.lazyre import LazyPattern
 from runner.safety.shell.common import Rule, Sink, parse_args
 from runner.safety.shell.paths import normalize_path
 from runner.safety.shell.rules_exec import exec_value
@@ -41,13 +41,13 @@ _HISTORY_OFF = frozenset({"HISTSIZE", "HISTFILESIZE"})
 
 _SYSTEM_ROOTS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/snap")
 _USER_TOOLS = frozenset({"/home/~/.local/bin", "/home/~/bin", "/home/~/.cargo/bin", "/home/~/go/bin"})
-_TOOL_HOME = LazyPattern(
+_TOOL_HOME = re.compile(
     r"\$(?:VIRTUAL_ENV|CONDA_PREFIX|GOPATH|GOROOT|CARGO_HOME|JAVA_HOME|PYENV_ROOT|PNPM_HOME|BUN_INSTALL"
     r"|DENO_INSTALL|NVM_BIN)(?:/(?:bin|shims))?/?"
 )
-_BRACED = LazyPattern(r"\$\{(\w+)[^}]*\}")  # ${PATH:+:$PATH} -> $PATH, ${HOME} -> $HOME
-_PROJECT_PREFIX = LazyPattern(r"^(?:\$PWD|\$\(pwd\)|`pwd`)(?=/|$)")
-_UNRESOLVED = LazyPattern(r"[$`]")
+_BRACED = re.compile(r"\$\{(\w+)[^}]*\}")  # ${PATH:+:$PATH} -> $PATH, ${HOME} -> $HOME
+_PROJECT_PREFIX = re.compile(r"^(?:\$PWD|\$\(pwd\)|`pwd`)(?=/|$)")
+_UNRESOLVED = re.compile(r"[$`]")
 
 
 def check_assignment(name: str, value: str, append: bool, sink: Sink) -> None:

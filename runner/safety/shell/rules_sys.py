@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 
-from runner.lazyre import LazyPattern
 from runner.safety.shell.common import Rule, Sink, Traits, has_long, parse_args
 from runner.safety.shell.payloads import scan_sql
 from runner.safety.shell.rules_exec import exec_value
@@ -125,7 +124,7 @@ _GIT_GLOBAL_VALUE = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namesp
 
 
 # Configuration keys whose value git runs as a command (``!``-aliases included).
-_GIT_EXEC_KEY = LazyPattern(
+_GIT_EXEC_KEY = re.compile(
     r"core\.(?:fsmonitor|sshcommand|pager|editor|askpass|gitproxy|hookspath|alternaterefscommand)"
     r"|(?:sequence|gpg(?:\.\w+)?)\.(?:editor|program)|pager\..+|diff\.(?:external|.+\.(?:textconv|command))"
     r"|(?:filter|merge|difftool|mergetool)\..+\.(?:clean|smudge|process|driver|cmd|path)"

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 from collections.abc import Callable
 
-from runner.lazyre import LazyPattern
 from runner.safety.shell.common import TOO_LARGE, Rule, Sink, Traits, parse_args
 from runner.safety.shell.paths import normalize_path
 from runner.safety.shell.payloads import code_risk, scan_code
@@ -89,10 +89,10 @@ def cat(name: str, args: tuple[str, ...], sink: Sink) -> Traits | None:
 
 _MAKEFILES = ("GNUmakefile", "makefile", "Makefile")
 _MAKE_LONG = "--file --makefile --directory --include-dir --jobs --load-average --what-if --new-file --assume-new"
-_MAKE_VARIABLE = LazyPattern(r"^\s*(?:override\s+|export\s+)?([A-Za-z_][\w.]*)\s*(?:[:+?!]|::|:::)?=\s*(.*)$")
-_RULE_RECIPE = LazyPattern(r"^[^\t#=;][^#=;]*?::?(?!=)[^#=;]*;(.*)$")
-_SHELL_FUNCTION = LazyPattern(r"\$[({]shell\s+([^)}]*)[)}]")
-_REFERENCE = LazyPattern(r"\$[({]([A-Za-z_][\w.]*)[)}]")
+_MAKE_VARIABLE = re.compile(r"^\s*(?:override\s+|export\s+)?([A-Za-z_][\w.]*)\s*(?:[:+?!]|::|:::)?=\s*(.*)$")
+_RULE_RECIPE = re.compile(r"^[^\t#=;][^#=;]*?::?(?!=)[^#=;]*;(.*)$")
+_SHELL_FUNCTION = re.compile(r"\$[({]shell\s+([^)}]*)[)}]")
+_REFERENCE = re.compile(r"\$[({]([A-Za-z_][\w.]*)[)}]")
 
 
 def make(name: str, args: tuple[str, ...], sink: Sink) -> Traits | None:
@@ -149,7 +149,7 @@ def _expand_make(text: str, variables: dict[str, str]) -> str:
 
 # ---------------------------------------------------------------- pytest
 
-_TEST_FILE = LazyPattern(r"(?:test_.*|.*_test|conftest)\.py")
+_TEST_FILE = re.compile(r"(?:test_.*|.*_test|conftest)\.py")
 
 
 def pytest(name: str, args: tuple[str, ...], sink: Sink) -> None:

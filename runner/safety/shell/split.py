@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import re
 
-from runner.lazyre import LazyPattern
 from runner.safety.shell.functions import FunctionScanner
 from runner.safety.shell.syntax import MAX_DEPTH, Command, ParseBudget, ParseError, Pipeline, Redirect, Script, Word
 from runner.safety.shell.words import WordReader
 
 # One match classifies the next token. A plain word followed directly by a delimiter
 # (the common case) is complete without going through the general word reader.
-_TOKEN = LazyPattern(
+_TOKEN = re.compile(
     r"""[^\S\n]*(?:
         (?P<nl>\n)
       | (?P<comment>\#)
@@ -42,7 +41,7 @@ _TOKEN = LazyPattern(
     )""",
     re.VERBOSE,
 )
-_BLANKS = LazyPattern(r"[^\S\n]*")  # bash splits on space/tab only; other blanks as well can
+_BLANKS = re.compile(r"[^\S\n]*")  # bash splits on space/tab only; other blanks as well can
 # only make more text look like commands, never less
 _PendingHeredoc = tuple[Redirect, bool, str]
 
@@ -208,7 +207,7 @@ class _Parser(WordReader):
         pending.clear()
 
 
-_SKELETON_SAFE = LazyPattern(r"[\w:./@%+=,~-]+")
+_SKELETON_SAFE = re.compile(r"[\w:./@%+=,~-]+")
 
 
 def _skeleton_word(word: Word) -> str:

@@ -8,9 +8,8 @@ verdict lists as a segment, and what ``allow:`` patterns are matched against.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-
-from runner.lazyre import LazyPattern
 
 MAX_DEPTH = 24  # nested substitutions / payloads before we give up (fail closed)
 
@@ -109,7 +108,7 @@ class Script:
     functions: tuple[FunctionDef, ...] = ()  # functions defined in this script (not in substitutions)
 
 
-_SAFE_WORD = LazyPattern(r"[\w@%+=:,./~*?^!#{}\[\]-]+")
+_SAFE_WORD = re.compile(r"[\w@%+=:,./~*?^!#{}\[\]-]+")
 
 
 def render(cmd: Command) -> str:

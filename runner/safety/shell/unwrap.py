@@ -15,8 +15,6 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from runner.lazyre import LazyPattern
-
 SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "ash", "mksh", "yash", "rbash", "fish", "posh"})
 
 
@@ -195,9 +193,9 @@ def _shell(argv: tuple[str, ...]) -> Step | None:
 
 _PARAM = r"\$(?:\{(?P<braced>[0-9@*])\}|(?P<bare>[0-9@*]))"
 # Outside double quotes: an escape, a single-quoted string, "$@" whole, a double quote, a parameter.
-_OUTSIDE = LazyPattern(r"\\.|'[^']*'|(?P<all>\"\$(?:\{@\}|@)\")|\"|" + _PARAM, re.S)
-_INSIDE = LazyPattern(r"\\.|\"|" + _PARAM, re.S)  # inside double quotes
-_DQ_SPECIAL = LazyPattern(r'([\\"$`])')
+_OUTSIDE = re.compile(r"\\.|'[^']*'|(?P<all>\"\$(?:\{@\}|@)\")|\"|" + _PARAM, re.S)
+_INSIDE = re.compile(r"\\.|\"|" + _PARAM, re.S)  # inside double quotes
+_DQ_SPECIAL = re.compile(r'([\\"$`])')
 
 
 def with_positionals(payload: str, params: tuple[str, ...]) -> str:

@@ -12,15 +12,16 @@ or ``${IFS}`` ends the word (word splitting), inside double quotes it is a space
 
 from __future__ import annotations
 
-from runner.lazyre import LazyPattern
+import re
+
 from runner.safety.shell.normalize import decode_ansi_c
 from runner.safety.shell.syntax import MAX_DEPTH, SUBSTITUTION_COST, ParseBudget, ParseError, Script, Sub, Word
 
-_PLAIN = LazyPattern(r"[^\s'\"\\$`<>|&;()]+")
-_DQ_PLAIN = LazyPattern(r'[^"\\$`]+')
-_NAME = LazyPattern(r"[A-Za-z_][A-Za-z0-9_]*")
-_PARAM_SPECIAL = LazyPattern(r"[\\'\"$`{}]")
-_PAREN = LazyPattern(r"[()]")
+_PLAIN = re.compile(r"[^\s'\"\\$`<>|&;()]+")
+_DQ_PLAIN = re.compile(r'[^"\\$`]+')
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PARAM_SPECIAL = re.compile(r"[\\'\"$`{}]")
+_PAREN = re.compile(r"[()]")
 _IFS = object()  # _dollar result: an unquoted $IFS, which splits the word
 _QUOTED = object()  # _dollar result: a $'...' or $"..." string was read
 
