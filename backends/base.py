@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from runner.procs import Cut, wait_or_cut
+from runner.host.procs import Cut, wait_or_cut
 
 if TYPE_CHECKING:
     from backends.sandbox import Plan
@@ -54,7 +54,7 @@ class BackendContext:
     protected: tuple[Path, ...] = ()
     #: the local backend runs everything in this sandbox (None: on the host as the runner's user)
     sandbox: Plan | None = None
-    #: the run's cut: once set, the command running is ended as on a timeout (``runner.procs.Cut``)
+    #: the run's cut: once set, the command running is ended as on a timeout (``runner.host.procs.Cut``)
     cut: Cut | None = None
 
 

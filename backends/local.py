@@ -31,9 +31,9 @@ from backends.base import (
     wrap_command,
 )
 from backends.sandbox import Box, stdio_args
-from runner import secrets
 from runner.errors import BackendError
-from runner.procs import (
+from runner.host import secrets
+from runner.host.procs import (
     RUN_MARK,
     end_descendants,
     group_alive,

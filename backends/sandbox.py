@@ -428,7 +428,7 @@ class Box:
 
 def _reap(init: int | None) -> None:
     """bubblewrap exits without reaping the sandbox's pid 1; the orphan goes to the nearest
-    subreaper, which a run's own process is (``runner.procs.become_subreaper``): reap it here so
+    subreaper, which a run's own process is (``runner.host.procs.become_subreaper``): reap it here so
     a long-lived worker collects no zombies. Elsewhere it is not our child, and init reaps it."""
     if init is None:
         return

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 from backends.base import StreamPump, decode, finish_or_kill
 from runner.errors import BackendError
-from runner.procs import Cut
+from runner.host.procs import Cut
 
 #: the output of a file read is kept whole (the stream's head is this big)
 RAW_CAP = 1 << 62

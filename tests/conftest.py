@@ -131,7 +131,7 @@ def throwaway_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     monkeypatch.setenv("RUNNER_LEDGER_STRICT", "1")  # a status change the ledger forbids raises (runner/store/ledger.py)
     yield home
     assert_throwaway_home(os.environ)
-    from runner.procs import is_subreaper
+    from runner.host.procs import is_subreaper
 
     # a test running a command in-process must not make pytest adopt (and a later run end) its
     # other processes (sshd, fake servers): only the real program becomes a subreaper

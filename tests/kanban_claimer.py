@@ -20,10 +20,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from runner.clock import utcnow  # noqa: E402
-from runner.kanban.board import Board  # noqa: E402
-from runner.kanban.model import FenceError  # noqa: E402
 from runner.store import Store  # noqa: E402
+from runner.store.board import Board  # noqa: E402
 from runner.store.dialect import parse  # noqa: E402
+from runner.store.tasks import FenceError  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

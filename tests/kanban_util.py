@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from runner.kanban.board import Board
+from runner.store.board import Board
 
 FAST = {"max_workers": 2, "lease_seconds": 2, "poll_seconds": 0.1, "retry_backoff": 0}
 

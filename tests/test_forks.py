@@ -1,4 +1,4 @@
-"""The warm forkserver (runner/forks.py) with real processes: exit codes and signals come back,
+"""The warm forkserver (runner/run/forks.py) with real processes: exit codes and signals come back,
 a child holds none of the helper's descriptors and leads its own group, and a helper that dies
 is noticed (its children watched by pid) and replaced."""
 
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from runner.forks import LOST_EXIT, Spawn, Warm, WarmForks
+from runner.run.forks import LOST_EXIT, Spawn, Warm, WarmForks
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""runner.procs with real processes: a tree killed as a tree, pid reuse told apart by start time,
+"""runner.host.procs with real processes: a tree killed as a tree, pid reuse told apart by start time,
 a group whose leader is gone, and the two-stage stop."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from runner import procs
+from runner.host import procs
 
 # a parent that starts a child in its own session (as backend commands run) which starts a
 # grandchild; each prints its pid, then sleeps

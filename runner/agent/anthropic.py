@@ -44,7 +44,7 @@ from runner.agent.stream import DONE, TICK, BadChunk, Progress, StreamCut, Strea
 from runner.agent.types import THINKING_KEY, Message, ToolCall, Usage
 from runner.errors import ConfigError, ModelError
 from runner.events import Event, ModelNote
-from runner.tls import verify_for
+from runner.host.tls import verify_for
 
 ANTHROPIC_VERSION = "2023-06-01"
 CACHE = {"type": "ephemeral"}

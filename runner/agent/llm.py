@@ -49,7 +49,7 @@ from runner.config.request_fields import MaxTokensField, request_fields
 from runner.errors import ModelError
 from runner.events import Emit, Event, ProviderProtocol, UsageEstimated, no_events
 from runner.events import ModelRetry as RetryEvent
-from runner.tls import verify_for
+from runner.host.tls import verify_for
 
 if TYPE_CHECKING:
     from openai import OpenAI

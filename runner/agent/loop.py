@@ -19,6 +19,7 @@ from typing import Any
 
 from runner.agent.history import history_problem
 from runner.agent.schema import check_args
+from runner.agent.tracing import NOOP, Span, Tracer
 from runner.agent.types import LLM, Message, ToolCall, Usage, arguments_value
 from runner.errors import ModelError, RunnerError
 from runner.events import (
@@ -36,13 +37,12 @@ from runner.events import (
     Truncated,
 )
 from runner.events import ToolCall as CallEvent
-from runner.priced import PricedReply, Tokens
-from runner.procs import Cut, future_results, wait_or_cut
+from runner.host.procs import Cut, future_results, wait_or_cut
 from runner.safety.result import ApprovalResult, ApproveFn
+from runner.skills.sidecall import PricedReply, Tokens
 from runner.statuses import RunStatus
 from runner.tools import ToolEntry, ToolError
 from runner.tools.context import ToolContext
-from runner.tracing import NOOP, Span, Tracer
 
 Spent = PricedReply  # a side call's reply, already priced (``runner.agent.auxiliary.AuxReply``)
 

@@ -98,7 +98,7 @@ def cli(ctx: click.Context, jobs_path: str | None, config_path: str | None, home
 
 def main(argv: list[str] | None = None) -> None:
     if argv is None:  # the program through an older console script: prepare as runner.entry does
-        from runner.startup import prepare_process
+        from runner.safety.startup import prepare_process
 
         argv = sys.argv[1:]
         prepare_process(argv)

@@ -38,7 +38,7 @@ def _probe_http(provider: Any, key: str | None, models: list[str], *, deep: bool
 
     from runner.agent.llm import _split_query
     from runner.agent.profiles import Auth, profile_for
-    from runner.tls import verify_for
+    from runner.host.tls import verify_for
 
     profile = profile_for(provider.base_url, provider.profile)
     base, query = _split_query(provider.base_url)

@@ -97,7 +97,7 @@ def approvals_check(job_name: str | None, as_json: bool, command: tuple[str, ...
 @click.option("--json", "as_json", is_flag=True)
 def approvals_pending(as_json: bool) -> None:
     """Approvals runs are parked on now (approvals: manual with nobody at a terminal), oldest first."""
-    from runner.control import pending_approvals
+    from runner.store.control import pending_approvals
 
     items = pending_approvals(settings().store)
     if as_json:
@@ -128,7 +128,7 @@ def approvals_pending(as_json: bool) -> None:
 @click.argument("approval_id")
 def approvals_grant(approval_id: str) -> None:
     """Let the parked run run its command; it continues at once. Exit 2 when unknown or already decided."""
-    from runner.control import answer_approval, whoami
+    from runner.store.control import answer_approval, whoami
 
     by = whoami()
     answer_approval(settings().store, approval_id, granted=True, by=by)
@@ -140,7 +140,7 @@ def approvals_grant(approval_id: str) -> None:
 @click.option("--reason", help="told to the model with the denial")
 def approvals_deny(approval_id: str, reason: str | None) -> None:
     """Refuse the parked run's command; the model is told (with --reason) and the run continues."""
-    from runner.control import answer_approval, whoami
+    from runner.store.control import answer_approval, whoami
 
     by = whoami()
     answer_approval(settings().store, approval_id, granted=False, by=by, reason=reason)

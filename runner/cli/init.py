@@ -12,7 +12,7 @@ import click
 def init(directory: Path) -> None:
     """Write a commented jobs.yaml and config.yaml and a sample job (`hello`, with a cassette
     that runs offline) into DIRECTORY, which must be empty or new (default: this folder)."""
-    from runner.scaffold import write_project
+    from runner.cli.scaffold import write_project
 
     written = write_project(directory)
     root = written[0].parent

@@ -222,8 +222,8 @@ def jobs_resume(name: str) -> None:
 def jobs_trigger(name: str, as_json: bool) -> None:
     """Ask the running serve to run job NAME now (trigger manual), through its pool and the job's
     overlap, max_parallel and retries. Written to the store: a serve that is down runs it when it starts."""
-    from runner.control import request_trigger, whoami
     from runner.serve.daemon import serve_pid
+    from runner.store.control import request_trigger, whoami
 
     s = settings()
     s.jobs.get(name)  # an unknown job exits 2 here

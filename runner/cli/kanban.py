@@ -18,8 +18,8 @@ PRIORITY_MIN, PRIORITY_MAX = -(2**63), 2**63 - 1  # what SQLite's INTEGER holds
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from runner.kanban.board import Board
     from runner.kanban.dispatch import Dispatcher, DispatchTick
+    from runner.store.board import Board
 
 
 @click.group("kanban")
@@ -28,7 +28,7 @@ def kanban_group() -> None:
 
 
 def _board() -> Board:
-    from runner.kanban.board import Board
+    from runner.store.board import Board
 
     return Board(settings().store)
 
@@ -235,7 +235,7 @@ def kanban_unblock(task_id: str) -> None:
 def kanban_retry(task_id: str) -> None:
     """Give a failed or blocked task one more attempt: ready again (todo while a parent is
     unfinished); its attempts so far stay counted. Any other state exits 2."""
-    from runner.control import retry_task, whoami
+    from runner.store.control import retry_task, whoami
 
     retry_task(settings().store, _id(task_id), by=whoami())
     t = _board().get(_id(task_id))
@@ -256,7 +256,7 @@ def kanban_archive(task_id: str) -> None:
 def kanban_dispatch(once: bool, as_json: bool) -> None:
     """Run the dispatcher: start a worker for each ready task, up to kanban.max_workers (with
     executor: celery, send each attempt to a runner worker; docs/distributed.md)."""
-    from runner.procs import two_stage_stop
+    from runner.host.procs import two_stage_stop
 
     dispatcher, ready, close = _dispatcher()
 
@@ -328,8 +328,8 @@ def _tick_lines(r: DispatchTick) -> list[str]:
 @kanban_group.command("work")
 def kanban_work() -> None:
     """The worker the dispatcher starts: one attempt at the task in HERMES_KANBAN_TASK."""
+    from runner.host.procs import install_two_stage_stop
     from runner.kanban.work import work
-    from runner.procs import install_two_stage_stop
 
     stop = threading.Event()
     install_two_stage_stop(stop)

@@ -186,10 +186,10 @@ def _pending_row(n: HeldNote) -> list[str]:
 def memory_accept(note_id: str) -> None:
     """Store a held note in its notebook as your decision; runs see it (quoted, as data) from the
     next one on. Exit 2 when ID is not pending or the notebook does not take it."""
-    from runner.control import whoami
     from runner.errors import UsageError
     from runner.memory.held import accept
     from runner.memory.notebook import MemoryRefused
+    from runner.store.control import whoami
 
     by = whoami()
     try:
@@ -203,8 +203,8 @@ def memory_accept(note_id: str) -> None:
 @click.argument("note_id", metavar="ID")
 def memory_reject(note_id: str) -> None:
     """Drop a held note (kept in the store as rejected). Exit 2 when ID is not pending."""
-    from runner.control import whoami
     from runner.memory.held import reject
+    from runner.store.control import whoami
 
     by = whoami()
     note = reject(settings().store, note_id, by=by)

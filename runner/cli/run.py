@@ -12,7 +12,7 @@ import click
 
 from runner.cli._util import echo_json, parse_vars, settings
 from runner.events import Event, Payload, show
-from runner.procs import two_stage_stop
+from runner.host.procs import two_stage_stop
 from runner.statuses import RunStatus, Trigger
 
 

@@ -100,16 +100,17 @@ def find_run(store: Any, run_id: str) -> dict[str, Any]:
     """The run whose id is ``run_id``, else the one run whose id starts with it, else the one run
     whose id contains it (at least 4 characters; ``%`` and ``_`` are plain characters)."""
     from runner.errors import UsageError
+    from runner.store.runs import run_with_id, runs_with_id_like
 
     text = run_id.strip()
     if not text or len(text) > MAX_ID_CHARS:
         raise UsageError(f"{_shown(run_id)} is not a run id (see: runner runs list)")
-    row = store.one("SELECT * FROM runs WHERE id=?", (text,))
+    row = run_with_id(store, text)
     if row is not None:
         return dict(row)
     if len(text) >= MIN_PART_CHARS:
         for pattern in (f"{_like_escape(text)}%", f"%{_like_escape(text)}%"):
-            rows = store.query("SELECT * FROM runs WHERE id LIKE ? ESCAPE '\\' ORDER BY id DESC LIMIT 6", (pattern,))
+            rows = runs_with_id_like(store, pattern, 6)
             if len(rows) == 1:
                 return dict(rows[0])
             if rows:
@@ -204,7 +205,7 @@ def runs_cancel(run_id: str) -> None:
     serve.kill_grace; a model request or MCP call is given up) and it ends interrupted (reason
     cancelled), whoever runs it; a run waiting on an approval stops waiting. Exit 2 when the run
     is unknown or not running."""
-    from runner.control import request_cancel, whoami
+    from runner.store.control import request_cancel, whoami
 
     store = settings().store
     row = find_run(store, run_id)

@@ -82,8 +82,8 @@ def _add_own(s: Settings, registry: Registry) -> list[str]:
 def _add_mcp(s: Settings, registry: Registry, ctx: ToolContext, job: Job | None) -> dict[str, str]:
     """Start the configured servers (the job's only, with ``--job``) on this host, add their tools,
     stop them; {"mcp:SERVER": why} for those that did not start."""
-    from runner import secrets
     from runner.config.refs import is_ref, parse_ref
+    from runner.host import secrets
 
     servers = s.config.mcp_servers
     if job is not None:

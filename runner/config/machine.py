@@ -8,7 +8,6 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from runner import secrets
 from runner.config import yamlio
 from runner.config.database import parse
 from runner.config.families import Family
@@ -19,6 +18,7 @@ from runner.config.refs import SERVER_NAME
 from runner.config.schedules import parse_timezone
 from runner.config.strict import Strict
 from runner.errors import ConfigError, UsageError
+from runner.host import secrets
 
 
 class ProviderPricing(Strict):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from runner import secrets
+from runner.host import secrets
 
 SERVER_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]|_(?!_)){0,31}$")  # no "__": it separates prefixed names
 PREFIX = "mcp:"

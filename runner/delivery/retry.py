@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from runner.clock import utcnow
-from runner.tls import verify_for
+from runner.host.tls import verify_for
 
 RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 
@@ -55,7 +55,7 @@ def post(url: str, *, body: bytes, headers: Mapping[str, str], policy: Policy) -
     """POST ``body`` to ``url`` up to ``policy.attempts`` times."""
     import httpx
 
-    verify = verify_for(url)  # runner.tls: built once per process
+    verify = verify_for(url)  # runner.host.tls: built once per process
     detail, status = "", None
     wait = policy.backoff
     for attempt in range(1, policy.attempts + 1):

@@ -29,8 +29,8 @@ from runner.clock import utcnow
 from runner.dist.app import DEFAULT_QUEUE, KANBAN_TASK
 from runner.dist.jobshash import JobsCache
 from runner.dist.remote import Broker, LostRunsTicker, Remote, Sent
-from runner.kanban.board import Board
-from runner.kanban.model import AttemptState, Claim
+from runner.store.board import Board
+from runner.store.tasks import AttemptState, Claim
 from runner.settings import Settings
 from runner.statuses import TaskStatus
 

@@ -27,12 +27,12 @@ from enum import StrEnum
 from runner.clock import utcnow
 from runner.dist.worker import Refusal, WorkerRuntime
 from runner.errors import RunnerError
-from runner.forks import LOST_EXIT, ForkError
-from runner.kanban.board import Board
+from runner.run.forks import LOST_EXIT, ForkError
+from runner.store.board import Board
 from runner.kanban.dispatch import TaskForkLauncher
-from runner.kanban.model import Claim, FenceError
+from runner.store.tasks import Claim, FenceError
 from runner.kanban.work import Assignment
-from runner.procs import start_time
+from runner.host.procs import start_time
 from runner.statuses import RunStatus, Trigger
 from runner.store import ledger
 

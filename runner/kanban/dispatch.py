@@ -5,9 +5,9 @@ One ``tick(now)``: notice workers that exited, promote todo -> ready, reclaim ex
 ready tasks by priority then age, up to ``kanban.max_workers`` running on this host, and start
 a worker for each with ``HERMES_KANBAN_TASK`` and ``HERMES_KANBAN_FENCE`` in its environment and
 its output appended to ``RUNNER_HOME/logs/kanban/<task>.log``. The worker is forked from a warm
-forkserver (``TaskForkLauncher``: ``runner.forks``, the modules of a run already imported), which
+forkserver (``TaskForkLauncher``: ``runner.run.forks``, the modules of a run already imported), which
 does what ``runner kanban work`` does; ``ProcessLauncher`` starts ``python -m runner kanban work``.
-Both are the ``runner.forks.Launcher`` seam serve's pool starts its runs through.
+Both are the ``runner.run.forks.Launcher`` seam serve's pool starts its runs through.
 
 ``runner serve`` ticks the dispatcher from its loop and ``runner kanban dispatch`` runs ``run(stop)``;
 both use ``Changes``: a tick every ``kanban.poll_seconds``, and as soon as another process
@@ -40,15 +40,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from runner import secrets
 from runner.clock import iso, utcnow
 from runner.errors import RunnerError
-from runner.forks import Handle, Launcher, Spawn, Warm, WarmForks, WorkerHandle
-from runner.kanban.board import Board
-from runner.kanban.model import Claim, FenceError, Reclaimed
-from runner.procs import ProcessTree, kill_tree, start_time
+from runner.host import secrets
+from runner.host.procs import HOST, ProcessTree, kill_tree, start_time
+from runner.run.forks import Handle, Launcher, Spawn, Warm, WarmForks, WorkerHandle
 from runner.settings import Settings
 from runner.store import ledger
+from runner.store.board import Board
+from runner.store.tasks import Claim, FenceError, Reclaimed
 
 if TYPE_CHECKING:
     from runner.kanban.work import Assignment
@@ -237,7 +237,7 @@ class Dispatcher:
     settings: Settings
     launcher: Launcher[Claim] | None = None
     board: Board | None = None
-    owner: str = field(default_factory=lambda: f"{ledger.HOST}:{os.getpid()}:dispatch")
+    owner: str = field(default_factory=lambda: f"{HOST}:{os.getpid()}:dispatch")
     capacity: Capacity = field(default_factory=HostCapacity)
     # what a claim is stamped with, read when the claim is made (a tick's ``now`` is read at its
     # start: a parent that completed during the tick would look completed after its child's
@@ -302,14 +302,7 @@ class Dispatcher:
             pass  # the worker was quicker: it already ended its attempt (recorded as refused)
 
     def _any_ready(self, now: datetime) -> bool:
-        return (
-            self._board.store.one(
-                "SELECT 1 AS x FROM tasks INDEXED BY tasks_claim WHERE status='ready' "
-                "AND (not_before IS NULL OR not_before <= ?) LIMIT 1",
-                (iso(now),),
-            )
-            is not None
-        )
+        return self._board.any_ready(now)
 
     def _reap(self, now: datetime) -> list[Exited]:
         """Workers that exited: a task still running under their claim fails this attempt.
@@ -318,8 +311,8 @@ class Dispatcher:
         for task_id, child in list(self._children.items()):
             code = child.handle.poll()
             if code is None:
-                row = self._board.store.one("SELECT fence FROM tasks WHERE id=?", (task_id,))
-                if row is not None and row["fence"] != child.fence:
+                fence = self._board.fence_of(task_id)
+                if fence is not None and fence != child.fence:
                     child.handle.signal_tree(signal.SIGKILL)  # a remote attempt's: nothing (its lease fences it)
                 continue
             del self._children[task_id]

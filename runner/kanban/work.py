@@ -25,20 +25,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner import secrets
 from runner.clock import utcnow
 from runner.config.jobfile import Job
 from runner.errors import RunnerError, UsageError
-from runner.kanban.board import Board
+from runner.host import secrets
+from runner.host.procs import become_subreaper, install_two_stage_stop, start_time
 from runner.kanban.dispatch import ENV_FENCE, ENV_TASK
-from runner.kanban.model import FenceError, Task
-from runner.procs import become_subreaper, install_two_stage_stop, start_time
 from runner.run.execute import execute
 from runner.run.request import RunRequest, TaskHooks
 from runner.safety.redact import Redactor
 from runner.settings import Settings
 from runner.statuses import RunStatus, TaskStatus, Trigger
 from runner.store import Store, ledger
+from runner.store.board import Board
+from runner.store.tasks import FenceError, Task
 
 REMINDER = (
     "You have not ended this kanban task. Call kanban_complete with the result if the work is done, "

@@ -25,10 +25,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from runner.atomic import write_private
+from runner.host.procs import become_undumpable
 from runner.mcp.client import Connection, McpFailure
 from runner.mcp.launch import stdio_target
-from runner.procs import become_undumpable
+from runner.store.atomic import write_private
 
 _CALL_TIMEOUT = 3600.0  # the run's client enforces the job's own call timeout
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from runner.procs import Cut, wait_or_cut
+from runner.host.procs import Cut, wait_or_cut
 
 Target = Callable[[Any], Any]  # (a file for the server's stderr) -> the transport ``mcp.Client`` connects to
 

@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from backends.sandbox import stdio_args
-from runner.atomic import write_private
 from runner.config.machine import load_config
 from runner.config.mcp import McpServer, is_ref, parse_ref
 from runner.errors import ConfigError
-from runner.procs import running
+from runner.host.procs import running
+from runner.store.atomic import write_private
 
 if TYPE_CHECKING:
     from backends.sandbox import Plan

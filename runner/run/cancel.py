@@ -1,5 +1,5 @@
 """A run's cancel watch: ``runner runs cancel RUN`` (or the web's button) writes a request to the
-store; the process running the run sees it here, cuts the run's current step (``runner.procs.Cut``:
+store; the process running the run sees it here, cuts the run's current step (``runner.host.procs.Cut``:
 a command's process tree gets SIGTERM, then SIGKILL after ``serve.kill_grace``; a model request or
 MCP call is given up) and sets the run's stop event, the one a first SIGTERM sets, so the run ends
 ``interrupted`` (reason ``cancelled``) at once. A run parked on an approval stops waiting too (the
@@ -23,7 +23,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from runner.procs import Cut
+from runner.host.procs import Cut
 from runner.statuses import FINAL, ControlKind, RunStatus
 from runner.store import ledger
 from runner.store.dialect import PgURL

@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any
 
 from runner.agent.loop import Limits, LoopResult, Pricing, Totals, grace_reserve, run_loop
 from runner.agent.types import LLM, Usage
-from runner.atomic import write_run_file
 from runner.errors import RunnerError, failure_reason
 from runner.events import Event, Failure, Prompt, RunFinished, RunStarted, SubagentFinished, SubagentStarted
-from runner.procs import Cut, future_results
+from runner.host.procs import Cut, future_results
 from runner.safety.approval import audit_recorder
 from runner.statuses import RunStatus, Trigger
 from runner.store import ledger
+from runner.store.atomic import write_run_file
 from runner.store.files import FileKind, keep
 from runner.store.runs import Recorder
 from runner.tools.delegate import ChildReport

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.atomic import write_private
 from runner.config.jobfile import Job
 from runner.config.sinks import Sink, parse_sink
 from runner.delivery.message import Message
 from runner.delivery.send import Delivered, SendContext, send
+from runner.store.atomic import write_private
 
 SILENT = "[SILENT]"
 

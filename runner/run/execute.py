@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any
 import backends
 from backends.base import Backend, BackendContext
 from runner.agent.loop import grace_reserve
-from runner.atomic import write_run_file
+from runner.agent.tracing import Tracer, tracer_from_env
 from runner.clock import utcnow
 from runner.delivery.alerts import Alerter, RunEnd, tail, tail_of_run
 from runner.delivery.send import SendContext
 from runner.errors import RunnerError, StoreError, Tampered, failure_reason
 from runner.events import By, Delivered, Event, Failure, Fenced, PreRun, RunFinished, RunStarted, Sandbox
 from runner.events import Tampered as TamperedEvent
-from runner.procs import Cut
+from runner.host.procs import Cut
 from runner.run.cancel import CancelWatch
 from runner.run.delivery import Output, deliver
 from runner.run.parked import Parking
@@ -44,10 +44,10 @@ from runner.safety.redact import Redactor
 from runner.settings import Settings
 from runner.statuses import RunStatus
 from runner.store import dumps, ledger
+from runner.store.atomic import write_run_file
 from runner.store.files import FileKind, keep
 from runner.store.runs import Recorder, last_output
 from runner.store.search import index_output
-from runner.tracing import Tracer, tracer_from_env
 
 if TYPE_CHECKING:
     from runner.safety.approval import Gate
@@ -133,7 +133,7 @@ class Run:
         self.emit(Event.RUN_STARTED, RunStarted(self.job.name, self.req.trigger, pid=os.getpid()))
 
     def go(self) -> RunOutcome:
-        """The steps inside the run's span (``runner.tracing``; a no-op unless OTel is configured)."""
+        """The steps inside the run's span (``runner.agent.tracing``; a no-op unless OTel is configured)."""
         try:
             with self.tracer.span("run", {"runner.run_id": self.run_id, "runner.job": self.job.name}) as span:
                 span.set("runner.trigger", str(self.req.trigger))

@@ -18,12 +18,12 @@ from runner.statuses import RunStatus
 
 if TYPE_CHECKING:
     from backends.base import Backend
-    from runner.procs import Cut
+    from runner.agent.tracing import Tracer
+    from runner.host.procs import Cut
     from runner.run.budget import BudgetPlan
     from runner.safety.approval import Gate
     from runner.safety.control import ControlPlane
     from runner.safety.redact import Redactor
-    from runner.tracing import Tracer
 
 
 @dataclass(frozen=True)

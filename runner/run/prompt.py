@@ -11,9 +11,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from runner import secrets
 from runner.config.jobfile import Job, context_key
 from runner.errors import TemplateError
+from runner.host import secrets
 
 SYSTEM_RULES = """\
 You are an unattended agent run by `runner` for the job "{job}". Nobody is watching this run.

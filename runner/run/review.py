@@ -26,7 +26,7 @@ from runner.statuses import RunStatus
 if TYPE_CHECKING:
     from runner.run.model_source import Connected
     from runner.skills.review import Decision
-    from runner.skills.sidecall import SideReply
+    from runner.skills.sidecall import PricedReply
 
 MIN_SECONDS = 2.0  # with less time left before the run's deadline there is no review
 
@@ -115,7 +115,7 @@ def _review(
     return counted
 
 
-def _counted(result: LoopResult, reply: SideReply) -> LoopResult:
+def _counted(result: LoopResult, reply: PricedReply) -> LoopResult:
     usage = Usage(
         result.usage.prompt_tokens + reply.usage.prompt_tokens,
         result.usage.completion_tokens + reply.usage.completion_tokens,
@@ -124,7 +124,7 @@ def _counted(result: LoopResult, reply: SideReply) -> LoopResult:
     return replace(result, usage=usage, cost_usd=round(result.cost_usd + reply.cost_usd, 6))
 
 
-def _event(run: RunScope, reply: SideReply, outcome: str, decision: Decision | None, message: str = "") -> None:
+def _event(run: RunScope, reply: PricedReply, outcome: str, decision: Decision | None, message: str = "") -> None:
     """The review's reply: its cost (counted by the budget settlement, like ``summary``) and outcome."""
     usage = reply.usage
     run.emit(

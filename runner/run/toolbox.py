@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from runner import secrets
 from runner.config.refs import is_ref
 from runner.errors import ConfigError
+from runner.host import secrets
 from runner.run.request import RunScope
 from runner.tools import Registry, discover, known_toolset_names
 from runner.tools._own import add_to

@@ -342,7 +342,6 @@ def audit_recorder(
 ) -> Callable[[str, Decision], None]:
     import json
 
-
     def record(command: str, decision: Decision) -> None:
         clean = redact(command)
         verdict = "approved" if decision.allowed else "denied"

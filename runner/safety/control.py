@@ -281,7 +281,6 @@ def audit_refusal(ctx: AuditTarget, what: str, hit: str) -> None:
     """A file tool refused a control file: an event and an ``approvals`` row (decided by ``control``)."""
     import json
 
-
     reason = f"touches the runner's control files ({hit})"
     ctx.emit(Event.BLOCKED, Blocked(what, hit, reason))
     if ctx.settings is None or not ctx.run_id:

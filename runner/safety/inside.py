@@ -19,12 +19,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from runner.errors import UsageError
-from runner.secrets import command_path
+from runner.host.secrets import command_path
 
 #: runner commands whose processes run agents (and so whose descendants are a run's commands)
 RUNS_AGENTS = frozenset({("run-job",), ("serve",), ("worker",), ("kanban", "work"), ("kanban", "dispatch")})
 #: modules run with ``python -m`` that belong to such a process tree (serve's forkserver, MCP bridges)
-AGENT_MODULES = frozenset({"runner.forks", "runner.mcp.bridge"})
+AGENT_MODULES = frozenset({"runner.run.forks", "runner.mcp.bridge"})
 MAX_DEPTH = 64
 #: the last argument of a run's sandbox's first process (``backends.sandbox``): every process in
 #: the sandbox descends from it

@@ -23,7 +23,7 @@ from itertools import accumulate
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
-import runner.secrets as held
+import runner.host.secrets as held
 
 MASK = "[REDACTED]"
 MIN_SECRET_LEN = 8
@@ -251,7 +251,7 @@ def fingerprint(secret: str) -> str:
 
 def secret_env_values(environ: Mapping[str, str] | None = None) -> list[str]:
     """Values of secret-named variables: the process's own environment and the secrets it holds
-    (``runner.secrets``), or ``environ``."""
+    (``runner.host.secrets``), or ``environ``."""
     if environ is None:
         environ = held.environ()
     return [v for k, v in environ.items() if SECRET_ENV_NAME.search(k) and len(v) >= MIN_SECRET_LEN]

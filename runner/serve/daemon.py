@@ -32,11 +32,11 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner import secrets
 from runner.config.jobs import load_jobs
 from runner.delivery.alerts import Event, Notice
 from runner.delivery.background import BackgroundAlerts
 from runner.errors import AlreadyRunning, RunnerError
+from runner.host import secrets
 from runner.safety.control import hold_path
 from runner.serve.host import Clock, ExecutorFactory, ServeHost, SystemClock, Ticker, TickerFactory
 from runner.serve.leader import LeaseTicker

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 from runner.clock import utcnow
-from runner.forks import WarmForks
+from runner.run.forks import WarmForks
 from runner.settings import Settings
 from runner.store import Store
 

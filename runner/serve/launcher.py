@@ -1,7 +1,7 @@
 """Worker processes forked from a warm forkserver: an agent run's is its own; script-only runs go
 to reusable workers (``runner.serve.reuse``) when ``serve.worker_max_runs`` > 1.
 
-serve starts the warm forkserver (``runner.forks``) once; it imports ``runner.serve.prefork`` (the
+serve starts the warm forkserver (``runner.run.forks``) once; it imports ``runner.serve.prefork`` (the
 heavy modules and one-time setup every worker needs) a single time, and each run is a ``fork()``
 of it running ``worker_main``: no interpreter start, no import, no ``multiprocessing`` bootstrap.
 The forkserver is a fresh interpreter that never held serve's lock, its SQLite connection or its
@@ -29,16 +29,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from runner import secrets
 from runner.clock import iso, utcnow
 from runner.config.database import ENV, PG_SCHEMES
 from runner.config.jobfile import Job
 from runner.config.machine import load_config
 from runner.errors import RunnerError, StoreError, failure_reason
-from runner.forks import LOST_EXIT, Handle, Launcher, Spawn, Warm, WarmForks, WorkerHandle
-from runner.procs import ProcessTree, become_subreaper, install_two_stage_stop
+from runner.host import secrets
+from runner.host.procs import ProcessTree, become_subreaper, install_two_stage_stop
 from runner.run.cancel import CancelWatcher
 from runner.run.execute import execute
+from runner.run.forks import LOST_EXIT, Handle, Launcher, Spawn, Warm, WarmForks, WorkerHandle
 from runner.run.request import Handoff, RunRequest
 from runner.settings import Settings
 from runner.statuses import RunStatus, Trigger

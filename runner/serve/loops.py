@@ -23,9 +23,9 @@ from runner.store import Store, ledger
 from runner.store.retention import Policy, Pruner, old_logs
 
 if TYPE_CHECKING:
-    from runner.forks import Launcher
     from runner.kanban.dispatch import Capacity
-    from runner.kanban.model import Claim
+    from runner.run.forks import Launcher
+    from runner.store.tasks import Claim
 
 
 class KanbanTicker:
@@ -134,7 +134,6 @@ class CuratorLoop:
 
     def __init__(self, host: ServeHost):
         from functools import partial
-
 
         self.host = host
         self.ticker = CuratorTicker(  # the consolidation pass's model: built when a pass needs it

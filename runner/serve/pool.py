@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Protocol
 from runner.clock import iso
 from runner.config.jobfile import Job
 from runner.delivery.alerts import RunEnd, is_alerted
+from runner.host.procs import pid_alive
 from runner.mcp.keep import Bridges
-from runner.procs import pid_alive
 from runner.run.protect import protected_set, sandbox_plan
 from runner.serve.fire import ActiveRun, Fire, Paths
 from runner.serve.host import Clock

@@ -1,4 +1,4 @@
-"""Imported once by the warm forkserver (``runner.forks``) of serve and of ``runner kanban
+"""Imported once by the warm forkserver (``runner.run.forks``) of serve and of ``runner kanban
 dispatch``, before it forks any worker: everything a worker (a run, or a kanban task) would
 otherwise pay for at each start. Imported for its effects; nothing else imports it.
 
@@ -53,7 +53,7 @@ MODULES = [
     "runner.store.memory_pending",  # the notes held for the operator (accepted ones join the snapshot)
     "runner.skills.review",  # skills_review after a run, and its auxiliary-model call
     "runner.skills.sidecall",
-    "runner.procs",
+    "runner.host.procs",
     "ctypes",
     "jinja2.sandbox",
     "html.parser",
@@ -101,7 +101,7 @@ for _name in SDK_REQUEST_PATH:
     except ModuleNotFoundError:
         pass  # see SDK_REQUEST_PATH: a worker imports its release's modules at its first request
 
-from runner.tls import ca_context  # noqa: E402
+from runner.host.tls import ca_context  # noqa: E402
 
 ca_context()  # the CA bundle, loaded once for every worker's HTTPS requests
 

@@ -44,23 +44,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner import secrets
+from runner.agent.tracing import ENDPOINT_ENV
 from runner.clock import utcnow
 from runner.config.database import ENV
 from runner.config.jobs import load_jobs
-from runner.forks import ForkError, Frames, Spawn, WarmForks, WorkerHandle, send_frame
-from runner.procs import (
+from runner.host import secrets
+from runner.host.procs import (
     STOP_SIGNALS,
     become_subreaper,
     end_descendants,
     install_two_stage_stop,
     nothing_left,
 )
+from runner.run.forks import ForkError, Frames, Spawn, WarmForks, WorkerHandle, send_frame
 from runner.serve.launcher import Kept, WorkerSpec, run_spec
 from runner.settings import Settings
 from runner.statuses import RunStatus, Trigger
 from runner.store import Store, ledger
-from runner.tracing import ENDPOINT_ENV
 
 if TYPE_CHECKING:
     from runner.config.jobs import Job
@@ -121,7 +121,6 @@ class WarmKit:
 
     def prepare(self) -> None:
         import atexit
-
 
         scratch = Path(tempfile.mkdtemp(prefix="runner-warm-"))
         atexit.register(shutil.rmtree, scratch, True)

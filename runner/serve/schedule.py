@@ -8,7 +8,7 @@ rows, the new last slots) in one transaction and then submits the queued runs; a
 ``created_at`` is the time of its insert, so the ledger shows how late a fire was written. The unique ``(job, slot, attempt)`` index is the last
 word: a slot that already has a row (another process got there first) is not run again.
 
-It also takes the control requests meant for serve (``runner.control``): ``runner jobs trigger``
+It also takes the control requests meant for serve (``runner.store.control``): ``runner jobs trigger``
 rows become ``queued`` runs (trigger ``manual``) submitted to the pool under the job's overlap
 policy, and a cancel of a run still waiting in the pool ends it there. It looks whenever another
 process committed to runner.db (``PRAGMA data_version``, read every tick: no query while nothing

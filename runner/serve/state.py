@@ -9,9 +9,9 @@ from datetime import datetime
 from typing import Any
 
 from runner.clock import iso, parse_iso, utcnow
-from runner.procs import pid_alive, start_time
+from runner.host.procs import HOST, pid_alive, start_time
 from runner.serve.planner import JobState
-from runner.store import Store, ledger
+from runner.store import Store
 
 
 def _state(row: dict[str, Any]) -> JobState:
@@ -128,7 +128,7 @@ def register_serve(store: Store, *, jobs_path: str, heartbeat_s: float, now: dat
         conn.execute(
             "INSERT OR REPLACE INTO serve_instance (id, pid, pid_start, host, started_at, heartbeat_at, "
             "stopped_at, jobs_path, heartbeat_s, running, waiting) VALUES (1, ?, ?, ?, ?, ?, NULL, ?, ?, 0, 0)",
-            (pid, start_time(pid), ledger.HOST, iso(now), iso(now), jobs_path, heartbeat_s),
+            (pid, start_time(pid), HOST, iso(now), iso(now), jobs_path, heartbeat_s),
         )
 
 
@@ -148,7 +148,7 @@ def serve_status(store: Store, now: datetime | None = None) -> ServeStatus:
     beat = parse_iso(row["heartbeat_at"])
     fresh = beat is not None and (now - beat).total_seconds() <= max(3 * (row["heartbeat_s"] or 5.0), 15.0)
     alive = fresh and row["stopped_at"] is None
-    if alive and row["host"] == ledger.HOST:
+    if alive and row["host"] == HOST:
         alive = pid_alive(int(row["pid"]), row["pid_start"])
     return ServeStatus(
         alive=alive,

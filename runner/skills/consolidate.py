@@ -20,14 +20,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner.atomic import write_private
 from runner.clock import iso
 from runner.errors import RunnerError
 from runner.skills import SkillPaths
 from runner.skills.merge import Merge, MergePlan, check_plan, content_hash
 from runner.skills.shared import skill_paths
-from runner.skills.sidecall import ModelFactory, SideReply
+from runner.skills.sidecall import ModelFactory, PricedReply
 from runner.skills.usage import UsageFile
+from runner.store.atomic import write_private
 
 if TYPE_CHECKING:
     from runner.settings import Settings
@@ -56,7 +56,7 @@ class Proposal:
     plan_path: Path | None  # None: nothing to merge (no file written)
     merges: int
     dropped: tuple[str, ...]  # proposed merges that failed the checks, one reason each
-    reply: SideReply | None  # None when there were fewer than two skills to compare
+    reply: PricedReply | None  # None when there were fewer than two skills to compare
 
     def summary(self) -> str:
         cost = "" if self.reply is None else f" (model {self.reply.model}, ${self.reply.cost_usd:.4f})"

@@ -26,7 +26,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner.atomic import write_private
 from runner.clock import iso
 from runner.errors import RunnerError, UsageError
 from runner.skills import ARCHIVE_DIR, BACKUP_DIR, SkillPaths, SkillStateError
@@ -34,6 +33,7 @@ from runner.skills.shared import skill_paths
 from runner.skills.sidecall import ModelFactory
 from runner.skills.usage import UsageFile, UsageRecord
 from runner.store import Store, dumps
+from runner.store.atomic import write_private
 
 if TYPE_CHECKING:
     from runner.config.machine import CuratorConfig

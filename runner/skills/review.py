@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner.errors import RunnerError
 from runner.skills import SkillError
-from runner.skills.sidecall import SideModel, SideReply
+from runner.skills.sidecall import PricedReply, SideModel
 
 if TYPE_CHECKING:
     from runner.skills.manage import Change
@@ -77,7 +77,7 @@ class Decision:
 
 @dataclass(frozen=True)
 class ReviewResult:
-    reply: SideReply
+    reply: PricedReply
     decision: Decision
     change: Change | None  # None for "none"
 
@@ -195,7 +195,7 @@ def review(
     *,
     timeout: float | None,
     max_tokens: int,
-) -> tuple[SideReply, Decision | Exception]:
+) -> tuple[PricedReply, Decision | Exception]:
     """Ask once; the reply (always counted by the caller) and the decision or why there is none."""
     reply = model.complete(request(messages, agent_skills(session)), timeout=timeout, max_tokens=max_tokens)
     try:

@@ -1,18 +1,34 @@
-"""The control tables of migration m0014 as the processes that act on them read and write them:
-serve takes trigger requests, a run's cancel watch looks for its cancel request, a parked run
-writes and waits on its approval request. ``runner.control`` is the API that asks (CLI, web)."""
+"""Live control of runs through the store, both sides of it.
+
+The asking side is what ``runner jobs trigger``, ``runner runs cancel``, ``runner kanban retry``,
+``runner approvals pending | grant | deny`` and the web dashboard's buttons call. Nothing here talks
+to a process: each call writes a row to runner.db and returns. The acting side reads those rows
+(the control tables of migration m0014): serve's schedule ticker takes trigger requests (also those
+written while it was down, at its start); a running run's cancel watch (``runner.run.cancel``) sees
+its cancel request; a run parked on an approval (``runner.safety.parked``) writes its request and
+waits for the answer. So control works without a socket and survives a serve restart. None of the
+asking is done for a process that is part of a run (``runner.safety.inside``): a run cannot answer
+its own approval. ``by`` names who asked: ``user@host`` from the CLI (``whoami``), the token's name
+from the web."""
 
 from __future__ import annotations
 
+import getpass
 import json
 import secrets
+import socket
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
 from runner.clock import iso, utcnow
-from runner.statuses import ApprovalState, ControlKind, RunStatus
+from runner.errors import UsageError
+from runner.safety.inside import refuse_inside_run
+from runner.statuses import ACTIVE, ApprovalState, ControlKind, RunStatus
 from runner.store import Store
+from runner.store.board import Board
+from runner.store.runs import get_run
+from runner.store.tasks import TaskNotFound
 
 
 def new_id(prefix: str) -> str:
@@ -166,7 +182,7 @@ def abandon(store: Store, run_id: str, *, now: datetime | None = None) -> int:
     return cur.rowcount
 
 
-def pending(store: Store) -> list[ApprovalRequest]:
+def pending_approvals(store: Store) -> list[ApprovalRequest]:
     """Approvals runs are parked on now, oldest first (a run that ended meanwhile is not listed)."""
     rows = store.query(
         "SELECT a.* FROM approval_requests a JOIN runs r ON r.id = a.run_id "
@@ -219,3 +235,116 @@ def answer(
                 (state, by, stamp, reason, approval_id),
             )
     return answered
+
+
+# -- the asking side (CLI, web) ------------------------------------------------------------------------
+class ControlRefused(UsageError):
+    """A control request that cannot be done as asked (exit 2, one line); ``reason`` says why:
+    ``not_found``, ``not_running``, ``already_decided``, ``not_retryable``."""
+
+    reason = "controlrefused"  # each instance names its own (as ``ModelError`` does)
+
+    def __init__(self, message: str, *, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+def whoami() -> str:
+    """``user@host``: who asked, as the audit records it for CLI requests."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+# -- triggers ------------------------------------------------------------------------------------
+def request_trigger(store: Store, job: str, *, by: str, now: datetime | None = None) -> str:
+    """Ask serve to run ``job`` now (trigger ``manual``, through its pool and policies); return the
+    request id. The caller checks that the job exists (serve records an unknown one as handled
+    with an error)."""
+    refuse_inside_run("trigger a job")
+    request_id = new_id("t")
+    with store.transaction() as conn:
+        conn.execute(
+            "INSERT INTO control_requests (id, kind, job, requested_by, requested_at) VALUES (?, ?, ?, ?, ?)",
+            (request_id, ControlKind.TRIGGER, job, by, iso(now or utcnow())),
+        )
+    return request_id
+
+
+def trigger_outcome(store: Store, request_id: str) -> dict[str, Any] | None:
+    """The request row (``handled_at`` and ``outcome`` once serve took it), or None."""
+    return store.one("SELECT * FROM control_requests WHERE id=?", (request_id,))
+
+
+# -- cancel --------------------------------------------------------------------------------------
+def request_cancel(store: Store, run_id: str, *, by: str, now: datetime | None = None) -> None:
+    """Ask run ``run_id`` (an id or a unique part of one) to stop now: its current step is cut
+    (``runner.run.cancel``) and it ends ``interrupted`` (reason ``cancelled``), whichever process
+    runs it. A run parked on an approval
+    stops waiting. Raises ``ControlRefused`` (``not_found`` / ``not_running``; ``subagent`` for a
+    delegate_task child, which stops with its parent)."""
+    refuse_inside_run("cancel a run")
+
+    row = get_run(store, run_id)
+    if row is None:
+        raise ControlRefused(f"no run {run_id}; see: runner runs list", reason="not_found")
+    if row["status"] not in ACTIVE:
+        raise ControlRefused(f"run {row['id']} is {row['status']}, not running", reason="not_running")
+    if row.get("parent_run_id"):  # a subagent runs inside its parent's process and stops with it
+        parent = row["parent_run_id"]
+        raise ControlRefused(f"run {row['id']} is a subagent of run {parent}; cancel that run", reason="subagent")
+    with store.transaction() as conn:
+        conn.execute(
+            "INSERT INTO control_requests (id, kind, job, run_id, requested_by, requested_at) VALUES (?, ?, ?, ?, ?, ?)",
+            (new_id("c"), ControlKind.CANCEL, row["job"], row["id"], by, iso(now or utcnow())),
+        )
+
+
+# -- kanban --------------------------------------------------------------------------------------
+def retry_task(store: Store, task_id: str | int, *, by: str, now: datetime | None = None) -> None:
+    """A ``failed`` or ``blocked`` task back to ``ready`` with one more attempt. Raises
+    ``ControlRefused`` (``not_found``, or ``not_retryable`` for any other state)."""
+    refuse_inside_run("retry a task")
+
+    try:
+        number = int(task_id)
+    except ValueError:
+        raise ControlRefused(f"{task_id!r} is not a task id (a number)", reason="not_found") from None
+    board = Board(store)
+    try:
+        board.retry(number, now=now or utcnow(), actor=by)
+    except TaskNotFound as exc:
+        raise ControlRefused(str(exc), reason="not_found") from None
+    except ControlRefused:
+        raise
+    except UsageError as exc:
+        raise ControlRefused(str(exc), reason="not_retryable") from None
+    finally:
+        board.close()
+
+
+# -- parked approvals ----------------------------------------------------------------------------
+def answer_approval(
+    store: Store,
+    approval_id: str,
+    *,
+    granted: bool,
+    by: str,
+    reason: str | None = None,
+    now: datetime | None = None,
+) -> None:
+    """Grant or deny a parked approval; the waiting run continues with that decision and audits
+    ``by`` and the time. Raises ``ControlRefused`` (``not_found`` / ``already_decided``; a run that
+    ended without seeing an answer counts as decided: its request becomes ``abandoned``)."""
+    refuse_inside_run("answer an approval")
+    done = answer(store, approval_id, granted=granted, by=by, reason=reason, stamp=iso(now or utcnow()))
+    if not done.found:
+        raise ControlRefused(f"no approval {approval_id}; see: runner approvals pending", reason="not_found")
+    if done.was is not ApprovalState.PENDING:
+        raise ControlRefused(f"approval {approval_id} is already {done.was}", reason="already_decided")
+    if not done.decided:
+        raise ControlRefused(
+            f"approval {approval_id}: run {done.run_id} already ended ({done.run_status})", reason="already_decided"
+        )

@@ -4,7 +4,7 @@ A run's status moves along ``LEGAL`` only: ``queued -> running -> a final status
 from ``queued`` to a final one (a skipped, missed, cancelled or never-started run). A final status
 never changes again. Each operation names an intent (``open_run``, ``start``, ``finish``,
 ``declare_lost``, ``claim_for_worker``, ``request_stop``, ``recover_orphans``, ``recover_stale``,
-``worker_died``: the one lost-worker recovery, which every ``runner.forks.Launcher`` uses) and is one guarded
+``worker_died``: the one lost-worker recovery, which every ``runner.run.forks.Launcher`` uses) and is one guarded
 ``UPDATE ... WHERE status IN (...)``: it returns whether it won. Two writers that race (a worker
 finishing while serve declares it lost, serve's backstop after the worker wrote its own end)
 cannot both win: the loser gets False, and the row keeps the first verdict.
@@ -34,14 +34,13 @@ from typing import Any
 
 from runner.clock import iso, utcnow
 from runner.config.schedules import format_duration
-from runner.procs import RUN_MARK, kill_marked, pid_alive, start_time
+from runner.host.procs import HOST, RUN_MARK, kill_marked, pid_alive, start_time
 from runner.statuses import ACTIVE, FINAL, RunStatus, Trigger
 from runner.store import Store, StoreError
 from runner.store.budget import settle
 from runner.store.control import abandon
 from runner.store.dialect import Dialect
 
-HOST = os.uname().nodename  # what socket.gethostname() returns, without importing socket
 NOT_TAKEN = "-"  # runs.worker of a row serve ended before any worker took it
 
 

@@ -1,14 +1,25 @@
-"""Read models over the runs and tasks tables for the CLI's listings, the dashboard's charts and
-``/metrics``: aggregate reads only (a run's own rows are ``runs.py``'s, every write the ledger's).
-Each text is the same on SQLite and PostgreSQL (``julianday`` is a function of runner's schema there)."""
+"""Read models for the CLI's listings and the dashboard (overview, jobs, runs in keyset pages, a
+run's detail, approvals, charts) and ``/metrics``: reads only (a run's own rows are ``runs.py``'s,
+every write the ledger's). Each text is the same on SQLite and PostgreSQL (``julianday`` is a
+function of runner's schema there).
+
+Run lists page by ``rowid`` (insertion order, newest first; PostgreSQL: ``(created_at, id)``) with
+the last shown run's id as the cursor, never ``OFFSET``, so page 1,000 of 100,000 runs costs what
+page 1 costs."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from enum import Enum
+from typing import Any
 
-from runner.statuses import RunStatus
+from runner.config.database import Dialect
+from runner.events import Recorded
+from runner.statuses import ACTIVE, RunStatus
 from runner.store import Store
+from runner.store.runs import events
 
 FAILURES = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.UNKNOWN)  # what the dashboard counts as failed
 
@@ -118,3 +129,177 @@ def queued_count(store: Store) -> int:
 def task_counts(store: Store) -> dict[str, int]:
     """Kanban tasks by status."""
     return {r["status"]: r["n"] for r in store.query("SELECT status, COUNT(*) AS n FROM tasks GROUP BY status")}
+
+
+# -- the dashboard -------------------------------------------------------------------------------------
+PAGE_SIZE = 50
+STRIP_RUNS = 30
+RUN_COLUMNS = (
+    "id, job, trigger, status, reason, created_at, started_at, ended_at, iterations, prompt_tokens, "
+    "completion_tokens, cost_usd, parent_run_id, delivery_failed, waited_s"
+)
+MAX_EVENTS = 5000  # of one run's timeline on its page; `runner runs show` has them all
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    job: str | None = None
+    status: str | None = None
+    since: str | None = None  # ISO date or time, on created_at
+    until: str | None = None
+
+    def where(self) -> tuple[list[str], list[Any]]:
+        where: list[str] = []
+        params: list[Any] = []
+        for column, value, op in (
+            ("job", self.job, "="),
+            ("status", self.status, "="),
+            ("created_at", self.since, ">="),
+            ("created_at", self.until, "<"),
+        ):
+            if value:
+                where.append(f"{column} {op} ?")
+                params.append(value)
+        return where, params
+
+    def query(self) -> dict[str, str]:
+        return {
+            k: v
+            for k, v in (("job", self.job), ("status", self.status), ("since", self.since), ("until", self.until))
+            if v
+        }
+
+
+@dataclass(frozen=True)
+class RunsPage:
+    rows: list[dict[str, Any]]
+    older: str | None  # cursor: the run id to pass as ``before``
+    newer: str | None  # cursor: the run id to pass as ``after``
+
+
+def runs_page(
+    store: Store, flt: RunFilter, *, before: str | None = None, after: str | None = None, limit: int = PAGE_SIZE
+) -> RunsPage:
+    where, params = flt.where()
+    order = "DESC"
+    key = _page_key(store)
+    if before:
+        where.append(f"{key} < (SELECT {key} FROM runs WHERE id = ?)")
+        params.append(before)
+    elif after:
+        where.append(f"{key} > (SELECT {key} FROM runs WHERE id = ?)")
+        params.append(after)
+        order = "ASC"
+    clause = f"WHERE {' AND '.join(where)}" if where else ""
+    by = ", ".join(f"{part} {order}" for part in key.strip("()").split(", "))
+    rows = store.query(f"SELECT {RUN_COLUMNS} FROM runs {clause} ORDER BY {by} LIMIT ?", (*params, limit + 1))
+    more = len(rows) > limit
+    rows = rows[:limit]
+    if order == "ASC":
+        rows.reverse()
+        older = rows[-1]["id"] if rows else None
+        newer = rows[0]["id"] if more and rows else None
+    else:
+        older = rows[-1]["id"] if more and rows else None
+        newer = rows[0]["id"] if (before and rows) else None
+    return RunsPage(rows=rows, older=older, newer=newer)
+
+
+def _page_key(store: Store) -> str:
+    """What run pages are ordered and cut by: SQLite's ``rowid`` (insertion order); PostgreSQL has
+    no rowid: the insert time, then the id (``created_at`` is written when the row is)."""
+    return "rowid" if store.dialect is Dialect.SQLITE else "(created_at, id)"
+
+
+def duration_s(row: dict[str, Any]) -> float | None:
+    if not row.get("started_at") or not row.get("ended_at"):
+        return None
+    return (datetime.fromisoformat(row["ended_at"]) - datetime.fromisoformat(row["started_at"])).total_seconds()
+
+
+def active_runs(store: Store) -> list[dict[str, Any]]:
+    marks = ",".join("?" * len(ACTIVE))
+    return store.query(
+        f"SELECT {RUN_COLUMNS} FROM runs WHERE status IN ({marks}) ORDER BY created_at DESC LIMIT 200", tuple(ACTIVE)
+    )
+
+
+def recent_failures(store: Store, now: datetime, hours: float = 24) -> list[dict[str, Any]]:
+    marks = ",".join("?" * len(FAILURES))
+    since = (now - timedelta(hours=hours)).isoformat()
+    return store.query(
+        f"SELECT {RUN_COLUMNS}, error FROM runs WHERE status IN ({marks}) AND created_at >= ? "
+        "ORDER BY created_at DESC LIMIT 100",
+        (*FAILURES, since),
+    )
+
+
+def strips(store: Store, jobs: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Each job's last 30 runs, oldest first (the colour strip)."""
+    out = {}
+    for job in jobs:
+        rows = store.query(
+            "SELECT id, status, created_at FROM runs WHERE job = ? ORDER BY created_at DESC LIMIT ?", (job, STRIP_RUNS)
+        )
+        out[job] = list(reversed(rows))
+    return out
+
+
+@dataclass(frozen=True)
+class RunDetail:
+    run: dict[str, Any]
+    children: list[dict[str, Any]]
+    events: list[Recorded]
+    truncated: bool
+    approvals: list[dict[str, Any]]
+    task: dict[str, Any] | None
+
+
+def run_detail(store: Store, run_id: str) -> RunDetail | None:
+    run = store.one("SELECT * FROM runs WHERE id = ?", (run_id,))
+    if run is None:
+        return None
+    kids = store.query(f"SELECT {RUN_COLUMNS} FROM runs WHERE parent_run_id = ? ORDER BY created_at, id", (run_id,))
+    evs = events(store, run_id, 0, MAX_EVENTS + 1)
+    approvals = store.query("SELECT * FROM approvals WHERE run_id = ? ORDER BY id", (run_id,))
+    task = None
+    if run.get("task_id"):
+        task = store.one("SELECT id, title, status FROM tasks WHERE id = ?", (run["task_id"],))
+    return RunDetail(run, kids, evs[:MAX_EVENTS], len(evs) > MAX_EVENTS, approvals, task)
+
+
+def run_status(store: Store, run_id: str) -> dict[str, Any] | None:
+    return store.one(
+        "SELECT status, reason, iterations, prompt_tokens, completion_tokens, cost_usd, ended_at FROM runs WHERE id = ?",
+        (run_id,),
+    )
+
+
+def approvals_audit(store: Store, *, before: int | None = None, limit: int = PAGE_SIZE) -> list[dict[str, Any]]:
+    where, params = ("WHERE a.id < ?", [before]) if before else ("", [])
+    rows = store.query(
+        f"SELECT a.*, r.job FROM approvals a LEFT JOIN runs r ON r.id = a.run_id {where} ORDER BY a.id DESC LIMIT ?",
+        (*params, limit),
+    )
+    for r in rows:
+        try:
+            r["reasons"] = json.loads(r["reasons"] or "[]")
+        except ValueError:
+            r["reasons"] = [r["reasons"]]
+    return rows
+
+
+def board_version(store: Store) -> tuple[int, str]:
+    """Changes when the board changes: the newest task event and the newest task update."""
+    row = store.one("SELECT (SELECT MAX(id) FROM task_events) AS e, (SELECT MAX(updated_at) FROM tasks) AS u")
+    return (int(row["e"] or 0), str(row["u"] or "")) if row else (0, "")
+
+
+def curator_runs(store: Store, limit: int = 20) -> list[dict[str, Any]]:
+    rows = store.query("SELECT * FROM curator_runs ORDER BY started_at DESC LIMIT ?", (limit,))
+    for r in rows:
+        try:
+            r["changes"] = json.loads(r["changes"] or "[]")
+        except ValueError:
+            r["changes"] = []
+    return rows

@@ -25,6 +25,15 @@ def get_run(store: Store, run_id: str) -> dict[str, Any] | None:
     return row
 
 
+def run_with_id(store: Store, run_id: str) -> dict[str, Any] | None:
+    return store.one("SELECT * FROM runs WHERE id=?", (run_id,))
+
+
+def runs_with_id_like(store: Store, pattern: str, limit: int) -> list[dict[str, Any]]:
+    """Runs whose id matches the LIKE ``pattern`` (``\\`` escapes ``%`` and ``_``), newest id first."""
+    return store.query("SELECT * FROM runs WHERE id LIKE ? ESCAPE '\\' ORDER BY id DESC LIMIT ?", (pattern, limit))
+
+
 def list_runs(
     store: Store,
     *,

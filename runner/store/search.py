@@ -392,7 +392,6 @@ def since(text: str, *, now: datetime | None = None) -> datetime:
     unless it names its offset); anything else is a UsageError naming the option."""
     from datetime import UTC
 
-
     moment = now or utcnow()
     try:
         return moment - timedelta(seconds=parse_duration(text))

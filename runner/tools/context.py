@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from backends.base import Backend
 from runner.events import Emit, no_events
-from runner.procs import Cut
+from runner.host.procs import Cut
 from runner.safety.result import ApprovalResult, ApproveFn, ToolApproveFn, ToolCheck
 from runner.safety.ssrf import WebPolicy
 

@@ -25,8 +25,8 @@ from runner.tools import Registry, ToolError, ToolResult, compact_json
 from runner.tools.context import ToolContext
 
 if TYPE_CHECKING:
-    from runner.kanban.board import Board
     from runner.settings import Settings
+    from runner.store.board import Board
 
 ENV_TASK = "HERMES_KANBAN_TASK"
 LIST_LIMIT = 100
@@ -69,7 +69,7 @@ def _settings(ctx: ToolContext) -> Settings:
 
 @contextmanager
 def _board(ctx: ToolContext) -> Iterator[Board]:
-    from runner.kanban.board import Board
+    from runner.store.board import Board
 
     board = Board(_settings(ctx).store)
     try:
@@ -95,7 +95,7 @@ def _text(args: dict[str, Any], name: str) -> str:
 def _call(fn: Any, *args: Any, **kw: Any) -> Any:
     """Board problems the model can act on (bad job name, task already ended) become tool errors;
     a refused fence is not one of them: it ends the run."""
-    from runner.kanban.model import FenceError
+    from runner.store.tasks import FenceError
 
     try:
         return fn(*args, **kw)

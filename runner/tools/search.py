@@ -23,8 +23,8 @@ from urllib.parse import urlencode
 
 from backends.base import truncate_text
 from runner.config.refs import resolve_key
+from runner.host.tls import ca_context
 from runner.safety.ssrf import Blocked, WebPolicy, check_url
-from runner.tls import ca_context
 from runner.tools import Registry, ToolError, ToolResult
 from runner.tools.context import ToolContext
 from runner.tools.web import USER_AGENT, Response, _pinned, backend_network, refuse
@@ -143,7 +143,6 @@ def _masked(text: str, key: str | None) -> str:
 def send(request: Request, timeout: float) -> Any:
     """Make ``request`` to the address its host resolved to (checked once, then pinned); no redirects."""
     import httpx
-
 
     target = check_url(request.url, OPERATOR)
     url, host_header = _pinned(target)

@@ -2,7 +2,7 @@
 token, calls the same function the CLI command calls, and redirects back with a one-line message
 (303, so the browser's reload does not post twice).
 
-Run now, cancel, kanban retry and approve / deny go through ``runner.control`` (the store-backed
+Run now, cancel, kanban retry and approve / deny go through ``runner.store.control`` (the store-backed
 control API that ``runner jobs trigger``, ``runner runs cancel``, ``runner kanban retry`` and
 ``runner approvals grant|deny`` use)."""
 
@@ -22,8 +22,8 @@ from starlette.routing import Route
 from runner.agent.credentials import reset, sync_config
 from runner.clock import utcnow
 from runner.errors import RunnerError, UsageError
-from runner.kanban.board import Board
 from runner.serve.state import set_paused
+from runner.store.board import Board
 from runner.web import skills
 from runner.web.auth import CSRF_COOKIE, CSRF_FIELD, CSRF_HEADER, Role, csrf_ok
 
@@ -85,11 +85,11 @@ def _who(request: Request) -> str:
 
 
 def _control() -> Any:
-    """``runner.control`` (branch i-control); a clear error when this build does not have it."""
+    """``runner.store.control`` (branch i-control); a clear error when this build does not have it."""
     try:
-        from runner import control
+        from runner.store import control
     except ImportError:
-        raise UsageError("this runner has no runner.control (live control): the button needs it") from None
+        raise UsageError("this runner has no runner.store.control (live control): the button needs it") from None
     return control
 
 

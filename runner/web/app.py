@@ -48,7 +48,6 @@ class Web:
     def __init__(self, settings: Settings, tokens: Tokens):
         import jinja2
 
-
         self.source = Source(settings)
         self.tokens = tokens
         self.redactor = Redactor()

@@ -16,8 +16,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
 from runner.statuses import ACTIVE
-from runner.store import runs
-from runner.web import data
+from runner.store import queries, runs
 from runner.web.pages import step_html
 
 POLL_S = 0.2
@@ -65,7 +64,7 @@ def run_stream(request: Request) -> StreamingResponse:
         if events:
             cursor["seq"] = events[-1].seq
             out.append(sse("step", step_html(w, events)))
-        row = data.run_status(store, run_id)
+        row = queries.run_status(store, run_id)
         if row is None:
             return None
         if row["status"] not in ACTIVE and not events:
@@ -86,10 +85,10 @@ def run_stream(request: Request) -> StreamingResponse:
 
 def board_stream(request: Request) -> StreamingResponse:
     w = request.app.state.web
-    seen = {"version": data.board_version(w.source.store)}
+    seen = {"version": queries.board_version(w.source.store)}
 
     def step() -> list[bytes]:
-        version = data.board_version(w.source.store)
+        version = queries.board_version(w.source.store)
         if version == seen["version"]:
             return []
         seen["version"] = version

@@ -86,7 +86,6 @@ class StoreCollector:
     def _keys(self) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
-
         family = GaugeMetricFamily("runner_keys_cooling", "API keys cooling down, by provider", labels=["provider"])
         cooling: dict[str, int] = {}
         for c in list_credentials(self.store):
@@ -97,7 +96,6 @@ class StoreCollector:
 
     def _serve(self, now: datetime) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
-
 
         status = serve_status(self.store, now)
         up = GaugeMetricFamily("runner_serve_up", "1 when runner serve's heartbeat is fresh", value=int(status.alive))
@@ -111,7 +109,6 @@ class StoreCollector:
 
     def _leader(self, now: datetime) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
-
 
         labels = ["holder", "host", "pid"]
         leads = GaugeMetricFamily(

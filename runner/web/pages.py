@@ -1,4 +1,4 @@
-"""The dashboard's pages (GET): each reads through ``runner.web.data`` (or the module the CLI
+"""The dashboard's pages (GET): each reads through ``runner.store.queries`` (or the module the CLI
 uses for the same listing) and renders one template."""
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ from runner.agent.credentials import list_credentials, sync_config
 from runner.clock import utcnow
 from runner.config.schedules import format_duration
 from runner.events import LIVE_ONLY, Recorded, Shown
-from runner.kanban.board import Board
-from runner.kanban.model import TaskNotFound
 from runner.run.budget import report
 from runner.serve.planner import JobState, upcoming
 from runner.serve.state import load_states, serve_status
 from runner.statuses import ACTIVE, RunStatus, TaskStatus
+from runner.store import queries
+from runner.store.board import Board
 from runner.store.lease import lease_holder
 from runner.store.reloads import refused_reload
+from runner.store.tasks import TaskNotFound
 from runner.web import charts as c
-from runner.web import data
 from runner.web import skills as skill_rows
 from runner.web.markdown import render
 
@@ -55,7 +55,7 @@ def install_filters(env: Any, redactor: Any) -> None:
     env.filters["redact"] = lambda text: redactor(str(text)) if text is not None else ""
     env.filters["markdown"] = lambda text: render(redactor(text or ""))
     env.filters["usd"] = lambda v: f"${(v or 0):,.4f}"
-    env.filters["duration"] = lambda row: "" if (d := data.duration_s(row)) is None else f"{d:.1f}s"
+    env.filters["duration"] = lambda row: "" if (d := queries.duration_s(row)) is None else f"{d:.1f}s"
     env.filters["time"] = lambda t: (t or "")[:19].replace("T", " ")
     env.globals["ACTIVE"] = [str(s) for s in ACTIVE]
     env.globals["STATUSES"] = [s.value for s in RunStatus]
@@ -88,8 +88,8 @@ def overview(request: Request) -> Response:
     return w.render(
         request,
         "overview.html",
-        active=data.active_runs(store),
-        failures=data.recent_failures(store, now),
+        active=queries.active_runs(store),
+        failures=queries.recent_failures(store, now),
         fires=fires,
         budget=[b for b in budget["scopes"] if b["today"]["cap_usd"] is not None or b["today"]["spent_usd"]],
         budget_day=budget["day"],
@@ -111,7 +111,7 @@ def jobs(request: Request) -> Response:
         jobs=[loaded.value.jobs[n] for n in names],
         states=load_states(w.source.store),
         fires=_next_fires(w.source, now, 3),
-        strips=data.strips(w.source.store, names),
+        strips=queries.strips(w.source.store, names),
         jobs_error=loaded.error,
     )
 
@@ -120,13 +120,13 @@ def jobs(request: Request) -> Response:
 def runs(request: Request) -> Response:
     w = _web(request)
     q = request.query_params
-    flt = data.RunFilter(
+    flt = queries.RunFilter(
         job=q.get("job") or None,
         status=q.get("status") or None,
         since=q.get("since") or None,
         until=q.get("until") or None,
     )
-    page = data.runs_page(w.source.store, flt, before=q.get("before") or None, after=q.get("after") or None)
+    page = queries.runs_page(w.source.store, flt, before=q.get("before") or None, after=q.get("after") or None)
     return w.render(request, "runs.html", page=page, flt=flt, query=flt.query())
 
 
@@ -141,7 +141,7 @@ def _output(run: dict[str, Any]) -> str | None:
 
 def run_detail(request: Request) -> Response:
     w = _web(request)
-    detail = data.run_detail(w.source.store, request.path_params["run_id"])
+    detail = queries.run_detail(w.source.store, request.path_params["run_id"])
     if detail is None:
         return w.render(request, "missing.html", status_code=404, what=f"run {request.path_params['run_id']}")
     last_seq = detail.events[-1].seq if detail.events else 0
@@ -204,18 +204,18 @@ def task_detail(request: Request) -> Response:
 # -- approvals, credentials, skills, charts ---------------------------------------------------
 def _pending(store: Any) -> tuple[list[Any] | None, str | None]:
     try:
-        from runner.control import pending_approvals
+        from runner.store.control import pending_approvals
     except ImportError:
-        return None, "parked approvals need runner.control (not in this build)"
+        return None, "parked approvals need runner.store.control (not in this build)"
     return list(pending_approvals(store)), None
 
 
 def approvals(request: Request) -> Response:
     w = _web(request)
     before = request.query_params.get("before")
-    rows = data.approvals_audit(w.source.store, before=int(before) if before and before.isdigit() else None)
+    rows = queries.approvals_audit(w.source.store, before=int(before) if before and before.isdigit() else None)
     pending, pending_note = _pending(w.source.store)
-    older = rows[-1]["id"] if len(rows) == data.PAGE_SIZE else None
+    older = rows[-1]["id"] if len(rows) == queries.PAGE_SIZE else None
     return w.render(request, "approvals.html", rows=rows, pending=pending, pending_note=pending_note, older=older)
 
 
@@ -227,7 +227,7 @@ def credentials(request: Request) -> Response:
 
 def skills(request: Request) -> Response:
     w = _web(request)
-    return w.render(request, "skills.html", skills=skill_rows.rows(w.source), passes=data.curator_runs(w.source.store))
+    return w.render(request, "skills.html", skills=skill_rows.rows(w.source), passes=queries.curator_runs(w.source.store))
 
 
 def curator_report(request: Request) -> Response:

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from runner import secrets
 from runner.errors import UsageError
+from runner.host import secrets
 from runner.web.app import build_app
 from runner.web.auth import Bind, Tokens, check_bind, load_tokens
 
@@ -52,7 +52,6 @@ def prepare(settings: Settings, bind: Bind) -> tuple[Tokens, socket.socket]:
 
 def _server(settings: Settings, tokens: Tokens, *, log_level: str = "warning") -> Any:
     import uvicorn
-
 
     config = uvicorn.Config(
         build_app(settings, tokens),

@@ -17,7 +17,7 @@ from backend_helpers import eventually, host_processes_with_arg, make_ctx, spec_
 from backends import resolve
 from backends.base import Backend
 from runner.errors import BackendError
-from runner.procs import Cut
+from runner.host.procs import Cut
 
 PARAMS = [
     pytest.param("local"),

@@ -32,8 +32,8 @@ from _common import REPO  # noqa: E402
 
 sys.path.insert(0, str(REPO))
 
-from runner.control import request_trigger  # noqa: E402
 from runner.store import Store  # noqa: E402
+from runner.store.control import request_trigger  # noqa: E402
 from runner.testing import FakeOpenAI, final  # noqa: E402
 
 CONFIG = "serve:\n  max_parallel: 4\n  heartbeat_s: 5\n"

@@ -27,8 +27,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from runner.clock import utcnow  # noqa: E402
-from runner.kanban.board import Board  # noqa: E402
 from runner.store import Store  # noqa: E402
+from runner.store.board import Board  # noqa: E402
 
 CLAIMER = REPO / "tests" / "kanban_claimer.py"
 

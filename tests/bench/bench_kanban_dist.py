@@ -30,8 +30,8 @@ from _common import REPO, clean_env, pct, read, row, wait
 
 sys.path.insert(0, str(REPO))
 from runner.clock import utcnow  # noqa: E402
-from runner.kanban.board import Board  # noqa: E402
 from runner.store import Store  # noqa: E402
+from runner.store.board import Board  # noqa: E402
 from runner.testing import FakeOpenAI  # noqa: E402
 from tests.dist.conftest import Cluster, Redis  # noqa: E402
 

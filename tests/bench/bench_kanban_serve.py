@@ -28,8 +28,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from runner.clock import utcnow  # noqa: E402
-from runner.kanban.board import Board  # noqa: E402
 from runner.store import Store  # noqa: E402
+from runner.store.board import Board  # noqa: E402
 from runner.testing import FakeOpenAI, call, final  # noqa: E402
 
 JOBS = "jobs:\n  agent:\n    prompt: Work on your kanban task.\n    toolsets: [kanban]\n"

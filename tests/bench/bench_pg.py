@@ -60,7 +60,7 @@ import sys
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
 from runner.clock import utcnow
-from runner.kanban.board import Board
+from runner.store.board import Board
 from runner.store import Store
 if sys.argv[2].startswith("postgresql"):  # main before has only SQLite
     from runner.store.dialect import parse

@@ -84,7 +84,7 @@ def test_one_turn_run_job_imports_nothing_it_does_not_use(project: Project, fake
     names = imported(project, "run-job", "one")
     assert len(fake.requests) == 1
     assert loaded(names, HEAVY) == []
-    assert under(names, ("runner.safety.shell", "runner.serve", "runner.kanban.", "runner.otel")) == []
+    assert under(names, ("runner.safety.shell", "runner.serve", "runner.kanban.", "runner.agent.otel")) == []
     assert {"backends.docker", "backends.ssh"}.isdisjoint(names)  # the implementations, not the specs
     assert "html.parser" not in names  # web_fetch's parser loads with its first page
 

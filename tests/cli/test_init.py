@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from runner.scaffold import FILES
+from runner.cli.scaffold import FILES
 
 
 def _runner(project, *args, cwd):

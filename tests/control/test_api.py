@@ -1,4 +1,4 @@
-"""``runner.control``, the API the CLI and the web's buttons call, on a real SQLite store."""
+"""``runner.store.control``, the API the CLI and the web's buttons call, on a real SQLite store."""
 
 from __future__ import annotations
 
@@ -8,19 +8,23 @@ from pathlib import Path
 import pytest
 
 from runner.clock import utcnow
-from runner.control import (
+from runner.statuses import ApprovalState, RunStatus, Trigger
+from runner.store import Store, ledger
+from runner.store.board import Board
+from runner.store.control import (
     ControlRefused,
     answer_approval,
+    cancel_requested,
+    get_request,
+    mark_handled,
+    open_triggers,
+    park,
     pending_approvals,
     request_cancel,
     request_trigger,
     retry_task,
     whoami,
 )
-from runner.kanban.board import Board
-from runner.statuses import ApprovalState, RunStatus, Trigger
-from runner.store import Store, ledger
-from runner.store.control import cancel_requested, get_request, mark_handled, open_triggers, park
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from runner.procs import RUN_MARK, marked
+from runner.host.procs import RUN_MARK, marked
 from runner.testing import call, final
 from tests.conftest import Project
 from tests.servehelp import in_a_tool_call, job_rows, rows, serve_factory, ts, wait_for, write_config

@@ -217,7 +217,7 @@ def test_webhook_credentials_and_query_never_show(user: str, password: str, quer
 
 def test_plain_http_sinks_load_no_ca_bundle() -> None:
     """(issue 20) The CA bundle costs tens of ms to load; a post to http:// does not need it."""
-    from runner.tls import ca_context, verify_for
+    from runner.host.tls import ca_context, verify_for
 
     plain = verify_for("http://127.0.0.1:9/hook")
     assert plain is not ca_context() and plain.cert_store_stats()["x509_ca"] == 0

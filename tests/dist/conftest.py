@@ -169,7 +169,7 @@ class Machine:
 
     def kill_tree(self) -> None:
         """SIGKILL the process and everything under it: the machine is gone."""
-        from runner.procs import ProcessTree
+        from runner.host.procs import ProcessTree
 
         if self.proc is None:
             return

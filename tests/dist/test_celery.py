@@ -8,7 +8,7 @@ import signal
 import time
 from collections import Counter
 
-from runner.procs import pid_alive
+from runner.host.procs import pid_alive
 from runner.testing.fakeopenai import Reply
 from tests.dist.conftest import Cluster, Redis, wait_ready_all
 from tests.servehelp import marker, sleeping, wait_for

@@ -91,7 +91,7 @@ def test_a_forged_execute_naming_another_job_runs_nothing(cluster: Cluster) -> N
 
 
 def test_a_forged_kanban_attempt_naming_another_job_or_attempt_runs_nothing(cluster: Cluster) -> None:
-    from runner.kanban.board import Board
+    from runner.store.board import Board
 
     marks, worker, good_hash = _setup(cluster)
     out = worker.cli("kanban", "add", "tidy up", "--job", "harmless")

@@ -1,4 +1,4 @@
-"""The ``runner.forks.Launcher`` contract, run against both implementations of serve's runs: a
+"""The ``runner.run.forks.Launcher`` contract, run against both implementations of serve's runs: a
 worker forked here from a warm forkserver (``ForkLauncher``) and a run sent to a real ``runner
 worker`` through a real redis-server (``CelerySpawner``). Each case has a queued ledger row in a
 shared store; spawn, wait (``poll`` and ``sentinel``), signal and lost must mean the same."""
@@ -18,8 +18,8 @@ import pytest
 
 from runner.clock import utcnow
 from runner.config.jobs import inputs_of
-from runner.forks import Handle
-from runner.procs import ProcessTree
+from runner.run.forks import Handle
+from runner.host.procs import ProcessTree
 from runner.serve.launcher import WorkerSpec
 from runner.settings import Settings
 from runner.statuses import RunStatus, Trigger

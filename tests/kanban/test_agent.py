@@ -6,10 +6,10 @@ import json
 import pytest
 
 from runner.clock import utcnow
-from runner.kanban.board import Board
 from runner.kanban.work import REMINDER, UNFINISHED, TaskSession
 from runner.statuses import FINAL
 from runner.store import Store
+from runner.store.board import Board
 from runner.testing import call, final
 from runner.tools import discover
 from runner.tools.context import ToolContext

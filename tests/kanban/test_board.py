@@ -5,9 +5,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from runner.errors import UsageError
-from runner.kanban.board import Board
-from runner.kanban.model import FenceError, TaskNotFound, backoff_seconds
 from runner.store import Store
+from runner.store.board import Board
+from runner.store.tasks import FenceError, TaskNotFound, backoff_seconds
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -166,7 +166,7 @@ def test_bad_input_is_a_usage_error(board):
 def test_take_is_exclusive_per_fence_and_refuses_stale_deliveries(board):
     """A remote worker's take: the first delivery under the fence wins; a second one, or a late one
     after a reclaim, is refused (recorded) and never starts the attempt again."""
-    from runner.kanban.model import AlreadyTaken
+    from runner.store.tasks import AlreadyTaken
 
     t = board.add("t", now=at(0))
     [claim] = board.claim("here:1:dispatch", now=at(1), lease_seconds=10)

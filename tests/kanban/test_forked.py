@@ -1,4 +1,4 @@
-"""Kanban workers forked from a warm forkserver (``runner.forks``), in serve and in
+"""Kanban workers forked from a warm forkserver (``runner.run.forks``), in serve and in
 ``runner kanban dispatch``: they find their task, hold the keys without an environment block
 that shows them, and complete a task end to end with the fake model."""
 
@@ -46,7 +46,7 @@ def check_forked(pid: int, dispatcher_pid: int) -> None:
     """``pid`` is a child of the warm forkserver, itself a child of the dispatching process, and
     neither shows the API key in the environment block /proc gives every process of the user."""
     server = parent(pid)
-    assert "runner.forks" in cmdline(pid) and "kanban work" not in cmdline(pid)
+    assert "runner.run.forks" in cmdline(pid) and "kanban work" not in cmdline(pid)
     assert parent(server) == dispatcher_pid
     for p in (pid, server):
         assert KEY not in Path(f"/proc/{p}/environ").read_bytes()

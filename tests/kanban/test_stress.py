@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from runner.clock import utcnow
-from runner.kanban.board import Board
 from runner.store import Store
+from runner.store.board import Board
 
 TASKS, PROCESSES = 10_000, 16
 CLAIMER = Path(__file__).parent.parent / "kanban_claimer.py"

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from runner.control import request_cancel
 from runner.run.cancel import CancelWatch, CancelWatcher
 from runner.statuses import RunStatus, Trigger
 from runner.store import Store, ledger
+from runner.store.control import request_cancel
 
 CHECK = 0.02
 

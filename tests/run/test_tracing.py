@@ -113,7 +113,7 @@ def test_no_endpoint_no_spans_and_no_import(project, fake):
     """The seam without the endpoint is the no-op tracer, and OpenTelemetry stays unimported."""
     code = (
         "import sys, os; os.environ.pop('OTEL_EXPORTER_OTLP_ENDPOINT', None)\n"
-        "from runner.tracing import tracer_from_env, NOOP\n"
+        "from runner.agent.tracing import tracer_from_env, NOOP\n"
         "t = tracer_from_env()\n"
         "with t.span('x', {'a': 1}) as s: s.set('b', 2)\n"
         "print(t is NOOP, any(m.startswith('opentelemetry') for m in sys.modules))\n"

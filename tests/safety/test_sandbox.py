@@ -387,7 +387,7 @@ def test_the_run_process_holds_keys_undumpable(tmp_path: Path) -> None:
     shared = Path(tempfile.mkdtemp(prefix="runner-dumpable-"))  # tmp_path's parents are root's only
     script = shared / "hold.py"
     script.write_text(
-        "import sys, time\nfrom runner.startup import prepare_process\n"
+        "import sys, time\nfrom runner.safety.startup import prepare_process\n"
         "prepare_process(['run-job', 'x'])\nsecret = 'held-secret-31337' * 2\nprint('ready', flush=True)\ntime.sleep(30)\n"
     )
     os.chmod(shared, 0o755)

@@ -94,7 +94,7 @@ def test_stored_arguments_and_delivery_masked(project, fake, tmp_path):
 # A start-up in a fresh interpreter: what hide() leaves in the block, the environment and memory.
 HIDE = """
 import os, sys
-from runner import secrets
+from runner.host import secrets
 sys.stderr.write("started\\n")  # twice if the program re-executed itself
 secrets.hide(["run-job", "x"])
 print("OPENAI_API_KEY" in os.environ, os.environ["PLAIN"], secrets.getenv("OPENAI_API_KEY"))
@@ -123,7 +123,7 @@ def test_hide_blanks_the_block_in_place_without_a_second_start():
 def test_the_fallback_reexecutes_with_the_values_handed_over():
     code = (
         "import os\n"
-        "from runner import secrets\n"
+        "from runner.host import secrets\n"
         "if 'RUNNER_SECRETS_FD' not in os.environ:\n"
         "    secrets.reexec_without({'OPENAI_API_KEY': os.environ['OPENAI_API_KEY']})\n"
         "secrets.receive()\n"

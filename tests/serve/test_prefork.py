@@ -60,7 +60,7 @@ FORKED_RUN = """
 import gc, json, os, socket, sys
 import runner.serve.prefork
 from runner.config.jobs import referenced_files
-from runner.forks import send_frame
+from runner.run.forks import send_frame
 from runner.serve.launcher import WorkerSpec, worker_main
 from runner.serve.reuse import reuse_main
 from runner.settings import Settings

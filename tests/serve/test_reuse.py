@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.procs import descendants, stat
+from runner.host.procs import descendants, stat
 from runner.serve.launcher import Kept
 from runner.settings import Settings
 from runner.store import Store

@@ -17,17 +17,17 @@ import pytest
 from runner.agent.credentials import CredentialPool, list_credentials
 from runner.agent.keys import Credential
 from runner.events import Event, PreRun, Prompt, Response, RunFinished, RunStarted, Text, ToolCall, ToolResult
-from runner.kanban.board import Board
-from runner.kanban.model import FenceError
 from runner.memory.notebook import MemoryRefused, Notebook, Scope, ScopeKind
 from runner.memory.notebooks import NotebookChanged, change, load
 from runner.safety.redact import Redactor
 from runner.statuses import RunStatus, Trigger
 from runner.store import Store, ledger
+from runner.store.board import Board
 from runner.store.budget import Cap, Hold, Period, reserve, to_micro, totals
 from runner.store.budget import Scope as BudgetScope
 from runner.store.runs import Recorder, events, get_run, list_runs
 from runner.store.search import Search, index_output, rebuild, search
+from runner.store.tasks import FenceError
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 SLOT = "2026-03-01T12:00:00+00:00"

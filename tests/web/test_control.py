@@ -1,5 +1,5 @@
 """The dashboard's control buttons in a real Chromium: run now, cancel, approve / deny a parked
-approval, kanban retry. Each goes through ``runner.control`` (the store); the tests check the row
+approval, kanban retry. Each goes through ``runner.store.control`` (the store); the tests check the row
 the button wrote and that the run reacts: a real serve starts it, it ends ``interrupted``, or it
 continues after the answer. The run-side tests skip, naming the module, on a build without it."""
 

@@ -26,7 +26,11 @@ from typing import Any
 
 from runner.clock import iso
 from runner.errors import UsageError
-from runner.kanban.model import (
+from runner.host.procs import HOST
+from runner.statuses import TaskStatus
+from runner.store import Store, dumps
+from runner.store.dialect import STORE_LOCK, Dialect
+from runner.store.tasks import (
     AlreadyTaken,
     AttemptState,
     Claim,
@@ -36,9 +40,6 @@ from runner.kanban.model import (
     TaskNotFound,
     backoff_seconds,
 )
-from runner.statuses import TaskStatus
-from runner.store import Store, dumps, ledger
-from runner.store.dialect import STORE_LOCK, Dialect
 
 _CLAIM = (
     "SELECT id, fence, attempts FROM tasks INDEXED BY tasks_claim WHERE status='ready' "
@@ -66,7 +67,7 @@ _COMPLETE_PG = (
 
 
 class Board:
-    def __init__(self, store: Store, *, host: str = ledger.HOST):
+    def __init__(self, store: Store, *, host: str = HOST):
         self.store = store
         self.host = host
         self._gate: int | None = None  # the writers' lock file, opened on the first write
@@ -205,6 +206,20 @@ class Board:
         return {
             r["status"]: r["n"] for r in self.store.query("SELECT status, COUNT(*) AS n FROM tasks GROUP BY status")
         }
+
+    def any_ready(self, now: datetime) -> bool:
+        """Whether a task is ready to claim now (one index probe: a dispatcher asks at every tick)."""
+        row = self.store.one(
+            "SELECT 1 AS x FROM tasks INDEXED BY tasks_claim WHERE status='ready' "
+            "AND (not_before IS NULL OR not_before <= ?) LIMIT 1",
+            (iso(now),),
+        )
+        return row is not None
+
+    def fence_of(self, task_id: int) -> int | None:
+        """The task's current fence (None: no such task)."""
+        row = self.store.one("SELECT fence FROM tasks WHERE id=?", (task_id,))
+        return None if row is None else int(row["fence"])
 
     def running_on(self, host: str) -> int:
         row = self.store.one("SELECT COUNT(*) AS n FROM tasks WHERE status='running' AND host=?", (host,))

@@ -5,7 +5,7 @@ about OpenTelemetry.
 spans opened inside it are its children (the nesting follows ``contextvars``, so a thread started
 through ``contextvars.copy_context().run`` keeps its parent). ``tracer_from_env()`` returns the
 no-op tracer unless ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set *and* the optional ``otel`` extra is
-installed; only then is OpenTelemetry imported (``runner.otel``). Attributes carry names,
+installed; only then is OpenTelemetry imported (``runner.agent.otel``). Attributes carry names,
 counts and statuses, never arguments, results or prompts (they may hold secrets).
 """
 
@@ -68,6 +68,6 @@ def tracer_from_env(environ: Mapping[str, str] | None = None, *, service: str = 
     env = os.environ if environ is None else environ
     if not env.get(ENDPOINT_ENV) or not otel_available():
         return NOOP
-    from runner.otel import OtelTracer
+    from runner.agent.otel import OtelTracer
 
     return OtelTracer(service)

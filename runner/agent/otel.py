@@ -1,8 +1,8 @@
-"""OpenTelemetry behind ``runner.tracing.Tracer``: spans exported over OTLP/HTTP (protobuf) to
+"""OpenTelemetry behind ``runner.agent.tracing.Tracer``: spans exported over OTLP/HTTP (protobuf) to
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` (the exporter reads the standard ``OTEL_*`` variables: headers,
-timeout, ``OTEL_SERVICE_NAME``). Imported only by ``runner.tracing.tracer_from_env`` when the
+timeout, ``OTEL_SERVICE_NAME``). Imported only by ``runner.agent.tracing.tracer_from_env`` when the
 endpoint is set and the ``otel`` extra (opentelemetry-sdk, opentelemetry-exporter-otlp-proto-http)
-is installed. It does not import ``runner.tracing`` (whose ``Tracer`` protocol it fits)."""
+is installed. It does not import ``runner.agent.tracing`` (whose ``Tracer`` protocol it fits)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,6 @@ class OtelTracer:
 
     def __init__(self, service: str):
         import os
-
 
         name = os.environ.get("OTEL_SERVICE_NAME") or service
         self._provider = TracerProvider(

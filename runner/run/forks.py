@@ -2,7 +2,7 @@
 and forks a child per run (serve's runs, kanban workers), so starting a worker costs a ``fork()``
 and no interpreter start, import or ``multiprocessing`` bootstrap.
 
-The helper is a fresh interpreter (``python -m runner.forks``) started with ``close_fds``: it holds
+The helper is a fresh interpreter (``python -m runner.run.forks``) started with ``close_fds``: it holds
 none of its parent's descriptors (serve's lock, its SQLite connection, its pipes) and no thread.
 Parent and helper talk over one socket pair, in length-prefixed pickled frames:
 
@@ -43,14 +43,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from runner.procs import ProcessTree
+from runner.host.procs import ProcessTree
 
 if TYPE_CHECKING:
     from datetime import datetime
 
     from runner.store import Store
 
-from runner.procs import become_undumpable, running, start_time
+from runner.host.procs import become_undumpable, running, start_time
 
 HEADER = struct.Struct("!I")
 LOST_EXIT = 255  # what poll() reports for a child whose helper died before telling its exit code
@@ -144,7 +144,7 @@ class WarmForks:
             ours, theirs = socket.socketpair()
             ours.set_inheritable(False)
             self._proc = subprocess.Popen(
-                [self.python, "-m", "runner.forks", str(theirs.fileno())],
+                [self.python, "-m", "runner.run.forks", str(theirs.fileno())],
                 stdin=subprocess.DEVNULL,
                 pass_fds=(theirs.fileno(),),
                 close_fds=True,

@@ -22,6 +22,8 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+HOST: str = os.uname().nodename  # this machine, as the ledger records where a run runs (socket.gethostname())
+
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
