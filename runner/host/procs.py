@@ -404,13 +404,6 @@ def become_undumpable() -> bool:
         return False
 
 
-def is_dumpable() -> bool:
-    try:
-        return _prctl(PR_GET_DUMPABLE, 0) == 1
-    except (OSError, AttributeError):
-        return True
-
-
 def is_subreaper() -> bool:
     import ctypes
 

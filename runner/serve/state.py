@@ -31,11 +31,6 @@ def load_states(store: Store) -> dict[str, JobState]:
     return {row["job"]: _state(row) for row in store.query("SELECT * FROM job_state")}
 
 
-def load_state(store: Store, job: str) -> JobState:
-    row = store.one("SELECT * FROM job_state WHERE job=?", (job,))
-    return _state(row) if row else JobState(job=job)
-
-
 def save_sight(store: Store, state: JobState, *, now: datetime | None = None) -> None:
     """Store a first sight (schedule, first_seen, resolved time); pause and streak are kept."""
     with store.transaction() as conn:

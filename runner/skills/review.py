@@ -75,13 +75,6 @@ class Decision:
     why: str = ""
 
 
-@dataclass(frozen=True)
-class ReviewResult:
-    reply: PricedReply
-    decision: Decision
-    change: Change | None  # None for "none"
-
-
 def count_tool_calls(messages: Sequence[dict[str, Any]]) -> int:
     return sum(len(m.get("tool_calls") or ()) for m in messages if m.get("role") == "assistant")
 

@@ -273,11 +273,6 @@ def request_trigger(store: Store, job: str, *, by: str, now: datetime | None = N
     return request_id
 
 
-def trigger_outcome(store: Store, request_id: str) -> dict[str, Any] | None:
-    """The request row (``handled_at`` and ``outcome`` once serve took it), or None."""
-    return store.one("SELECT * FROM control_requests WHERE id=?", (request_id,))
-
-
 # -- cancel --------------------------------------------------------------------------------------
 def request_cancel(store: Store, run_id: str, *, by: str, now: datetime | None = None) -> None:
     """Ask run ``run_id`` (an id or a unique part of one) to stop now: its current step is cut

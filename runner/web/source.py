@@ -61,10 +61,6 @@ class Source:
                 self._config = (stamp, loaded)
             return self._config[1].value
 
-    def config_error(self) -> str | None:
-        self.config()
-        return self._config[1].error if self._config else None
-
     def jobs(self) -> Loaded:
         """The jobs file (value None and the error's text when it does not load)."""
 
