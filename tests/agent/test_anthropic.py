@@ -1,5 +1,5 @@
 """The native Anthropic provider (runner/agent/anthropic.py) against a real HTTP server speaking the
-Messages API (runner/testing/fakeanthropic.py): the request it sends (system, tool_use /
+Messages API (tests/fakeanthropic.py): the request it sends (system, tool_use /
 tool_result, cache_control breakpoints, x-api-key), streamed and whole answers, thinking blocks
 echoed with their signatures, cache reads and writes counted and priced, errors through the
 retry loop and the key pool, and `runner run-job` end to end with a cassette."""
@@ -22,8 +22,8 @@ from runner.config.machine import Provider
 from runner.errors import ModelError
 from runner.events import encode
 from runner.run.model_choice import ModelChoice, build_client
-from runner.testing.fakeanthropic import FakeAnthropic, Reply, error, signature_of, text, thinking, tool
 from tests.agent.test_limits import kinds, last_run
+from tests.fakeanthropic import FakeAnthropic, Reply, error, signature_of, text, thinking, tool
 
 KEY = "sk-ant-test-0123456789abcdef"
 SYSTEM = "You are a careful operator. " * 200  # ~1,400 tokens: above the cache minimum

@@ -1,7 +1,7 @@
 """Issue 30, deliverable 2: prompt caching on the native Anthropic provider.
 
 A 20-turn run (the real agent loop, the real ``AnthropicClient`` over HTTP) against the Messages
-API fake (runner/testing/fakeanthropic.py, which works out cache reads and writes from the
+API fake (tests/fakeanthropic.py, which works out cache reads and writes from the
 ``cache_control`` breakpoints the way the API documents them, tokens = len(JSON) / 4): a
 realistic system prompt and 15 tool schemas (the frozen prefix, a few thousand tokens), 19 tool
 calls each answered with a 20 KB tool output, then a final answer. Run twice, with ``cache:
@@ -25,9 +25,10 @@ from _common import row  # noqa: E402
 from runner.agent.anthropic import AnthropicClient  # noqa: E402
 from runner.agent.keys import Credential, StaticKeys  # noqa: E402
 from runner.agent.loop import Limits, Pricing, run_loop  # noqa: E402
-from runner.testing.fakeanthropic import FakeAnthropic, _blocks, text, tool  # noqa: E402
+from runner.events import Response  # noqa: E402
 from runner.tools import ToolEntry, ToolResult  # noqa: E402
 from runner.tools.context import ToolContext  # noqa: E402
+from tests.fakeanthropic import FakeAnthropic, _blocks, text, tool  # noqa: E402
 
 TURNS = 20
 OUTPUT_BYTES = 20_000
@@ -123,7 +124,7 @@ def one_run(cache: bool) -> dict[str, Any]:
             )
             for i, name in enumerate(TOOL_NAMES)
         ]
-        responses: list[dict[str, Any]] = []
+        responses: list[Response] = []
         llm = AnthropicClient(
             base_url=server.base_url,
             model="claude-sonnet-4-5",
@@ -137,20 +138,20 @@ def one_run(cache: bool) -> dict[str, Any]:
             ToolContext(backend=None),  # type: ignore[arg-type]
             llm,
             Limits(max_iterations=TURNS + 1),
-            emit=lambda kind, payload: responses.append(payload) if kind == "response" else None,
+            emit=lambda kind, payload: responses.append(payload) if isinstance(payload, Response) else None,
             pricing=SONNET,
         )
         first = server.requests[0]["body"]
         frozen = _blocks({"tools": first.get("tools"), "system": first.get("system"), "messages": []})
         prefix = sum(len(t) for t, _ in frozen) // 4
-        shares = [min(r.get("cached_tokens", 0), prefix) / prefix for r in responses[1:]]
+        shares = [min(r.cached_tokens or 0, prefix) / prefix for r in responses[1:]]
         return {
             "turns": len(responses),
             "status": result.status,
-            "prompt": sum(r["prompt_tokens"] for r in responses),
-            "read": sum(r.get("cached_tokens", 0) for r in responses),
-            "written": sum(r.get("cache_write_tokens", 0) for r in responses),
-            "output": sum(r["completion_tokens"] for r in responses),
+            "prompt": sum(r.prompt_tokens for r in responses),
+            "read": sum(r.cached_tokens or 0 for r in responses),
+            "written": sum(r.cache_write_tokens or 0 for r in responses),
+            "output": sum(r.completion_tokens for r in responses),
             "cost": result.cost_usd,
             "prefix": prefix,
             "share": min(shares) if shares else 0.0,
