@@ -253,6 +253,7 @@ NAMED_BY_STRING: dict[str, set[str]] = {
     "runner/serve/launcher.py": {
         "runner.serve.launcher:worker_main",
         "runner.serve.launcher:preload_config",
+        "runner.serve.reuse:prepare_warm_up",
     },
     "runner/serve/reuse.py": {"runner.serve.reuse:reuse_main"},
     "runner/kanban/dispatch.py": {"runner.kanban.work:forked_main"},

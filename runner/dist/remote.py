@@ -241,6 +241,9 @@ class CelerySpawner(Broker[str]):
     def tidy(self) -> None:
         """Nothing to retire here: the runs' processes belong to the workers."""
 
+    def prewarm(self, runs: int) -> None:
+        """Nothing to start here: the workers have their own processes."""
+
     def adopt(self, run_id: str, job: str, queue: str) -> Remote[str]:
         """Follow a run a worker already holds (a previous leader sent it; never sent again)."""
         with self._lock:

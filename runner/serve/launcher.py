@@ -132,6 +132,9 @@ class Spawner(Launcher[WorkerSpec], Protocol):
     def tidy(self) -> None:
         """Called on every pass of serve's loop: retire what has been idle too long."""
 
+    def prewarm(self, runs: int) -> None:
+        """``runs`` script-only runs are due within seconds: have workers ready for them."""
+
 
 class ForkLauncher:
     """Starts workers from the warm forkserver (``forks``; serve's own unless given one)."""
@@ -154,6 +157,8 @@ class ForkLauncher:
             if config_path is None
             else (("runner.serve.launcher:preload_config", (str(config_path), secrets.held())),)
         )
+        if max_runs > 1:  # reusable workers warm up from a kit made once
+            setup += (("runner.serve.reuse:prepare_warm_up", ()),)
         self.forks = forks or WarmForks(Warm(modules=tuple(preload), setup=setup))
         self.shelf = Shelf(self.forks, max_runs) if max_runs > 1 else None
 
@@ -178,6 +183,10 @@ class ForkLauncher:
     def tidy(self) -> None:
         if self.shelf is not None:
             self.shelf.tidy()
+
+    def prewarm(self, runs: int) -> None:
+        if self.shelf is not None:
+            self.shelf.prewarm(runs, secrets.held())
 
     def close(self) -> None:
         if self.shelf is not None:

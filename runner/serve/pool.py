@@ -266,6 +266,17 @@ class Pool:
         control = protected_set(settings, job, inputs=self.control_inputs)
         return sandbox_plan(settings, job, control, job.workdir)
 
+    def expect(self, runs: int) -> None:
+        """``runs`` script-only fires are due within seconds: have workers ready for as many of
+        them as ``max_parallel`` will start at once."""
+        room = min(runs, self.max_parallel - len(self._running))
+        if room <= 0 or self.remote:
+            return
+        try:
+            self.spawner.prewarm(room)
+        except OSError as exc:  # the forkserver cannot fork now: the runs start cold (or fail) at their slot
+            self.log.warning("cannot start workers ahead of the next slot: %s", exc)
+
     # -- the loop ----------------------------------------------------------------------------
     def tick(self, now: datetime) -> None:
         self.enforce()

@@ -46,6 +46,7 @@ from runner.store import Store, ledger
 from runner.store.control import TriggerRequest, mark_handled, open_triggers, queued_cancels
 
 POLL_S = 1.0  # how often pause flags set by `runner jobs pause|resume` are read
+AHEAD = timedelta(seconds=10)  # script-only slots due this soon get their workers started ahead
 
 
 @dataclass
@@ -87,6 +88,7 @@ class ScheduleTicker:
         self._heap: list[tuple[datetime, int, str]] = []
         self._versions = itertools.count()
         self._next_poll: datetime | None = None
+        self._expected: datetime | None = None  # the first fire time workers were started for
 
     @property
     def jobs(self) -> dict[str, Job]:
@@ -133,6 +135,20 @@ class ScheduleTicker:
             heapq.heappush(self._heap, (fire_at, entry.version, entry.job.name))
 
     # -- the ticker ----------------------------------------------------------------------------
+    def _expect(self, now: datetime) -> None:
+        """Once per coming fire time: tell the pool how many script-only runs are due within
+        ``AHEAD``, so their workers start and warm up before the slot (runner.serve.reuse)."""
+        if not self._heap or self._heap[0][0] > now + AHEAD or self._heap[0][0] == self._expected:
+            return
+        self._expected = self._heap[0][0]
+        soon = 0
+        for at, version, name in self._heap:
+            entry = self._entries.get(name)
+            if at <= now + AHEAD and entry is not None and entry.version == version and not entry.job.spec.agent:
+                soon += 1
+        if soon:
+            self.pool.expect(soon)
+
     def next_wake(self, now: datetime) -> datetime | None:
         check = now + self.check if self.check is not None else None
         times = [t for t in (self._heap[0][0] if self._heap else None, self._next_poll, check) if t is not None]
@@ -151,6 +167,7 @@ class ScheduleTicker:
                 due.append(entry)
         if due:
             self._fire(due, now)
+        self._expect(now)
 
     def close(self) -> None:
         self._heap.clear()

@@ -97,6 +97,7 @@ class FakeSpawner:
         self.workers: list[FakeWorker] = []
         self.most_at_once = 0
         self.fail: OSError | None = None
+        self.prewarmed: list[int] = []  # what the pool asked to have ready, in order
 
     def spawn(self, spec: WorkerSpec) -> FakeWorker:
         if self.fail is not None:
@@ -109,6 +110,9 @@ class FakeSpawner:
 
     def tidy(self) -> None:
         """No process to retire."""
+
+    def prewarm(self, runs: int) -> None:
+        self.prewarmed.append(runs)
 
     def running(self, job: str | None = None) -> list[FakeWorker]:
         return [w for w in self.workers if w.code is None and job in (None, w.spec.job.name)]
@@ -355,3 +359,32 @@ def test_a_run_past_its_timeout_gets_sigterm_then_sigkill_and_ends_timed_out(mak
     [row] = serve.rows("slow")
     assert ends([row]) == [("timed_out", "timeout")]
     assert "after the job's timeout of 2m" in row["error"]
+
+
+def test_workers_for_script_only_slots_are_asked_for_once_ahead_of_the_slot(make):
+    agent = '    schedule: "*/5 * * * *"\n    prompt: go\n'
+    jobs = "jobs:\n" + "".join(f"  s{i}:\n{EVERY_5}" for i in range(5)) + "  a:\n" + agent
+    serve = make(jobs, max_parallel=3)
+    serve.loop(at("12:04", 40))  # 20 s before the slot: too early
+    assert serve.spawner.prewarmed == []
+    serve.loop(at("12:04", 51))
+    assert serve.spawner.prewarmed == [3]  # five script-only runs due, three start at once; not the agent's
+    serve.loop(at("12:04", 55))
+    assert serve.spawner.prewarmed == [3]  # once per fire time
+    serve.loop(at("12:05"))
+    assert len(serve.spawner.running()) == 3
+    serve.loop(at("12:09", 52))  # the next slot, with three runs still going: no room to start more
+    assert serve.spawner.prewarmed == [3]
+
+
+def test_workers_that_cannot_be_started_ahead_leave_the_slot_to_fire(make, caplog):
+    serve = make("jobs:\n  s:\n" + EVERY_5)
+
+    def refuse(runs: int) -> None:
+        raise OSError("the forkserver is gone")
+
+    serve.spawner.prewarm = refuse
+    serve.loop(at("12:04", 55))
+    assert "cannot start workers ahead of the next slot: the forkserver is gone" in caplog.text
+    serve.loop(at("12:05"))
+    assert len(serve.spawner.running("s")) == 1

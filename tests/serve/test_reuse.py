@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from runner.host.procs import descendants, stat
 from runner.serve.launcher import Kept
 from runner.settings import Settings
 from runner.store import Store
@@ -127,6 +130,32 @@ def test_an_idle_worker_that_died_is_replaced(project, serve):
     done = wait_for(lambda: runs_ended(3), timeout=30)
     assert {r["status"] for r in done} == {"succeeded"}
     assert pids(root / "pids")[2] != first
+    assert daemon.stop() == 0
+
+
+def test_workers_for_a_burst_are_started_and_warmed_before_the_slot(project, serve):
+    write_config(project, max_parallel=4, worker_max_runs=100)
+    # a slot 15 s ahead: serve looks 10 s ahead, which leaves its start-up (seconds on a loaded
+    # machine) out of the time the workers have to start before the slot
+    t0 = burst(project, 8, record_pid(project), lead=15)
+    daemon = serve().started()
+
+    def workers() -> set[int]:
+        tree = descendants(daemon.pid)
+        forkserver = {pid for pid in tree if (st := stat(pid)) is not None and st.ppid == daemon.pid}
+        # the forkserver's children: the workers started so far (not a warm-up's `sh`, a grandchild)
+        return {pid for pid in tree if (st := stat(pid)) is not None and st.ppid in forkserver}
+
+    before = workers()
+    while len(before) < 4 and datetime.now(UTC) < t0 - timedelta(seconds=0.5):
+        time.sleep(0.1)
+        before = workers()
+    done = wait_for(lambda: ended(project, 8), timeout=60, what="every run to end")
+    assert {r["status"] for r in done} == {"succeeded"}
+    used = set(pids(project.root / "pids"))
+    assert used <= before, (used, before)  # every run went to a worker started ahead of its slot
+    assert len(used) == 4 == len(before)  # max_parallel of them, no more
+    assert {r["job"] for r in rows(project.home)} == {f"j{i:03d}" for i in range(8)}  # the warm-ups wrote nothing here
     assert daemon.stop() == 0
 
 
