@@ -78,6 +78,17 @@ class StoreStateError(StoreError):
     reason = "store_state"
 
 
+class CheckpointError(RunnerError, RuntimeError):
+    """A workdir checkpoint could not be taken or restored (git missing or failing, the shadow
+    repository or the disk). A run records it and goes on; ``runs rollback`` ends with it (exit 1)."""
+
+    reason = "checkpoint"
+
+    def __init__(self, message: str, *, final: bool = False):
+        super().__init__(message)
+        self.final = final  # trying again in this run would not help (git missing, over the size cap)
+
+
 class Tampered(RunnerError, PermissionError):
     """The run changed one of the runner's control files (jobs.yaml, config.yaml, ...)."""
 

@@ -26,6 +26,8 @@ class Event(StrEnum):
     BUDGET_REFUSED = "budget_refused"
     BUDGET_RESERVED = "budget_reserved"
     CANCELLED = "cancelled"
+    CHECKPOINT = "checkpoint"
+    CHECKPOINT_FAILED = "checkpoint_failed"
     CONTEXT_BLOCKED = "context_blocked"
     CONTEXT_FILE = "context_file"
     CREDENTIAL_COOLDOWN = "credential_cooldown"
@@ -57,6 +59,7 @@ class Event(StrEnum):
     REQUEST = "request"
     REQUEST_CUT = "request_cut"
     RESPONSE = "response"
+    ROLLBACK = "rollback"
     RUN_FINISHED = "run_finished"
     RUN_STARTED = "run_started"
     SANDBOX = "sandbox"
@@ -135,6 +138,45 @@ class Budget:
 @dataclass(frozen=True)
 class By:
     by: str
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A snapshot of the workdir in its shadow git repository (runner/run/checkpoints.py)."""
+
+    id: str  # the shadow repository's commit
+    workdir: str  # the host folder
+    files: int
+    seconds: float
+    step: int | None = None  # the model turn that followed (None: the end of the run, or a rollback's undo point)
+    tool: str | None = None  # that turn's first call that may change files
+    label: str | None = None  # end | rollback
+    changed: int | None = None  # files that differ from the run's previous checkpoint (None: the first)
+    mb: float | None = None  # the snapshotted files' size
+    ignored: list[str] | None = None  # kept out by .gitignore (the run's first checkpoint; folders as one)
+    oversize: list[str] | None = None  # over checkpoint_max_file_mb, left out
+    skipped: list[str] | None = None  # unreadable, not a file, a repository of its own
+    more: int | None = None  # paths left out that the lists above do not name
+    max_mb: int | None = None  # the job's caps (the run's first checkpoint): a rollback's own checkpoint uses them
+    max_file_mb: int | None = None
+
+
+@dataclass(frozen=True)
+class CheckpointFailed:
+    error: str
+    step: int | None = None
+    gave_up: bool | None = None  # no more checkpoints in this run
+
+
+@dataclass(frozen=True)
+class Rollback:
+    to: str  # the checkpoint restored
+    undo: str  # the checkpoint of the files as they were before (rolling back to it undoes this)
+    written: int
+    deleted: int
+    step: int | None = None
+    by: str | None = None
+    untouched: list[str] | None = None  # paths the target holds that are now files no checkpoint holds
 
 
 @dataclass(frozen=True)
@@ -472,10 +514,11 @@ class Unknown:
 
 
 Payload = (
-    Alert | Approval | ApprovalParked | ApprovalAnswered | Blocked | Budget | By | Findings | ContextFile | Credential
+    Alert | Approval | ApprovalParked | ApprovalAnswered | Blocked | Budget | By | Checkpoint | CheckpointFailed
+    | Findings | ContextFile | Credential
     | CredentialsWait | Delivered | Detail | Failure | Fenced | Text | Grace | Error | Limit | InvalidHistory | McpServer
     | MemoryNote | ModelNote | ModelRetry | PreRun | Prompt | ProviderFallback | ProviderProtocol | Prune | Request
-    | Response | RunFinished | RunStarted | Sandbox | SkillChanged | SideCall | ReviewSkipped | SkillUsageFailed
+    | Response | Rollback | RunFinished | RunStarted | Sandbox | SkillChanged | SideCall | ReviewSkipped | SkillUsageFailed
     | SkillsPreloaded | StreamCut | StreamText | SubagentStarted | SubagentFinished | Tampered | ToolCall | ToolResult
     | Truncated | UsageEstimated | Unknown
 )  # fmt: skip
@@ -495,6 +538,8 @@ PAYLOADS: dict[Event, type[Payload]] = {
     Event.BUDGET_REFUSED: Budget,
     Event.BUDGET_RESERVED: Budget,
     Event.CANCELLED: By,
+    Event.CHECKPOINT: Checkpoint,
+    Event.CHECKPOINT_FAILED: CheckpointFailed,
     Event.CONTEXT_BLOCKED: Findings,
     Event.CONTEXT_FILE: ContextFile,
     Event.CREDENTIAL_COOLDOWN: Credential,
@@ -526,6 +571,7 @@ PAYLOADS: dict[Event, type[Payload]] = {
     Event.PRUNE: Prune,
     Event.REQUEST: Request,
     Event.RESPONSE: Response,
+    Event.ROLLBACK: Rollback,
     Event.RUN_FINISHED: RunFinished,
     Event.RUN_STARTED: RunStarted,
     Event.SANDBOX: Sandbox,
@@ -698,6 +744,40 @@ def _side_call(kind: Event | str, p: SideCall) -> Shown:
     )
 
 
+def checkpoint_when(step: int | None, tool: str | None, label: str | None) -> str:
+    """When a checkpoint was taken, in words: ``before turn 3 (write_file)``, ``at the end of the run``."""
+    if label == "end":
+        return "at the end of the run"
+    if label == "rollback":
+        return "before a rollback"
+    return f"before turn {step}{f' ({tool})' if tool else ''}"
+
+
+def _checkpoint(kind: Event | str, p: Checkpoint) -> Shown:
+    changed = "" if p.changed is None else f", {p.changed} changed"
+    head = f"checkpoint {p.id[:12]} {checkpoint_when(p.step, p.tool, p.label)}: {p.files} files{changed}, {p.seconds:.3f}s"
+    out = (("ignored", p.ignored), ("over the size cap", p.oversize), ("left out", p.skipped))
+    parts = tuple((label, ", ".join(paths)) for label, paths in out if paths)
+    if p.more:
+        parts += (("and", f"{p.more} more paths left out"),)
+    return Shown(head, parts=parts)
+
+
+def _checkpoint_failed(kind: Event | str, p: CheckpointFailed) -> Shown:
+    when = f" before turn {p.step}" if p.step is not None else ""
+    last = " (no more checkpoints in this run)" if p.gave_up else ""
+    return Shown(f"checkpoint FAILED{when}{last}:", p.error)
+
+
+def _rollback(kind: Event | str, p: Rollback) -> Shown:
+    to = f"{p.to[:12]}{f' (before turn {p.step})' if p.step is not None else ''}"
+    head = f"rollback to {to}{f' by {p.by}' if p.by else ''}: {p.written} files written, {p.deleted} deleted"
+    parts: tuple[tuple[str, str], ...] = (("undo", f"runner runs rollback RUN --to {p.undo[:12]}"),)
+    if p.untouched:
+        parts += (("left as they are", ", ".join(p.untouched)),)
+    return Shown(head, parts=parts)
+
+
 def _request(kind: Event | str, p: Request) -> Shown:
     return Shown(f"request {p.iteration}: {p.messages} messages, {p.tools} tools")
 
@@ -713,4 +793,7 @@ FORMATS: dict[type[Payload], Callable[[Event | str, Any], Shown]] = {
     SubagentFinished: _subagent_finished,
     SideCall: _side_call,
     Request: _request,
+    Checkpoint: _checkpoint,
+    CheckpointFailed: _checkpoint_failed,
+    Rollback: _rollback,
 }

@@ -254,12 +254,16 @@ def run_loop(
             if not reply.tool_calls:
                 return _done(RunStatus.SUCCEEDED, reply.answer, totals)
             batch = _run_parallel(reply.tool_calls, by_name, ctx, emit, redact, stop, tracer, cut)
+            guard = ctx.checkpoints if batch is None else None  # a checkpoint before the turn's first change
             for i, call in enumerate(reply.tool_calls):
                 if batch is not None:
                     result, failed = batch[i]
                 elif stop.is_set():
                     result, failed = NOT_RUN, True
                 else:
+                    if guard is not None and _may_change_files(call, by_name):
+                        guard.before_mutation(totals.iterations, call.name)
+                        guard = None
                     result, failed = _run_tool(call, by_name, ctx, emit, redact, tracer, cut)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
                 totals.last_progress = time.monotonic()
@@ -468,6 +472,19 @@ def _run_tool(
     result, failed = _traced_invoke(call, by_name, ctx, redact, tracer)
     _report(call, result, failed, time.monotonic() - started, emit, cut)
     return result, failed
+
+
+def _may_change_files(call: ToolCall, by_name: dict[str, ToolEntry]) -> bool:
+    """May this call change the workdir's files? Not when it cannot run (unknown tool, arguments
+    that are not a JSON object); else its tool says (``ToolEntry.may_change_files``)."""
+    entry = by_name.get(call.name)
+    if entry is None:
+        return False
+    try:
+        args = json.loads(call.arguments or "{}")
+    except ValueError:
+        return False
+    return isinstance(args, dict) and entry.may_change_files(args)
 
 
 def _announce(call: ToolCall, emit: Emit) -> None:

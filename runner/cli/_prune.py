@@ -7,6 +7,7 @@ import dataclasses
 import click
 
 from runner.cli._util import echo_json, settings
+from runner.settings import Settings
 
 DEFAULT_OLDER_THAN = "30d"
 CLI_BATCH = 2000  # runs per transaction here (serve uses retention.batch, smaller, to stay on time)
@@ -46,14 +47,16 @@ def runs_prune(older_than: str | None, keep_last: int | None, dry_run: bool, as_
     policy = Policy(seconds, conf.keep_last if keep_last is None else keep_last, conf.outputs, conf.transcripts)
     now = utcnow()
     logs = old_logs(s.home, s.store, conf.logs_older_than, now) if conf.logs_older_than is not None else []
+    forgotten = 0
     if dry_run:
         result = plan(s.store, s.home, policy, now, conf.batch)
     else:
         result = Pruner(s.store, s.home, policy, now, batch=max(conf.batch, CLI_BATCH)).run()
         for path in logs:
             path.unlink(missing_ok=True)
+        forgotten = forget_checkpoints(s)
     if as_json:
-        echo_json({**dataclasses.asdict(result), "logs": [str(p) for p in logs]})
+        echo_json({**dataclasses.asdict(result), "logs": [str(p) for p in logs], "checkpoints": forgotten})
         return
     verb = "would remove" if dry_run else "removed"
     click.echo(
@@ -61,6 +64,16 @@ def runs_prune(older_than: str | None, keep_last: int | None, dry_run: bool, as_
         f"{result.files:,} files, {len(logs):,} kanban logs; "
         f"{'' if dry_run else 'freed '}{_size(result.bytes_freed)}{' of files' if dry_run else ''}"
     )
+    if forgotten:
+        click.echo(f"forgot the workdir checkpoints of {forgotten:,} runs the ledger no longer has")
+
+
+def forget_checkpoints(s: Settings) -> int:
+    """Drop the checkpoints of runs that are gone from the ledger (``runner.run.shadow.prune``)."""
+    from runner.run.shadow import prune
+    from runner.store.ledger import rows_of
+
+    return prune(s.home, lambda ids: set(rows_of(s.store, ids)))
 
 
 def _size(n: int) -> str:

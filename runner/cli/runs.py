@@ -308,8 +308,11 @@ def runs_search(query: str, job: str | None, since: str | None, limit: int, raw:
         click.echo(f"{h.run_id}  {h.job}  {local_time(h.ts)}  {what}")
         click.echo(f"    {h.snippet}")
 
+from runner.cli._checkpoints import runs_checkpoints, runs_rollback  # noqa: E402 - in their own module
 from runner.cli._prune import runs_prune  # noqa: E402 - `runs prune` lives in its own module
 
 runs_group.add_command(runs_prune)
+runs_group.add_command(runs_checkpoints)
+runs_group.add_command(runs_rollback)
 
 COMMANDS = [runs_group]

@@ -49,6 +49,15 @@ class Job:
         return spec.agent and spec.backend.type == "local" and spec.sandbox.enabled
 
     @property
+    def checkpointed(self) -> bool:
+        """An agent job's runs snapshot the workdir before each turn that may change it
+        (``checkpoints:``; by default on the local and Docker backends, whose files are on this
+        machine; never on SSH, whose files are on the remote host)."""
+        spec = self.spec
+        wanted = spec.checkpoints if spec.checkpoints is not None else spec.backend.type != "ssh"
+        return spec.agent and wanted and spec.backend.type != "ssh"
+
+    @property
     def models(self) -> list[str]:
         return [self.spec.model] if isinstance(self.spec.model, str) else list(self.spec.model)
 
@@ -139,6 +148,11 @@ def _check_backend(job: Job) -> list[str]:
         job.spec.backend.check(job.workdir)
     except UsageError as exc:
         return [f"backend: {exc}"]
+    if job.spec.checkpoints and job.spec.backend.type == "ssh":
+        return [
+            "checkpoints: not available on the ssh backend (the files are on the remote host); "
+            "set checkpoints: false or leave it out (docs/backends.md#checkpoints)"
+        ]
     return []
 
 

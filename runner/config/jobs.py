@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BeforeValidator, Field, StrictBool, ValidationError, ValidationInfo, field_validator
 
 from backends.spec import BackendSpec, LocalSpec, parse_spec
 from backends.ssh_spec import SSHSpec
@@ -173,6 +173,9 @@ class JobSpec(Strict):
     delegation: DelegationSpec = Field(default_factory=DelegationSpec)
     memory: Annotated[str, BeforeValidator(_memory)] = "job"  # job | shared:NAME | off (docs/memory.md)
     context_from: list[str] = Field(default_factory=list)  # jobs whose last output is {{ context.NAME }}
+    checkpoints: StrictBool | None = None  # workdir snapshots before each changing turn; None: on but for ssh
+    checkpoint_max_mb: int = Field(100, ge=1, le=100_000)  # the snapshotted files together (else no checkpoint)
+    checkpoint_max_file_mb: int = Field(10, ge=1, le=100_000)  # one file (else left out, and named)
 
     @field_validator("memory")
     @classmethod

@@ -18,6 +18,7 @@ from runner.agent.types import Usage
 from runner.events import Emit, Event, Prompt, Text
 from runner.memory.notebook import job_scope
 from runner.memory.write import Binding, run_snapshot
+from runner.run.checkpoints import open_checkpoints
 from runner.run.context_files import load_context_file
 from runner.run.delivery import is_silent
 from runner.run.model_choice import context_budget
@@ -55,13 +56,16 @@ class AgentOutput:
         )
         skills = _skill_session(run)
         delegation = _delegation(run, connected)
-        ctx = _tool_context(run, skills, delegation)
+        checkpoints = open_checkpoints(run)
+        ctx = replace(_tool_context(run, skills, delegation), checkpoints=checkpoints)
 
         toolbox = open_toolbox(run, ctx)
         try:
             result, status = self._talk(run, ctx, connected, skills, toolbox, delegation)
         finally:
             toolbox.close()
+            if checkpoints is not None:
+                checkpoints.close()
         ledger.set_fields(
             run.settings.store,
             run.run_id,

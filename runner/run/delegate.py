@@ -222,6 +222,7 @@ class _Child:
             approve=_one_at_a_time(gate, p.approvals),
             approve_tool=gate.tool,  # MCP and operator tools: audited under the child
             kanban=None,
+            checkpoints=None,  # the parent's checkpoint before its delegate_task call covers the child's changes
             delegate=nested,
             deadline=limits.deadline if limits.deadline is not None else ctx.deadline,  # its commands end in its time
         )

@@ -11,7 +11,7 @@ import importlib
 import json
 import pkgutil
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,10 +29,16 @@ class ToolResult:
 
 
 Handler = Callable[[dict[str, Any], "ToolContext"], ToolResult]
+ChangesFiles = Callable[[dict[str, Any]], bool]  # may a call with these arguments change the workdir's files?
 CheckFn = Callable[["ToolContext"], "bool | str"]  # True: offered; False or a reason: not offered
 
 TOOLSETS = ("terminal", "files", "memory", "web", "skills", "kanban", "delegate", "session_search")
 BUILTIN = "builtin"  # ToolEntry.source of the tools in this package (others: "mcp:SERVER", "operator FILE")
+
+
+def no_files(args: dict[str, Any]) -> bool:
+    """``changes_files`` of a tool that writes only runner's own state (memory, skills, the board)."""
+    return False
 
 
 class ToolError(Exception):
@@ -50,6 +56,14 @@ class ToolEntry:
     read_only: bool = False  # changes nothing anywhere: several in one model turn run concurrently
     source: str = BUILTIN  # shown by `runner tools list`: builtin | mcp:SERVER | operator FILE
     alias: str = ""  # one more name a job's ``toolsets:`` may pick it by (``mcp:SERVER/TOOL``)
+    # may a call change the workdir's files (a checkpoint is taken before it)? None: every call
+    # of a tool that is not ``read_only`` may (MCP and operator tools: runner cannot tell)
+    changes_files: ChangesFiles | None = None
+
+    def may_change_files(self, args: dict[str, Any]) -> bool:
+        if self.read_only:
+            return False
+        return True if self.changes_files is None else self.changes_files(args)
 
     def picked_by(self, wanted: set[str]) -> bool:
         return self.toolset in wanted or self.name in wanted or (bool(self.alias) and self.alias in wanted)
@@ -94,11 +108,13 @@ class Registry:
         check_fn: CheckFn | None = None,
         *,
         read_only: bool = False,
+        changes_files: ChangesFiles | None = None,
     ) -> Callable[[Handler], Handler]:
         """Decorator form of ``add``."""
 
         def wrap(fn: Handler) -> Handler:
-            self.add(ToolEntry(name, toolset, description, parameters, fn, check_fn, read_only))
+            entry = ToolEntry(name, toolset, description, parameters, fn, check_fn, read_only)
+            self.add(entry if changes_files is None else replace(entry, changes_files=changes_files))
             return fn
 
         return wrap

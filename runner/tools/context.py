@@ -1,15 +1,15 @@
 """What a tool handler gets: the run's backend, its limits, its callbacks and the run's services.
 
-``settings``, ``skills``, ``kanban``, ``delegate`` and ``memory`` are None where the run has no such thing (a test's bare
-context, a job without skills, a run outside a kanban worker); the tools that need them are
-not offered then.
+``settings``, ``skills``, ``kanban``, ``delegate``, ``memory`` and ``checkpoints`` are None where
+the run has no such thing (a test's bare context, a job without skills, a run outside a kanban
+worker, a job without checkpoints); the tools that need them are not offered then.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from backends.base import Backend
 from runner.events import Emit, no_events
@@ -24,6 +24,14 @@ if TYPE_CHECKING:
     from runner.skills.session import SkillSession
     from runner.tools.delegate import Delegator
     from runner.tools.kanban import KanbanTask
+
+class Checkpoints(Protocol):
+    """The run's workdir checkpoints (``runner.run.checkpoints.Checkpointer``): the loop calls
+    ``before_mutation`` before the first call of a model turn that may change files; a failure
+    to snapshot is the checkpointer's to record, never the run's end."""
+
+    def before_mutation(self, step: int, tool: str) -> None: ...
+
 
 def _deny_all(command: str) -> ApprovalResult:
     return ApprovalResult(False, "blocked: no approval policy is configured for this run")
@@ -53,6 +61,7 @@ class ToolContext:
     delegate: Delegator | None = None  # runs subagents (delegate_task); None where delegating is not allowed
     memory: Binding | None = None  # the run's notebook (the memory tool); None: ``memory: off`` or no run
     cut: Cut | None = None  # the run's cut: an MCP call waited for is given up once it is set
+    checkpoints: Checkpoints | None = None  # snapshots of the workdir before a turn changes it; None: off
 
     @property
     def workdir(self) -> str:

@@ -21,7 +21,7 @@ from runner.errors import RunnerError, StoreError
 from runner.safety.latitude import Latitude
 from runner.safety.redact import Redactor
 from runner.statuses import TaskStatus
-from runner.tools import Registry, ToolError, ToolResult, compact_json
+from runner.tools import Registry, ToolError, ToolResult, compact_json, no_files
 from runner.tools.context import ToolContext
 
 if TYPE_CHECKING:
@@ -208,6 +208,7 @@ def register(registry: Registry) -> None:
         "Show your kanban task: title, body, status, comments and the results of the tasks it depends on.",
         {**obj, "properties": {}},
         in_task,
+        changes_files=no_files,
     )(kanban_show)
     registry.tool(
         "kanban_comment",
@@ -215,6 +216,7 @@ def register(registry: Registry) -> None:
         "Add a comment to your kanban task (progress notes for people and later attempts).",
         {**obj, "properties": {"text": text}, "required": ["text"]},
         in_task,
+        changes_files=no_files,
     )(kanban_comment)
     registry.tool(
         "kanban_complete",
@@ -222,6 +224,7 @@ def register(registry: Registry) -> None:
         "Mark your kanban task done with its result (what you did or found). This ends the task.",
         {**obj, "properties": {"result": text}, "required": ["result"]},
         in_task,
+        changes_files=no_files,
     )(kanban_complete)
     registry.tool(
         "kanban_block",
@@ -229,6 +232,7 @@ def register(registry: Registry) -> None:
         "Mark your kanban task blocked with the reason a person must resolve. This ends the attempt.",
         {**obj, "properties": {"reason": text}, "required": ["reason"]},
         in_task,
+        changes_files=no_files,
     )(kanban_block)
     registry.tool(
         "kanban_create",
@@ -247,6 +251,7 @@ def register(registry: Registry) -> None:
             "required": ["title"],
         },
         lambda ctx: in_task(ctx) or orchestrator(ctx),
+        changes_files=no_files,
     )(kanban_create)
     registry.tool(
         "kanban_list",
@@ -259,4 +264,5 @@ def register(registry: Registry) -> None:
             },
         },
         orchestrator,
+        changes_files=no_files,
     )(kanban_list)

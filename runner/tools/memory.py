@@ -11,7 +11,7 @@ from typing import Any
 
 from runner.memory.notebook import Action, MemoryRefused
 from runner.memory.write import write
-from runner.tools import Registry, ToolError, ToolResult
+from runner.tools import Registry, ToolError, ToolResult, no_files
 from runner.tools.context import ToolContext
 
 DESCRIPTION = (
@@ -69,4 +69,5 @@ def register(registry: Registry) -> None:
             "additionalProperties": False,
         },
         check_fn=_offered,
+        changes_files=no_files,  # the notebook is in the store
     )(memory)

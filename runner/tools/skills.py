@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from runner.skills import SkillError, SkillRefused
-from runner.tools import Registry, ToolError, ToolResult
+from runner.tools import Registry, ToolError, ToolResult, no_files
 from runner.tools.context import ToolContext
 
 ACTIONS = ["create", "edit", "patch", "write_file", "remove_file", "archive"]
@@ -101,4 +101,5 @@ def register(registry: Registry) -> None:
             "additionalProperties": False,
         },
         check_fn=_has_session,
+        changes_files=no_files,  # skills live under RUNNER_HOME
     )(skill_manage)

@@ -29,6 +29,14 @@ def terminal(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     return ToolResult(f"{head}\n{output}" if output else head, failed=result.exit_code != 0)
 
 
+def changes_files(args: dict[str, Any]) -> bool:
+    """A command the read-only check cannot vouch for may change the workdir (a checkpoint first)."""
+    from runner.safety.shell.readonly import read_only
+
+    command = args.get("command")
+    return not (isinstance(command, str) and read_only(command))
+
+
 def register(registry: Registry) -> None:
     registry.tool(
         "terminal",
@@ -44,4 +52,5 @@ def register(registry: Registry) -> None:
             "required": ["command"],
             "additionalProperties": False,
         },
+        changes_files=changes_files,
     )(terminal)
