@@ -31,17 +31,21 @@ from runner.errors import CheckpointError
 GIT_TIMEOUT = 120.0  # seconds one git command may take (a stuck disk fails the checkpoint, not the run)
 SHOWN = 50  # paths named in one event (ignored, over the cap, skipped); the count says the rest
 REF_PREFIX = "refs/runner/runs/"
-CONFIG = (
-    ("core.bare", "false"),
-    ("core.autocrlf", "false"),
-    ("core.filemode", "true"),
-    ("core.symlinks", "true"),
-    ("core.ignorecase", "false"),
-    ("core.quotepath", "false"),
-    ("core.fsmonitor", "false"),
-    ("core.logallrefupdates", "false"),  # no reflogs: a pruned run's objects are really gone
-    ("gc.auto", "0"),  # never on the hot path
-)
+BULK = 256  # paths in one snapshot from which new objects go into one pack, not a file each
+CONFIG = """\
+[core]
+\trepositoryformatversion = 0
+\tbare = false
+\tautocrlf = false
+\tfilemode = true
+\tsymlinks = true
+\tignorecase = false
+\tquotepath = false
+\tfsmonitor = false
+\tlogallrefupdates = false
+[gc]
+\tauto = 0
+"""  # no reflogs (a pruned run's objects really go); gc never on the hot path
 
 
 def folder_of(home: Path, workdir: Path) -> Path:
@@ -93,8 +97,7 @@ class Shadow:
             fresh = Path(tempfile.mkdtemp(prefix=".new-", dir=self.git_dir.parent))
             try:
                 self._git_at(fresh, "init", "-q", "--bare", str(fresh))
-                for key, value in CONFIG:
-                    self._git_at(fresh, "--git-dir", str(fresh), "config", key, value)
+                (fresh / "config").write_text(CONFIG)
                 (fresh / "workdir").write_text(f"{self.workdir}\n")
                 try:
                     fresh.rename(self.git_dir)
@@ -153,7 +156,8 @@ class Shadow:
         rows = self.git("diff-tree", "-r", "-z", "--no-renames", "--name-status", current, target).split(b"\0")
         pairs = list(zip(rows[0::2], rows[1::2], strict=False))
         added = [p for s, p in pairs if s == b"A"]
-        untouched = [p for p in added if self._taken(p)]
+        going = {p for s, p in pairs if s == b"D"}
+        untouched = [p for p in added if self._taken(p, going)]
         tree = f"{target}^{{tree}}"
         with tempfile.TemporaryDirectory(prefix="restore-", dir=self.git_dir) as tmp:
             if untouched:
@@ -169,16 +173,25 @@ class Shadow:
         deleted = sum(1 for s, _ in pairs if s == b"D")
         return Restored(written, deleted, tuple(_text(p) for p in untouched))
 
-    def _taken(self, path: bytes) -> bool:
-        """Is ``path`` (or a folder above it, as a file) taken in the workdir now?"""
+    def _taken(self, path: bytes, going: set[bytes]) -> bool:
+        """Is ``path`` (or a folder above it) taken now by a file or link the restore would not
+        remove (``going``: what the current checkpoint holds and the target does not)? A folder
+        where the target has a file is taken unless everything in it is going (git would
+        delete the folder with whatever else it holds)."""
         root = os.fsencode(self.workdir)
         parts = path.split(b"/")
         for i in range(1, len(parts) + 1):
-            full = os.path.join(root, *parts[:i])
-            if i == len(parts):
-                return os.path.lexists(full)
-            if os.path.lexists(full) and not os.path.isdir(full):
-                return True
+            here = b"/".join(parts[:i])
+            try:
+                mode = os.lstat(os.path.join(root, here)).st_mode
+            except FileNotFoundError:
+                return False
+            if not stat.S_ISDIR(mode):
+                return here not in going
+        for folder, _dirs, names in os.walk(os.path.join(root, path)):
+            for name in names:
+                if os.path.relpath(os.path.join(folder, name), root) not in going:
+                    return True
         return False
 
     # -- retention --------------------------------------------------------------------------------
@@ -268,7 +281,12 @@ class Snapshotter:
                 f"({self.caps.max_bytes / 1e6:.0f} MB)",
                 final=True,
             )
-        if update:
+        if len(update) > BULK and not self.shadow.runs():
+            # the workdir's first snapshot ever: its objects straight into one pack (5,000 files:
+            # about 3x faster than a file each); later runs find most objects there and only hash
+            bulk = ("-c", "core.bigFileThreshold=1", "-c", "pack.compression=1", "add", "-A")
+            git(*bulk, "--pathspec-from-file=-", "--pathspec-file-nul", index=index, data=_lines(update))
+        elif update:
             git("update-index", "--add", "--remove", "--replace", "-z", "--stdin", index=index, data=_lines(update))
         if drop:
             git("update-index", "--force-remove", "-z", "--stdin", index=index, data=_lines(drop))
@@ -297,6 +315,7 @@ def _env(git_dir: Path, workdir: Path, index: Path | None) -> dict[str, str]:
         "GIT_CONFIG_NOSYSTEM": "1",
         "GIT_CONFIG_GLOBAL": os.devnull,
         "GIT_TERMINAL_PROMPT": "0",
+        "GIT_LITERAL_PATHSPECS": "1",  # a path given is that path, never a pattern
         "GIT_AUTHOR_NAME": "runner",
         "GIT_AUTHOR_EMAIL": "runner@localhost",
         "GIT_COMMITTER_NAME": "runner",

@@ -313,3 +313,40 @@ def test_a_run_cannot_plant_operator_tools_through_the_mounted_project(docker_im
     assert not (project.root / "skills" / "evil").exists()
     assert project.run("jobs", "list").returncode == 0
     assert not marker.exists()
+
+
+def test_checkpoints_and_rollback_of_a_docker_run(docker_image: str, project: Any, fake: Any) -> None:
+    """Issue 33: the workdir is bind-mounted from the host, so its checkpoints are taken on the
+    host; a rollback restores what the container's commands changed, byte for byte."""
+    import json
+    import os
+
+    from runner.testing import call, calls, final
+    from tests.run.test_checkpoints import tree
+
+    work = project.root / "work"
+    work.mkdir()
+    (work / "keep.txt").write_text("hello\n")
+    (work / "gone.bin").write_bytes(bytes(range(256)))
+    (work / "run.sh").write_text("#!/bin/sh\n")
+    (work / "run.sh").chmod(0o755)
+    project.write_jobs(f"jobs:\n  d:\n    prompt: go\n    workdir: work\n    backend: docker:{docker_image}\n")
+    start = tree(work)
+    fake.add(
+        call("terminal", {"command": "ls"}),
+        calls(("write_file", {"path": "keep.txt", "content": "changed\n"}), ("terminal", {"command": "rm gone.bin"})),
+        call("terminal", {"command": "echo new > 'new file' && chmod -x run.sh"}),
+        final("done"),
+    )
+    res = project.run("run-job", "d", "--json")
+    assert res.returncode == 0, res.stderr
+    run_id = json.loads(res.stdout)["run_id"]
+    assert (work / "new file").read_text() == "new\n" and not os.access(work / "run.sh", os.X_OK)
+    end = tree(work)
+    points = json.loads(project.run("runs", "checkpoints", run_id, "--json").stdout)["checkpoints"]
+    assert [(p["step"], p["label"]) for p in points] == [(2, None), (3, None), (None, "end")]
+    back = project.run("runs", "rollback", run_id, "--json")
+    assert back.returncode == 0, back.stderr
+    assert tree(work) == start
+    assert project.run("runs", "rollback", run_id, "--to", json.loads(back.stdout)["undo"]).returncode == 0
+    assert tree(work) == end
