@@ -203,6 +203,8 @@ class RetentionLoop:
             while not self._stop.is_set() and pruner.vacuum_step(self.VACUUM_PAGES):
                 self._stop.wait(self.PAUSE_S)
             result = pruner.result()
+            if result.runs:
+                self._forget_checkpoints(store)
             if result.runs or logs:
                 self.host.log.info(
                     "retention: removed %d runs (%d events), %d files, %d kanban logs",
@@ -215,6 +217,19 @@ class RetentionLoop:
             self.host.log.warning("retention pass failed (tried again next time): %s", exc)
         finally:
             store.close()
+
+    def _forget_checkpoints(self, store: Store) -> None:
+        """The workdir checkpoints of the runs just removed (runner.run.shadow.prune)."""
+        from runner.errors import CheckpointError
+        from runner.run.shadow import prune
+
+        try:
+            forgotten = prune(self.host.settings.home, lambda ids: set(ledger.rows_of(store, ids)))
+        except CheckpointError as exc:
+            self.host.log.warning("retention: checkpoints not pruned (tried again next time): %s", exc)
+            return
+        if forgotten:
+            self.host.log.info("retention: forgot the checkpoints of %d runs", forgotten)
 
     def next_wake(self, now: datetime) -> datetime | None:
         return self._next if self.enabled else None

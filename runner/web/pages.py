@@ -148,9 +148,43 @@ def run_detail(request: Request) -> Response:
     live = detail.run["status"] in ACTIVE
     output = None if live else _output(detail.run)
     steps = _steps(detail.events)
+    points = [] if live else _checkpoints(w.source.home, detail.events)
     return w.render(
-        request, "run.html", d=detail, run=detail.run, output=output, live=live, last_seq=last_seq, steps=steps
+        request,
+        "run.html",
+        d=detail,
+        run=detail.run,
+        output=output,
+        live=live,
+        last_seq=last_seq,
+        steps=steps,
+        checkpoints=points,
     )
+
+
+MAX_DIFFS = 50  # checkpoints of one run shown with their diff
+DIFF_BYTES = 100_000  # of one diff
+
+
+def _checkpoints(home: Path, events: list[Recorded]) -> list[tuple[Any, str, bool]]:
+    """Each checkpoint of an ended run with the diff to the next one (what the turns after it
+    changed; read-only ``git diff`` in the shadow repository), or why there is none."""
+    from runner.errors import CheckpointError
+    from runner.run.checkpoints import listed
+    from runner.run.shadow import Shadow
+
+    points = listed(events)[:MAX_DIFFS]
+    out: list[tuple[Any, str, bool]] = []
+    for here, after in zip(points, [*points[1:], None], strict=False):
+        if after is None:
+            out.append((here, "", False))
+            continue
+        try:
+            text, cut = Shadow(home, Path(here.workdir)).diff(here.id, after.id, DIFF_BYTES)
+        except CheckpointError as exc:
+            text, cut = f"(no diff: {exc})", False
+        out.append((here, text, cut))
+    return out
 
 
 def step_html(w: Any, events: list[Recorded]) -> str:
