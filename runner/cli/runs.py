@@ -176,12 +176,24 @@ def runs_show(run_id: str, as_json: bool) -> None:
             "delivery "
             + ", ".join(f"{mask_sink_label(d['sink'])}={'ok' if d['ok'] else 'FAILED ' + d['detail']}" for d in sinks)
         )
+    _checkpoints(row["id"], evs)
     _children(kids, evs)
     click.echo("")
     click.echo("steps:")
     for ev in evs:
         if ev.kind not in LIVE_ONLY:
             click.echo(format_event(ev))
+
+
+def _checkpoints(run_id: str, evs: list[Recorded]) -> None:
+    """How many workdir checkpoints the run took, and failed to take (a failure is not the run's)."""
+    from runner.events import Checkpoint, CheckpointFailed
+
+    taken = sum(1 for e in evs if isinstance(e.payload, Checkpoint))
+    failed = sum(1 for e in evs if isinstance(e.payload, CheckpointFailed))
+    if taken or failed:
+        note = f", {failed} FAILED (see the steps)" if failed else ""
+        click.echo(f"checkpoints {taken}{note}   runner runs checkpoints {run_id}")
 
 
 def _waiting(row: dict[str, Any]) -> None:

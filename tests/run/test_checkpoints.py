@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
 import subprocess
 from pathlib import Path
 
@@ -232,6 +231,7 @@ def test_a_failing_snapshot_is_recorded_and_the_run_goes_on(project, fake):
     assert (work / "d.txt").read_text() == "y"
     shown = project.run("runs", "show", run_id).stdout
     assert "checkpoint FAILED before turn 1 (no more checkpoints in this run):" in shown
+    assert f"checkpoints 0, 1 FAILED (see the steps)   runner runs checkpoints {run_id}" in shown
     assert "over checkpoint_max_mb" in shown and shown.count("checkpoint FAILED") == 1
     listing = project.run("runs", "checkpoints", run_id)
     assert "1 checkpoint(s) failed" in listing.stdout
@@ -242,13 +242,13 @@ def test_rollback_refused_for_a_running_run_and_from_inside_a_run(project, fake)
     project.write_jobs(JOB)
     fake.add(call("write_file", {"path": "a.txt", "content": "x"}), call("terminal", {"command": "sleep 30"}), final("ok"))
     proc = project.start_job("edit", fake)
+    row = in_a_tool_call(project.home)
     try:
-        row = in_a_tool_call(project.home)
         res = project.run("runs", "rollback", row["id"])
         assert res.returncode == 2 and "Traceback" not in res.stderr
         assert len(res.stderr.strip().splitlines()) == 1 and "is running" in res.stderr
     finally:
-        proc.send_signal(signal.SIGTERM)
+        project.run("runs", "cancel", row["id"])  # its step is cut at once
         proc.communicate(timeout=60)
     inside = project.run("runs", "rollback", row["id"], env=project.env(RUNNER_RUN_ID="someone"))
     assert inside.returncode == 2 and "refused to roll back a run's files" in inside.stderr
