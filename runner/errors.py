@@ -101,6 +101,13 @@ class Blocked(RunnerError, PermissionError):
     reason = "blocked"
 
 
+class ToolsUnavailable(RunnerError, RuntimeError):
+    """An MCP server the job names (and config.yaml does not mark ``optional: true``) did not
+    start: the run fails before its first model request."""
+
+    reason = "tools_unavailable"
+
+
 class AlreadyRunning(UsageError):
     """Another process holds an exclusive lock (e.g. a second ``runner serve``)."""
 

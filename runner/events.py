@@ -312,6 +312,7 @@ class PreRun:
     timed_out: bool
     stdout: str
     cut: bool | None = None  # the run was cut meanwhile (cancelled, declared lost): the script was ended
+    stderr: str | None = None  # the last lines of its stderr (kept apart from stdout since issue 32)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from datetime import datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -45,6 +46,7 @@ __all__ = [
     "Job",
     "JobSpec",
     "JobsFile",
+    "PreRunFailure",
     "check_context_from",
     "context_key",
     "inputs_of",
@@ -70,6 +72,15 @@ def _memory(value: Any) -> Any:
 def _backend(value: Any) -> Any:
     """A string spec (``docker:IMAGE``, ...) becomes its model; a mapping is left to the union."""
     return parse_spec(value) if isinstance(value, str) else value
+
+
+class PreRunFailure(StrEnum):
+    """``pre_run_failure:``: what a failed ``pre_run`` (a non-zero exit, or past
+    ``pre_run_timeout``) does to an agent job's run (docs/jobs.md#pre_run)."""
+
+    FAIL = "fail"  # the run ends failed/pre_run with the script's stderr tail; no model call
+    INFORM = "inform"  # the model is called and told, in a marked section of its prompt
+    IGNORE = "ignore"  # the model is called as if the script had succeeded
 
 
 class Retries(Strict):
@@ -139,6 +150,8 @@ class JobSpec(Strict):
     env_vars: list[str] = Field(default_factory=list)
     pre_run: str | None = None
     pre_run_timeout: Duration = 300.0
+    pre_run_failure: PreRunFailure = PreRunFailure.FAIL
+    skip_when_empty: bool = False  # a pre_run that printed nothing on stdout ends the run skipped (no model call)
     agent: bool = True
     model: str | list[str] = "default"
     model_options: ModelOptions = Field(default_factory=ModelOptions)

@@ -6,7 +6,9 @@ runner's environment (a list of names, or ``NAME: env:OTHER``); a header value m
 ``env:NAME``. ``approvals`` says how the approval gate treats the server's tools: by default a
 tool annotated ``readOnlyHint`` is safe and every other one dangerous; ``approvals: safe`` (or
 ``dangerous``) sets every tool of the server, ``approvals: {TOOL: safe, ...}`` single tools. ``keep_alive: true`` (stdio servers of jobs on the
-local backend, under ``runner serve``) keeps one server per job running across its runs.
+local backend, under ``runner serve``) keeps one server per job running across its runs. A server
+that does not start fails the run that names it (``tools_unavailable``) unless it is ``optional:
+true`` (a bool, strictly): then the run goes on without its tools.
 
 No MCP SDK here: jobs.yaml validation and ``jobs list`` read these models.
 """
@@ -17,7 +19,7 @@ import re
 from collections.abc import Callable
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, StrictBool, field_validator, model_validator
 
 from runner.config.refs import PREFIX, SERVER_NAME, is_ref, parse_ref
 from runner.config.strict import Strict
@@ -39,6 +41,7 @@ class McpServer(Strict):
     start_timeout: float = Field(30.0, gt=0)  # spawn + handshake + tool list
     call_timeout: float = Field(120.0, gt=0)
     keep_alive: bool = False  # under serve, a local job's stdio server lives across its runs (runner.mcp.bridge)
+    optional: StrictBool = False  # a run goes on without the server's tools when it does not start (else it fails)
 
     @model_validator(mode="after")
     def _one_kind(self) -> McpServer:

@@ -15,18 +15,20 @@ from runner.agent.auxiliary import Priced
 from runner.agent.loop import Limits, LoopResult, Totals, run_loop
 from runner.agent.pruning import Pruner, summarize_with
 from runner.agent.types import Usage
+from runner.config.jobs import PreRunFailure
 from runner.events import Emit, Event, Prompt, Text
 from runner.memory.notebook import job_scope
 from runner.memory.write import Binding, run_snapshot
 from runner.run.checkpoints import open_checkpoints
 from runner.run.context_files import load_context_file
-from runner.run.delivery import is_silent
 from runner.run.model_choice import context_budget
 from runner.run.model_source import Connected, Models
+from runner.run.prerun import failure_section
 from runner.run.produce import Produced, RunView
 from runner.run.prompt import render, system_prompt
 from runner.run.review import review_run
 from runner.run.toolbox import open_toolbox
+from runner.silent import is_silent
 from runner.skills.session import SkillSession
 from runner.statuses import RunStatus
 from runner.store import ledger
@@ -117,6 +119,9 @@ class AgentOutput:
 
     def _user_prompt(self, run: RunView) -> str:
         prompt = render(self.source, run.variables, name=self.name, base=run.job.base_dir)
+        pre = run.pre
+        if pre is not None and pre.failed and run.job.spec.pre_run_failure == PreRunFailure.INFORM:
+            prompt = f"{prompt.rstrip()}\n\n{run.redactor(failure_section(pre))}"
         task = run.req.task
         if task is not None and task.prompt:
             prompt = f"{prompt.rstrip()}\n\n{task.prompt}"

@@ -51,7 +51,7 @@ def tool_file_problems(settings: Settings) -> list[str]:
 def check_job(job: Job, config: Config | None, *, env: Any, now: datetime, skills: set[str] | None) -> list[str]:
     problems: list[str] = []
     if job.spec.agent:
-        problems.extend(f"prompt: {p.removeprefix(f'job {job.name}: prompt: ')}" for p in check_template(job, env))
+        problems.extend(_field(p.removeprefix(f"job {job.name}: ")) for p in check_template(job, env))
         if config is not None:
             problems.extend(_check_models(job, config))
             problems.extend(_check_budget(job, config))
@@ -65,6 +65,11 @@ def check_job(job: Job, config: Config | None, *, env: Any, now: datetime, skill
             if name not in skills:
                 problems.append(f"skills: no skill named {name!r} (see: runner skills list)")
     return problems
+
+
+def _field(problem: str) -> str:
+    """A template problem as ``prompt: ...`` (an inline prompt's) or ``prompt FILE: ...`` (a file's)."""
+    return problem if problem.startswith("prompt ") else f"prompt: {problem.removeprefix('prompt: ')}"
 
 
 def _check_mcp(job: Job, config: Config) -> list[str]:

@@ -15,15 +15,10 @@ from runner.config.jobfile import Job
 from runner.config.sinks import Sink, parse_sink
 from runner.delivery.message import Message
 from runner.delivery.send import Delivered, SendContext, send
+from runner.silent import SILENT, is_silent
 from runner.store.atomic import write_private
 
-SILENT = "[SILENT]"
-
 __all__ = ["SILENT", "Delivered", "Output", "deliver", "is_silent"]
-
-
-def is_silent(output: str) -> bool:
-    return output.strip() == SILENT
 
 
 @dataclass(frozen=True)

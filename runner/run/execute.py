@@ -32,7 +32,7 @@ from runner.run.cancel import CancelWatch
 from runner.run.delivery import Output, deliver
 from runner.run.parked import Parking
 from runner.run.prepare import Prepared, prepare
-from runner.run.prerun import PreRunResult, check_pre, run_pre
+from runner.run.prerun import PreRunResult, Verdict, check_pre, run_pre, verdict
 from runner.run.produce import Produced, pre_run_failed, pre_run_timed_out
 from runner.run.prompt import capped_context, render
 from runner.run.prompt import variables as template_variables
@@ -46,6 +46,7 @@ from runner.statuses import RunStatus
 from runner.store import dumps, ledger
 from runner.store.atomic import write_run_file
 from runner.store.files import FileKind, keep
+from runner.store.ledger import Reason
 from runner.store.runs import Recorder, last_output
 from runner.store.search import index_output
 
@@ -251,25 +252,34 @@ class Run:
         self.control = self.control.seen_from(self._backend.workdir)
 
     def pre_run(self) -> Produced | None:
-        """Run the job's ``pre_run``; a ``{"wake": false}`` or a timeout ends the run here. It counts
-        against the run's own ``timeout:`` (the deadline the agent loop keeps too): past it the run
-        stops the script's tree and ends ``timed_out`` by itself, with or without serve."""
-        if not self.job.spec.pre_run:
+        """Run the job's ``pre_run``; what it did may end the run here (``prerun.verdict``): a cut,
+        the run's own timeout, a failure under ``pre_run_failure: fail`` (or of a script-only job),
+        ``{"wake": false}``, an empty stdout under ``skip_when_empty``. It counts against the run's
+        own ``timeout:`` (the deadline the agent loop keeps too): past it the run stops the script's
+        tree and ends ``timed_out`` by itself, with or without serve."""
+        spec = self.job.spec
+        if not spec.pre_run:
             return None
 
         check_pre(self.job, self.gate.check)
         pre = self.pre = run_pre(self.job, self.backend, run_id=self.run_id, deadline=self.deadline)
         # a script-only run ends a few milliseconds later: its pre_run event is written with its last
         cut = self.cut.is_set() or None  # cancelled, or declared lost: the script was ended
-        self.emit(Event.PRE_RUN, PreRun(pre.exit_code, pre.timed_out, pre.stdout[-4000:], cut), hold=not self.job.spec.agent)
+        event = PreRun(pre.exit_code, pre.timed_out, pre.stdout[-4000:], cut, stderr=pre.stderr or None)
+        self.emit(Event.PRE_RUN, event, hold=not spec.agent)
         if cut:
             return Produced(RunStatus.INTERRUPTED, reason="interrupted", error="the run's pre_run was cut")
         if pre.run_timeout:
-            return pre_run_timed_out(self.job.spec.timeout)
-        if not pre.wake:
-            return Produced(RunStatus.SKIPPED, reason="wake_false")
-        if pre.timed_out:
-            return pre_run_failed(pre)
+            return pre_run_timed_out(spec.timeout)
+        found = verdict(pre, policy=spec.pre_run_failure, agent=spec.agent, skip_when_empty=spec.skip_when_empty)
+        if found == Verdict.FAIL:
+            return pre_run_failed(pre, self.redactor)
+        if found == Verdict.WAKE_FALSE:
+            return Produced(RunStatus.SKIPPED, reason=Reason.WAKE_FALSE)
+        if found == Verdict.EMPTY:
+            return Produced(
+                RunStatus.SKIPPED, reason=Reason.PRE_RUN_EMPTY, error="pre_run printed nothing (skip_when_empty: true)"
+            )
         return None
 
     @cached_property

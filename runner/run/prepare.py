@@ -48,7 +48,7 @@ def prepare(settings: Settings, req: RunRequest) -> Prepared:
         now=utcnow(),
         run=placeholder,
         vars_override=dict(req.vars_override),
-        pre_run={"stdout": "", "exit_code": 0},
+        pre_run={"stdout": "", "exit_code": 0, "stderr": ""},
     )
     render(source, dry, name=name, base=job.base_dir)  # a missing variable is exit 2, before any row
     models = resolve(settings, job, req.model)

@@ -4,25 +4,38 @@ It goes through the approval gate first, like a terminal command of the agent: h
 refused under every policy, dangerous follows the job's ``approvals:``; a script it names is
 classified by its content too. Its stdout goes to the template as ``pre_run.stdout``; a last line ``{"wake": false}`` skips
 the run. A path relative to jobs.yaml runs that script (uploaded first on remote backends).
+
+Backends give a command's stdout and stderr as one stream; a pre_run's stderr is kept apart: the
+command runs with its stderr in a file of the backend's ``/tmp``, whose last lines come back after
+a marker carrying a random nonce (``pre_run.stderr``, the tail a failure names). A pre_run past its
+``pre_run_timeout`` has its stderr read by a second short command.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from backends.base import TIMEOUT_EXIT, Backend
 from runner.config.jobfile import Job
+from runner.config.jobs import PreRunFailure
+from runner.config.schedules import format_duration
 from runner.errors import Blocked
 
 if TYPE_CHECKING:
     from runner.safety.approval import Decision
+
+
+STDERR_LINES = 20  # of a pre_run's stderr kept: its last lines, at most STDERR_CHARS
+STDERR_CHARS = 2000
 
 
 @dataclass(frozen=True)
@@ -33,9 +46,82 @@ class PreRunResult:
     wake: bool
     #: the run's own ``timeout:`` stopped it (not ``pre_run_timeout``): the run ends ``timed_out``
     run_timeout: bool = False
+    #: the last lines of its stderr (``STDERR_LINES``, ``STDERR_CHARS``), not redacted
+    stderr: str = ""
+    #: ``pre_run_timeout`` (seconds), named when it timed out
+    limit: float = 0.0
+
+    @property
+    def failed(self) -> bool:
+        """A non-zero exit, or stopped at ``pre_run_timeout``."""
+        return self.timed_out or self.exit_code != 0
+
+    @property
+    def empty(self) -> bool:
+        """Nothing but whitespace on stdout (``skip_when_empty``)."""
+        return not self.stdout.strip()
+
+    def how(self) -> str:
+        """How it failed: ``exit 3``, ``timed out after 5m``."""
+        return f"timed out after {format_duration(self.limit)}" if self.timed_out else f"exit {self.exit_code}"
 
     def as_vars(self) -> dict[str, object]:
-        return {"stdout": self.stdout, "exit_code": self.exit_code}
+        return {"stdout": self.stdout, "exit_code": self.exit_code, "stderr": self.stderr}
+
+
+class Verdict(StrEnum):
+    """What a pre_run's result does to the run, in this order: failed (under ``pre_run_failure:
+    fail``, or a script-only job's), skipped by ``{"wake": false}``, skipped as empty
+    (``skip_when_empty``), else go on (``inform``: with the failure told to the model)."""
+
+    GO = "go"
+    FAIL = "fail"
+    INFORM = "inform"
+    WAKE_FALSE = "wake_false"
+    EMPTY = "empty"
+
+
+def verdict(pre: PreRunResult, *, policy: PreRunFailure, agent: bool, skip_when_empty: bool) -> Verdict:
+    """One of ``Verdict``'s words for ``pre`` under the job's keys. A script-only job (``agent:
+    false``) fails on a failed pre_run whatever ``pre_run_failure`` says: the script is the job."""
+    if pre.failed and (not agent or policy == PreRunFailure.FAIL):
+        return Verdict.FAIL
+    if not pre.wake:
+        return Verdict.WAKE_FALSE
+    if pre.failed and policy == PreRunFailure.INFORM:
+        return Verdict.INFORM  # the failure is news even when stdout is empty
+    if skip_when_empty and pre.empty:
+        return Verdict.EMPTY
+    return Verdict.GO
+
+
+def failure_text(pre: PreRunResult) -> str:
+    """The error of a run its pre_run failed: how, and the end of its stderr (not redacted)."""
+    head = f"pre_run {'timed out after ' + format_duration(pre.limit) if pre.timed_out else f'exited {pre.exit_code}'}"
+    tail = pre.stderr.strip("\n")
+    if not tail:
+        return head
+    if "\n" not in tail:
+        return f"{head}; stderr: {tail}"
+    return f"{head}; stderr, last lines:\n{tail}"
+
+
+def failure_section(pre: PreRunResult) -> str:
+    """``pre_run_failure: inform``: the marked section added to the model's prompt."""
+    tail = pre.stderr.strip("\n")
+    fence = "```"
+    while fence in tail:
+        fence += "`"
+    told = [
+        f"## pre_run failed ({pre.how()})",
+        "The job's pre_run script, which prepares this run's input, failed; what it printed may be "
+        "incomplete or missing. Take that into account in your answer.",
+    ]
+    if tail:
+        told += ["The end of its stderr:", f"{fence}\n{tail}\n{fence}"]
+    else:
+        told.append("It wrote nothing on stderr.")
+    return "\n".join(told)
 
 
 def wants_wake(stdout: str) -> bool:
@@ -121,10 +207,77 @@ def run_pre(job: Job, backend: Backend, *, run_id: str, deadline: float) -> PreR
     runs (run-job, serve, a kanban or Celery worker), and the backend kills the command's tree."""
     left = deadline - time.monotonic()
     if left <= 0:  # the backend took the whole timeout to open: nothing is started
-        return PreRunResult("", TIMEOUT_EXIT, True, True, run_timeout=True)
+        return PreRunResult("", TIMEOUT_EXIT, True, True, run_timeout=True, limit=job.spec.pre_run_timeout)
     limit = min(job.spec.pre_run_timeout, left)
-    command = command_for(job, backend, run_id)
+    split = Split(secrets.token_hex(8))
+    command = split.wrap(command_for(job, backend, run_id))
     env = {"RUNNER_JOB": job.name, "RUNNER_RUN_ID": run_id}
     result = backend.run(command, cwd=backend.workdir, timeout=limit, env=env)
+    stdout, stderr = split.parts(result.output)
     by_run = result.timed_out and limit < job.spec.pre_run_timeout
-    return PreRunResult(result.output, result.exit_code, result.timed_out, wants_wake(result.output), by_run)
+    if result.timed_out and not by_run:  # its stderr is still in the file: read what it wrote before the kill
+        late = backend.run(split.leftover(), cwd=backend.workdir, timeout=5, env=env)
+        stderr = late.output if late.exit_code == 0 and not late.timed_out else ""
+    return PreRunResult(
+        stdout,
+        result.exit_code,
+        result.timed_out,
+        wants_wake(stdout),
+        by_run,
+        stderr=_tail(stderr),
+        limit=job.spec.pre_run_timeout,
+    )
+
+
+@dataclass(frozen=True)
+class Split:
+    """A pre_run command with its stderr kept apart from its stdout (see the module's docstring).
+    Shell builtins plus ``tail`` and ``rm`` (coreutils or busybox), in any POSIX shell."""
+
+    nonce: str
+
+    @property
+    def path(self) -> str:
+        return f"/tmp/.runner-prerun-{self.nonce}.err"
+
+    @property
+    def marker(self) -> str:
+        return f"__RUNNER_PRERUN_STDERR_{self.nonce}__"
+
+    def wrap(self, command: str) -> str:
+        f = shlex.quote(self.path)
+        # the file is made private first; where /tmp cannot be written, stderr stays in the stream
+        return (
+            f"if (umask 077 && : >{f}) 2>/dev/null; then exec 3>{f}; else exec 3>&2; fi\n"
+            f"(\n{command}\n) 2>&3 3>&-\n"
+            "__runner_rc=$?\n"
+            "exec 3>&-\n"
+            f"if [ -s {f} ]; then printf '\\n%s\\n' {self.marker}; {self._tail()}; fi\n"
+            f"rm -f {f}\n"
+            'exit "$__runner_rc"'
+        )
+
+    def _tail(self) -> str:
+        return f"tail -n {STDERR_LINES} {shlex.quote(self.path)} | tail -c {STDERR_CHARS * 2}"
+
+    def leftover(self) -> str:
+        """The command that reads (and removes) the stderr file of a pre_run its timeout killed."""
+        f = shlex.quote(self.path)
+        return f"if [ -f {f} ]; then {self._tail()}; rm -f {f}; fi"
+
+    def parts(self, output: str) -> tuple[str, str]:
+        """(stdout, stderr's tail) of the wrapped command's output."""
+        stdout, sep, stderr = output.rpartition(f"\n{self.marker}\n")
+        return (stdout, stderr) if sep else (output, "")
+
+
+def _tail(text: str) -> str:
+    """The last ``STDERR_LINES`` lines of ``text``, at most ``STDERR_CHARS`` characters (whole lines
+    where it can)."""
+    lines = text.rstrip("\n").split("\n")[-STDERR_LINES:]  # lines as ``tail -n`` counts them
+    out = "\n".join(lines)
+    if len(out) > STDERR_CHARS:
+        out = out[-STDERR_CHARS:]
+        newline = out.find("\n")
+        out = out[newline + 1 :] if 0 <= newline < len(out) - 1 else out
+    return out

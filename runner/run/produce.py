@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.config.schedules import format_duration
-from runner.run.delivery import is_silent
-from runner.run.prerun import PreRunResult
+from runner.run.prerun import PreRunResult, failure_text
 from runner.run.request import RunScope
+from runner.silent import is_silent
 from runner.statuses import RunStatus
+from runner.store.ledger import Reason
 
 if TYPE_CHECKING:
     from backends.base import Backend
@@ -89,14 +90,16 @@ def pre_run_timed_out(timeout: float) -> Produced:
     return Produced(RunStatus.TIMED_OUT, reason="timeout", error=error)
 
 
-def pre_run_failed(pre: PreRunResult) -> Produced:
-    error = f"pre_run exited {pre.exit_code}" + (" (timed out)" if pre.timed_out else "")
-    return Produced(RunStatus.FAILED, reason="pre_run", error=error)
+def pre_run_failed(pre: PreRunResult, redact: Redactor) -> Produced:
+    """The pre_run failed (a non-zero exit, or past ``pre_run_timeout``): the run fails, reason
+    ``pre_run``, its error naming how and the end of the script's stderr (redacted)."""
+    return Produced(RunStatus.FAILED, reason=Reason.PRE_RUN, error=redact(failure_text(pre)))
 
 
 @dataclass(frozen=True)
 class ScriptOutput:
-    """``agent: false``: the pre_run's stdout is the output; a non-zero exit fails the run; empty is silent."""
+    """``agent: false``: the pre_run's stdout is the output; a non-zero exit fails the run; empty or
+    ``[SILENT]`` is silent (``runner.silent``)."""
 
     steered = False
 
@@ -104,7 +107,7 @@ class ScriptOutput:
         pre = run.pre
         if run.req.stop.is_set():  # a first SIGTERM/Ctrl-C let the script finish; the run was still interrupted
             return Produced(RunStatus.INTERRUPTED, reason="interrupted", error="interrupted by a signal")
-        if pre is not None and pre.exit_code != 0:
-            return pre_run_failed(pre)
+        if pre is not None and pre.failed:
+            return pre_run_failed(pre, run.redactor)
         output = pre.stdout if pre is not None else ""
         return Produced(RunStatus.SUCCEEDED, output, silent=is_silent(output) or not output.strip())

@@ -7,6 +7,8 @@ built. ``check_template`` finds undefined names statically (for ``jobs validate`
 
 from __future__ import annotations
 
+import functools
+import traceback
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,12 @@ MAX_POWER_BITS = 100_000  # `2 ** n` results beyond this many bits are refused
 KNOWN_VARIABLES = frozenset(
     {"now", "today", "yesterday", "job", "run", "vars", "pre_run", "last_output", "env", "context"}
 )
+#: the fields of the variables whose fields every run has (``variables`` builds them)
+FIELDS: dict[str, tuple[str, ...]] = {
+    "pre_run": ("stdout", "exit_code", "stderr"),
+    "job": ("name", "schedule", "description"),
+    "run": ("id", "slot", "trigger"),
+}
 CONTEXT_CHARS = 8_000  # of each ``context_from`` job's last output in ``{{ context.NAME }}``
 
 
@@ -57,9 +65,32 @@ def _check_repeat(left: Any, right: Any, cap: int) -> None:
 
 
 def template_env(base: Path, *, cap: int = MAX_OUTPUT_CHARS) -> Any:
-    """A sandboxed environment whose ``*`` and ``**`` cannot build values beyond ``cap``."""
+    """A sandboxed environment whose ``*`` and ``**`` cannot build values beyond ``cap``; an
+    undefined name raises ``Missing`` (what was missing, and where it was looked up)."""
     import jinja2
     from jinja2.sandbox import SandboxedEnvironment
+
+    class Missing(jinja2.UndefinedError):
+        def __init__(self, message: str, *, name: str | None, holder: Any, hint: str | None):
+            super().__init__(message)
+            self.name, self.holder, self.hint = name, holder, hint
+
+    class NamedUndefined(jinja2.StrictUndefined):
+        """StrictUndefined whose error keeps the missing name and the object it was looked up on."""
+
+        __slots__ = ()
+
+        def __init__(
+            self,
+            hint: str | None = None,
+            obj: Any = jinja2.utils.missing,
+            name: str | None = None,
+            exc: type[jinja2.TemplateRuntimeError] = jinja2.UndefinedError,
+        ) -> None:
+            super().__init__(hint, obj, name, exc)
+            if exc is jinja2.UndefinedError:
+                # jinja2 only calls it with the message: a partial that makes ``Missing`` fits
+                self._undefined_exception = functools.partial(Missing, name=name, holder=obj, hint=hint)  # type: ignore[assignment]
 
     class CappedEnvironment(SandboxedEnvironment):
         intercepted_binops = frozenset({"*", "**"})
@@ -75,14 +106,15 @@ def template_env(base: Path, *, cap: int = MAX_OUTPUT_CHARS) -> Any:
 
     return CappedEnvironment(
         loader=jinja2.FileSystemLoader(str(base)),
-        undefined=jinja2.StrictUndefined,
+        undefined=NamedUndefined,
         keep_trailing_newline=True,
         autoescape=False,
     )
 
 
 def render(source: str, variables: dict[str, Any], *, name: str, base: Path, cap: int = MAX_OUTPUT_CHARS) -> str:
-    """Render ``source`` (template text); TemplateError names the variable, line or limit."""
+    """Render ``source`` (template text); TemplateError names the template, the line and what is
+    missing: ``job J: prompt: line 3: pre_run has no field 'stdot' (known: stdout, exit_code, stderr)``."""
     if plain_text(source) and len(source) <= cap:
         return source
     import jinja2
@@ -93,13 +125,57 @@ def render(source: str, variables: dict[str, Any], *, name: str, base: Path, cap
     except OutputCapExceeded as exc:
         raise TemplateError(f"{name}: {exc}") from None
     except jinja2.UndefinedError as exc:
-        raise TemplateError(f"{name}: undefined template variable: {exc.message}") from None
+        raise TemplateError(f"{_where(name, exc)}: {_missing(exc, variables)}") from None
     except jinja2.TemplateSyntaxError as exc:
-        raise TemplateError(f"{name}: line {exc.lineno}: template syntax error: {exc.message}") from None
+        raise TemplateError(f"{_where(name, exc, exc.lineno)}: template syntax error: {exc.message}") from None
     except jinja2.TemplateError as exc:
-        raise TemplateError(f"{name}: template error: {exc}") from None
+        raise TemplateError(f"{_where(name, exc)}: template error: {exc}") from None
     except MemoryError:
         raise TemplateError(f"{name}: template error: out of memory while rendering") from None
+
+
+def _where(name: str, exc: BaseException, lineno: int | None = None) -> str:
+    """``NAME: line N`` (an included file named by its path) from the template frame Jinja2 puts
+    in the error's traceback; ``NAME`` alone when there is none."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.endswith(".py")]
+    if frames:
+        last = frames[-1]
+        lineno = last.lineno
+        if last.filename not in ("<template>", "<unknown>"):
+            name = f"{name} (in {last.filename})"
+    return f"{name}: line {lineno}" if lineno else name
+
+
+def _missing(exc: Any, variables: dict[str, Any]) -> str:
+    """What an undefined name was: a variable no run defines, or a field its holder lacks."""
+    import jinja2
+
+    name, holder = getattr(exc, "name", None), getattr(exc, "holder", jinja2.utils.missing)
+    if name is None:
+        return f"undefined template variable: {exc.message}"
+    if holder is jinja2.utils.missing:
+        known = ", ".join(sorted(variables))
+        return f"undefined template variable {name!r} (known: {known})"
+    path = _path_of(holder, variables)
+    what = path or f"a {type(holder).__name__} value"
+    if isinstance(holder, dict):
+        keys = ", ".join(str(k) for k in holder) or "none"
+        return f"{what} has no field {name!r} (known: {keys})"
+    return f"{what} ({type(holder).__name__}) has no field {name!r}"
+
+
+def _path_of(holder: Any, variables: dict[str, Any], depth: int = 3) -> str | None:
+    """The dotted name of ``holder`` among the template's variables (``pre_run``, ``vars.repo``)."""
+    level: list[tuple[str, Any]] = list(variables.items())
+    for _ in range(depth):
+        deeper: list[tuple[str, Any]] = []
+        for path, value in level:
+            if value is holder:
+                return path
+            if isinstance(value, dict):
+                deeper += [(f"{path}.{k}", v) for k, v in value.items()]
+        level = deeper
+    return None
 
 
 def _capped_join(chunks: Any, cap: int) -> str:
@@ -119,7 +195,7 @@ def job_template(job: Job) -> tuple[str, str]:
     if path is None:
         return job.spec.prompt or "", f"job {job.name}: prompt"
     try:
-        return path.read_text(encoding="utf-8"), str(path)
+        return path.read_text(encoding="utf-8"), f"job {job.name}: prompt {job.spec.prompt}"
     except OSError as exc:
         raise TemplateError(f"job {job.name}: prompt: cannot read {path}: {exc.strerror}") from None
 
@@ -139,7 +215,8 @@ def check_syntax(job: Job) -> None:
 def check_template(job: Job, env: Any = None) -> list[str]:
     """Problems of the job's template found without rendering it: syntax, names no run defines,
     ``vars.X`` with no X in the job's ``vars:``, ``env.X`` with no X in ``env_vars:``,
-    ``context.X`` with no X in ``context_from:`` (dashes as underscores)."""
+    ``context.X`` with no X in ``context_from:`` (dashes as underscores), a field ``pre_run``,
+    ``job`` or ``run`` does not have (``pre_run.stdot``)."""
     try:
         source, name = job_template(job)
     except TemplateError as exc:
@@ -165,19 +242,26 @@ def check_template(job: Job, env: Any = None) -> list[str]:
     }
     where = {"vars": "the job's vars:", "env": "env_vars:", "context": "context_from: (dashes as underscores)"}
     for holder, key, line in _member_uses(ast):
-        if key not in allowed[holder]:
+        if holder in FIELDS:
+            if key not in FIELDS[holder] and not hasattr(dict, key):
+                known = ", ".join(FIELDS[holder])
+                problems.append(f"{name}: line {line}: {holder} has no field {key!r} (known: {known})")
+        elif key not in allowed[holder]:
             problems.append(f"{name}: line {line}: {holder}.{key} is not defined ({key!r} is not in {where[holder]})")
     return problems
 
 
 def _member_uses(ast: Any) -> list[tuple[str, str, int]]:
-    """``vars.X`` / ``vars['X']`` / ``env.X`` / ``context.X`` uses in the template: (holder, key, line)."""
+    """``vars.X`` / ``vars['X']`` / ``env.X`` / ``context.X`` (and ``pre_run``, ``job``, ``run``)
+    uses in the template: (holder, key, line)."""
     from jinja2 import nodes
 
     out = []
+    assigned = {n.name for n in ast.find_all(nodes.Name) if n.ctx in ("store", "param")}  # {% set run = ... %}
+    holders = {"vars", "env", "context", *FIELDS} - assigned
     for node in ast.find_all((nodes.Getattr, nodes.Getitem)):
         target = node.node
-        if not (isinstance(target, nodes.Name) and target.name in ("vars", "env", "context") and target.ctx == "load"):
+        if not (isinstance(target, nodes.Name) and target.name in holders and target.ctx == "load"):
             continue
         if isinstance(node, nodes.Getattr):
             out.append((target.name, node.attr, node.lineno))
@@ -208,7 +292,7 @@ def variables(
         "job": {"name": job.name, "schedule": job.spec.schedule, "description": job.spec.description},
         "run": run,
         "vars": {**job.spec.vars, **(vars_override or {})},
-        "pre_run": pre_run or {"stdout": "", "exit_code": None},
+        "pre_run": pre_run or {"stdout": "", "exit_code": None, "stderr": ""},
         "last_output": last_output,
         "env": {name: env[name] for name in job.spec.env_vars if name in env},
         "context": {context_key(other): given.get(other, "") for other in job.spec.context_from},

@@ -1,13 +1,18 @@
 """The tools one run offers: the builtin registry, the operator's tools when the job names them,
-and the MCP servers the job names (started here, before the first model request)."""
+and the MCP servers the job names (started here, before the first model request). A server that
+does not start fails the run (``ToolsUnavailable``, reason ``tools_unavailable``) unless
+config.yaml marks it ``optional: true``: then the run goes on without its tools, and an
+``mcp_server`` event (status ``unavailable``) says so."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from runner.config.refs import is_ref
-from runner.errors import ConfigError
+from runner.config.refs import is_ref, parse_ref
+from runner.errors import ConfigError, ToolsUnavailable
+from runner.events import Event
+from runner.events import McpServer as ServerEvent
 from runner.host import secrets
 from runner.run.request import RunScope
 from runner.tools import Registry, discover, known_toolset_names
@@ -49,7 +54,26 @@ def open_toolbox(run: RunScope, ctx: ToolContext) -> Toolbox:
     )
     try:
         session.add_to(registry, refs)
+        _required_up(run, session.down)
     except BaseException:
         session.close()
         raise
     return Toolbox(registry, session, dict(session.down))
+
+
+def _required_up(run: RunScope, down: dict[str, str]) -> None:
+    """ToolsUnavailable naming each server that did not start and is not ``optional: true``; an
+    event for each optional one that did not."""
+    servers = run.settings.config.mcp_servers
+    missing: list[str] = []
+    for ref, why in down.items():
+        name, _ = parse_ref(ref)
+        reason = why.removeprefix("the server did not start: ").splitlines()[0] if why else "unknown"
+        if servers[name].optional:
+            run.emit(Event.MCP_SERVER, ServerEvent(name, "unavailable", error=f"optional: the run goes on without its tools ({reason})"))
+        else:
+            missing.append(f"MCP server {name} did not start: {reason}")
+    if missing:
+        raise ToolsUnavailable(
+            f"job {run.job.name}: {'; '.join(missing)} (config.yaml mcp_servers: `optional: true` runs the job without it)"
+        )

@@ -45,8 +45,9 @@ NOT_TAKEN = "-"  # runs.worker of a row serve ended before any worker took it
 
 
 class Reason(StrEnum):
-    """The reasons the ledger's supervisors write (a run's own failures carry the reason of the
-    error that ended it: ``RunnerError.reason``)."""
+    """The reasons the ledger's supervisors write, and those of a run's own steps that no error
+    carries (a run's own failures carry the reason of the error that ended it: ``RunnerError.reason``;
+    ``runner.errors.ToolsUnavailable``'s is ``TOOLS_UNAVAILABLE``)."""
 
     WORKER_LOST = "worker_lost"  # its worker stopped sending heartbeats, or its process is gone
     WORKER_DIED = "worker_died"  # its process exited without recording an end
@@ -58,6 +59,10 @@ class Reason(StrEnum):
     SHUTDOWN = "shutdown"  # serve stopped while it waited or ran
     TIMEOUT = "timeout"  # the job's wall-clock timeout
     REFUSED = "refused"  # a kanban worker refused the task's run
+    PRE_RUN = "pre_run"  # the pre_run failed (a non-zero exit or its pre_run_timeout): failed
+    WAKE_FALSE = "wake_false"  # the pre_run's last line was {"wake": false}: skipped
+    PRE_RUN_EMPTY = "pre_run_empty"  # the pre_run printed nothing and the job has skip_when_empty: skipped
+    TOOLS_UNAVAILABLE = "tools_unavailable"  # an MCP server the job needs did not start: failed
 
 
 WORKER_LOST = Reason.WORKER_LOST

@@ -41,6 +41,7 @@ from runner.config.schedules import parse_duration
 from runner.errors import UsageError
 from runner.events import Event
 from runner.safety.redact import Redactor
+from runner.silent import is_silent
 from runner.store import Store
 from runner.store.dialect import Dialect
 
@@ -377,7 +378,7 @@ def _outputs(conn: sqlite3.Connection) -> Iterator[tuple[str, str, str, str]]:
 
 def _add_output(conn: sqlite3.Connection, run_id: str, job: str, ts: str, text: str) -> int:
     text = text[:INDEX_CHARS]
-    if not text.strip() or text.strip() == "[SILENT]":
+    if not text.strip() or is_silent(text):
         return 0
     cur = conn.execute(
         "INSERT INTO search_docs (run_id, seq, job, ts, kind, label) VALUES (?, 0, ?, ?, 'output', NULL)",

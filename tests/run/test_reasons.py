@@ -29,6 +29,7 @@ NAMED = {
     "StoreDamaged": "store_error",  # issue 37: a corrupt page, split from StoreFault (not transient)
     "StoreStateError": "store_state",
     "IllegalTransition": "store_error",  # issue 31: a ledger write the transition table forbids is a store fault
+    "ToolsUnavailable": "tools_unavailable",  # issue 32: a new reason, no row held it before
 }
 
 
