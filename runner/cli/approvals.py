@@ -1,5 +1,6 @@
 """``runner approvals list | check | pending | grant | deny``: the approval audit, a dry check of
-`allow:` patterns, and the answers to approvals a run is parked on."""
+what a command meets under each policy (and `allow:` patterns), and the answers to approvals a run
+is parked on."""
 
 from __future__ import annotations
 
@@ -141,7 +142,8 @@ def _said(what: str, judge: str | None) -> str:
 @approvals_group.command("pending")
 @click.option("--json", "as_json", is_flag=True)
 def approvals_pending(as_json: bool) -> None:
-    """Approvals runs are parked on now (approvals: manual with nobody at a terminal), oldest first."""
+    """Approvals runs are parked on now (approvals: manual with nobody at a terminal, or what a
+    smart judge escalated), oldest first."""
     from runner.store.control import pending_approvals
 
     items = pending_approvals(settings().store)
