@@ -40,7 +40,7 @@ def audit_recorder(
                 clean,
                 decision.level,
                 json.dumps(list(decision.reasons)),
-                policy,
+                None if policy is None else str(policy),  # a policy enum as its value
                 verdict,
                 decision.decided_by,
                 judge,
