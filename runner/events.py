@@ -21,6 +21,7 @@ class Event(StrEnum):
     ALERT = "alert"
     APPROVAL = "approval"
     APPROVAL_ANSWERED = "approval_answered"
+    APPROVAL_JUDGED = "approval_judged"
     APPROVAL_PARKED = "approval_parked"
     BLOCKED = "blocked"
     BUDGET_REFUSED = "budget_refused"
@@ -101,6 +102,9 @@ class Approval:
     reasons: list[str]
     decision: str  # approved | denied
     decided_by: str | None = None
+    judge: str | None = None  # approvals: smart: the judge model asked
+    verdict: str | None = None  # its verdict: approve | deny | escalate
+    why: str | None = None  # its reason, or why it gave none (then denied)
 
 
 @dataclass(frozen=True)
@@ -407,7 +411,7 @@ class SkillChanged:
 
 @dataclass(frozen=True)
 class SideCall:
-    """A priced side call: a pruning summary, a skill review."""
+    """A priced side call: a pruning summary, a skill review, the smart-approval judge."""
 
     model: str | None
     provider: str | None
@@ -415,7 +419,7 @@ class SideCall:
     completion_tokens: int
     cost_usd: float
     chars: int | None = None  # summary
-    outcome: str | None = None  # skill_review: create | patch | none | failed
+    outcome: str | None = None  # skill_review: create | patch | none | failed; approval_judged: the verdict
     name: str | None = None
     why: str | None = None
     message: str | None = None
@@ -534,6 +538,7 @@ PAYLOADS: dict[Event, type[Payload]] = {
     Event.ALERT: Alert,
     Event.APPROVAL: Approval,
     Event.APPROVAL_ANSWERED: ApprovalAnswered,
+    Event.APPROVAL_JUDGED: SideCall,
     Event.APPROVAL_PARKED: ApprovalParked,
     Event.BLOCKED: Blocked,
     Event.BUDGET_REFUSED: Budget,
@@ -737,6 +742,9 @@ def _subagent_finished(kind: Event | str, p: SubagentFinished) -> Shown:
 
 
 def _side_call(kind: Event | str, p: SideCall) -> Shown:
+    if kind == Event.APPROVAL_JUDGED:
+        head = f"judged by {p.model}: {p.prompt_tokens}+{p.completion_tokens} tokens, ${p.cost_usd or 0:.5f}: {p.outcome}"
+        return Shown(head, p.why or "")
     if kind != Event.SKILL_REVIEW:
         return _plain(kind, p)
     what = f"{p.outcome} {p.name or ''}".rstrip()

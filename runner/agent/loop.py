@@ -206,6 +206,33 @@ class Totals:
             self.cost += cost
 
 
+@dataclass
+class SideAccount:
+    """Priced side calls made outside a loop's own turns (the smart-approval judge, asked from a
+    tool call, or before the loop for ``pre_run``): charged to the loop running then (``bind``),
+    else held for the next one, so the run's tokens, cost and budget checks count them."""
+
+    _totals: Totals | None = None
+    _held: list[tuple[Usage, float]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def bind(self, totals: Totals) -> None:
+        """Charge ``totals`` from now on, and with what was held until now."""
+        with self._lock:
+            self._totals = totals
+            held, self._held = self._held, []
+        for usage, cost in held:
+            totals.add(usage, cost)
+
+    def add(self, usage: Usage, cost: float) -> None:
+        with self._lock:
+            totals = self._totals
+            if totals is None:
+                self._held.append((usage, cost))
+                return
+        totals.add(usage, cost)
+
+
 def run_loop(
     messages: list[dict[str, Any]],
     tools: Sequence[ToolEntry],

@@ -20,7 +20,7 @@ JOBS_YAML = """\
 
 defaults:                       # any job key; merged under each job
   backend: local                # local | docker | ssh (docs/backends.md)
-  approvals: deny               # dangerous commands: deny | approve | manual
+  approvals: deny               # dangerous commands: deny | approve | manual | smart
   max_iterations: 20            # model turns per run
   timeout: 10m                  # wall clock per run
 

@@ -38,6 +38,7 @@ from runner.config.schedules import parse_duration, parse_timezone
 from runner.config.sinks import check_sink
 from runner.config.strict import Strict
 from runner.errors import ConfigError, UsageError
+from runner.safety.latitude import Approvals
 from runner.safety.ssrf import WebPolicy
 
 __all__ = [
@@ -160,12 +161,13 @@ class JobSpec(Strict):
     workdir: str | None = None  # before ``backend``: the ssh check below reads it
     backend: Annotated[BackendSpec, BeforeValidator(_backend)] = Field(default_factory=LocalSpec)
     sandbox: Annotated[SandboxSpec, BeforeValidator(_sandbox)] = Field(default_factory=SandboxSpec)
-    approvals: Literal["deny", "approve", "manual"] = "deny"
+    approvals: Approvals = Approvals.DENY
     allow: list[str] = Field(default_factory=list)
     max_iterations: int = Field(30, ge=1, le=10_000)
     timeout: Duration = 1200.0
     idle_timeout: Duration = 300.0
     approval_timeout: Duration = 3600.0  # how long a parked approval waits (approvals: manual, nobody at a terminal)
+    smart_timeout: Duration = 30.0  # how long the judge model of approvals: smart may take; then denied
     retries: Retries = Field(default_factory=Retries)
     catchup: Literal["skip", "once", "all"] = "once"
     catchup_window: Duration | None = None
@@ -220,7 +222,7 @@ class JobSpec(Strict):
                 raise ValueError(f"{name!r} is not an environment variable name")
         return value
 
-    @field_validator("timeout", "idle_timeout", "approval_timeout")
+    @field_validator("timeout", "idle_timeout", "approval_timeout", "smart_timeout")
     @classmethod
     def _positive(cls, value: float) -> float:
         if value <= 0:

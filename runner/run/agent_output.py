@@ -238,7 +238,8 @@ def _converse(
     )
 
     def loop(lim: Limits) -> LoopResult:
-        totals = Totals()  # subagents add what they spent to it
+        totals = Totals()  # subagents and the smart-approval judge add what they spent to it
+        run.side_calls.bind(totals)
         if delegation is not None:
             delegation.account(lim, totals)
         return run_loop(

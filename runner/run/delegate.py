@@ -33,9 +33,9 @@ from runner.agent.types import LLM, Usage
 from runner.errors import RunnerError, failure_reason
 from runner.events import Event, Failure, Prompt, RunFinished, RunStarted, SubagentFinished, SubagentStarted
 from runner.host.procs import Cut, future_results
-from runner.safety.approval import audit_recorder
 from runner.statuses import RunStatus, Trigger
 from runner.store import ledger
+from runner.store.approvals import audit_recorder
 from runner.store.atomic import write_run_file
 from runner.store.files import FileKind, keep
 from runner.store.runs import Recorder

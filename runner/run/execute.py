@@ -19,15 +19,17 @@ from typing import TYPE_CHECKING, Any
 
 import backends
 from backends.base import Backend, BackendContext
-from runner.agent.loop import grace_reserve
+from runner.agent.loop import SideAccount, grace_reserve
 from runner.agent.tracing import Tracer, tracer_from_env
+from runner.agent.types import Usage
 from runner.clock import utcnow
 from runner.delivery.alerts import Alerter, RunEnd, tail, tail_of_run
 from runner.delivery.send import SendContext
 from runner.errors import RunnerError, StoreError, Tampered, failure_reason
-from runner.events import By, Delivered, Event, Failure, Fenced, PreRun, RunFinished, RunStarted, Sandbox
+from runner.events import By, Delivered, Event, Failure, Fenced, PreRun, RunFinished, RunStarted, Sandbox, SideCall
 from runner.events import Tampered as TamperedEvent
 from runner.host.procs import Cut
+from runner.run.agent_output import AgentOutput
 from runner.run.cancel import CancelWatch
 from runner.run.delivery import Output, deliver
 from runner.run.parked import Parking
@@ -40,10 +42,13 @@ from runner.run.protect import hold_reloads, masks_inside, protected_set, sandbo
 from runner.run.request import Replay, RunOutcome, RunRequest
 from runner.safety.approval import build_gate
 from runner.safety.control import ControlPlane, Fingerprint
+from runner.safety.judge import Judge, summary_of
+from runner.safety.latitude import Approvals
 from runner.safety.redact import Redactor
 from runner.settings import Settings
 from runner.statuses import RunStatus
 from runner.store import dumps, ledger
+from runner.store.approvals import audit_recorder
 from runner.store.atomic import write_run_file
 from runner.store.files import FileKind, keep
 from runner.store.ledger import Reason
@@ -51,7 +56,9 @@ from runner.store.runs import Recorder, last_output
 from runner.store.search import index_output
 
 if TYPE_CHECKING:
-    from runner.safety.approval import Gate
+    from runner.agent.auxiliary import AuxiliaryModel
+    from runner.safety.approval import Callback, Gate
+    from runner.safety.judge import JudgeReply, Ruling
     from runner.store.control import ApprovalRequest
 
 __all__ = ["Run", "RunOutcome", "RunRequest", "execute"]
@@ -100,6 +107,7 @@ class Run:
             else CancelWatch.alone(settings.store.path, run_id, req.stop, cut=self.cut)
         )
         self.tracer: Tracer = tracer_from_env()
+        self.side_calls = SideAccount()  # the smart-approval judge's replies, counted in the run's totals
 
     @classmethod
     def start(cls, settings: Settings, req: RunRequest, prepared: Prepared) -> Run:
@@ -287,21 +295,21 @@ class Run:
         """The run's approval gate, frozen at first use (after the backend is open): pre_run and
         the agent's commands go through the same one."""
 
+        policy = self.job.spec.approvals
         return build_gate(
             self.job,
-            store=self.settings.store,
-            run_id=self.run_id,
-            emit=self.emit,
-            redact=self.redactor,
+            record=audit_recorder(self.settings.store, self.run_id, policy, self.emit, self.redactor),
             interactive=self.req.interactive,
             control=self.control,
             parking=self.parking(),
+            judge=self.judge if policy == Approvals.SMART else None,
         )
 
     def parking(self) -> Parking | None:
-        """``approvals: manual`` with nobody at a terminal: a dangerous command parks the run
-        until a person answers (``runner.run.parked``); None otherwise."""
-        if self.job.spec.approvals != "manual" or self.req.interactive:
+        """``approvals: manual`` (or a command ``smart``'s judge escalates) with nobody at a
+        terminal: a dangerous command parks the run until a person answers
+        (``runner.run.parked``); None otherwise."""
+        if self.job.spec.approvals not in (Approvals.MANUAL, Approvals.SMART) or self.req.interactive:
             return None
 
         return Parking(
@@ -316,6 +324,50 @@ class Run:
             notify=self.alert_approval,
             cancelled_by=lambda: self.cancel.by,
         )
+
+    def judge(self, person: Callback) -> Judge:
+        """``approvals: smart``: the auxiliary model judges a flagged command; ``person`` decides
+        what it escalates (``runner.safety.judge``)."""
+        producer = self.prepared.producer
+        prompt = producer.source if isinstance(producer, AgentOutput) else ""
+        return Judge(
+            model=lambda: self.judge_model,
+            job=self.job.name,
+            summary=self.redactor(summary_of(self.job.spec.description, prompt)),
+            timeout=self.job.spec.smart_timeout,
+            escalate=person,
+            redact=self.redactor,
+            spent=self.judged,
+            deadline=lambda: self.loop_deadline,
+        )
+
+    @cached_property
+    def judge_model(self) -> AuxiliaryModel | None:
+        """The auxiliary model, built at the judge's first question (None: none is configured, or
+        the run replays a cassette)."""
+        producer = self.prepared.producer
+        if not isinstance(producer, AgentOutput):
+            return None
+        return producer.models.auxiliary_model(emit=self.emit)
+
+    def judged(self, reply: JudgeReply, ruling: Ruling) -> None:
+        """The judge's reply: an ``approval_judged`` event with its cost (the budget settlement
+        counts it under the provider that answered) and its tokens and cost in the run's totals."""
+        usage = reply.usage
+        cost = round(reply.cost_usd, 6)
+        self.emit(
+            Event.APPROVAL_JUDGED,
+            SideCall(
+                reply.model,
+                reply.provider,
+                usage.prompt_tokens,
+                usage.completion_tokens,
+                cost,
+                outcome=str(ruling.verdict),
+                why=ruling.reason,
+            ),
+        )
+        self.side_calls.add(Usage(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens), reply.cost_usd)
 
     def alert_approval(self, request: ApprovalRequest) -> None:
         """The alert of a parked approval, naming the command that answers it."""

@@ -52,6 +52,11 @@ class Models(Protocol):
         """The model for this run; ``on_model`` hears when a fallback provider answered instead."""
         ...
 
+    def auxiliary_model(self, *, emit: Emit) -> AuxiliaryModel | None:
+        """config.yaml's / the job's ``auxiliary:`` model, a client of its own, for a call outside
+        the loop (the smart-approval judge); None without one."""
+        ...
+
 
 @dataclass(frozen=True)
 class Fixed:
@@ -62,6 +67,9 @@ class Fixed:
 
     def connect(self, *, emit: Emit, deadline: float | None, redactor: Redactor, on_model: OnModel) -> Connected:
         return Connected(self.llm, Pricing())
+
+    def auxiliary_model(self, *, emit: Emit) -> AuxiliaryModel | None:
+        return None  # a cassette or the caller's own model: no auxiliary provider
 
 
 @dataclass(frozen=True)
@@ -101,6 +109,9 @@ class Providers:
         if self.record is not None:
             client = RecordingLLM(client, self.record, job=self.job, redact=redactor.redact_obj)
         return Connected(client, pricing, self._auxiliary(emit))
+
+    def auxiliary_model(self, *, emit: Emit) -> AuxiliaryModel | None:
+        return self._auxiliary(emit)
 
     def _auxiliary(self, emit: Emit) -> AuxiliaryModel | None:
         if self.auxiliary is None:

@@ -19,6 +19,7 @@ from runner.store.ledger import Reason
 
 if TYPE_CHECKING:
     from backends.base import Backend
+    from runner.agent.loop import SideAccount
     from runner.agent.tracing import Tracer
     from runner.host.procs import Cut
     from runner.run.budget import BudgetPlan
@@ -63,6 +64,8 @@ class RunView(RunScope, Protocol):
     def backend(self) -> Backend: ...
     @property
     def gate(self) -> Gate: ...
+    @property
+    def side_calls(self) -> SideAccount: ...  # the judge's replies, charged to the loop running
     @property
     def loop_deadline(self) -> float: ...
     @property

@@ -4,7 +4,8 @@
 ``approve`` auto-approves them; ``manual`` asks on the TTY (y/N, default no, with a timeout) and,
 with nobody at a terminal (serve, kanban workers, ``run-job`` without a TTY), parks the run until a
 person answers with ``runner approvals grant | deny`` or ``approval_timeout`` passes
-(``runner.safety.parked``). ``allow:`` glob patterns approve a
+(``runner.run.parked``); ``smart`` asks the judge model, and hands an escalated command to a person
+as ``manual`` does (``runner.safety.judge``). ``allow:`` glob patterns approve a
 command whose every dangerous segment matches a pattern, under every policy. Hardline commands
 are blocked under every policy and by every pattern. Each decision is written to the
 ``approvals`` table (command redacted) and logged as a run event.
@@ -24,15 +25,16 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
-from runner.clock import iso, utcnow
-from runner.events import Approval, Emit, Event
 from runner.safety.control import WRITES_CONTROL
+from runner.safety.latitude import Approvals
 from runner.safety.result import ApprovalResult, ToolCheck
 
 if TYPE_CHECKING:
     from runner.safety.control import ControlPlane
+    from runner.safety.judge import Ruling
     from runner.safety.shell import Verdict
 
 BLOCKED_TEMPLATE = "blocked: {reasons}; this command is not allowed in this run. Find another way to do the task."
@@ -44,11 +46,13 @@ TOOL_HARDLINE = "blocked: an argument of {tool} holds a command that never runs 
 @dataclass(frozen=True)
 class Answer:
     """A callback's decision with who made it (``by``: ``policy``, ``human``, ``user@host``,
-    ``timeout``...) and, for a denial, why (told to the model)."""
+    ``timeout``, ``judge``...), for a denial why (told to the model), and under ``approvals: smart``
+    the judge's ruling (for the audit)."""
 
     approved: bool
     by: str
     why: str = ""
+    ruling: Ruling | None = None
 
 
 class Callback(Protocol):
@@ -60,7 +64,8 @@ class Callback(Protocol):
     def __call__(self, command: str, verdict: Verdict) -> bool | Answer: ...
 
 
-def _ask(callback: Callback, command: str, verdict: Verdict) -> Answer:
+def answer_of(callback: Callback, command: str, verdict: Verdict) -> Answer:
+    """Ask ``callback``; a bare True/False becomes an ``Answer`` by ``human`` (the TTY) or ``policy``."""
     result = callback(command, verdict)
     if isinstance(result, Answer):
         return result
@@ -134,10 +139,11 @@ def has_tty() -> bool:
 
 
 def callback_for(policy: str, *, interactive: bool, tty_timeout: float = 60.0) -> Callback:
-    """The callback a run gets. Unattended runs never get anything but auto-deny for ``manual``."""
-    if policy == "approve":
+    """The callback a run gets without parking or a judge: a person only at a terminal
+    (``manual``), else auto-deny (``smart`` too: its judge comes from ``build_gate``)."""
+    if policy == Approvals.APPROVE:
         return AutoApprove()
-    if policy == "manual" and interactive:
+    if policy == Approvals.MANUAL and interactive:
         return TtyPrompt(tty_timeout)
     return AutoDeny()
 
@@ -147,8 +153,9 @@ class Decision:
     allowed: bool
     level: str
     reasons: tuple[str, ...]
-    decided_by: str  # policy | allow | human | hardline | safe
+    decided_by: str  # policy | allow | human | hardline | safe | judge | user@host | timeout ...
     message: str = ""
+    ruling: Ruling | None = None  # approvals: smart: what the judge said (also when a person decided after)
 
 
 def allow_match(verdict: Verdict, patterns: Sequence[str]) -> bool:
@@ -277,11 +284,11 @@ def decide(
         return Decision(True, "dangerous", reasons, "allow")
     if callback is None:  # fail closed
         return Decision(False, "dangerous", reasons, "policy", BLOCKED_TEMPLATE.format(reasons="; ".join(reasons)))
-    answer = _ask(callback, command, verdict)
+    answer = answer_of(callback, command, verdict)
     if answer.approved:
-        return Decision(True, "dangerous", reasons, answer.by)
+        return Decision(True, "dangerous", reasons, answer.by, ruling=answer.ruling)
     message = _blocked(BLOCKED_TEMPLATE, answer, reasons="; ".join(reasons))
-    return Decision(False, "dangerous", reasons, answer.by, message)
+    return Decision(False, "dangerous", reasons, answer.by, message, answer.ruling)
 
 
 def decide_tool(check: ToolCheck, *, callback: Callback | None) -> Decision:
@@ -301,11 +308,11 @@ def decide_tool(check: ToolCheck, *, callback: Callback | None) -> Decision:
     if callback is None:
         message = TOOL_BLOCKED.format(tool=check.tool, reasons=check.reason)
         return Decision(False, "dangerous", reasons, "policy", message)
-    answer = _ask(callback, check.summary or check.tool, Verdict("dangerous", reasons, (), ()))
+    answer = answer_of(callback, check.summary or check.tool, Verdict("dangerous", reasons, (), ()))
     if answer.approved:
-        return Decision(True, "dangerous", reasons, answer.by)
+        return Decision(True, "dangerous", reasons, answer.by, ruling=answer.ruling)
     message = _blocked(TOOL_BLOCKED, answer, tool=check.tool, reasons=check.reason)
-    return Decision(False, "dangerous", reasons, answer.by, message)
+    return Decision(False, "dangerous", reasons, answer.by, message, answer.ruling)
 
 
 @dataclass(frozen=True)
@@ -337,49 +344,52 @@ class Gate:
         return decision
 
 
-def audit_recorder(
-    store: Any, run_id: str, policy: str, emit: Emit, redact: Callable[[str], str]
-) -> Callable[[str, Decision], None]:
-    import json
-
-    def record(command: str, decision: Decision) -> None:
-        clean = redact(command)
-        verdict = "approved" if decision.allowed else "denied"
-        emit(Event.APPROVAL, Approval(clean, decision.level, list(decision.reasons), verdict, decision.decided_by))
-        store.execute(
-            "INSERT INTO approvals (run_id, ts, command, level, reasons, policy, decision, decided_by) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                run_id,
-                iso(utcnow()),
-                clean,
-                decision.level,
-                json.dumps(list(decision.reasons)),
-                policy,
-                "approved" if decision.allowed else "denied",
-                decision.decided_by,
-            ),
-        )
-
-    return record
+Record = Callable[[str, Decision], None]  # the audit of one decision (``runner.store.approvals.audit_recorder``)
 
 
 def build_gate(
     job: Any,
     *,
-    store: Any,
-    run_id: str,
-    emit: Emit,
-    redact: Callable[[str], str],
+    record: Record,
     interactive: bool,
     control: ControlPlane | None = None,
     parking: Callback | None = None,
+    judge: Callable[[Callback], Callback] | None = None,
 ) -> Gate:
-    """The run's gate. ``parking``: the callback of ``approvals: manual`` with nobody at a
-    terminal (``runner.safety.parked.Parking``); without one such a run denies."""
-    policy = job.spec.approvals
+    """The run's gate. ``parking``: a person's answer with nobody at a terminal
+    (``runner.run.parked.Parking``); without one such a run denies. ``judge``: under ``approvals:
+    smart``, the judge (``runner.safety.judge.Judge``) given who decides what it escalates (the
+    TTY prompt, or ``parking``); without one smart denies."""
+    policy = Approvals(job.spec.approvals)
+    person = parking if parking is not None and not interactive else callback_for(Approvals.MANUAL, interactive=interactive)
     callback = callback_for(policy, interactive=interactive)
-    if policy == "manual" and not interactive and parking is not None:
-        callback = parking
-    record = audit_recorder(store, run_id, policy, emit, redact)
+    if policy == Approvals.MANUAL:
+        callback = person
+    elif policy == Approvals.SMART and judge is not None:
+        callback = judge(person)
     return Gate(policy, tuple(job.spec.allow), callback, record, control)
+
+
+class Outcome(StrEnum):
+    """What happens to a command under a policy (``runner approvals check``)."""
+
+    RUNS = "runs"
+    DENIED = "denied"
+    REFUSED = "refused"  # hardline: under every policy
+    WAITS = "waits"  # manual: a person answers (a TTY prompt, or the run parks)
+    JUDGED = "judged"  # smart: the judge model answers; escalate waits as manual does
+
+
+def outcome(decision: Decision, policy: str) -> Outcome:
+    """What a command ``decide`` classified with an auto-deny callback (so nobody was asked) meets
+    under ``policy``: hardline is refused, safe and ``allow:``-matched commands run, the rest is the
+    policy's."""
+    if decision.level == "hardline":
+        return Outcome.REFUSED
+    if decision.allowed:
+        return Outcome.RUNS
+    return {
+        Approvals.APPROVE: Outcome.RUNS,
+        Approvals.MANUAL: Outcome.WAITS,
+        Approvals.SMART: Outcome.JUDGED,
+    }.get(Approvals(policy), Outcome.DENIED)

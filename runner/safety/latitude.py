@@ -2,8 +2,8 @@
 another's: a run may hand work (a kanban task) only to jobs whose latitude is no wider than its
 own, so a ``deny`` job cannot get a command run by filing a task for an ``approve`` job.
 
-Wider means: a looser ``approvals:`` (``deny`` < ``manual`` < ``approve``: ``manual`` lets a person
-approve, ``approve`` lets everything through), an ``allow:`` pattern (it approves matching
+Wider means: a looser ``approvals:`` (``deny`` < ``manual`` < ``smart`` < ``approve``: ``manual`` lets
+a person approve, ``smart`` lets the judge model approve, ``approve`` lets everything through), an ``allow:`` pattern (it approves matching
 dangerous commands under any policy) that the other job's list does not hold, or ``sandbox: off``
 on the local backend (its commands run as the runner's own user) where the other job's run in the
 sandbox.
@@ -21,6 +21,7 @@ class Approvals(StrEnum):
 
     DENY = "deny"
     MANUAL = "manual"
+    SMART = "smart"  # the judge model (config.yaml's ``auxiliary:``) decides; escalate waits for a person
     APPROVE = "approve"
 
     @property

@@ -12,10 +12,14 @@ Escaping is XML's (``&``, ``<``, ``>`` as entities), so a note holding ``</memor
 ``&lt;/memory&gt;`` and the block ends only where runner ends it. Invisible and direction-changing
 characters (``runner.safety.injection.INVISIBLE_CLASS``) become ``[U+200B]`` marks: what the model
 reads is what a person reading the prompt sees.
+
+``json_block`` holds a value as one JSON literal instead (the smart-approval judge's command): the
+text decodes back exactly as it was, and nothing in it can end the block (below).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 
@@ -48,3 +52,18 @@ def data_block(tag: str, attrs: Mapping[str, str], label: str, body: str) -> str
     text (not escaped); ``body`` is the data."""
     shown = "".join(f' {name}="{attribute(value)}"' for name, value in attrs.items())
     return f"<{tag}{shown}>\n{label}\n{escape(body).rstrip()}\n</{tag}>"
+
+
+_TAG_CHARS = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026", 0x7F: "\\u007f"}
+
+
+def json_literal(value: object) -> str:
+    """``value`` as JSON on one line with only printable ASCII: every other character (newlines,
+    hidden and non-ASCII ones) and ``< > &`` are ``\\uXXXX`` escapes, so the literal holds no tag
+    character and decodes (``json.loads``) to exactly ``value``."""
+    return json.dumps(value, ensure_ascii=True).translate(_TAG_CHARS)
+
+
+def json_block(tag: str, value: object) -> str:
+    """``<tag>``, ``value`` as a ``json_literal``, ``</tag>``: the block ends only where runner ends it."""
+    return f"<{tag}>\n{json_literal(value)}\n</{tag}>"

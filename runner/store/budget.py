@@ -191,7 +191,7 @@ def settle(store: Store, run_id: str, *, now: datetime | None = None) -> bool:
     return True
 
 
-SIDE_CALLS = (Event.SUMMARY, Event.SKILL_REVIEW)  # priced calls beside the model turns
+SIDE_CALLS = (Event.SUMMARY, Event.SKILL_REVIEW, Event.APPROVAL_JUDGED)  # priced calls beside the model turns
 
 
 def _answering(conn: sqlite3.Connection, run_id: str, first: str) -> str:
@@ -205,18 +205,20 @@ def _answering(conn: sqlite3.Connection, run_id: str, first: str) -> str:
 
 def _real_cost(conn: sqlite3.Connection, run_id: str, main: str) -> dict[str, int]:
     """The run's real cost split by provider (the main one first): the run row's ``cost_usd``, or what
-    its ``response``, ``summary`` and ``skill_review`` events recorded when it ended before writing it
-    (a lost run, a model error mid-loop), whichever is more. Summary and review calls another provider
-    (the auxiliary model) answered are counted under it, the rest under ``main``."""
+    its ``response``, ``summary``, ``skill_review`` and ``approval_judged`` events recorded when it ended
+    before writing it (a lost run, a model error mid-loop), whichever is more. Side calls another
+    provider (the auxiliary model) answered are counted under it, the rest under ``main``."""
     row = conn.execute("SELECT cost_usd FROM runs WHERE id=?", (run_id,)).fetchone()
+    kinds = ", ".join("?" * (1 + len(SIDE_CALLS)))
     ev = conn.execute(
-        "SELECT SUM(CAST(json_extract(payload, '$.cost_usd') AS DOUBLE PRECISION)) FROM run_events WHERE run_id=? AND kind IN (?, ?, ?)",
+        "SELECT SUM(CAST(json_extract(payload, '$.cost_usd') AS DOUBLE PRECISION)) FROM run_events "
+        f"WHERE run_id=? AND kind IN ({kinds})",
         (run_id, Event.RESPONSE, *SIDE_CALLS),
     ).fetchone()
     total = max(float(row[0] or 0.0) if row is not None else 0.0, float(ev[0] or 0.0))
     others = conn.execute(
         "SELECT json_extract(payload, '$.provider') AS p, SUM(CAST(json_extract(payload, '$.cost_usd') AS DOUBLE PRECISION)) AS c "
-        "FROM run_events WHERE run_id=? AND kind IN (?, ?) GROUP BY p",
+        f"FROM run_events WHERE run_id=? AND kind IN ({', '.join('?' * len(SIDE_CALLS))}) GROUP BY p",
         (run_id, *SIDE_CALLS),
     ).fetchall()
     split = {main: to_micro(float(total))}

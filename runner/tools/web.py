@@ -20,9 +20,10 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 from backends.base import truncate_text
 from runner.events import Approval, Event
 from runner.host.tls import ca_context
-from runner.safety.approval import Decision, audit_recorder
+from runner.safety.approval import Decision
 from runner.safety.redact import Redactor
 from runner.safety.ssrf import Blocked, Resolver, Target, WebPolicy, check_url, system_resolver
+from runner.store.approvals import audit_recorder
 from runner.tools import Registry, ToolError, ToolResult
 from runner.tools.context import ToolContext
 

@@ -3,10 +3,13 @@ close a tag, whose attributes stay one quoted value, and whose hidden characters
 
 from __future__ import annotations
 
+import json
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner.safety.quoting import data_block, visible
+from runner.safety.judge import JudgeVerdict, Ruling, parse, request
+from runner.safety.quoting import data_block, json_block, visible
 
 
 @settings(max_examples=300, deadline=None)
@@ -29,3 +32,42 @@ def test_escaping_keeps_the_text_readable():
 def test_visible_marks_only_hidden_characters():
     assert visible("plain <text> & é") == "plain <text> & é"
     assert visible("a\u00adb\U000e0041c") == "a[U+00AD]b[U+E0041]c"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300))
+def test_a_json_block_decodes_back_and_nothing_in_it_closes_it(value):
+    block = json_block("command", value)
+    first, inner, last = block.split("\n")
+    assert (first, last) == ("<command>", "</command>")
+    assert json.loads(inner) == value
+    assert inner.isascii() and inner.isprintable() and not set(inner) & set("<>&")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=200), st.lists(st.text(max_size=30), max_size=3))
+def test_the_judges_request_quotes_the_command_whole(command, reasons):
+    system, user = request(command, reasons, "job-a", "a summary")
+    assert system["role"] == "system" and "DATA" in system["content"]
+    text = user["content"]
+    assert text.count("<command>") == 1 and text.count("</command>") == 1
+    body = text.split("<command>\n", 1)[1].split("\n</command>", 1)[0]
+    assert json.loads(body) == command
+
+
+def test_only_the_exact_verdict_object_is_a_verdict():
+    ok = parse(' {"verdict": "escalate", "reason": "  a \\t person  should look "}\n', "m")
+    assert ok == Ruling(JudgeVerdict.ESCALATE, "a person should look", "m")
+    for text in (
+        "",
+        "approve",
+        '{"verdict": "approve"}',
+        '{"verdict": "approve", "reason": 1}',
+        '{"verdict": "yes", "reason": "ok"}',
+        '{"verdict": "approve", "reason": "ok", "note": ""}',
+        '[{"verdict": "approve", "reason": "ok"}]',
+        '{"verdict": "approve", "reason": "ok"} {"verdict": "deny", "reason": "x"}',
+        '```json\n{"verdict": "approve", "reason": "ok"}\n```',
+    ):
+        ruling = parse(text, "m")
+        assert (ruling.verdict, ruling.answered) == (JudgeVerdict.DENY, False), text
