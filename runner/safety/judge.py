@@ -9,7 +9,7 @@ command, each in a tagged block as one JSON string literal (``runner.safety.quot
 the command, redacted first, decodes back exactly, and holds no ``<``, ``>``, newline or hidden
 character, so nothing in it can close its block or pass for runner's own text.
 
-What it must answer: exactly one JSON object ``{"verdict": "approve" | "deny" | "escalate",
+What it must answer: exactly one JSON object ``{"decision": "approve" | "deny" | "escalate",
 "reason": "..."}`` (whitespace around it aside). Anything else is a deny, and so are no auxiliary
 model, a failed request and no answer within ``smart_timeout``; each says why in the audit and to
 the model. The judge's tokens and cost are the run's (``spent``).
@@ -104,7 +104,7 @@ users, credentials or the runner's own files, hides what it does, or does not fi
 - "escalate": a person should decide (it may be fine, but you cannot tell).
 
 Reply with exactly one JSON object and nothing else, no code fence, no other text:
-{"verdict": "approve" | "deny" | "escalate", "reason": "<one line>"}
+{"decision": "approve" | "deny" | "escalate", "reason": "<one line>"}
 Any other reply counts as deny."""
 
 
@@ -120,14 +120,14 @@ def request(command: str, reasons: Sequence[str], job: str, summary: str) -> lis
             json_block("reasons", list(reasons)),
             "The command:",
             json_block("command", command),
-            'Answer with the JSON object: {"verdict": ..., "reason": ...}',
+            'Answer with the JSON object: {"decision": ..., "reason": ...}',
         )
     )
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
 
 def parse(text: str, judge: str) -> Ruling:
-    """The judge's answer as a ``Ruling``; anything but exactly ``{"verdict": V, "reason": R}`` with
+    """The judge's answer as a ``Ruling``; anything but exactly ``{"decision": V, "reason": R}`` with
     a known V and a text R is a deny that says so."""
     try:
         data = json.loads(text.strip())
@@ -135,15 +135,15 @@ def parse(text: str, judge: str) -> Ruling:
         data = None
     ok = (
         isinstance(data, dict)
-        and set(data) == {"verdict", "reason"}
-        and data["verdict"] in tuple(JudgeVerdict)
+        and set(data) == {"decision", "reason"}
+        and data["decision"] in tuple(JudgeVerdict)
         and isinstance(data["reason"], str)
     )
     if not ok or not isinstance(data, dict):
         shown = " ".join(text.split())[:80]
         return failed(f"the judge's answer is not the JSON verdict asked for ({shown!r})", judge)
     reason = " ".join(data["reason"].split())[:REASON_CHARS] or "(no reason given)"
-    return Ruling(JudgeVerdict(data["verdict"]), reason, judge)
+    return Ruling(JudgeVerdict(data["decision"]), reason, judge)
 
 
 def failed(why: str, judge: str = "") -> Ruling:

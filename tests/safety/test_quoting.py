@@ -56,18 +56,18 @@ def test_the_judges_request_quotes_the_command_whole(command, reasons):
 
 
 def test_only_the_exact_verdict_object_is_a_verdict():
-    ok = parse(' {"verdict": "escalate", "reason": "  a \\t person  should look "}\n', "m")
+    ok = parse(' {"decision": "escalate", "reason": "  a \\t person  should look "}\n', "m")
     assert ok == Ruling(JudgeVerdict.ESCALATE, "a person should look", "m")
     for text in (
         "",
         "approve",
-        '{"verdict": "approve"}',
-        '{"verdict": "approve", "reason": 1}',
-        '{"verdict": "yes", "reason": "ok"}',
-        '{"verdict": "approve", "reason": "ok", "note": ""}',
-        '[{"verdict": "approve", "reason": "ok"}]',
-        '{"verdict": "approve", "reason": "ok"} {"verdict": "deny", "reason": "x"}',
-        '```json\n{"verdict": "approve", "reason": "ok"}\n```',
+        '{"decision": "approve"}',
+        '{"decision": "approve", "reason": 1}',
+        '{"decision": "yes", "reason": "ok"}',
+        '{"decision": "approve", "reason": "ok", "note": ""}',
+        '[{"decision": "approve", "reason": "ok"}]',
+        '{"decision": "approve", "reason": "ok"} {"decision": "deny", "reason": "x"}',
+        '```json\n{"decision": "approve", "reason": "ok"}\n```',
     ):
         ruling = parse(text, "m")
         assert (ruling.verdict, ruling.answered) == (JudgeVerdict.DENY, False), text
