@@ -67,6 +67,8 @@ class Event(StrEnum):
     SKILL_REVIEW_SKIPPED = "skill_review_skipped"
     SKILL_USAGE_FAILED = "skill_usage_failed"
     SKILLS_PRELOADED = "skills_preloaded"
+    STEER_UNDELIVERED = "steer_undelivered"
+    STEERED = "steered"
     STREAM_CUT = "stream_cut"
     STREAM_TEXT = "stream_text"
     SUBAGENT_FINISHED = "subagent_finished"
@@ -398,6 +400,17 @@ class SkillsPreloaded:
 
 
 @dataclass(frozen=True)
+class Steer:
+    """A message someone sent the running run (``runner runs say``, the dashboard, a kanban
+    comment): ``steered`` when the model was given it, ``steer_undelivered`` when the run asked the
+    model nothing more after it arrived."""
+
+    request_id: str
+    by: str
+    text: str
+
+
+@dataclass(frozen=True)
 class StreamCut:
     error: str
     chars: int
@@ -476,7 +489,7 @@ Payload = (
     | CredentialsWait | Delivered | Detail | Failure | Fenced | Text | Grace | Error | Limit | InvalidHistory | McpServer
     | MemoryNote | ModelNote | ModelRetry | PreRun | Prompt | ProviderFallback | ProviderProtocol | Prune | Request
     | Response | RunFinished | RunStarted | Sandbox | SkillChanged | SideCall | ReviewSkipped | SkillUsageFailed
-    | SkillsPreloaded | StreamCut | StreamText | SubagentStarted | SubagentFinished | Tampered | ToolCall | ToolResult
+    | SkillsPreloaded | Steer | StreamCut | StreamText | SubagentStarted | SubagentFinished | Tampered | ToolCall | ToolResult
     | Truncated | UsageEstimated | Unknown
 )  # fmt: skip
 Emit = Callable[[Event, Payload], None]  # how a part of a run records an event
@@ -536,6 +549,8 @@ PAYLOADS: dict[Event, type[Payload]] = {
     Event.SKILL_REVIEW_SKIPPED: ReviewSkipped,
     Event.SKILL_USAGE_FAILED: SkillUsageFailed,
     Event.SKILLS_PRELOADED: SkillsPreloaded,
+    Event.STEER_UNDELIVERED: Steer,
+    Event.STEERED: Steer,
     Event.STREAM_CUT: StreamCut,
     Event.STREAM_TEXT: StreamText,
     Event.SUBAGENT_FINISHED: SubagentFinished,
@@ -698,6 +713,12 @@ def _side_call(kind: Event | str, p: SideCall) -> Shown:
     )
 
 
+def _steer(kind: Event | str, p: Steer) -> Shown:
+    if kind == Event.STEERED:
+        return Shown(f"message from {p.by}, given to the model:", p.text)
+    return Shown(f"message from {p.by}, not delivered (the run asked the model nothing more):", p.text)
+
+
 def _request(kind: Event | str, p: Request) -> Shown:
     return Shown(f"request {p.iteration}: {p.messages} messages, {p.tools} tools")
 
@@ -713,4 +734,5 @@ FORMATS: dict[type[Payload], Callable[[Event | str, Any], Shown]] = {
     SubagentFinished: _subagent_finished,
     SideCall: _side_call,
     Request: _request,
+    Steer: _steer,
 }

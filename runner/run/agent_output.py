@@ -246,6 +246,7 @@ def _converse(
             totals=totals,
             tracer=run.tracer,
             cut=run.cut,
+            steering=run.inbox,
         )
 
     result = loop(limits)

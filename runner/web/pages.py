@@ -21,6 +21,7 @@ from runner.serve.state import load_states, serve_status
 from runner.statuses import ACTIVE, RunStatus, TaskStatus
 from runner.store import queries
 from runner.store.board import Board
+from runner.store.control import STEER_MAX_CHARS
 from runner.store.lease import lease_holder
 from runner.store.reloads import refused_reload
 from runner.store.tasks import TaskNotFound
@@ -149,7 +150,15 @@ def run_detail(request: Request) -> Response:
     output = None if live else _output(detail.run)
     steps = _steps(detail.events)
     return w.render(
-        request, "run.html", d=detail, run=detail.run, output=output, live=live, last_seq=last_seq, steps=steps
+        request,
+        "run.html",
+        d=detail,
+        run=detail.run,
+        output=output,
+        live=live,
+        last_seq=last_seq,
+        steps=steps,
+        steer_max=STEER_MAX_CHARS,
     )
 
 
