@@ -1,12 +1,12 @@
 """The agent loop: a function of (messages, tools, llm, limits).
 
 Ask the model; run the tool calls it makes, in order, each result going back as a message;
-stop on a final text answer. Messages sent to the run while it works (steering: ``Steering``)
-join the conversation as user messages at the top of a turn, before its model request: never
-between an assistant turn's tool calls and their results. A turn whose calls are all read-only tools (``ToolEntry.read_only``)
+stop on a final text answer. A turn whose calls are all read-only tools (``ToolEntry.read_only``)
 runs them concurrently (at most ``MAX_PARALLEL``); their events and results keep the model's order. Limits end the loop with a recorded reason through small
 exception classes; tool problems become tool results the model can act on; infrastructure
-errors (BackendError, ModelError) propagate and end the run.
+errors (BackendError, ModelError) propagate and end the run. Messages sent to the run while it
+works (steering: ``Steering``) join the conversation as user messages at the top of a turn, before
+its model request: never between an assistant turn's tool calls and their results.
 """
 
 from __future__ import annotations
