@@ -216,6 +216,8 @@ def kanban_comment(task_id: str, text: str) -> None:
     done = comment_task(settings().store, _id(task_id), text, by=author, now=_now())
     if done.steered is not None:
         click.echo(f"task {done.task_id}: comment added and sent to its running run {done.steered}")
+    elif done.why is not None:
+        click.echo(f"task {done.task_id}: comment added (not sent to the running attempt: {done.why})")
     else:
         click.echo(f"task {done.task_id}: comment added")
 

@@ -398,7 +398,8 @@ COMMENT_CUT = "\n[... the comment goes on: kanban_show has it whole]"
 @dataclass(frozen=True)
 class Commented:
     """What ``comment_task`` did: the comment is stored; ``steered``: the run it was also sent to
-    (the task's running attempt), else None and ``why`` says why not."""
+    (the task's running attempt); ``why``: why a running task's comment was not sent (None when
+    it was, or when the task is not running)."""
 
     task_id: int
     steered: str | None = None
@@ -420,7 +421,7 @@ def comment_task(store: Store, task_id: int, text: str, *, by: str, now: datetim
     finally:
         board.close()
     if task.status != TaskStatus.RUNNING:
-        return Commented(task_id, why=f"the task is {task.status}")
+        return Commented(task_id)
     active = sorted(ACTIVE)
     run = store.one(
         f"SELECT id FROM runs WHERE task_id=? AND status IN ({', '.join('?' for _ in active)}) "
@@ -428,10 +429,10 @@ def comment_task(store: Store, task_id: int, text: str, *, by: str, now: datetim
         (str(task_id), *active),
     )
     if run is None:
-        return Commented(task_id, why="its attempt has no run going yet")
+        return Commented(task_id, why="its attempt has no run yet")
     inside = run_of()
     if inside is not None:
-        return Commented(task_id, why=f"sent from inside a run ({inside})")
+        return Commented(task_id, why=f"written from inside a run ({inside})")
     message = COMMENT_HEAD + text.strip()
     if len(message) > STEER_MAX_CHARS:
         message = message[: STEER_MAX_CHARS - len(COMMENT_CUT)] + COMMENT_CUT

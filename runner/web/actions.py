@@ -196,6 +196,8 @@ def comment(request: Request, form: FormData) -> str:
     done = _control().comment_task(_source(request).store, _task_id(request), text, by=_who(request), now=utcnow())
     if done.steered is not None:
         return f"task {done.task_id}: comment added and sent to its running run {done.steered}"
+    if done.why is not None:
+        return f"task {done.task_id}: comment added (not sent to the running attempt: {done.why})"
     return f"task {done.task_id}: comment added"
 
 
