@@ -71,6 +71,8 @@ class Event(StrEnum):
     SKILL_REVIEW_SKIPPED = "skill_review_skipped"
     SKILL_USAGE_FAILED = "skill_usage_failed"
     SKILLS_PRELOADED = "skills_preloaded"
+    STEER_UNDELIVERED = "steer_undelivered"
+    STEERED = "steered"
     STREAM_CUT = "stream_cut"
     STREAM_TEXT = "stream_text"
     SUBAGENT_FINISHED = "subagent_finished"
@@ -445,6 +447,17 @@ class SkillsPreloaded:
 
 
 @dataclass(frozen=True)
+class Steer:
+    """A message someone sent the running run (``runner runs say``, the dashboard, a kanban
+    comment): ``steered`` when the model was given it, ``steer_undelivered`` when the run asked the
+    model nothing more after it arrived."""
+
+    request_id: str
+    by: str
+    text: str
+
+
+@dataclass(frozen=True)
 class StreamCut:
     error: str
     chars: int
@@ -524,7 +537,7 @@ Payload = (
     | CredentialsWait | Delivered | Detail | Failure | Fenced | Text | Grace | Error | Limit | InvalidHistory | McpServer
     | MemoryNote | ModelNote | ModelRetry | PreRun | Prompt | ProviderFallback | ProviderProtocol | Prune | Request
     | Response | Rollback | RunFinished | RunStarted | Sandbox | SkillChanged | SideCall | ReviewSkipped | SkillUsageFailed
-    | SkillsPreloaded | StreamCut | StreamText | SubagentStarted | SubagentFinished | Tampered | ToolCall | ToolResult
+    | SkillsPreloaded | Steer | StreamCut | StreamText | SubagentStarted | SubagentFinished | Tampered | ToolCall | ToolResult
     | Truncated | UsageEstimated | Unknown
 )  # fmt: skip
 Emit = Callable[[Event, Payload], None]  # how a part of a run records an event
@@ -588,6 +601,8 @@ PAYLOADS: dict[Event, type[Payload]] = {
     Event.SKILL_REVIEW_SKIPPED: ReviewSkipped,
     Event.SKILL_USAGE_FAILED: SkillUsageFailed,
     Event.SKILLS_PRELOADED: SkillsPreloaded,
+    Event.STEER_UNDELIVERED: Steer,
+    Event.STEERED: Steer,
     Event.STREAM_CUT: StreamCut,
     Event.STREAM_TEXT: StreamText,
     Event.SUBAGENT_FINISHED: SubagentFinished,
@@ -787,6 +802,12 @@ def _rollback(kind: Event | str, p: Rollback) -> Shown:
     return Shown(head, parts=parts)
 
 
+def _steer(kind: Event | str, p: Steer) -> Shown:
+    if kind == Event.STEERED:
+        return Shown(f"message from {p.by}, given to the model:", p.text)
+    return Shown(f"message from {p.by}, not delivered (the run asked the model nothing more):", p.text)
+
+
 def _request(kind: Event | str, p: Request) -> Shown:
     return Shown(f"request {p.iteration}: {p.messages} messages, {p.tools} tools")
 
@@ -805,4 +826,5 @@ FORMATS: dict[type[Payload], Callable[[Event | str, Any], Shown]] = {
     Checkpoint: _checkpoint,
     CheckpointFailed: _checkpoint_failed,
     Rollback: _rollback,
+    Steer: _steer,
 }

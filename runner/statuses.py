@@ -73,6 +73,7 @@ class ControlKind(StrEnum):
 
     TRIGGER = "trigger"  # serve: run this job now (``runner jobs trigger``)
     CANCEL = "cancel"  # the run's own process: cut the current step and stop (``runner runs cancel``)
+    STEER = "steer"  # the run's own process: a message for the model before its next request (``runner runs say``)
 
 
 class HeldState(StrEnum):

@@ -4,7 +4,9 @@ Ask the model; run the tool calls it makes, in order, each result going back as 
 stop on a final text answer. A turn whose calls are all read-only tools (``ToolEntry.read_only``)
 runs them concurrently (at most ``MAX_PARALLEL``); their events and results keep the model's order. Limits end the loop with a recorded reason through small
 exception classes; tool problems become tool results the model can act on; infrastructure
-errors (BackendError, ModelError) propagate and end the run.
+errors (BackendError, ModelError) propagate and end the run. Messages sent to the run while it
+works (steering: ``Steering``) join the conversation as user messages at the top of a turn, before
+its model request: never between an assistant turn's tool calls and their results.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from runner.agent.history import history_problem
 from runner.agent.schema import check_args
@@ -33,6 +35,7 @@ from runner.events import (
     Request,
     Response,
     SideCall,
+    Steer,
     ToolResult,
     Truncated,
 )
@@ -60,6 +63,15 @@ LOOP_REPEATS = 3
 PREVIEW_CHARS = 2000
 MAX_PARALLEL = 8  # read-only calls of one turn running at once
 NOT_RUN = "not run: the run was interrupted"
+STEER_PROMPT = "A message from {by}, sent to you while you work on this run:\n\n{text}"
+
+
+class Steering(Protocol):
+    """Where messages sent to the running run wait (``runner.run.steer.Inbox``)."""
+
+    def take(self) -> Sequence[Steer]:
+        """The messages waiting, oldest first (each is taken once)."""
+        ...
 
 
 class LoopExit(Exception):
@@ -248,6 +260,7 @@ def run_loop(
     totals: Totals | None = None,
     tracer: Tracer = NOOP,
     cut: Cut | None = None,
+    steering: Steering | None = None,
 ) -> LoopResult:
     """Run the conversation in ``messages`` (mutated in place) to a final answer or a limit.
 
@@ -257,7 +270,8 @@ def run_loop(
     caller passes its own when subagents charge it too). ``tracer``: a span per model call and
     per tool call (children of the caller's current span). ``cut``: once set (with ``stop``), the
     model request being waited for is given up and the tool call's result is marked cut (its
-    command was ended by the backend)."""
+    command was ended by the backend). ``steering``: messages sent to the run, each added as a
+    user message (and a ``steered`` event) before the next model request."""
     stop = stop or threading.Event()
     by_name = {t.name: t for t in tools}
     schemas = [t.schema() for t in tools]
@@ -268,6 +282,8 @@ def run_loop(
             _check(limits, totals, stop, cut)
             if totals.iterations >= limits.max_iterations:
                 raise LimitsExceeded("max_iterations", f"reached max_iterations ({limits.max_iterations})")
+            if steering is not None:
+                _steer(steering, messages, emit)
             if prune is not None:
                 _charge_summaries(prune(messages), totals, emit)
                 _check(limits, totals, stop, cut)
@@ -304,6 +320,14 @@ def run_loop(
                 _charge_summaries(prune(messages), totals, emit)
             output = _grace(llm, messages, limits, totals, emit, pricing, exit_)
         return _done(exit_.status, output, totals, reason=exit_.reason, error=exit_.detail)
+
+
+def _steer(steering: Steering, messages: list[dict[str, Any]], emit: Emit) -> None:
+    """The messages sent to the run since the last turn, as user messages (the last message is
+    the user prompt or a tool result: every call of the last turn has its result by now)."""
+    for steer in steering.take():
+        emit(Event.STEERED, steer)
+        messages.append({"role": "user", "content": STEER_PROMPT.format(by=steer.by, text=steer.text)})
 
 
 def _done(status: RunStatus, output: str, totals: Totals, **kw: Any) -> LoopResult:

@@ -207,10 +207,19 @@ def kanban_move(task_id: str, status: str) -> None:
 @click.argument("task_id")
 @click.argument("text")
 def kanban_comment(task_id: str, text: str) -> None:
-    """Add a comment (the worker sees comments in its prompt)."""
+    """Add a comment (the worker sees comments in its prompt). On a running task the comment also
+    goes to the run working on it, as a message its model gets before its next request (as with
+    runner runs say; a longer comment than 4,000 characters is cut there)."""
+    from runner.store.control import comment_task
+
     author = os.environ.get("USER") or "user"
-    _board().comment(_id(task_id), text, now=_now(), author=author)
-    click.echo(f"task {_id(task_id)}: comment added")
+    done = comment_task(settings().store, _id(task_id), text, by=author, now=_now())
+    if done.steered is not None:
+        click.echo(f"task {done.task_id}: comment added and sent to its running run {done.steered}")
+    elif done.why is not None:
+        click.echo(f"task {done.task_id}: comment added (not sent to the running attempt: {done.why})")
+    else:
+        click.echo(f"task {done.task_id}: comment added")
 
 
 @kanban_group.command("block")

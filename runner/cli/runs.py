@@ -225,6 +225,22 @@ def runs_cancel(run_id: str) -> None:
     click.echo(f"cancel requested for run {row['id']} ({row['job']}): its current step is cut, it ends interrupted")
 
 
+@runs_group.command("say")
+@click.argument("run_id")
+@click.argument("message")
+def runs_say(run_id: str, message: str) -> None:
+    """Send run RUN_ID a message: the model gets it as a user message before its next request
+    (after the current step; a run waiting on an approval gets it after the answer), and the run
+    records it as a step. At most 4,000 characters. Exit 2 when the run is unknown, not running or a
+    subagent (send it to the parent run), or the message is empty or too long."""
+    from runner.store.control import request_steer, whoami
+
+    store = settings().store
+    row = find_run(store, run_id)
+    request_steer(store, row["id"], message, by=whoami())
+    click.echo(f"message queued for run {row['id']} ({row['job']}): the model gets it before its next request")
+
+
 def _cached(row: dict[str, Any]) -> str:
     cached = row.get("cached_tokens") or 0
     return f" ({cached} cached)" if cached else ""

@@ -256,6 +256,7 @@ def _converse(
             totals=totals,
             tracer=run.tracer,
             cut=run.cut,
+            steering=run.inbox,
         )
 
     result = loop(limits)

@@ -14,6 +14,11 @@ tool or parked. One watcher follows one run at a time: a run on its own (``run-j
 worker) gets a watcher of its own, started with the run and ended with it; serve's reusable
 worker keeps one watcher for all the runs it takes one after another, so a run does not pay for
 a thread and a connection (about a fifth of a script-only run's CPU).
+
+The same look finds the messages sent to the run (steering: ``runner runs say``, the dashboard, a
+kanban comment) and puts them in the run's ``Inbox`` (``runner.run.steer``), which the agent loop
+empties before its next model request. The watch only reads: the run marks the messages handled
+in the transaction that records its end.
 """
 
 from __future__ import annotations
@@ -24,8 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from runner.host.procs import Cut
-from runner.statuses import FINAL, ControlKind, RunStatus
+from runner.run.steer import Inbox
+from runner.statuses import FINAL, RunStatus
 from runner.store import ledger
+from runner.store.control import run_requests
 from runner.store.dialect import PgURL
 
 CHECK = 0.1
@@ -33,21 +40,37 @@ CHECK = 0.1
 
 class CancelWatch:
     """One run's watch: ``start`` when the run starts, ``close`` when it ends; ``by`` names who
-    asked, once a request was seen (then ``stop`` is set)."""
+    asked, once a request was seen (then ``stop`` is set). Messages sent to the run go to
+    ``inbox`` (none is read without one)."""
 
     def __init__(
-        self, watcher: CancelWatcher, run_id: str, stop: threading.Event, *, owned: bool = False, cut: Cut | None = None
+        self,
+        watcher: CancelWatcher,
+        run_id: str,
+        stop: threading.Event,
+        *,
+        owned: bool = False,
+        cut: Cut | None = None,
+        inbox: Inbox | None = None,
     ):
         self.watcher, self.run_id, self.stop, self.owned, self.cut = watcher, run_id, stop, owned, cut
+        self.inbox = inbox
         self.by: str | None = None
         self.fenced: RunStatus | None = None  # the run was ended by someone else meanwhile (declared lost)
 
     @classmethod
     def alone(
-        cls, path: Path, run_id: str, stop: threading.Event, *, check: float = CHECK, cut: Cut | None = None
+        cls,
+        path: Path,
+        run_id: str,
+        stop: threading.Event,
+        *,
+        check: float = CHECK,
+        cut: Cut | None = None,
+        inbox: Inbox | None = None,
     ) -> CancelWatch:
         """A watch with a watcher of its own, which ``close`` ends."""
-        return cls(CancelWatcher(path, check=check), run_id, stop, owned=True, cut=cut)
+        return cls(CancelWatcher(path, check=check), run_id, stop, owned=True, cut=cut, inbox=inbox)
 
     def start(self) -> CancelWatch:
         self.watcher.follow(self)
@@ -61,19 +84,19 @@ class CancelWatch:
     def look(self, conn: Any) -> bool:
         """Is there a cancel request for this run, or did someone else end its row (declared it
         lost: the retry policy took over)? Then ``by`` or ``fenced`` is set, the current step is cut
-        and ``stop`` is set."""
+        and ``stop`` is set. New messages sent to the run go to its inbox."""
         status = ledger.status_on(conn, self.run_id)
         if status in FINAL:
             self.fenced = status
             self._end()
             return True
-        row = conn.execute(
-            "SELECT requested_by FROM control_requests WHERE run_id=? AND kind=? ORDER BY requested_at LIMIT 1",
-            (self.run_id, ControlKind.CANCEL),
-        ).fetchone()
-        if row is None:
+        seen = self.inbox.seen() if self.inbox is not None else frozenset()
+        by, steers = run_requests(conn, self.run_id, seen=seen)
+        if self.inbox is not None and steers:
+            self.inbox.put(steers)
+        if by is None:
             return False
-        self.by = str(row[0])
+        self.by = by
         self._end()
         return True
 

@@ -40,6 +40,7 @@ from runner.run.prompt import capped_context, render
 from runner.run.prompt import variables as template_variables
 from runner.run.protect import hold_reloads, masks_inside, protected_set, sandbox_plan, tampered
 from runner.run.request import Replay, RunOutcome, RunRequest
+from runner.run.steer import Inbox
 from runner.safety.approval import build_gate
 from runner.safety.control import ControlPlane, Fingerprint
 from runner.safety.judge import Judge, summary_of
@@ -50,6 +51,7 @@ from runner.statuses import RunStatus
 from runner.store import dumps, ledger
 from runner.store.approvals import audit_recorder
 from runner.store.atomic import write_run_file
+from runner.store.control import settle_steers
 from runner.store.files import FileKind, keep
 from runner.store.ledger import Reason
 from runner.store.runs import Recorder, last_output
@@ -101,10 +103,12 @@ class Run:
         self._before: Fingerprint | None = None
         # `runner runs cancel`, or the row ended by someone else: the current step is cut, req.stop set
         self.cut = Cut(grace=settings.config.serve.kill_grace)
+        # `runner runs say`, the dashboard's box, a kanban comment: the watch fills it, the loop empties it
+        self.inbox = Inbox()
         self.cancel = (
-            CancelWatch(req.cancels, run_id, req.stop, cut=self.cut)
+            CancelWatch(req.cancels, run_id, req.stop, cut=self.cut, inbox=self.inbox)
             if req.cancels is not None
-            else CancelWatch.alone(settings.store.path, run_id, req.stop, cut=self.cut)
+            else CancelWatch.alone(settings.store.path, run_id, req.stop, cut=self.cut, inbox=self.inbox)
         )
         self.tracer: Tracer = tracer_from_env()
         self.side_calls = SideAccount()  # the smart-approval judge's replies, counted in the run's totals
@@ -516,7 +520,10 @@ class Run:
             self.result = self.failed(exc)
         r = self.result
         ended = utcnow()
+        for steer in self.inbox.left():  # came after the model's last request
+            self.emit(Event.STEER_UNDELIVERED, steer)
         with self.settings.store.transaction():  # the final status and its event in one write
+            settle_steers(self.settings.store, self.run_id, self.inbox.delivered(), now=ended)
             won = ledger.finish(
                 self.settings.store,
                 self.run_id,

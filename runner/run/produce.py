@@ -19,7 +19,7 @@ from runner.store.ledger import Reason
 
 if TYPE_CHECKING:
     from backends.base import Backend
-    from runner.agent.loop import SideAccount
+    from runner.agent.loop import SideAccount, Steering
     from runner.agent.tracing import Tracer
     from runner.host.procs import Cut
     from runner.run.budget import BudgetPlan
@@ -70,6 +70,8 @@ class RunView(RunScope, Protocol):
     def loop_deadline(self) -> float: ...
     @property
     def cut(self) -> Cut: ...  # set when the run must end its current step now (cancelled, declared lost)
+    @property
+    def inbox(self) -> Steering: ...  # messages sent to the run (``runner runs say``), for the loop to take
     @property
     def variables(self) -> dict[str, Any]: ...
     def record_model(self, model: str) -> None: ...

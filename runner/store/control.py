@@ -1,11 +1,12 @@
 """Live control of runs through the store, both sides of it.
 
-The asking side is what ``runner jobs trigger``, ``runner runs cancel``, ``runner kanban retry``,
-``runner approvals pending | grant | deny`` and the web dashboard's buttons call. Nothing here talks
+The asking side is what ``runner jobs trigger``, ``runner runs cancel``, ``runner runs say``,
+``runner kanban retry | comment``, ``runner approvals pending | grant | deny`` and the web
+dashboard's buttons call. Nothing here talks
 to a process: each call writes a row to runner.db and returns. The acting side reads those rows
 (the control tables of migration m0014): serve's schedule ticker takes trigger requests (also those
 written while it was down, at its start); a running run's cancel watch (``runner.run.cancel``) sees
-its cancel request; a run parked on an approval (``runner.safety.parked``) writes its request and
+its cancel request and the messages sent to it (steering, m0023); a run parked on an approval (``runner.safety.parked``) writes its request and
 waits for the answer. So control works without a socket and survives a serve restart. None of the
 asking is done for a process that is part of a run (``runner.safety.inside``): a run cannot answer
 its own approval. ``by`` names who asked: ``user@host`` from the CLI (``whoami``), the token's name
@@ -17,14 +18,17 @@ import getpass
 import json
 import secrets
 import socket
+import time
+from collections.abc import Sequence, Set
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
 from runner.clock import iso, utcnow
 from runner.errors import UsageError
-from runner.safety.inside import refuse_inside_run
-from runner.statuses import ACTIVE, ApprovalState, ControlKind, RunStatus
+from runner.events import Steer
+from runner.safety.inside import refuse_inside_run, run_of
+from runner.statuses import ACTIVE, ApprovalState, ControlKind, RunStatus, TaskStatus
 from runner.store import Store
 from runner.store.board import Board
 from runner.store.runs import get_run
@@ -73,6 +77,47 @@ def queued_cancels(store: Store) -> list[tuple[str, str, str]]:
         (ControlKind.CANCEL,),
     )
     return [(r["id"], r["run_id"], r["requested_by"]) for r in rows]
+
+
+def run_requests(conn: Any, run_id: str, *, seen: Set[str] = frozenset()) -> tuple[str | None, list[Steer]]:
+    """What was asked of run ``run_id``, read on a run's watch connection (``runner.run.cancel``)
+    in one indexed query: who asked to cancel it (the first request; None), and the messages sent
+    to it not handled yet and not in ``seen``, oldest first."""
+    rows = conn.execute(
+        "SELECT id, kind, requested_by, message FROM control_requests WHERE run_id=? "
+        "AND (kind=? OR (kind=? AND handled_at IS NULL)) ORDER BY requested_at, id",
+        (run_id, ControlKind.CANCEL, ControlKind.STEER),
+    ).fetchall()
+    cancel = next((str(r[2]) for r in rows if r[1] == ControlKind.CANCEL), None)
+    steers = [Steer(str(r[0]), str(r[2]), str(r[3] or "")) for r in rows if r[1] == ControlKind.STEER]
+    return cancel, [s for s in steers if s.request_id not in seen]
+
+
+def settle_steers(store: Store, run_id: str, delivered: Sequence[str], *, now: datetime) -> None:
+    """The run is ending (call inside the transaction that records its final status): the
+    messages its model was given are handled ``delivered``; any other sent to it (arrived after
+    its last model request, or too late for its watch to see) ``undelivered``. A message written
+    after that transaction finds the run ended and is refused (``request_steer``)."""
+    stamp = iso(now)
+    for request_id in delivered:
+        store.execute(
+            "UPDATE control_requests SET handled_at=?, outcome=? WHERE id=? AND handled_at IS NULL",
+            (stamp, STEER_DELIVERED, request_id),
+        )
+    store.execute(
+        "UPDATE control_requests SET handled_at=?, outcome=? WHERE run_id=? AND kind=? AND handled_at IS NULL",
+        (stamp, STEER_UNDELIVERED, run_id, ControlKind.STEER),
+    )
+
+
+def steers_of(store: Store, run_id: str) -> list[dict[str, Any]]:
+    """The messages sent to run ``run_id``, oldest first: id, requested_by, requested_at, message,
+    handled_at, outcome."""
+    return store.query(
+        "SELECT id, requested_by, requested_at, message, handled_at, outcome FROM control_requests "
+        "WHERE run_id=? AND kind=? ORDER BY requested_at, id",
+        (run_id, ControlKind.STEER),
+    )
 
 
 def cancel_requested(store: Store, run_id: str) -> str | None:
@@ -297,7 +342,108 @@ def request_cancel(store: Store, run_id: str, *, by: str, now: datetime | None =
         )
 
 
+# -- steering ------------------------------------------------------------------------------------
+#: the longest message ``request_steer`` takes (characters, after stripping): a steer is a short
+#: instruction for the model, not a document (a file the agent can read is the way for that)
+STEER_MAX_CHARS = 4000
+STEER_DELIVERED = "delivered"
+STEER_UNDELIVERED = "undelivered: the run asked the model nothing more after it arrived"
+
+
+def steer_text(text: str) -> str:
+    """The message as sent (stripped); ``UsageError`` (exit 2, one line) when it is empty, longer
+    than ``STEER_MAX_CHARS`` or holds a NUL character."""
+    message = text.strip()
+    if not message:
+        raise UsageError("the message is empty")
+    if len(message) > STEER_MAX_CHARS:
+        raise UsageError(f"the message is {len(message):,} characters; the limit is {STEER_MAX_CHARS:,}")
+    if "\x00" in message:
+        raise UsageError("the message holds a NUL character")
+    return message
+
+
+def request_steer(store: Store, run_id: str, text: str, *, by: str, now: datetime | None = None) -> str:
+    """Send run ``run_id`` (an id or a unique part of one) a message: its process gives the model
+    the text as a user message before its next model request (never between a turn's tool calls
+    and their results) and records a ``steered`` step; whichever process runs it. Returns the
+    request id. Raises ``UsageError`` for a bad text (``steer_text``) and ``ControlRefused``
+    (``not_found`` / ``not_running``; ``subagent`` for a delegate_task child: steer its parent)."""
+    refuse_inside_run("steer a run")
+    message = steer_text(text)
+    row = get_run(store, run_id)
+    if row is None:
+        raise ControlRefused(f"no run {run_id}; see: runner runs list", reason="not_found")
+    if row.get("parent_run_id"):  # its loop runs on a thread of its parent, which holds the inbox
+        parent = row["parent_run_id"]
+        raise ControlRefused(f"run {row['id']} is a subagent of run {parent}; steer that run", reason="subagent")
+    request_id = f"s{time.time_ns() // 1000:x}{secrets.token_hex(3)}"  # in sending order within a millisecond
+    with store.transaction() as conn:  # checked and written in one write: the run's end sweeps it, or it is refused
+        status = conn.execute("SELECT status FROM runs WHERE id=?", (row["id"],)).fetchone()[0]
+        if status not in ACTIVE:
+            raise ControlRefused(f"run {row['id']} is {status}, not running", reason="not_running")
+        conn.execute(
+            "INSERT INTO control_requests (id, kind, job, run_id, requested_by, requested_at, message) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (request_id, ControlKind.STEER, row["job"], row["id"], by, iso(now or utcnow()), message),
+        )
+    return request_id
+
+
 # -- kanban --------------------------------------------------------------------------------------
+COMMENT_HEAD = "A new comment on your kanban task:\n\n"
+COMMENT_CUT = "\n[... the comment goes on: kanban_show has it whole]"
+
+
+@dataclass(frozen=True)
+class Commented:
+    """What ``comment_task`` did: the comment is stored; ``steered``: the run it was also sent to
+    (the task's running attempt); ``why``: why a running task's comment was not sent (None when
+    it was, or when the task is not running)."""
+
+    task_id: int
+    steered: str | None = None
+    why: str | None = None
+
+
+def comment_task(store: Store, task_id: int, text: str, *, by: str, now: datetime | None = None) -> Commented:
+    """Add a comment to task ``task_id`` (``runner kanban comment``, the dashboard's task page);
+    when the task is running, its attempt's run also gets the comment as a message
+    (``request_steer``), cut to ``STEER_MAX_CHARS`` with a note pointing at ``kanban_show``. From
+    inside a run the comment is stored and nothing is sent (a run does not steer runs)."""
+    when = now or utcnow()
+    board = Board(store)
+    try:
+        board.comment(task_id, text, now=when, author=by)
+        task = board.get(task_id)
+    except TaskNotFound as exc:
+        raise ControlRefused(str(exc), reason="not_found") from None
+    finally:
+        board.close()
+    if task.status != TaskStatus.RUNNING:
+        return Commented(task_id)
+    active = sorted(ACTIVE)
+    run = store.one(
+        f"SELECT id FROM runs WHERE task_id=? AND status IN ({', '.join('?' for _ in active)}) "
+        "ORDER BY created_at DESC, id DESC LIMIT 1",
+        (str(task_id), *active),
+    )
+    if run is None:
+        return Commented(task_id, why="its attempt has no run yet")
+    inside = run_of()
+    if inside is not None:
+        return Commented(task_id, why=f"written from inside a run ({inside})")
+    message = COMMENT_HEAD + text.strip()
+    if len(message) > STEER_MAX_CHARS:
+        message = message[: STEER_MAX_CHARS - len(COMMENT_CUT)] + COMMENT_CUT
+    try:
+        request_steer(store, run["id"], message, by=by, now=when)
+    except ControlRefused as exc:  # the attempt ended meanwhile
+        return Commented(task_id, why=str(exc))
+    return Commented(task_id, steered=str(run["id"]))
+
+
+# -- kanban retry ------------------------------------------------------------------------------
 def retry_task(store: Store, task_id: str | int, *, by: str, now: datetime | None = None) -> None:
     """A ``failed`` or ``blocked`` task back to ``ready`` with one more attempt. Raises
     ``ControlRefused`` (``not_found``, or ``not_retryable`` for any other state)."""

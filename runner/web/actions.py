@@ -2,9 +2,9 @@
 token, calls the same function the CLI command calls, and redirects back with a one-line message
 (303, so the browser's reload does not post twice).
 
-Run now, cancel, kanban retry and approve / deny go through ``runner.store.control`` (the store-backed
-control API that ``runner jobs trigger``, ``runner runs cancel``, ``runner kanban retry`` and
-``runner approvals grant|deny`` use)."""
+Run now, cancel, a message to a run, a kanban comment, kanban retry and approve / deny go through
+``runner.store.control`` (the store-backed control API that ``runner jobs trigger``, ``runner runs cancel | say``, ``runner kanban comment |
+retry`` and ``runner approvals grant|deny`` use)."""
 
 from __future__ import annotations
 
@@ -128,6 +128,12 @@ def cancel(request: Request, form: FormData) -> str:
     return f"asked run {run_id} to stop now (its current step is cut)"
 
 
+def say(request: Request, form: FormData) -> str:
+    run_id = request.path_params["run_id"]
+    _control().request_steer(_source(request).store, run_id, str(form.get("message") or ""), by=_who(request))
+    return f"message queued for run {run_id}: the model gets it before its next request"
+
+
 # -- the board --------------------------------------------------------------------------------
 @contextmanager
 def _board(request: Request) -> Iterator[Any]:
@@ -185,9 +191,14 @@ def move(request: Request, form: FormData) -> str:
 
 
 def comment(request: Request, form: FormData) -> str:
-    with _board(request) as board:
-        board.comment(_task_id(request), str(form.get("text") or ""), now=utcnow(), author=_who(request))
-    return f"task {_task_id(request)}: comment added"
+    """Stored; on a running task also sent to its run (``runner.store.control.comment_task``)."""
+    text = str(form.get("text") or "")
+    done = _control().comment_task(_source(request).store, _task_id(request), text, by=_who(request), now=utcnow())
+    if done.steered is not None:
+        return f"task {done.task_id}: comment added and sent to its running run {done.steered}"
+    if done.why is not None:
+        return f"task {done.task_id}: comment added (not sent to the running attempt: {done.why})"
+    return f"task {done.task_id}: comment added"
 
 
 def block(request: Request, form: FormData) -> str:
@@ -247,6 +258,7 @@ def routes() -> list[Route]:
         ("/jobs/{name}/resume", to("/jobs"), resume),
         ("/jobs/{name}/trigger", to("/jobs"), trigger),
         ("/runs/{run_id}/cancel", to("/runs/{run_id}"), cancel),
+        ("/runs/{run_id}/say", to("/runs/{run_id}"), say),
         ("/board/tasks", to("/board"), add_task),
         ("/board/tasks/{task_id:int}/move", to("/board"), move),
         ("/board/tasks/{task_id:int}/comment", to("/board/tasks/{task_id}"), comment),

@@ -21,6 +21,7 @@ from runner.serve.state import load_states, serve_status
 from runner.statuses import ACTIVE, RunStatus, TaskStatus
 from runner.store import queries
 from runner.store.board import Board
+from runner.store.control import STEER_MAX_CHARS
 from runner.store.lease import lease_holder
 from runner.store.reloads import refused_reload
 from runner.store.tasks import TaskNotFound
@@ -159,6 +160,7 @@ def run_detail(request: Request) -> Response:
         last_seq=last_seq,
         steps=steps,
         checkpoints=points,
+        steer_max=STEER_MAX_CHARS,
     )
 
 

@@ -95,3 +95,33 @@ def test_registry_discovers_every_module():
     modules = {m.name for m in pkgutil.iter_modules([str(Path(runner.tools.__file__).parent)])} - {"context"}
     assert set(reg.modules) == {m for m in modules if not m.startswith("_")}
     assert {"terminal", "read_file", "write_file", "edit_file", "search_files", "list_dir"} <= set(reg.entries)
+
+
+def test_messages_sent_to_the_run_join_before_the_next_request(tmp_path):
+    """Steering: a message waiting at the start goes before the first request; one that comes while
+    a turn's calls run goes after all their results, never between a call and its result."""
+    from runner.events import Steer
+    from runner.run.steer import Inbox
+
+    ctx, tools, events, emit = setup(tmp_path)
+    inbox = Inbox()
+    inbox.put([Steer("s1", "alice@host", "be brief")])
+    turn = Message(
+        None,
+        (ToolCall("a", "terminal", '{"command": "sleep 0.5; echo one"}'), ToolCall("b", "terminal", '{"command": "echo two"}')),
+        "tool_calls",
+    )
+    llm = Scripted(turn, Message("fin"))
+    later = threading.Timer(0.1, inbox.put, ([Steer("s2", "web:admin", "only the last hour")],))
+    later.start()
+    msgs = [{"role": "user", "content": "go"}]
+    result = run_loop(msgs, tools, ctx, llm, Limits(), emit=emit, steering=inbox)
+    later.join()
+    assert result.status == "succeeded"
+    first, second = (r["messages"] for r in llm.requests)
+    assert [m["role"] for m in first] == ["user", "user"] and "be brief" in first[1]["content"]
+    assert [m["role"] for m in second] == ["user", "user", "assistant", "tool", "tool", "user"]
+    assert "web:admin" in second[-1]["content"] and "only the last hour" in second[-1]["content"]
+    kinds = [k for k, _ in events if k in ("steered", "request", "tool_result")]
+    assert kinds == ["steered", "request", "tool_result", "tool_result", "steered", "request"]
+    assert inbox.delivered() == ["s1", "s2"] and inbox.left() == []

@@ -145,6 +145,38 @@ def test_cancel_cuts_a_celery_workers_run(cluster: Cluster) -> None:
     assert not sleeping(mark)
 
 
+def test_say_reaches_a_celery_workers_model(cluster: Cluster) -> None:
+    """`runner runs say` on the serve machine: the worker's run (another RUNNER_HOME, another
+    project folder; the store is all they share) gives its model the message after the first tool
+    call's result."""
+    gate = "gate"
+    cluster.write_jobs("jobs:\n  steered:\n    schedule: in 1s\n    prompt: go\n    toolsets: [terminal]\n")
+    cluster.fake.add(
+        Reply(tool_calls=[("terminal", {"command": f"while [ ! -e {gate} ]; do sleep 0.05; done; echo passed"})]),
+        Reply(content="done"),
+    )
+    worker = cluster.worker("w0", concurrency=1)
+    wait_ready_all(cluster, [worker])
+    serve = cluster.serve()
+    [run] = wait_for(
+        lambda: cluster.rows(
+            "SELECT r.id FROM runs r WHERE EXISTS (SELECT 1 FROM run_events e WHERE e.run_id = r.id AND e.kind = 'tool_call')"
+        ),
+        timeout=40,
+        what="the run's first tool call",
+    )
+    res = serve.cli("runs", "say", run["id"], "Only the last hour matters.")
+    assert res.returncode == 0, res.stderr
+    time.sleep(1.0)  # the worker's watch sees it (a look every 0.1 s)
+    (worker.root / gate).touch()
+    wait_for(lambda: [r for r in cluster.rows() if r["id"] == run["id"] and r["status"] == "succeeded"], timeout=30)
+    messages = cluster.fake.requests[1]["body"]["messages"]
+    assert [m["role"] for m in messages[-3:]] == ["assistant", "tool", "user"]
+    assert "Only the last hour matters." in messages[-1]["content"]
+    [steer] = cluster.rows("SELECT outcome FROM control_requests WHERE kind = 'steer'")
+    assert steer["outcome"] == "delivered"
+
+
 def test_killed_workers_run_is_cut_once_declared_lost_so_its_side_effect_happens_once(cluster: Cluster) -> None:
     """kill -9 of a ``runner worker`` alone (issue 37): its run's process goes on as an orphan.
     Once serve declares the run lost and retries it elsewhere, the orphan's own watch sees the

@@ -170,3 +170,48 @@ def test_store_doc_matches_the_live_schema(tmp_path):
     doc = (Path(__file__).resolve().parents[2] / "docs" / "store.md").read_text()
     live = render(Store.open(tmp_path / "r.db"))
     assert live in doc, "docs/store.md is stale: run `COLUMNS=200 cog -r docs/store.md`"
+
+
+def test_m0023_keeps_control_requests_and_takes_steer_messages(tmp_path):
+    """A ledger at m0022 with control rows, and an index another migration put on the table: the
+    rebuild keeps the rows, the index and the foreign key; a ``steer`` row with a message is taken,
+    an unknown kind still refused."""
+    import importlib
+
+    import sqlite_utils
+
+    path = tmp_path / "runner.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("CREATE TABLE _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
+    db = sqlite_utils.Database(conn)
+    for name in [n for n in migration_names() if n < "m0023"]:
+        importlib.import_module(f"runner.store.migrations.{name}").apply(db)
+        conn.execute("INSERT INTO _migrations VALUES (?, '2026-01-01T00:00:00+00:00')", (name,))
+    conn.execute("INSERT INTO runs (id, job, trigger, status, created_at) VALUES ('r1', 'j', 'manual', 'running', 'x')")
+    conn.execute(
+        "INSERT INTO control_requests (id, kind, job, run_id, requested_by, requested_at, handled_at, outcome) "
+        "VALUES ('t1', 'trigger', 'j', NULL, 'a@h', 't', 't', 'r1'), ('c1', 'cancel', 'j', 'r1', 'b@h', 't', NULL, NULL)"
+    )
+    conn.execute("CREATE INDEX other_branch_control ON control_requests(requested_by)")
+    conn.close()
+    store = Store.open(path)
+    try:
+        rows = store.query("SELECT id, kind, run_id, outcome, message FROM control_requests ORDER BY id")
+        assert rows == [
+            {"id": "c1", "kind": "cancel", "run_id": "r1", "outcome": None, "message": None},
+            {"id": "t1", "kind": "trigger", "run_id": None, "outcome": "r1", "message": None},
+        ]
+        names = {r["name"] for r in store.query("SELECT name FROM sqlite_master WHERE tbl_name='control_requests'")}
+        assert {"control_pending", "control_run", "other_branch_control"} <= names
+        fks = [(r["from"], r["table"], r["on_delete"]) for r in store.query("PRAGMA foreign_key_list(control_requests)")]
+        assert fks == [("run_id", "runs", "CASCADE")]
+        store.execute(
+            "INSERT INTO control_requests (id, kind, run_id, requested_by, requested_at, message) "
+            "VALUES ('s1', 'steer', 'r1', 'a@h', 't', 'hello')"
+        )
+        with pytest.raises(sqlite3.IntegrityError):
+            store.execute(
+                "INSERT INTO control_requests (id, kind, requested_by, requested_at) VALUES ('x', 'bogus', 'a', 't')"
+            )
+    finally:
+        store.close()

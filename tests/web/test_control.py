@@ -178,3 +178,29 @@ def test_a_parked_run_continues_after_the_answer(site: Site, web: WebServer, pag
     page.locator("#run-status[data-status='succeeded']").wait_for(timeout=30_000)
     assert seen in page.locator("#timeline").inner_text()
     assert proc.wait(timeout=30) == 0
+
+
+@needs(RUN_SIDE["cancel"])
+def test_a_message_from_the_run_page_reaches_the_model(site: Site, web: WebServer, page: Any) -> None:
+    """Steering from the dashboard: the run page's box, then the live timeline shows the message
+    given to the model, which gets it after its tool call's result."""
+    from tests.web.test_browser import _wait_for_run
+
+    gate = site.root / "steer-gate"
+    command = f"while [ ! -e {gate.name} ]; do sleep 0.05; done; echo passed"
+    before = len(site.fake.requests)
+    proc = site.start_job("slow", call("terminal", {"command": command}), final("done"))
+    run_id = _wait_for_run(site, "slow")
+    page.goto(f"{web.url}/runs/{run_id}")
+    page.locator("#timeline", has_text="-> terminal").wait_for(timeout=30_000)
+    page.get_by_label("Message to the run").fill("Only the last hour matters.")
+    page.get_by_role("button", name="Send").click()
+    assert "message queued" in page.locator(".flash").inner_text()
+    time.sleep(1.0)  # the run's watch sees it
+    gate.touch()
+    page.locator("#timeline", has_text="given to the model").wait_for(timeout=30_000)
+    page.locator("#run-status[data-status='succeeded']").wait_for(timeout=30_000)
+    assert proc.wait(timeout=30) == 0
+    messages = site.fake.requests[before + 1]["body"]["messages"]
+    assert messages[-1]["role"] == "user" and "Only the last hour matters." in messages[-1]["content"]
+    assert "web:admin" in messages[-1]["content"]

@@ -120,6 +120,8 @@ def test_tokens_full_and_read_only(site: Site) -> None:
             token = csrf_of(client.get("/jobs").text)
             refused = client.post("/jobs/nightly/pause", data={"csrf": token})
             assert refused.status_code == 403 and "read-only" in refused.text
+            said = client.post(f"/runs/{site.ids['hello']}/say", data={"csrf": token, "message": "hi"})  # type: ignore[attr-defined]
+            assert said.status_code == 403 and "read-only" in said.text
         with httpx.Client(base_url=url, headers={"Origin": url}) as client:  # the login form sets a session cookie
             token = csrf_of(client.get("/login").text)
             res = client.post("/login", data={"csrf": token, "token": admin, "next": "/jobs"})
@@ -158,3 +160,43 @@ def test_skill_buttons_and_key_reset(site: Site, web: WebServer) -> None:
         assert fingerprint
         reset = client.post("/credentials/reset", data={"csrf": token, "fingerprint": fingerprint.group(1)})
         assert reset.status_code == 303 and "reset+1+key" in reset.headers["location"]
+
+
+def test_a_message_to_a_running_run(site: Site, web: WebServer) -> None:
+    """The run page's box (CSRF as every button) calls ``request_steer``; the steered step shows
+    in the timeline; a finished run or an empty message is a flash error, a subagent has no box."""
+    from runner.events import Event, Steer
+    from runner.safety.redact import Redactor
+    from runner.statuses import RunStatus, Trigger
+    from runner.store import ledger
+    from runner.store.control import steers_of
+    from runner.store.runs import Recorder
+
+    store = site.open_store()
+    try:
+        run_id = ledger.open_run(store, job="hello", trigger=Trigger.MANUAL)
+        child = ledger.open_run(store, job="hello", trigger=Trigger.DELEGATE, parent_run_id=run_id)
+        with httpx.Client(base_url=web.url, headers={"Origin": web.url}) as client:
+            page = client.get(f"/runs/{run_id}").text
+            assert f'action="/runs/{run_id}/say"' in page and 'maxlength="4000"' in page
+            assert f'action="/runs/{child}/say"' not in client.get(f"/runs/{child}").text
+            token = csrf_of(page)
+            assert client.post(f"/runs/{run_id}/say", data={"message": "no token"}).status_code == 403
+            res = client.post(f"/runs/{run_id}/say", data={"csrf": token, "message": "use <b>staging</b>"})
+            assert res.status_code == 303 and "message+queued" in res.headers["location"]
+            [steer] = steers_of(store, run_id)
+            assert (steer["requested_by"], steer["message"]) == ("web:admin", "use <b>staging</b>")
+            empty = client.post(f"/runs/{run_id}/say", data={"csrf": token, "message": " "}, follow_redirects=True)
+            assert 'class="flash error"' in empty.text and "the message is empty" in empty.text
+            Recorder(store, run_id, Redactor())(Event.STEERED, Steer(steer["id"], "web:admin", steer["message"]))
+            timeline = client.get(f"/runs/{run_id}").text.split('id="timeline"', 1)[1]
+            assert "message from web:admin, given to the model:" in timeline
+            assert "use &lt;b&gt;staging&lt;/b&gt;" in timeline and "<b>staging" not in timeline
+            ledger.finish(store, child, RunStatus.SUCCEEDED)
+            ledger.finish(store, run_id, RunStatus.SUCCEEDED)
+            assert f'action="/runs/{run_id}/say"' not in client.get(f"/runs/{run_id}").text
+            late = client.post(f"/runs/{run_id}/say", data={"csrf": token, "message": "hi"}, follow_redirects=True)
+            assert 'class="flash error"' in late.text and "not running" in late.text
+            assert len(steers_of(store, run_id)) == 1
+    finally:
+        store.close()
