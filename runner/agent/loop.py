@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from runner.agent.history import history_problem
 from runner.agent.schema import check_args
@@ -206,6 +206,13 @@ class Totals:
             self.cost += cost
 
 
+class Report(Protocol):
+    """Told what the loop has spent so far after each model reply (the run's live counters:
+    ``runner.run.agent_output`` writes them to the ledger); called on the loop's own thread."""
+
+    def __call__(self, totals: Totals) -> None: ...
+
+
 def run_loop(
     messages: list[dict[str, Any]],
     tools: Sequence[ToolEntry],
@@ -221,6 +228,7 @@ def run_loop(
     totals: Totals | None = None,
     tracer: Tracer = NOOP,
     cut: Cut | None = None,
+    report: Report | None = None,
 ) -> LoopResult:
     """Run the conversation in ``messages`` (mutated in place) to a final answer or a limit.
 
@@ -230,7 +238,7 @@ def run_loop(
     caller passes its own when subagents charge it too). ``tracer``: a span per model call and
     per tool call (children of the caller's current span). ``cut``: once set (with ``stop``), the
     model request being waited for is given up and the tool call's result is marked cut (its
-    command was ended by the backend)."""
+    command was ended by the backend). ``report``: told the totals after each model reply."""
     stop = stop or threading.Event()
     by_name = {t.name: t for t in tools}
     schemas = [t.schema() for t in tools]
@@ -247,6 +255,8 @@ def run_loop(
             with tracer.span("model call", {"runner.iteration": totals.iterations + 1}) as span:
                 reply = _ask(llm, messages, schemas, limits, totals, emit, pricing, cut)
                 _describe(span, llm, reply)
+            if report is not None:
+                report(totals)
             messages.append(reply.to_dict())
             unusable = _unusable(reply, limits.allow_truncated)
             if unusable is not None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from runner.agent.auxiliary import Priced
-from runner.agent.loop import Limits, LoopResult, Totals, run_loop
+from runner.agent.loop import Limits, LoopResult, Report, Totals, run_loop
 from runner.agent.pruning import Pruner, summarize_with
 from runner.agent.types import Usage
 from runner.events import Emit, Event, Prompt, Text
@@ -28,7 +28,7 @@ from runner.run.review import review_run
 from runner.run.toolbox import open_toolbox
 from runner.skills.session import SkillSession
 from runner.statuses import RunStatus
-from runner.store import ledger
+from runner.store import Store, ledger
 from runner.tools.context import ToolContext
 
 if TYPE_CHECKING:
@@ -228,7 +228,7 @@ def _converse(
         summarize=summarize_with(summarizer, deadline=run.deadline) if spec.summarize else None,
     )
 
-    def loop(lim: Limits) -> LoopResult:
+    def loop(lim: Limits, before: LoopResult | None = None) -> LoopResult:
         totals = Totals()  # subagents add what they spent to it
         if delegation is not None:
             delegation.account(lim, totals)
@@ -246,6 +246,7 @@ def _converse(
             totals=totals,
             tracer=run.tracer,
             cut=run.cut,
+            report=live_counters(run.settings.store, run.run_id, before),
         )
 
     result = loop(limits)
@@ -253,6 +254,28 @@ def _converse(
     if task is not None and task.follow_up is not None and result.status == RunStatus.SUCCEEDED:
         result = _follow_up_once(task.follow_up, result, loop, messages, limits, run.emit)
     return result
+
+
+def live_counters(store: Store, run_id: str, before: LoopResult | None = None) -> Report:
+    """The loop's ``report``: the run's turns, tokens and cost written to its row after each model
+    reply (``ledger.progress``), on top of what an earlier loop of the same run spent (``before``:
+    the conversation before a kanban follow-up)."""
+    turns, prompt, completion, cached, cost = 0, 0, 0, 0, 0.0
+    if before is not None:
+        u = before.usage
+        turns, prompt, completion, cached, cost = before.iterations, u.prompt_tokens, u.completion_tokens, u.cached_tokens, before.cost_usd
+
+    def report(totals: Totals) -> None:
+        spent = ledger.Progress(
+            turns + totals.iterations,
+            prompt + totals.prompt,
+            completion + totals.completion,
+            cached + totals.cached,
+            cost + totals.cost,
+        )
+        ledger.progress(store, run_id, spent)
+
+    return report
 
 
 def _max_cost(run: RunView) -> float | None:
@@ -266,7 +289,7 @@ def _max_cost(run: RunView) -> float | None:
 def _follow_up_once(
     follow_up: Callable[[], str | None],
     first: LoopResult,
-    loop: Callable[[Limits], LoopResult],
+    loop: Callable[[Limits, LoopResult | None], LoopResult],
     messages: Messages,
     limits: Limits,
     emit: Emit,
@@ -285,7 +308,8 @@ def _follow_up_once(
             max_iterations=max(1, limits.max_iterations - first.iterations),
             max_tokens=None if limits.max_tokens is None else max(1, limits.max_tokens - used),
             max_cost_usd=None if limits.max_cost_usd is None else max(0.0, limits.max_cost_usd - first.cost_usd),
-        )
+        ),
+        first,
     )
     usage = Usage(
         first.usage.prompt_tokens + more.usage.prompt_tokens,

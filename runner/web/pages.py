@@ -89,6 +89,7 @@ def overview(request: Request) -> Response:
         request,
         "overview.html",
         active=queries.active_runs(store),
+        waiting=queries.waiting_runs(store),
         failures=queries.recent_failures(store, now),
         fires=fires,
         budget=[b for b in budget["scopes"] if b["today"]["cap_usd"] is not None or b["today"]["spent_usd"]],
@@ -148,8 +149,19 @@ def run_detail(request: Request) -> Response:
     live = detail.run["status"] in ACTIVE
     output = None if live else _output(detail.run)
     steps = _steps(detail.events)
+    waiting = None  # the approval a waiting run is parked on (the banner with Approve / Deny)
+    if detail.run["status"] == RunStatus.WAITING:
+        waiting = next((r for r in queries.waiting_runs(w.source.store) if r.run_id == detail.run["id"]), None)
     return w.render(
-        request, "run.html", d=detail, run=detail.run, output=output, live=live, last_seq=last_seq, steps=steps
+        request,
+        "run.html",
+        d=detail,
+        run=detail.run,
+        output=output,
+        live=live,
+        last_seq=last_seq,
+        steps=steps,
+        waiting=waiting,
     )
 
 
