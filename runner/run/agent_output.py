@@ -260,17 +260,14 @@ def live_counters(store: Store, run_id: str, before: LoopResult | None = None) -
     """The loop's ``report``: the run's turns, tokens and cost written to its row after each model
     reply (``ledger.progress``), on top of what an earlier loop of the same run spent (``before``:
     the conversation before a kanban follow-up)."""
-    turns, prompt, completion, cached, cost = 0, 0, 0, 0, 0.0
-    if before is not None:
-        u = before.usage
-        turns, prompt, completion, cached, cost = before.iterations, u.prompt_tokens, u.completion_tokens, u.cached_tokens, before.cost_usd
+    turns, usage, cost = (0, Usage(0, 0), 0.0) if before is None else (before.iterations, before.usage, before.cost_usd)
 
     def report(totals: Totals) -> None:
         spent = ledger.Progress(
             turns + totals.iterations,
-            prompt + totals.prompt,
-            completion + totals.completion,
-            cached + totals.cached,
+            usage.prompt_tokens + totals.prompt,
+            usage.completion_tokens + totals.completion,
+            usage.cached_tokens + totals.cached,
             cost + totals.cost,
         )
         ledger.progress(store, run_id, spent)
