@@ -12,6 +12,7 @@ from enum import StrEnum
 class RunStatus(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
+    WAITING = "waiting"  # parked on a manual approval: its process holds it and waits for a person
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     TIMED_OUT = "timed_out"
@@ -32,7 +33,9 @@ FINAL = frozenset(
         RunStatus.UNKNOWN,
     }
 )
-ACTIVE = frozenset({RunStatus.QUEUED, RunStatus.RUNNING})
+ACTIVE = frozenset({RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.WAITING})
+# a process holds the run now (it started and has not ended): running, or waiting on an approval
+STARTED = frozenset({RunStatus.RUNNING, RunStatus.WAITING})
 
 
 class Trigger(StrEnum):

@@ -245,6 +245,13 @@ class SideAccount:
         totals.add(usage, cost)
 
 
+class Report(Protocol):
+    """Told what the loop has spent so far after each model reply (the run's live counters:
+    ``runner.run.agent_output`` writes them to the ledger); called on the loop's own thread."""
+
+    def __call__(self, totals: Totals) -> None: ...
+
+
 def run_loop(
     messages: list[dict[str, Any]],
     tools: Sequence[ToolEntry],
@@ -261,6 +268,7 @@ def run_loop(
     tracer: Tracer = NOOP,
     cut: Cut | None = None,
     steering: Steering | None = None,
+    report: Report | None = None,
 ) -> LoopResult:
     """Run the conversation in ``messages`` (mutated in place) to a final answer or a limit.
 
@@ -271,7 +279,8 @@ def run_loop(
     per tool call (children of the caller's current span). ``cut``: once set (with ``stop``), the
     model request being waited for is given up and the tool call's result is marked cut (its
     command was ended by the backend). ``steering``: messages sent to the run, each added as a
-    user message (and a ``steered`` event) before the next model request."""
+    user message (and a ``steered`` event) before the next model request. ``report``: told the
+    totals after each model reply."""
     stop = stop or threading.Event()
     by_name = {t.name: t for t in tools}
     schemas = [t.schema() for t in tools]
@@ -290,6 +299,8 @@ def run_loop(
             with tracer.span("model call", {"runner.iteration": totals.iterations + 1}) as span:
                 reply = _ask(llm, messages, schemas, limits, totals, emit, pricing, cut)
                 _describe(span, llm, reply)
+            if report is not None:
+                report(totals)
             messages.append(reply.to_dict())
             unusable = _unusable(reply, limits.allow_truncated)
             if unusable is not None:

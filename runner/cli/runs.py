@@ -50,12 +50,15 @@ def _duration(row: dict[str, Any]) -> str:
 @click.option("--json", "as_json", is_flag=True)
 def runs_list(job: str | None, status: str | None, limit: int, delivery_failed: bool, as_json: bool) -> None:
     """List recent runs, newest first; DELIVERY is ok, FAILED (a sink failed after its retries) or -.
-    A subagent's run (trigger delegate) is marked ``[child]``; its parent's tokens and cost include it."""
+    A subagent's run (trigger delegate) is marked ``[child]``; its parent's tokens and cost include it.
+    A run ``waiting`` is parked on an approval (``runner approvals pending``); a live run's turns,
+    tokens and cost count up as it goes."""
     from runner.store.runs import list_runs
 
-    rows = list_runs(settings().store, job=job, status=status, limit=limit, delivery_failed=delivery_failed)
+    store = settings().store
+    rows = list_runs(store, job=job, status=status, limit=limit, delivery_failed=delivery_failed)
     if as_json:
-        echo_json(rows)
+        echo_json([_with_approval(store, r) for r in rows])
         return
     if not rows:
         click.echo("no runs")
@@ -79,6 +82,18 @@ def runs_list(job: str | None, status: str | None, limit: int, delivery_failed: 
         ],
         ["RUN", "JOB", "TRIGGER", "STATUS", "REASON", "STARTED", "TOOK", "TURNS", "TOKENS", "COST$", "DELIVERY"],
     )
+
+
+def _with_approval(store: Any, row: dict[str, Any]) -> dict[str, Any]:
+    """A ``waiting`` run's JSON also names what it waits for (``waiting_for``: the approval)."""
+    if row["status"] != RunStatus.WAITING:
+        return row
+    from runner.store.control import waiting_on
+
+    request = waiting_on(store, row["id"])
+    if request is None:
+        return row
+    return {**row, "waiting_for": {"approval_id": request.id, "command": request.command, "expires_at": request.expires_at}}
 
 
 def _delivery(row: dict[str, Any]) -> str:
@@ -197,8 +212,9 @@ def _checkpoints(run_id: str, evs: list[Recorded]) -> None:
 
 
 def _waiting(row: dict[str, Any]) -> None:
-    """A running run parked on an approval says so, with the commands that answer it."""
-    if row["status"] != RunStatus.RUNNING:
+    """A run waiting on an approval says what for, with the commands that answer it (and its
+    dashboard page when config.yaml's ``web.url`` is set)."""
+    if row["status"] != RunStatus.WAITING:
         return
     from runner.store.control import waiting_on
 
@@ -208,6 +224,9 @@ def _waiting(row: dict[str, Any]) -> None:
             f"waiting  for approval {request.id} until {local_time(request.expires_at)}: {request.command[:120]}\n"
             f"         runner approvals grant {request.id}  |  runner approvals deny {request.id} --reason TEXT"
         )
+        url = settings().config.web.url
+        if url:
+            click.echo(f"         or answer at {url.rstrip('/')}/runs/{row['id']}")
 
 
 @runs_group.command("cancel")

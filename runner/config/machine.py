@@ -225,6 +225,14 @@ class WebConfig(Strict):
     bind: str = "127.0.0.1:9119"  # HOST:PORT; anything but loopback needs a token
     token: str | None = None  # env:NAME; else RUNNER_HOME/web-token (``runner web token``)
     read_only_token: str | None = None  # env:NAME; else RUNNER_HOME/web-token-readonly
+    url: str | None = None  # how people reach the dashboard (https://runner.example.com): alerts link to it
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.lower().startswith(("http://", "https://")):
+            raise ValueError(f"url {value!r} must start with http:// or https://")
+        return value
 
     @field_validator("token", "read_only_token")
     @classmethod
@@ -259,6 +267,9 @@ class Config(Strict):
     skills: SkillsConfig = Field(default_factory=SkillsConfig)
     alerts: list[SinkItem] = Field(default_factory=list)
     alerts_throttle: AlertsThrottle = Field(default_factory=AlertsThrottle)
+    # a run waiting on a manual approval: these sinks are told once per request; None (unset): the
+    # sinks its failure alerts go to (the job's on_failure:, else alerts:); false or []: nobody
+    alerts_waiting: list[SinkItem] | Literal[False] | None = None
     delivery: DeliveryConfig = Field(default_factory=DeliveryConfig)
     smtp: SmtpConfig | None = None
     telegram: TelegramConfig = Field(default_factory=TelegramConfig)

@@ -117,6 +117,14 @@ class Alerter:
         items = job.spec.on_failure if job is not None and job.spec.on_failure is not None else self.config.alerts
         return [parse_sink(item) for item in items]
 
+    def waiting_sinks(self, job: Job | None) -> list[Sink]:
+        """Who hears of a run waiting on an approval: config.yaml's ``alerts_waiting:``; unset, the
+        sinks of the job's failure alerts; ``false`` or ``[]``: nobody."""
+        chosen = self.config.alerts_waiting
+        if chosen is None:
+            return self.sinks(job)
+        return [parse_sink(item) for item in chosen or []]
+
     # -- the events ------------------------------------------------------------------------------
     def run_ended(self, job: Job | None, end: RunEnd) -> list[Delivered]:
         """A run reached its final status: a failure alert (throttled), or a recovery after failures."""
@@ -151,19 +159,29 @@ class Alerter:
         return self._throttled(sinks, throttle.DELIVERY, Event.DELIVERY_FAILED, end, note=note)
 
     def approval_needed(self, job: Job | None, request: ApprovalRequest) -> list[Delivered]:
-        """A run parked on a dangerous command (never throttled: each one waits for an answer)."""
-        sinks = self.sinks(job)
+        """A run parked on a dangerous command, now ``waiting`` (never throttled: each request waits
+        for an answer, and is told once), to the ``alerts_waiting`` sinks: the command (redacted
+        when stored), how to answer, and the run's page when ``web.url`` is set."""
+        sinks = self.waiting_sinks(job)
         if not sinks:
             return []
-        end = RunEnd(request.job, request.run_id, RunStatus.RUNNING, "approval")
+        end = RunEnd(request.job, request.run_id, RunStatus.WAITING, "approval")
+        page = f"{self.config.web.url.rstrip('/')}/runs/{request.run_id}" if self.config.web.url else None
         note = (
             f"waiting for approval {request.id} until {request.expires_at}: {request.command}\n"
             f"reasons: {'; '.join(request.reasons)}\n"
             f"grant: runner approvals grant {request.id}\n"
             f"deny:  runner approvals deny {request.id} --reason '...'"
+            + (f"\nor answer on the dashboard: {page}" if page else "")
         )
         base = self.message(Event.APPROVAL, end, note)
-        extra = {"approval_id": request.id, "command": request.command, "grant": f"runner approvals grant {request.id}"}
+        extra = {
+            "approval_id": request.id,
+            "command": request.command,
+            "grant": f"runner approvals grant {request.id}",
+            "deny": f"runner approvals deny {request.id}",
+            "url": page,
+        }
         message = replace(base, key=f"{request.run_id}:approval:{request.id}", payload={**base.payload, **extra})
         results = [send(sink, message, self.ctx) for sink in sinks]
         sent = events.Alert(Event.APPROVAL, True, [r.as_dict() for r in results])

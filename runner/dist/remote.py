@@ -264,7 +264,7 @@ class CelerySpawner(Broker[str]):
         now = time.monotonic()
         for sent in pending:
             row = rows.get(sent.key)
-            if row is None or row.status not in (RunStatus.QUEUED, RunStatus.RUNNING):
+            if row is None or not row.active:  # queued, running or waiting on an approval: still the worker's
                 ok = row is not None and row.status in (RunStatus.SUCCEEDED, RunStatus.SKIPPED)
                 self._ended(sent.key, 0 if ok else 1)
             elif row.worker is None and sent.args:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from runner.agent.auxiliary import Priced
-from runner.agent.loop import Limits, LoopResult, Totals, run_loop
+from runner.agent.loop import Limits, LoopResult, Report, Totals, run_loop
 from runner.agent.pruning import Pruner, summarize_with
 from runner.agent.types import Usage
 from runner.config.jobs import PreRunFailure
@@ -31,7 +31,7 @@ from runner.run.toolbox import open_toolbox
 from runner.silent import is_silent
 from runner.skills.session import SkillSession
 from runner.statuses import RunStatus
-from runner.store import ledger
+from runner.store import Store, ledger
 from runner.tools.context import ToolContext
 
 if TYPE_CHECKING:
@@ -237,7 +237,7 @@ def _converse(
         summarize=summarize_with(summarizer, deadline=run.deadline) if spec.summarize else None,
     )
 
-    def loop(lim: Limits) -> LoopResult:
+    def loop(lim: Limits, before: LoopResult | None = None) -> LoopResult:
         totals = Totals()  # subagents and the smart-approval judge add what they spent to it
         run.side_calls.bind(totals)
         if delegation is not None:
@@ -257,6 +257,7 @@ def _converse(
             tracer=run.tracer,
             cut=run.cut,
             steering=run.inbox,
+            report=live_counters(run.settings.store, run.run_id, before),
         )
 
     result = loop(limits)
@@ -264,6 +265,25 @@ def _converse(
     if task is not None and task.follow_up is not None and result.status == RunStatus.SUCCEEDED:
         result = _follow_up_once(task.follow_up, result, loop, messages, limits, run.emit)
     return result
+
+
+def live_counters(store: Store, run_id: str, before: LoopResult | None = None) -> Report:
+    """The loop's ``report``: the run's turns, tokens and cost written to its row after each model
+    reply (``ledger.progress``), on top of what an earlier loop of the same run spent (``before``:
+    the conversation before a kanban follow-up)."""
+    turns, usage, cost = (0, Usage(0, 0), 0.0) if before is None else (before.iterations, before.usage, before.cost_usd)
+
+    def report(totals: Totals) -> None:
+        spent = ledger.Progress(
+            turns + totals.iterations,
+            usage.prompt_tokens + totals.prompt,
+            usage.completion_tokens + totals.completion,
+            usage.cached_tokens + totals.cached,
+            cost + totals.cost,
+        )
+        ledger.progress(store, run_id, spent)
+
+    return report
 
 
 def _max_cost(run: RunView) -> float | None:
@@ -277,7 +297,7 @@ def _max_cost(run: RunView) -> float | None:
 def _follow_up_once(
     follow_up: Callable[[], str | None],
     first: LoopResult,
-    loop: Callable[[Limits], LoopResult],
+    loop: Callable[[Limits, LoopResult | None], LoopResult],
     messages: Messages,
     limits: Limits,
     emit: Emit,
@@ -296,7 +316,8 @@ def _follow_up_once(
             max_iterations=max(1, limits.max_iterations - first.iterations),
             max_tokens=None if limits.max_tokens is None else max(1, limits.max_tokens - used),
             max_cost_usd=None if limits.max_cost_usd is None else max(0.0, limits.max_cost_usd - first.cost_usd),
-        )
+        ),
+        first,
     )
     usage = Usage(
         first.usage.prompt_tokens + more.usage.prompt_tokens,

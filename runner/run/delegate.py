@@ -33,6 +33,7 @@ from runner.agent.types import LLM, Usage
 from runner.errors import RunnerError, failure_reason
 from runner.events import Event, Failure, Prompt, RunFinished, RunStarted, SubagentFinished, SubagentStarted
 from runner.host.procs import Cut, future_results
+from runner.run.agent_output import live_counters
 from runner.statuses import RunStatus, Trigger
 from runner.store import ledger
 from runner.store.approvals import audit_recorder
@@ -194,6 +195,7 @@ class _Child:
                 redact=p.redactor,
                 totals=totals,
                 cut=p.cut,
+                report=live_counters(p.settings.store, self.run_id),
             )
         except RunnerError as exc:  # a dead backend or the model gone: this child fails, the parent hears it
             error = p.redactor(str(exc))
@@ -256,6 +258,7 @@ class _Child:
             iterations=result.iterations,
             prompt_tokens=result.usage.prompt_tokens,
             completion_tokens=result.usage.completion_tokens,
+            cached_tokens=result.usage.cached_tokens,
             cost_usd=result.cost_usd,
         )
         ledger.finish(

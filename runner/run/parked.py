@@ -12,8 +12,11 @@ timeout needs no exception. A cancel (``runner runs cancel``) or a signal ends t
 (the request becomes ``cancelled``); a run killed while parked leaves its request ``abandoned``
 (``ledger.finish``, the store's recovery), never pending.
 
-While parked the run's status stays ``running``; ``runner runs show`` and ``runner approvals
-pending`` say what it waits for.
+While parked the run's status is ``waiting`` (``ledger.wait``, in the transaction that stores the
+request) and back to ``running`` once the request is answered, expires or is cancelled
+(``ledger.resume``); ``runner runs list`` shows it, ``runner runs show`` and ``runner approvals
+pending`` say what it waits for. The alert (``notify``) goes to config.yaml's ``alerts_waiting:``
+sinks (default: the failure alerts' sinks), once per request.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from runner.config.schedules import format_duration
 from runner.events import ApprovalAnswered, ApprovalParked, Emit, Event
 from runner.safety.approval import Answer
 from runner.statuses import ApprovalState
-from runner.store import Store
+from runner.store import Store, ledger
 from runner.store.control import ApprovalRequest, close_request, get_request, park
 
 if TYPE_CHECKING:
@@ -51,7 +54,7 @@ class Parking:
     stop: threading.Event  # set by a cancel request or a signal
     redact: Callable[[str], str]
     emit: Emit
-    notify: Callable[[ApprovalRequest], None]  # the alert naming `runner approvals grant ID`
+    notify: Callable[[ApprovalRequest], None]  # the alert naming `runner approvals grant ID` (alerts_waiting)
     cancelled_by: Callable[[], str | None] = field(default=lambda: None)
     name: str = "parked"
 
@@ -62,19 +65,27 @@ class Parking:
         if deadline is not None:
             wait = max(0.0, min(wait, deadline - start))
         now = utcnow()
-        request = park(
-            self.store,
-            run_id=self.run_id,
-            job=self.job,
-            command=self.redact(command),
-            reasons=tuple(verdict.reasons),
-            now=now,
-            expires=now + timedelta(seconds=wait),
-        )
-        parked = ApprovalParked(request.id, request.command, list(request.reasons), request.expires_at)
-        self.emit(Event.APPROVAL_PARKED, parked)
-        self.notify(request)
-        final = self._wait(request, start + wait, capped=wait < self.timeout)
+        with self.store.transaction():  # the request and the run's `waiting` in one write
+            request = park(
+                self.store,
+                run_id=self.run_id,
+                job=self.job,
+                command=self.redact(command),
+                reasons=tuple(verdict.reasons),
+                now=now,
+                expires=now + timedelta(seconds=wait),
+            )
+            waiting = ledger.wait(self.store, self.run_id)
+        if not waiting:  # someone else ended the run (declared it lost): nobody may answer now
+            why = "the run had ended before it could wait"
+            return self._answer(close_request(self.store, request.id, ApprovalState.ABANDONED, by="nobody", reason=why))
+        try:
+            parked = ApprovalParked(request.id, request.command, list(request.reasons), request.expires_at)
+            self.emit(Event.APPROVAL_PARKED, parked)
+            self.notify(request)
+            final = self._wait(request, start + wait, capped=wait < self.timeout)
+        finally:
+            ledger.resume(self.store, self.run_id)  # answered, expired or cancelled: running again
         return self._answer(final)
 
     def _wait(self, request: ApprovalRequest, until: float, *, capped: bool) -> ApprovalRequest:

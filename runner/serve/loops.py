@@ -1,5 +1,6 @@
 """The loops `runner serve` runs beside the scheduler: the kanban dispatcher, the one-time
-cleanup of stale runner containers, the idle Curator and retention.
+cleanup of stale runner containers, the idle Curator, retention, and the log line of each run
+that starts waiting on an approval.
 
 Each factory takes the ``ServeHost`` and returns a ticker (``tick(now)``, ``next_wake(now)``,
 ``close()``); ``LOOPS`` lists them and ``runner.cli.serve`` passes them to the daemon.
@@ -19,7 +20,7 @@ from runner.run.model_choice import side_model
 from runner.serve.host import ServeHost, Ticker, TickerFactory
 from runner.skills.curator import run_pass
 from runner.skills.idle import CuratorTicker
-from runner.store import Store, ledger
+from runner.store import Store, ledger, queries
 from runner.store.retention import Policy, Pruner, old_logs
 
 if TYPE_CHECKING:
@@ -240,6 +241,51 @@ class RetentionLoop:
             self._thread.join(timeout=10)
 
 
+class WaitingLog:
+    """One log line when a run starts ``waiting`` on an approval (whoever runs it: serve's worker,
+    ``run-job``, a kanban or Celery worker), with the command and how to answer. Looks every
+    ``EVERY`` seconds (one indexed read); each request is logged once."""
+
+    name = "waiting-log"
+    EVERY = 1.0
+
+    def __init__(self, host: ServeHost):
+        self.host = host
+        self._seen: set[str] = set()
+        self._next: datetime | None = None
+
+    def tick(self, now: datetime) -> None:
+        if self._next is not None and now < self._next:
+            return
+        self._next = now + timedelta(seconds=self.EVERY)
+        waiting = queries.waiting_runs(self.host.store)
+        for w in waiting:
+            if w.approval_id in self._seen:
+                continue
+            self.host.log.warning(
+                "run %s of %s is waiting for approval %s until %s: %s; answer with: runner approvals grant %s "
+                "(or deny %s)",
+                w.run_id,
+                w.job,
+                w.approval_id,
+                w.expires_at,
+                w.command[:200],
+                w.approval_id,
+                w.approval_id,
+            )
+        self._seen = {w.approval_id for w in waiting}  # only the requests still pending are remembered
+
+    def next_wake(self, now: datetime) -> datetime | None:
+        return self._next
+
+    def close(self) -> None:
+        return None
+
+
+def waiting_log(host: ServeHost) -> Ticker:
+    return WaitingLog(host)
+
+
 def retention_loop(host: ServeHost) -> Ticker:
     return RetentionLoop(host)
 
@@ -256,4 +302,4 @@ def container_cleanup(host: ServeHost) -> Ticker:
     return ContainerCleanup(host)
 
 
-LOOPS: tuple[TickerFactory, ...] = (kanban_loop, container_cleanup, curator_loop, retention_loop)
+LOOPS: tuple[TickerFactory, ...] = (kanban_loop, container_cleanup, curator_loop, retention_loop, waiting_log)

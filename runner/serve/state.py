@@ -113,7 +113,7 @@ class ServeStatus:
         beat = parse_iso(self.heartbeat_at)
         ago = f"{((now or utcnow()) - beat).total_seconds():.0f}s ago" if beat else "never"
         if self.alive:
-            return f"serve: running (pid {self.pid}, heartbeat {ago}, {self.running} running, {self.waiting} waiting)"
+            return f"serve: running (pid {self.pid}, heartbeat {ago}, {self.running} running, {self.waiting} queued for a slot)"
         return f"serve: not running (last: pid {self.pid} on {self.host}, heartbeat {ago})"
 
 

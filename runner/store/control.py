@@ -28,7 +28,7 @@ from runner.clock import iso, utcnow
 from runner.errors import UsageError
 from runner.events import Steer
 from runner.safety.inside import refuse_inside_run, run_of
-from runner.statuses import ACTIVE, ApprovalState, ControlKind, RunStatus, TaskStatus
+from runner.statuses import ACTIVE, STARTED, ApprovalState, ControlKind, RunStatus, TaskStatus
 from runner.store import Store
 from runner.store.board import Board
 from runner.store.runs import get_run
@@ -228,11 +228,13 @@ def abandon(store: Store, run_id: str, *, now: datetime | None = None) -> int:
 
 
 def pending_approvals(store: Store) -> list[ApprovalRequest]:
-    """Approvals runs are parked on now, oldest first (a run that ended meanwhile is not listed)."""
+    """Approvals runs are parked on now, oldest first (a run that ended meanwhile is not listed;
+    the run is ``waiting``)."""
+    marks = ", ".join("?" * len(STARTED))
     rows = store.query(
         "SELECT a.* FROM approval_requests a JOIN runs r ON r.id = a.run_id "
-        "WHERE a.status=? AND r.status=? ORDER BY a.requested_at, a.id",
-        (ApprovalState.PENDING, RunStatus.RUNNING),
+        f"WHERE a.status=? AND r.status IN ({marks}) ORDER BY a.requested_at, a.id",
+        (ApprovalState.PENDING, *STARTED),
     )
     return [ApprovalRequest.from_row(r) for r in rows]
 
@@ -249,13 +251,14 @@ class Answered:
 
     @property
     def decided(self) -> bool:
-        return self.was is ApprovalState.PENDING and self.run_status is RunStatus.RUNNING
+        return self.was is ApprovalState.PENDING and self.run_status in STARTED
 
 
 def answer(
     store: Store, approval_id: str, *, granted: bool, by: str, reason: str | None, stamp: str | None
 ) -> Answered:
-    """Grant or deny a pending approval whose run still runs, in one transaction."""
+    """Grant or deny a pending approval whose run still runs (it is ``waiting``; the run moves
+    itself back to ``running`` through the ledger when it sees the answer), in one transaction."""
     with store.transaction() as conn:
         row = conn.execute(
             "SELECT a.status, a.run_id, r.status AS run_status FROM approval_requests a "

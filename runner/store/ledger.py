@@ -1,9 +1,11 @@
 """The run ledger's one owner: every change of a run's status goes through here.
 
 A run's status moves along ``LEGAL`` only: ``queued -> running -> a final status``, or straight
-from ``queued`` to a final one (a skipped, missed, cancelled or never-started run). A final status
-never changes again. Each operation names an intent (``open_run``, ``start``, ``finish``,
-``declare_lost``, ``claim_for_worker``, ``request_stop``, ``recover_orphans``, ``recover_stale``,
+from ``queued`` to a final one (a skipped, missed, cancelled or never-started run); a running run
+parked on a manual approval is ``waiting`` until the request is answered, expires or is cancelled
+(``wait``, ``resume``), and a waiting run whose worker is lost, killed or stopped ends from there.
+A final status never changes again. Each operation names an intent (``open_run``, ``start``,
+``wait``, ``resume``, ``finish``, ``declare_lost``, ``claim_for_worker``, ``request_stop``, ``recover_orphans``, ``recover_stale``,
 ``worker_died``: the one lost-worker recovery, which every ``runner.run.forks.Launcher`` uses) and is one guarded
 ``UPDATE ... WHERE status IN (...)``: it returns whether it won. Two writers that race (a worker
 finishing while serve declares it lost, serve's backstop after the worker wrote its own end)
@@ -17,7 +19,8 @@ refused: logged in production, raised when ``RUNNER_LEDGER_STRICT`` is set (the 
 so a new writer that breaks the rules fails its tests.
 
 Columns other than the status (tokens, cost, model, output path, delivery) are set with
-``set_fields``, which refuses the status columns.
+``set_fields``, which refuses the status columns; ``progress`` writes a live run's turns, tokens
+and cost as it goes (only while the run is active, so it never overwrites a final row).
 """
 
 from __future__ import annotations
@@ -35,13 +38,15 @@ from typing import Any
 from runner.clock import iso, utcnow
 from runner.config.schedules import format_duration
 from runner.host.procs import HOST, RUN_MARK, kill_marked, pid_alive, start_time
-from runner.statuses import ACTIVE, FINAL, RunStatus, Trigger
+from runner.statuses import ACTIVE, FINAL, STARTED, RunStatus, Trigger
 from runner.store import Store, StoreError
 from runner.store.budget import settle
 from runner.store.control import abandon
 from runner.store.dialect import Dialect
 
 NOT_TAKEN = "-"  # runs.worker of a row serve ended before any worker took it
+_ACTIVE_MARKS = ", ".join("?" * len(ACTIVE))
+_STARTED_MARKS = ", ".join("?" * len(STARTED))
 
 
 class Reason(StrEnum):
@@ -72,7 +77,20 @@ LEGAL: dict[RunStatus, frozenset[RunStatus]] = {
     RunStatus.QUEUED: frozenset(FINAL | {RunStatus.RUNNING}),
     # a started run that finds it must not go on (the budget, a pre_run that says skip) ends skipped
     RunStatus.RUNNING: frozenset(
-        {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.INTERRUPTED, RunStatus.UNKNOWN, RunStatus.SKIPPED}
+        {
+            RunStatus.WAITING,
+            RunStatus.SUCCEEDED,
+            RunStatus.FAILED,
+            RunStatus.TIMED_OUT,
+            RunStatus.INTERRUPTED,
+            RunStatus.UNKNOWN,
+            RunStatus.SKIPPED,
+        }
+    ),
+    # parked on an approval: back to running once it is answered, expired or cancelled; or ended by
+    # someone else meanwhile (lost, its worker died, serve stopped it) or by a failure while it waited
+    RunStatus.WAITING: frozenset(
+        {RunStatus.RUNNING, RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.INTERRUPTED, RunStatus.UNKNOWN}
     ),
     **{status: frozenset() for status in FINAL},
 }
@@ -287,6 +305,18 @@ def start(
     return _move(store, run_id, RunStatus.RUNNING, sets=sets, expected=(RunStatus.QUEUED,))
 
 
+def wait(store: Store, run_id: str) -> bool:
+    """``running -> waiting``: the run parked on an approval request (written in the same
+    transaction by the caller). False when the run is no longer running (someone else ended it)."""
+    return _move(store, run_id, RunStatus.WAITING, sets={}, expected=(RunStatus.RUNNING,))
+
+
+def resume(store: Store, run_id: str) -> bool:
+    """``waiting -> running``: the approval it waited for was answered, expired or cancelled.
+    False when the run is not waiting (someone else ended it meanwhile)."""
+    return _move(store, run_id, RunStatus.RUNNING, sets={}, expected=(RunStatus.WAITING,))
+
+
 def finish(
     store: Store,
     run_id: str,
@@ -325,6 +355,40 @@ def declare_lost(store: Store, run_id: str, *, error: str, now: datetime | None 
             abandon(store, run_id, now=now)
             settle(store, run_id, now=now)  # what it spent (its events) is counted; its reservation is released
     return won
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What a live run has spent so far (its own turns; its tokens and cost include the subagents
+    that ended)."""
+
+    turns: int
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    cost_usd: float
+
+
+def progress(store: Store, run_id: str, spent: Progress) -> bool:
+    """Write a live run's counters (after each model reply): only while the run is active, so a
+    late write never changes a row that has ended; the run's final write sets them once more.
+    False when the run is not active."""
+    marks = ", ".join("?" * len(ACTIVE))
+    with store.transaction() as conn:
+        cur = conn.execute(
+            "UPDATE runs SET iterations=?, prompt_tokens=?, completion_tokens=?, cached_tokens=?, cost_usd=? "
+            f"WHERE id=? AND status IN ({marks})",
+            (
+                spent.turns,
+                spent.prompt_tokens,
+                spent.completion_tokens,
+                spent.cached_tokens,
+                round(spent.cost_usd, 6),
+                run_id,
+                *ACTIVE,
+            ),
+        )
+    return bool(cur.rowcount)
 
 
 def set_fields(store: Store, run_id: str, **columns: Any) -> None:
@@ -367,8 +431,8 @@ def heartbeat(store: Store, worker: str, run_ids: list[str], *, now: datetime | 
     marks = ", ".join("?" * len(run_ids))
     with store.transaction() as conn:
         conn.execute(
-            f"UPDATE runs SET heartbeat_at=? WHERE worker=? AND status IN (?, ?) AND id IN ({marks})",
-            (iso(now or utcnow()), worker, RunStatus.QUEUED, RunStatus.RUNNING, *run_ids),
+            f"UPDATE runs SET heartbeat_at=? WHERE worker=? AND status IN ({_ACTIVE_MARKS}) AND id IN ({marks})",
+            (iso(now or utcnow()), worker, *ACTIVE, *run_ids),
         )
 
 
@@ -395,8 +459,8 @@ def request_stop(store: Store, run_id: str, how: str) -> bool:
     value = "COALESCE(stop_request, ?)" if how == "term" else "?"
     with store.transaction() as conn:
         cur = conn.execute(
-            f"UPDATE runs SET stop_request={value} WHERE id=? AND status IN (?, ?)",
-            (how, run_id, RunStatus.QUEUED, RunStatus.RUNNING),
+            f"UPDATE runs SET stop_request={value} WHERE id=? AND status IN ({_ACTIVE_MARKS})",
+            (how, run_id, *ACTIVE),
         )
     return bool(cur.rowcount)
 
@@ -439,8 +503,8 @@ def refuse_result(store: Store, run_id: str, *, error: str) -> bool:
 def stop_requests(store: Store, worker: str) -> dict[str, str]:
     """The stop requests for the active runs ``worker`` holds."""
     rows = store.query(
-        "SELECT id, stop_request FROM runs WHERE worker=? AND stop_request IS NOT NULL AND status IN (?, ?)",
-        (worker, RunStatus.QUEUED, RunStatus.RUNNING),
+        f"SELECT id, stop_request FROM runs WHERE worker=? AND stop_request IS NOT NULL AND status IN ({_ACTIVE_MARKS})",
+        (worker, *ACTIVE),
     )
     return {r["id"]: r["stop_request"] for r in rows}
 
@@ -486,9 +550,9 @@ def recover_stale(store: Store, *, now: datetime, lost_after_s: float) -> list[s
     serves, a leader and a late one, never both recover it)."""
     cutoff = iso(now - timedelta(seconds=lost_after_s)) or ""
     rows = store.query(
-        "SELECT id, worker, heartbeat_at FROM runs WHERE status IN (?, ?) AND worker IS NOT NULL AND worker != ? "
-        "AND heartbeat_at < ?",
-        (RunStatus.QUEUED, RunStatus.RUNNING, NOT_TAKEN, cutoff),
+        f"SELECT id, worker, heartbeat_at FROM runs WHERE status IN ({_ACTIVE_MARKS}) AND worker IS NOT NULL "
+        "AND worker != ? AND heartbeat_at < ?",
+        (*ACTIVE, NOT_TAKEN, cutoff),
     )
     return [
         r["id"]
@@ -505,11 +569,12 @@ def recover_stale(store: Store, *, now: datetime, lost_after_s: float) -> list[s
 
 
 def recover_orphans(store: Store) -> list[str]:
-    """Rows left ``running`` on this host by a process that is gone become ``unknown``, and what
+    """Rows left ``running`` (or ``waiting`` on an approval, which ``declare_lost`` abandons) on this
+    host by a process that is gone become ``unknown``, and what
     each such run left running is killed (its commands carry the run's mark in their environment);
     return the ids this call changed (each is changed by exactly one process, so each is alerted
     and swept once)."""
-    rows = store.query("SELECT id, pid, pid_start FROM runs WHERE status=? AND host=?", (RunStatus.RUNNING, HOST))
+    rows = store.query(f"SELECT id, pid, pid_start FROM runs WHERE status IN ({_STARTED_MARKS}) AND host=?", (*STARTED, HOST))
     dead = [r["id"] for r in rows if not r["pid"] or not pid_alive(int(r["pid"]), r["pid_start"])]
     changed = [
         run_id
@@ -532,7 +597,7 @@ def kill_leftovers(run_id: str) -> int:
 
 
 def is_active(store: Store, run_id: str) -> bool:
-    """Whether ``run_id`` is queued or running (a container or process of it may still be needed)."""
+    """Whether ``run_id`` is queued, running or waiting (a container or process of it may still be needed)."""
     row = store.one("SELECT status FROM runs WHERE id=?", (run_id,))
     return bool(row and row["status"] in ACTIVE)
 
@@ -549,11 +614,12 @@ def queued_to_adopt(store: Store, triggers: tuple[Trigger, ...]) -> list[RunRow]
 
 
 def running_on_workers(store: Store, triggers: tuple[Trigger, ...]) -> list[RunRow]:
-    """Runs ``runner worker``s are running now (a previous leader sent them)."""
+    """Runs ``runner worker``s are running now, or holding while they wait on an approval (a
+    previous leader sent them)."""
     marks = ", ".join("?" * len(triggers))
     rows = store.query(
-        f"SELECT * FROM runs WHERE status=? AND worker IS NOT NULL AND trigger IN ({marks})",
-        (RunStatus.RUNNING, *triggers),
+        f"SELECT * FROM runs WHERE status IN ({_STARTED_MARKS}) AND worker IS NOT NULL AND trigger IN ({marks})",
+        (*STARTED, *triggers),
     )
     return [RunRow.of(r) for r in rows]
 
@@ -570,21 +636,25 @@ def rows_of(store: Store, run_ids: list[str]) -> dict[str, RunRow]:
 
 
 def running_here(store: Store, triggers: tuple[Trigger, ...]) -> list[RunRow]:
-    """Runs running on this host in a process of their own (no ``runner worker`` holds them)."""
+    """Runs running (or waiting on an approval) on this host in a process of their own (no
+    ``runner worker`` holds them)."""
     marks = ", ".join("?" * len(triggers))
     rows = store.query(
-        f"SELECT * FROM runs WHERE status=? AND host=? AND worker IS NULL AND pid IS NOT NULL AND trigger IN ({marks})",
-        (RunStatus.RUNNING, HOST, *triggers),
+        f"SELECT * FROM runs WHERE status IN ({_STARTED_MARKS}) AND host=? AND worker IS NULL AND pid IS NOT NULL "
+        f"AND trigger IN ({marks})",
+        (*STARTED, HOST, *triggers),
     )
     return [RunRow.of(r) for r in rows]
 
 
 def running_ids(store: Store) -> set[str]:
-    return {r["id"] for r in store.query("SELECT id FROM runs WHERE status=?", (RunStatus.RUNNING,))}
+    """Runs a process holds now (running, or waiting on an approval: either may change the jobs)."""
+    return {r["id"] for r in store.query(f"SELECT id FROM runs WHERE status IN ({_STARTED_MARKS})", tuple(STARTED))}
 
 
 def activity(store: Store) -> tuple[int, str | None]:
-    """(runs active now, when the last run ended) for the Curator's idle check."""
+    """(runs active now: queued, running or waiting on an approval; when the last run ended) for
+    the Curator's idle check."""
     marks = ",".join("?" * len(ACTIVE))
     active = store.one(f"SELECT COUNT(*) AS n FROM runs WHERE status IN ({marks})", tuple(ACTIVE))
     ended = store.one("SELECT MAX(ended_at) AS t FROM runs")

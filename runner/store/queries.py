@@ -17,7 +17,7 @@ from typing import Any
 
 from runner.config.database import Dialect
 from runner.events import Recorded
-from runner.statuses import ACTIVE, RunStatus
+from runner.statuses import ACTIVE, ApprovalState, RunStatus
 from runner.store import Store
 from runner.store.runs import events
 
@@ -123,6 +123,35 @@ def histograms(store: Store, measure: Measure, buckets: tuple[float, ...]) -> li
 
 def queued_count(store: Store) -> int:
     row = store.one("SELECT COUNT(*) AS n FROM runs WHERE status = 'queued'")
+    return int(row["n"]) if row else 0
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A run parked on an approval request, with the request."""
+
+    run_id: str
+    job: str
+    approval_id: str
+    command: str
+    expires_at: str
+
+
+def waiting_runs(store: Store) -> list[Waiting]:
+    """Runs ``waiting`` now, each with the pending request it waits for, oldest request first
+    (serve's log line, the dashboard's overview, its run page's banner)."""
+    rows = store.query(
+        "SELECT r.id, r.job, a.id AS approval_id, a.command, a.expires_at FROM runs r "
+        "JOIN approval_requests a ON a.run_id = r.id WHERE r.status=? AND a.status=? "
+        "ORDER BY a.requested_at, a.id",
+        (RunStatus.WAITING, ApprovalState.PENDING),
+    )
+    return [Waiting(r["id"], r["job"], r["approval_id"], r["command"], r["expires_at"]) for r in rows]
+
+
+def waiting_count(store: Store) -> int:
+    """Runs ``waiting`` on an approval now (the dashboard's badge, ``/metrics``)."""
+    row = store.one("SELECT COUNT(*) AS n FROM runs WHERE status=?", (RunStatus.WAITING,))
     return int(row["n"]) if row else 0
 
 

@@ -18,23 +18,24 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from runner.statuses import TaskStatus
+from runner.statuses import ACTIVE, TaskStatus
 from runner.store import Store
 from runner.store.dialect import Dialect
 
 FINISHED_TASKS = (TaskStatus.DONE, TaskStatus.FAILED, TaskStatus.ARCHIVED)
+_LIVE = ", ".join(f"'{s}'" for s in sorted(ACTIVE))  # queued, running, waiting
 VACUUM_PAGES = 2000  # pages given back per incremental_vacuum step (8 MB at 4 KiB pages)
 FULL_VACUUM_BYTES = 64 * 1024 * 1024  # live data up to this: one VACUUM instead of incremental steps
 
-#: a run may go only if nothing live still needs it: not queued/running, no open budget
+#: a run may go only if nothing live still needs it: not queued/running/waiting, no open budget
 #: reservation, no pending approval, no unfinished kanban task, no active child run
 _SAFE = f"""
-    runs.status NOT IN ('queued', 'running')
+    runs.status NOT IN ({_LIVE})
     AND NOT EXISTS (SELECT 1 FROM budget_runs b WHERE b.run_id = runs.id AND b.state = 'open')
     AND NOT EXISTS (SELECT 1 FROM approval_requests a WHERE a.run_id = runs.id AND a.status = 'pending')
     AND (runs.task_id IS NULL OR EXISTS (
         SELECT 1 FROM tasks t WHERE t.id = {{TASK_ID}} AND t.status IN ({", ".join(f"'{s}'" for s in FINISHED_TASKS)})))
-    AND NOT EXISTS (SELECT 1 FROM runs c WHERE c.parent_run_id = runs.id AND c.status IN ('queued', 'running'))
+    AND NOT EXISTS (SELECT 1 FROM runs c WHERE c.parent_run_id = runs.id AND c.status IN ({_LIVE}))
 """
 SAFE = _SAFE.replace("{TASK_ID}", "runs.task_id")
 #: PostgreSQL: ``runs.task_id`` is TEXT and ``tasks.id`` BIGINT there (no implicit comparison)

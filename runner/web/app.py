@@ -23,6 +23,7 @@ from starlette.staticfiles import StaticFiles
 from runner import __version__
 from runner.safety.redact import Redactor
 from runner.settings import Settings
+from runner.store import queries
 from runner.web import actions, live, metrics, pages
 from runner.web.auth import (
     CSRF_COOKIE,
@@ -60,6 +61,7 @@ class Web:
 
     def render(self, request: Request, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
         template = self.env.get_template(name)
+        signed_in = request.state.role is not None
         html = template.render(
             request=request,
             csrf=request.state.csrf,
@@ -70,6 +72,7 @@ class Web:
             msg=request.query_params.get("msg"),
             err=request.query_params.get("err") == "1",
             path=request.url.path,
+            waiting_count=queries.waiting_count(self.source.store) if signed_in else 0,  # the nav's badge
             **context,
         )
         return HTMLResponse(html, status_code=status_code)

@@ -1,4 +1,5 @@
-"""Server-sent events: a run's new steps as they are written, and "the board changed".
+"""Server-sent events: a run's new steps as they are written, its status and live counters (turns,
+tokens, cost: a ``summary`` event when they change), and "the board changed".
 
 Both poll the store (a read of one index range) every ``POLL_S``; a worker in another process
 writes the rows, so there is nothing to subscribe to. A stream ends when its run ends, when the
@@ -7,6 +8,7 @@ client goes away, or after ``MAX_STREAM_S`` (the browser's EventSource then reco
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -56,6 +58,7 @@ def run_stream(request: Request) -> StreamingResponse:
     run_id = request.path_params["run_id"]
     after_text = request.query_params.get("after", "0")
     cursor = {"seq": int(after_text) if after_text.isdigit() else 0}
+    shown: dict[str, Any] = {}  # the summary sent last
 
     def step() -> list[bytes] | None:
         store = w.source.store
@@ -67,6 +70,11 @@ def run_stream(request: Request) -> StreamingResponse:
         row = queries.run_status(store, run_id)
         if row is None:
             return None
+        summary = _summary(row)
+        if summary != shown:
+            shown.clear()
+            shown.update(summary)
+            out.append(sse("summary", json.dumps(summary)))
         if row["status"] not in ACTIVE and not events:
             out.append(sse("end", str(row["status"])))
             return out or None
@@ -81,6 +89,16 @@ def run_stream(request: Request) -> StreamingResponse:
                 return
 
     return StreamingResponse(body(), media_type="text/event-stream", headers=HEADERS)
+
+
+def _summary(row: dict[str, Any]) -> dict[str, Any]:
+    """What the run page shows live besides its steps: the status and the counters."""
+    return {
+        "status": str(row["status"]),
+        "turns": row["iterations"] or 0,
+        "tokens": f"{row['prompt_tokens'] or 0} + {row['completion_tokens'] or 0}",
+        "cost": f"${(row['cost_usd'] or 0):,.4f}",
+    }
 
 
 def board_stream(request: Request) -> StreamingResponse:

@@ -12,7 +12,15 @@ from runner.clock import utcnow
 from runner.serve.state import serve_status
 from runner.store import Store
 from runner.store.lease import lease_holder
-from runner.store.queries import Measure, StatusTotals, histograms, queued_count, task_counts, totals_by_status
+from runner.store.queries import (
+    Measure,
+    StatusTotals,
+    histograms,
+    queued_count,
+    task_counts,
+    totals_by_status,
+    waiting_count,
+)
 
 DURATION_BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0)
 LATENESS_BUCKETS = (0.1, 0.5, 1.0, 5.0, 30.0, 300.0)
@@ -74,6 +82,9 @@ class StoreCollector:
         from prometheus_client.core import GaugeMetricFamily
 
         yield GaugeMetricFamily("runner_queue_depth", "Runs queued, waiting for a worker", value=queued_count(self.store))
+        yield GaugeMetricFamily(
+            "runner_runs_waiting", "Runs waiting on a manual approval now", value=waiting_count(self.store)
+        )
 
     def _kanban(self) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily

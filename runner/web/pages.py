@@ -90,6 +90,7 @@ def overview(request: Request) -> Response:
         request,
         "overview.html",
         active=queries.active_runs(store),
+        waiting=queries.waiting_runs(store),
         failures=queries.recent_failures(store, now),
         fires=fires,
         budget=[b for b in budget["scopes"] if b["today"]["cap_usd"] is not None or b["today"]["spent_usd"]],
@@ -150,6 +151,9 @@ def run_detail(request: Request) -> Response:
     output = None if live else _output(detail.run)
     steps = _steps(detail.events)
     points = [] if live else _checkpoints(w.source.home, detail.events)
+    waiting = None  # the approval a waiting run is parked on (the banner with Approve / Deny)
+    if detail.run["status"] == RunStatus.WAITING:
+        waiting = next((r for r in queries.waiting_runs(w.source.store) if r.run_id == detail.run["id"]), None)
     return w.render(
         request,
         "run.html",
@@ -161,6 +165,7 @@ def run_detail(request: Request) -> Response:
         steps=steps,
         checkpoints=points,
         steer_max=STEER_MAX_CHARS,
+        waiting=waiting,
     )
 
 

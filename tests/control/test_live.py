@@ -5,6 +5,8 @@ stopped) `runner serve`, `runner runs cancel` of a serve run, a run-job run and 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
 from typing import Any
@@ -190,10 +192,38 @@ def test_a_serve_run_parks_and_continues_when_granted(project: Project, fake: An
     [request] = wait_for(
         lambda: rows(project.home, "SELECT * FROM approval_requests WHERE status='pending'"), 30, what="the park"
     )
-    assert job_rows(project.home, "p")[0]["status"] == "running"
+    assert job_rows(project.home, "p")[0]["status"] == "waiting"
+    line = f"is waiting for approval {request['id']}"
+    daemon.wait_log(line)  # serve's one line, with the command and how to answer
+    [logged] = [x for x in daemon.log().splitlines() if line in x]
+    assert "rm -rf build" in logged and f"runner approvals grant {request['id']}" in logged
     assert project.run("approvals", "grant", request["id"]).returncode == 0
     [run] = ended(project, "p")
     assert run["status"] == "succeeded" and not (project.root / "build").exists()
+    assert daemon.log().count(line) == 1
+    assert daemon.stop() == 0
+
+
+def test_a_serve_worker_killed_while_its_run_waits(project: Project, fake: Any, serve: Any) -> None:
+    """SIGKILL of the worker process (by the pid its row names) while the run waits: serve records
+    the run's end (failed, worker_died), the approval is abandoned, nothing stays waiting."""
+    write_config(project)
+    fake.add(call("terminal", {"command": "rm -rf build"}), final("never"))
+    project.write_jobs("jobs:\n  p:\n    prompt: go\n    approvals: manual\n")
+    daemon = serve().started()
+    assert project.run("jobs", "trigger", "p").returncode == 0
+    [request] = wait_for(
+        lambda: rows(project.home, "SELECT * FROM approval_requests WHERE status='pending'"), 30, what="the park"
+    )
+    [run] = wait_for(lambda: [r for r in job_rows(project.home, "p") if r["status"] == "waiting"], 10, what="waiting")
+    os.kill(run["pid"], signal.SIGKILL)
+    [run] = ended(project, "p")
+    assert (run["status"], run["reason"]) == ("failed", "worker_died") and "SIGKILL" in run["error"]
+    [req] = rows(project.home, "SELECT * FROM approval_requests")
+    assert req["status"] == "abandoned"
+    assert rows(project.home, "SELECT id FROM runs WHERE status='waiting'") == []
+    res = project.run("approvals", "grant", request["id"])
+    assert res.returncode == 2 and "already abandoned" in res.stderr
     assert daemon.stop() == 0
 
 

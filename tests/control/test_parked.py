@@ -5,12 +5,18 @@ pipes) under ``approvals: manual`` parks on a dangerous command; another process
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from runner.testing import call, final
 from tests.conftest import Project
+from tests.receivers import Receiver
 from tests.servehelp import rows, wait_for
 
 SECRET = "sk-test-key-0123456789abcdef"  # the project's OPENAI_API_KEY: the redactor knows it
@@ -18,6 +24,12 @@ SECRET = "sk-test-key-0123456789abcdef"  # the project's OPENAI_API_KEY: the red
 
 def manual_job(project: Project, extra: str = "") -> None:
     project.write_jobs(f"jobs:\n  m:\n    prompt: go\n    approvals: manual\n{extra}")
+
+
+def runs_json(project: Project, *args: str) -> list[dict[str, Any]]:
+    res = project.run("runs", "list", "--json", *args)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
 
 
 def pending(project: Project) -> list[dict[str, Any]]:
@@ -58,7 +70,15 @@ def test_granted_from_another_process_runs_the_command(project: Project, fake: A
     listed = project.run("approvals", "pending").stdout
     assert request["id"] in listed and SECRET not in listed
     waiting = project.run("runs", "show", request["run_id"]).stdout
-    assert f"waiting  for approval {request['id']}" in waiting and "status   running" in waiting
+    assert f"waiting  for approval {request['id']}" in waiting and "status   waiting" in waiting
+    assert f"runner approvals grant {request['id']}" in waiting and "rm -rf build" in waiting
+    [listed_run] = runs_json(project)
+    assert listed_run["status"] == "waiting" and listed_run["waiting_for"]["approval_id"] == request["id"]
+    assert SECRET not in json.dumps(listed_run) and listed_run["waiting_for"]["command"].startswith("rm -rf build")
+    assert [r["id"] for r in runs_json(project, "--status", "waiting")] == [request["run_id"]]
+    assert runs_json(project, "--status", "running") == []
+    table = project.run("runs", "list").stdout
+    assert " waiting " in table
 
     res = project.run("approvals", "grant", request["id"])
     assert res.returncode == 0 and "granted by " in res.stdout
@@ -67,6 +87,7 @@ def test_granted_from_another_process_runs_the_command(project: Project, fake: A
     assert not (project.root / "build").exists()
     [run] = rows(project.home)
     assert run["status"] == "succeeded"
+    assert (run["iterations"], run["prompt_tokens"], run["completion_tokens"]) == (2, 200, 40)
     [audit] = rows(project.home, "SELECT * FROM approvals")
     assert audit["decision"] == "approved" and "@" in audit["decided_by"] and SECRET not in audit["command"]
     [answered] = rows(project.home, "SELECT * FROM approval_requests")
@@ -154,6 +175,7 @@ def test_cancel_of_a_parked_run(project: Project, fake: Any) -> None:
     manual_job(project)
     proc = project.start_job("m", fake)
     request = wait_parked(project, proc)
+    assert rows(project.home)[0]["status"] == "waiting"
     res = project.run("runs", "cancel", request["run_id"])
     assert res.returncode == 0, res.stderr
     code, out = finish(proc)
@@ -173,12 +195,109 @@ def test_a_run_killed_while_parked_leaves_nothing_pending(project: Project, fake
     manual_job(project)
     proc = project.start_job("m", fake)
     request = wait_parked(project, proc)
-    proc.kill()
+    assert rows(project.home)[0]["status"] == "waiting"
+    os.kill(proc.pid, signal.SIGKILL)  # the worker, by its pid, while its run waits
     proc.communicate(timeout=10)
     assert pending(project) == []  # opening the store recovered the lost run
+    assert runs_json(project, "--status", "waiting") == []
     [run] = rows(project.home)
     assert (run["status"], run["reason"]) == ("unknown", "worker_lost")
     [req] = rows(project.home, "SELECT * FROM approval_requests")
     assert req["status"] == "abandoned"
     res = project.run("approvals", "grant", request["id"])
     assert res.returncode == 2 and "already abandoned" in res.stderr
+
+
+def test_the_waiting_alert_goes_once_to_the_failure_sinks(project: Project, fake: Any) -> None:
+    """``alerts_waiting`` unset: the failure alerts' sinks hear of the waiting run, once, with the
+    (redacted) command, how to answer, and the run's dashboard page (``web.url``)."""
+    receiver = Receiver().start()
+    try:
+        project.home.mkdir(parents=True, exist_ok=True)
+        (project.home / "config.yaml").write_text(
+            f"alerts: ['webhook:{receiver.url}/alerts']\nweb: {{url: 'https://runner.example.com/'}}\n"
+        )
+        fake.add(call("terminal", {"command": f"rm -rf build; echo {SECRET}"}), final("ok"))
+        manual_job(project)
+        proc = project.start_job("m", fake)
+        request = wait_parked(project, proc)
+        [got] = receiver.wait(1)
+        body = got.json()
+        assert (body["event"], body["status"], body["approval_id"]) == ("approval_needed", "waiting", request["id"])
+        assert body["command"].startswith("rm -rf build") and SECRET not in got.body.decode()
+        assert body["grant"] == f"runner approvals grant {request['id']}"
+        assert body["url"] == f"https://runner.example.com/runs/{request['run_id']}"
+        assert f"runner approvals deny {request['id']}" in body["note"] and body["url"] in body["note"]
+        assert project.run("approvals", "deny", request["id"]).returncode == 0
+        assert finish(proc)[0] == 0
+        assert len(receiver.requests) == 1  # once per request; the run's success sends nothing
+    finally:
+        receiver.stop()
+
+
+def test_alerts_waiting_false_tells_nobody(project: Project, fake: Any) -> None:
+    receiver = Receiver().start()
+    try:
+        project.home.mkdir(parents=True, exist_ok=True)
+        (project.home / "config.yaml").write_text(f"alerts: ['webhook:{receiver.url}']\nalerts_waiting: false\n")
+        fake.add(call("terminal", {"command": "rm -rf build"}), final("ok"))
+        manual_job(project)
+        proc = project.start_job("m", fake)
+        request = wait_parked(project, proc)
+        assert project.run("approvals", "deny", request["id"]).returncode == 0
+        assert finish(proc)[0] == 0
+        assert receiver.requests == []
+        events = rows(project.home, "SELECT kind FROM run_events WHERE kind='alert'")
+        assert events == []
+    finally:
+        receiver.stop()
+
+
+def test_alerts_waiting_names_its_own_sinks(project: Project, fake: Any) -> None:
+    failures, waiting = Receiver().start(), Receiver().start()
+    try:
+        project.home.mkdir(parents=True, exist_ok=True)
+        (project.home / "config.yaml").write_text(
+            f"alerts: ['webhook:{failures.url}']\nalerts_waiting: ['webhook:{waiting.url}']\n"
+        )
+        fake.add(call("terminal", {"command": "rm -rf build"}), final("ok"))
+        manual_job(project)
+        proc = project.start_job("m", fake)
+        request = wait_parked(project, proc)
+        [got] = waiting.wait(1)
+        assert got.json()["approval_id"] == request["id"]
+        assert project.run("approvals", "deny", request["id"]).returncode == 0
+        assert finish(proc)[0] == 0
+        assert failures.requests == [] and len(waiting.requests) == 1
+    finally:
+        failures.stop()
+        waiting.stop()
+
+
+def test_turns_tokens_and_cost_count_up_while_the_run_goes(project: Project, fake: Any) -> None:
+    """After each model reply the run's row has its turns, tokens and cost: seen while the model
+    takes its time on the 2nd turn; at the end the totals are the run's as before."""
+    project.home.mkdir(parents=True, exist_ok=True)
+    (project.home / "config.yaml").write_text(
+        f"providers:\n  default:\n    base_url: {project.base_url}\n    model: m\n    api_keys: [env:OPENAI_API_KEY]\n"
+        "    pricing: {input_per_mtok: 1.0, output_per_mtok: 2.0}\n"
+    )
+    fake.add(call("terminal", {"command": "echo hi"}), replace(final("done", usage=(300, 50)), hang=4.0))
+    project.write_jobs("jobs:\n  c:\n    prompt: go\n")
+    proc = project.start_job("c", fake)
+
+    def between_turns() -> dict[str, Any] | None:
+        found = runs_json(project)
+        return found[0] if found and found[0]["iterations"] >= 1 and len(fake.requests) >= 2 else None
+
+    live = wait_for(between_turns, 20, what="the 1st turn's counters while the 2nd is asked")
+    assert live["status"] == "running" and live["iterations"] == 1
+    assert (live["prompt_tokens"], live["completion_tokens"]) == (100, 20)
+    assert live["cost_usd"] == pytest.approx((100 * 1.0 + 20 * 2.0) / 1e6)
+    shown = project.run("runs", "show", live["id"]).stdout
+    assert "turns 1" in shown and "tokens 100+20" in shown
+    code, out = finish(proc)
+    assert code == 0, out
+    [run] = rows(project.home)
+    assert (run["status"], run["iterations"], run["prompt_tokens"], run["completion_tokens"]) == ("succeeded", 2, 400, 70)
+    assert run["cost_usd"] == pytest.approx((400 * 1.0 + 70 * 2.0) / 1e6)

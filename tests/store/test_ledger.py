@@ -4,10 +4,14 @@ refused result), and a forbidden write raises under RUNNER_LEDGER_STRICT (the su
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
-from runner.statuses import FINAL, RunStatus, Trigger
-from runner.store import ledger
+from runner.clock import iso, utcnow
+from runner.statuses import ACTIVE, FINAL, ApprovalState, RunStatus, Trigger
+from runner.store import ledger, queries
+from runner.store.control import answer_approval, get_request, park, pending_approvals
 
 
 def queued(store, job: str = "j") -> str:
@@ -25,7 +29,108 @@ def test_the_table_has_no_way_out_of_a_final_status():
         assert ledger.LEGAL[final] == frozenset()
         assert final in ledger.LEGAL[RunStatus.QUEUED]
     assert RunStatus.QUEUED not in ledger.sources(RunStatus.QUEUED)
-    assert ledger.sources(RunStatus.RUNNING) == (RunStatus.QUEUED,)
+    assert set(ledger.sources(RunStatus.RUNNING)) == {RunStatus.QUEUED, RunStatus.WAITING}
+    assert ledger.sources(RunStatus.WAITING) == (RunStatus.RUNNING,)
+    assert RunStatus.WAITING in ACTIVE and RunStatus.WAITING not in FINAL
+
+
+def parked(store, run_id: str, *, command: str = "rm -rf build") -> str:
+    """A pending approval request for ``run_id`` and the run ``waiting`` on it, as Parking writes them."""
+    now = utcnow()
+    with store.transaction():
+        request = park(store, run_id=run_id, job="j", command=command, reasons=("r",), now=now, expires=now)
+        assert ledger.wait(store, run_id)
+    return request.id
+
+
+def test_waiting_while_parked_then_running_again(any_store):
+    run_id = queued(any_store)
+    ledger.start(any_store, run_id)
+    approval = parked(any_store, run_id)
+    assert status(any_store, run_id) == RunStatus.WAITING
+    assert ledger.get(any_store, run_id).active  # type: ignore[union-attr]
+    assert [w.approval_id for w in queries.waiting_runs(any_store)] == [approval]
+    assert queries.waiting_count(any_store) == 1
+    assert [a.id for a in pending_approvals(any_store)] == [approval]  # a waiting run is answerable
+    answer_approval(any_store, approval, granted=True, by="me@host")
+    assert ledger.resume(any_store, run_id)
+    assert status(any_store, run_id) == RunStatus.RUNNING
+    with pytest.raises(ledger.IllegalTransition):
+        ledger.resume(any_store, run_id)  # running -> running
+    assert queries.waiting_count(any_store) == 0
+    assert ledger.finish(any_store, run_id, RunStatus.SUCCEEDED)
+
+
+def test_a_forbidden_move_into_or_out_of_waiting_raises(any_store):
+    run_id = queued(any_store)
+    ledger.start(any_store, run_id)
+    parked(any_store, run_id)
+    with pytest.raises(ledger.IllegalTransition):
+        ledger.wait(any_store, run_id)  # waiting -> waiting
+    with pytest.raises(ledger.IllegalTransition):
+        ledger.finish(any_store, run_id, RunStatus.SUCCEEDED)  # a run succeeds only once running again
+    other = queued(any_store)
+    with pytest.raises(ledger.IllegalTransition):
+        ledger.wait(any_store, other)  # only a running run parks
+
+
+@pytest.mark.parametrize(
+    "end",
+    [
+        lambda s, r: ledger.declare_lost(s, r, error="no heartbeat"),
+        lambda s, r: ledger.worker_died(s, r, -9, sweep=False),
+        lambda s, r: ledger.finish(s, r, RunStatus.INTERRUPTED, reason="shutdown"),
+        lambda s, r: ledger.finish(s, r, RunStatus.TIMED_OUT, reason="timeout"),
+    ],
+    ids=["lost", "worker_died", "shutdown", "timeout"],
+)
+def test_a_waiting_run_ended_by_someone_else_abandons_its_request(any_store, end):
+    run_id = queued(any_store)
+    ledger.start(any_store, run_id)
+    approval = parked(any_store, run_id)
+    assert end(any_store, run_id)
+    row = ledger.get(any_store, run_id)
+    assert row is not None and row.status in FINAL
+    assert get_request(any_store, approval).status == ApprovalState.ABANDONED
+    assert pending_approvals(any_store) == [] and queries.waiting_count(any_store) == 0
+    assert not ledger.resume(any_store, run_id)  # its process, should it come back, is fenced out
+
+
+def test_supervisors_see_a_waiting_run_as_held(any_store):
+    run_id = queued(any_store)
+    assert ledger.claim_for_worker(any_store, run_id, "w1") is not None
+    ledger.start(any_store, run_id)
+    parked(any_store, run_id)
+    assert ledger.is_active(any_store, run_id)
+    assert run_id in ledger.running_ids(any_store)
+    assert [r.id for r in ledger.running_on_workers(any_store, (Trigger.SCHEDULE,))] == [run_id]
+    assert ledger.request_stop(any_store, run_id, "term")
+    assert ledger.stop_requests(any_store, "w1") == {run_id: "term"}
+    later = utcnow() + timedelta(hours=1)
+    ledger.heartbeat(any_store, "w1", [run_id], now=later)
+    assert ledger.get(any_store, run_id).heartbeat_at == iso(later)  # type: ignore[union-attr]
+    assert ledger.activity(any_store)[0] == 1  # the Curator waits for it
+    lost = ledger.recover_stale(any_store, now=later + timedelta(hours=1), lost_after_s=60)
+    assert lost == [run_id] and status(any_store, run_id) == RunStatus.UNKNOWN
+
+
+def test_live_counters_only_while_the_run_is_active(any_store):
+    run_id = queued(any_store)
+    ledger.start(any_store, run_id)
+    assert ledger.progress(any_store, run_id, ledger.Progress(2, 100, 20, 5, 0.0012345678))
+    row = ledger.get(any_store, run_id)
+    got = any_store.one("SELECT iterations, prompt_tokens, completion_tokens, cached_tokens, cost_usd FROM runs WHERE id=?", (run_id,))
+    assert row is not None and dict(got) == {
+        "iterations": 2, "prompt_tokens": 100, "completion_tokens": 20, "cached_tokens": 5, "cost_usd": 0.001235
+    }
+    parked(any_store, run_id)
+    assert ledger.progress(any_store, run_id, ledger.Progress(3, 150, 30, 5, 0.002))  # waiting: still live
+    ledger.resume(any_store, run_id)
+    ledger.set_fields(any_store, run_id, iterations=4, prompt_tokens=200, completion_tokens=40, cost_usd=0.003)
+    ledger.finish(any_store, run_id, RunStatus.SUCCEEDED)
+    assert not ledger.progress(any_store, run_id, ledger.Progress(9, 999, 99, 9, 9.0))  # never after the end
+    got = any_store.one("SELECT iterations, prompt_tokens, cost_usd FROM runs WHERE id=?", (run_id,))
+    assert dict(got) == {"iterations": 4, "prompt_tokens": 200, "cost_usd": 0.003}
 
 
 def test_queued_then_running_then_finished_and_never_again(any_store):

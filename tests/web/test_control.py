@@ -6,6 +6,7 @@ continues after the answer. The run-side tests skip, naming the module, on a bui
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 import time
@@ -204,3 +205,71 @@ def test_a_message_from_the_run_page_reaches_the_model(site: Site, web: WebServe
     messages = site.fake.requests[before + 1]["body"]["messages"]
     assert messages[-1]["role"] == "user" and "Only the last hour matters." in messages[-1]["content"]
     assert "web:admin" in messages[-1]["content"]
+
+
+@needs(RUN_SIDE["parked"])
+def test_a_waiting_run_is_seen_everywhere_and_approved_from_its_page(site: Site, web: WebServer, page: Any) -> None:
+    """A real run parked on a manual approval is ``waiting``: the CLI, /metrics, the overview, the
+    navigation's badge and the run page's banner say so; Approve on the banner lets the command run
+    (its marker file appears), and the run goes back to running, then succeeds."""
+    import httpx
+
+    from tests.web.test_browser import _wait_for_run
+
+    jobs = site.root / "jobs.yaml"
+    if "waits:" not in jobs.read_text():
+        jobs.write_text(
+            jobs.read_text()
+            + "  waits:\n    prompt: Tidy up.\n    toolsets: [terminal]\n    approvals: manual\n    workdir: wd\n"
+        )
+    workdir = site.root / "wd"
+    (workdir / "build").mkdir(parents=True, exist_ok=True)
+    marker = workdir / "approved-marker"
+    proc = site.start_job(
+        "waits",
+        call("terminal", {"command": f"rm -rf build && sleep 1.5 && touch {marker.name}"}),
+        final("tidied"),
+    )
+    run_id = _wait_for_run(site, "waits")
+    store = _store(site)
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline and store.one("SELECT status FROM runs WHERE id=?", (run_id,))["status"] != "waiting":
+            time.sleep(0.1)
+        assert store.one("SELECT status FROM runs WHERE id=?", (run_id,))["status"] == "waiting"
+        [request] = store.query("SELECT * FROM approval_requests WHERE run_id=? AND status='pending'", (run_id,))
+
+        listed = json.loads(site.cli("runs", "list", "--json", "--status", "waiting").stdout)
+        assert [r["id"] for r in listed] == [run_id] and listed[0]["waiting_for"]["approval_id"] == request["id"]
+        shown = site.cli("runs", "show", run_id).stdout
+        assert "status   waiting" in shown and f"runner approvals grant {request['id']}" in shown
+        metrics = httpx.get(f"{web.url}/metrics", timeout=10).text
+        assert "runner_runs_waiting 1.0" in metrics
+        assert 'runner_runs{job="waits",status="waiting"} 1.0' in metrics
+
+        page.goto(f"{web.url}/")
+        assert run_id in page.locator("#waiting").inner_text()
+        assert "rm -rf build" in page.locator("#waiting").inner_text()
+        assert page.locator("#waiting-badge").inner_text() == "1"
+        page.goto(f"{web.url}/runs/{run_id}")
+        assert page.locator("#run-status").get_attribute("data-status") == "waiting"
+        banner = page.locator("#waiting-banner")
+        assert request["id"] in banner.inner_text() and "rm -rf build" in banner.inner_text()
+        banner.get_by_role("button", name="Approve").click()
+        assert f"approval {request['id']}: granted" in page.locator(".flash").inner_text()
+        deadline = time.time() + 10  # the command sleeps 1.5 s: the run is running again meanwhile
+        seen = set()
+        while time.time() < deadline and "succeeded" not in seen:
+            seen.add(store.one("SELECT status FROM runs WHERE id=?", (run_id,))["status"])
+            if "running" in seen:
+                break
+            time.sleep(0.05)
+        assert "running" in seen, seen
+        page.locator("#run-status[data-status='succeeded']").wait_for(timeout=30_000)
+        assert page.locator("#waiting-banner").count() == 0 and page.locator("#waiting-badge").count() == 0
+        assert marker.exists()
+        assert proc.wait(timeout=30) == 0
+        decided = store.one("SELECT status, decided_by FROM approval_requests WHERE id=?", (request["id"],))
+        assert (decided["status"], decided["decided_by"]) == ("granted", "web:admin")
+    finally:
+        store.close()
