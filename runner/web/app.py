@@ -33,6 +33,7 @@ from runner.web.auth import (
     cross_site_refusal,
     csrf_ok,
     host_is_loopback,
+    is_hook_request,
     new_csrf,
     session_value,
 )
@@ -40,7 +41,6 @@ from runner.web.source import Source
 
 HERE = Path(__file__).parent
 OPEN_PATHS = ("/static/", "/login")
-HOOKS_PATH = "/hooks/"  # signed by the sender: no token, no CSRF, no Origin rule (runner.web.hooks)
 
 
 class Web:
@@ -85,8 +85,9 @@ class AuthMiddleware(BaseHTTPMiddleware):
     """Decide the request's role (or refuse it) and keep a CSRF cookie on every browser session."""
 
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
-        if request.url.path.startswith(HOOKS_PATH) and request.method == "POST":
-            # authenticated by its signature; no cookie is read or set, no page is shown
+        scope = request.scope
+        if is_hook_request(request.method, scope["path"], scope.get("raw_path"), scope.get("root_path", "")):
+            # exactly POST /hooks/JOB, authenticated by its signature; no cookie is read or set
             hook_response = await call_next(request)
             hook_response.headers.setdefault("X-Content-Type-Options", "nosniff")
             return hook_response

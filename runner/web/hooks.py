@@ -1,7 +1,8 @@
 """``POST /hooks/JOB``: inbound webhooks start runs (docs/web.md#webhooks, docs/jobs.md#triggers).
 
 Authenticated by the body's HMAC signature (``runner.safety.signature``), not by the dashboard's
-token; no CSRF or Origin check applies (the auth middleware lets ``/hooks/`` through). In order:
+token; no CSRF or Origin check applies (the auth middleware lets exactly ``POST /hooks/JOB``
+through: ``runner.web.auth.is_hook_request``). In order:
 
 - 404: no job declares a webhook (the route is closed), the job is unknown, or it declares none;
 - 413: the body is over the job's ``max_bytes`` (``Content-Length`` first, then while reading);
