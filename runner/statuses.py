@@ -46,6 +46,16 @@ class Trigger(StrEnum):
     RETRY = "retry"  # a retry of a failed scheduled run (serve)
     KANBAN = "kanban"  # a kanban task's attempt
     DELEGATE = "delegate"  # a subagent started by a run's delegate_task call (runs.parent_run_id)
+    WEBHOOK = "webhook"  # a signed POST /hooks/JOB (runner web / serve --web), run by serve's pool
+    CHAIN = "chain"  # the job's ``after:`` upstream run ended (serve; hook_chain_links)
+
+
+class ChainWhen(StrEnum):
+    """``after: {when: ...}``: which endings of an upstream run start the downstream job."""
+
+    SUCCESS = "success"  # the upstream run succeeded
+    FAILURE = "failure"  # it failed, timed out, was interrupted or lost
+    ALWAYS = "always"  # any of those (a skipped or missed upstream run never ran: it starts nothing)
 
 
 class TaskStatus(StrEnum):

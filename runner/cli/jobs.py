@@ -100,6 +100,7 @@ def jobs_list(as_json: bool) -> None:
                 "last_status": last[name].status if name in last else None,
                 "last_delivery_failed": name in last and last[name].delivery_failed,
                 "description": job.spec.description,
+                "started_by": job.spec.chain if isinstance(job.spec, listing.ListedSpec) else listing.chain_label(job.spec),
                 "serve_alive": serve_alive,
                 "leader": leader,
                 "leader_since": leader_since,
@@ -126,6 +127,9 @@ def jobs_list(as_json: bool) -> None:
         ],
         ["NAME", "SCHEDULE", "NEXT FIRE (UTC)", "BACKEND", "ENABLED", "LAST"],
     )
+    for r in rows:
+        if r["started_by"]:
+            click.echo(f"{r['name']}: started by {r['started_by']}")
     for r in rows:
         if r["paused"]:
             click.echo(f"{r['name']}: {r['paused_reason'] or 'paused'} (runner jobs resume {r['name']})")

@@ -133,6 +133,42 @@ def check_context_from(name: str, wanted: list[str], known: list[str]) -> list[s
     return problems
 
 
+def check_after(name: str, wanted: tuple[str, ...], known: list[str]) -> list[str]:
+    """Each ``after:`` entry names another job of the file, once (a job after itself is a cycle)."""
+    problems = []
+    for i, other in enumerate(wanted):
+        if other == name:
+            problems.append(f"after: cycle {name} -> {name} (a job cannot run after itself)")
+        elif other not in known:
+            problems.append(f"after: unknown job {_shown(other)}{_suggest_names(other, known)}")
+        elif other in wanted[:i]:
+            problems.append(f"after: {_shown(other)} is listed twice")
+    return problems
+
+
+def chain_cycles(jobs: Mapping[str, Job]) -> list[tuple[str, str]]:
+    """(job, problem) for each cycle of ``after:`` edges among ``jobs`` (a -> b -> a), named once
+    by its first job in name order: ``cycle a -> b -> c -> a``."""
+    graph = {n: [u for u in j.spec.after_jobs if u in jobs and u != n] for n, j in jobs.items()}
+    found: list[tuple[str, str]] = []
+    seen_cycles: set[frozenset[str]] = set()
+    done: set[str] = set()
+    for start in sorted(graph):
+        stack: list[tuple[str, list[str]]] = [(start, [start])]
+        while stack:
+            node, path = stack.pop()
+            for up in sorted(graph[node], reverse=True):
+                if up == start:
+                    members = frozenset(path)
+                    if members not in seen_cycles:
+                        seen_cycles.add(members)
+                        found.append((start, "cycle " + " -> ".join([*path, start])))
+                elif up not in path and up not in done:
+                    stack.append((up, [*path, up]))
+        done.add(start)
+    return found
+
+
 def _suggest_names(name: str, known: list[str]) -> str:
     import difflib
 
@@ -212,7 +248,7 @@ def check_job(
     """What is wrong with job ``name`` beyond its schema (``names``: every job of the file, for
     ``context_from``), and the job when nothing is."""
     problems, job = _check_job(name, spec, base_dir, default_tz, now, own)
-    context_problems = check_context_from(name, spec.context_from, names)
+    context_problems = check_context_from(name, spec.context_from, names) + check_after(name, spec.after_jobs, names)
     if context_problems:
         return [*problems, *context_problems], None
     return problems, job

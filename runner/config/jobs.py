@@ -25,6 +25,7 @@ from runner.config.jobfile import (
     Job,
     JobsFile,
     OwnNames,
+    chain_cycles,
     check_context_from,
     check_job,
     context_key,
@@ -40,6 +41,7 @@ from runner.config.strict import Strict
 from runner.errors import ConfigError, UsageError
 from runner.safety.latitude import Approvals
 from runner.safety.ssrf import WebPolicy
+from runner.statuses import ChainWhen
 
 __all__ = [
     "JOB_NAME",
@@ -138,6 +140,55 @@ class WebSpec(Strict):
         return WebPolicy(self.allow_private, tuple(self.allow_domains), tuple(self.deny_domains))
 
 
+ENV_REF = re.compile(r"^env:[A-Za-z_][A-Za-z0-9_]*$")
+MAX_HOOK_BYTES = 64 * 1024 * 1024  # the largest ``max_bytes`` a webhook may set
+
+
+class WebhookSpec(Strict):
+    """``triggers: [{webhook: {...}}]``: ``POST /hooks/JOB`` signed with ``secret`` starts a run
+    (docs/jobs.md#triggers). The secret is a reference (``env:NAME``), never the value."""
+
+    secret: str
+    max_bytes: int = Field(1024 * 1024, ge=1, le=MAX_HOOK_BYTES)  # a bigger body is refused (413)
+    tolerance: Duration = 300.0  # X-Runner-Signature's t= may be this far from the clock
+
+    @field_validator("secret")
+    @classmethod
+    def _secret_ref(cls, value: str) -> str:
+        if not ENV_REF.match(value):
+            raise ValueError("write env:NAME (the secret's environment variable), not the secret itself")
+        return value
+
+    @field_validator("tolerance")
+    @classmethod
+    def _tolerance(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("must be greater than 0")
+        return value
+
+
+class TriggerSpec(Strict):
+    """One entry of ``triggers:`` (today: ``webhook``)."""
+
+    webhook: WebhookSpec
+
+
+def _after(value: Any) -> Any:
+    """``after: JOB`` / ``after: [JOB, ...]`` are ``after: {jobs: [...]}`` (when: success)."""
+    if isinstance(value, str):
+        return {"jobs": [value]}
+    if isinstance(value, list):
+        return {"jobs": value}
+    return value
+
+
+class AfterSpec(Strict):
+    """``after:``: start this job when a run of one of ``jobs`` ends as ``when`` says (serve)."""
+
+    jobs: list[str] = Field(min_length=1)
+    when: ChainWhen = ChainWhen.SUCCESS
+
+
 class JobSpec(Strict):
     """One job as written in jobs.yaml (after defaults are merged in)."""
 
@@ -188,9 +239,31 @@ class JobSpec(Strict):
     delegation: DelegationSpec = Field(default_factory=DelegationSpec)
     memory: Annotated[str, BeforeValidator(_memory)] = "job"  # job | shared:NAME | off (docs/memory.md)
     context_from: list[str] = Field(default_factory=list)  # jobs whose last output is {{ context.NAME }}
+    triggers: list[TriggerSpec] = Field(default_factory=list)  # events that start a run (webhook)
+    after: Annotated[AfterSpec | None, BeforeValidator(_after)] = None  # chained: runs when these end
     checkpoints: StrictBool | None = None  # workdir snapshots before each changing turn; None: on but for ssh
     checkpoint_max_mb: int = Field(100, ge=1, le=100_000)  # the snapshotted files together (else no checkpoint)
     checkpoint_max_file_mb: int = Field(10, ge=1, le=100_000)  # one file (else left out, and named)
+
+    @property
+    def webhook(self) -> WebhookSpec | None:
+        """The job's webhook trigger (the first, if it names several), or None."""
+        return next((t.webhook for t in self.triggers), None)
+
+    @property
+    def after_spec(self) -> AfterSpec | None:
+        return self.after
+
+    @property
+    def after_jobs(self) -> tuple[str, ...]:
+        return tuple(self.after.jobs) if self.after is not None else ()
+
+    @field_validator("triggers")
+    @classmethod
+    def _one_webhook(cls, value: list[TriggerSpec]) -> list[TriggerSpec]:
+        if len(value) > 1:
+            raise ValueError("one webhook trigger per job (a second secret would be a second job)")
+        return value
 
     @field_validator("memory")
     @classmethod
@@ -324,6 +397,7 @@ def load_jobs(
         problems.extend(prefix + p for p in job_problems)
         if job is not None:
             jobs[name] = job
+    problems.extend(f"{path}: job {name}: after: {p}" for name, p in chain_cycles(jobs))
     if problems:
         raise ConfigError(problems)
     return JobsFile(path=path.resolve(), jobs=jobs)

@@ -21,7 +21,7 @@ from typing import Any
 from runner.config.schedules import Schedule, parse_duration, parse_schedule, parse_timezone
 
 PACKAGE_DIRS = [Path(__file__).parents[1], Path(__file__).parents[2] / "backends"]
-VERSION = 1
+VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,7 @@ class ListedSpec:
     jitter: float
     description: str
     backend_label: str
+    chain: str = ""  # how events start it besides its schedule: "after a, b (success); webhook"
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,16 @@ def _depends_on(job: Any) -> list[str]:
     return paths
 
 
+def chain_label(spec: Any) -> str:
+    """``after a, b (success); webhook``: the events that start a job ("" for none)."""
+    parts = []
+    if spec.after is not None:
+        parts.append(f"after {', '.join(spec.after.jobs)} ({spec.after.when})")
+    if spec.webhook is not None:
+        parts.append("webhook")
+    return "; ".join(parts)
+
+
 def save(home: Path, jobs_path: Path, config_path: Path, jobs: list[Any], labels: dict[str, str]) -> None:
     """Record the summary of a jobs.yaml that has just passed full validation."""
     checks = {p: os.path.exists(p) for job in jobs for p in _depends_on(job)}
@@ -95,6 +106,7 @@ def save(home: Path, jobs_path: Path, config_path: Path, jobs: list[Any], labels
                 "jitter": j.spec.jitter,
                 "description": j.spec.description,
                 "backend": labels[j.name],
+                "chain": chain_label(j.spec),
             }
             for j in jobs
         ],
@@ -121,6 +133,8 @@ def load(home: Path, jobs_path: Path, config_path: Path) -> list[ListedJob] | No
     for j in doc["jobs"]:
         tz = parse_timezone(j["tz"])
         sched = parse_schedule(j["schedule"], tz) if j["schedule"] else None
-        spec = ListedSpec(j["schedule"], j["enabled"], parse_duration(j["jitter"]), j["description"], j["backend"])
+        spec = ListedSpec(
+            j["schedule"], j["enabled"], parse_duration(j["jitter"]), j["description"], j["backend"], j["chain"]
+        )
         out.append(ListedJob(j["name"], j["tz"], spec, sched))
     return out

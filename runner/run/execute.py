@@ -41,6 +41,7 @@ from runner.run.prompt import variables as template_variables
 from runner.run.protect import hold_reloads, masks_inside, protected_set, sandbox_plan, tampered
 from runner.run.request import Replay, RunOutcome, RunRequest
 from runner.run.steer import Inbox
+from runner.run.untrusted import event_variables
 from runner.safety.approval import build_gate
 from runner.safety.control import ControlPlane, Fingerprint
 from runner.safety.judge import Judge, summary_of
@@ -390,6 +391,7 @@ class Run:
             pre_run=self.pre.as_vars() if self.pre else None,
             last_output=last_output(self.settings.store, self.job.name),
             context=self.context_outputs(),
+            **event_variables(self.settings.store, self.run_id, str(req.trigger), redact=self.redactor),
         )
 
     def context_outputs(self) -> dict[str, str]:

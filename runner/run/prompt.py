@@ -29,14 +29,16 @@ You are an unattended agent run by `runner` for the job "{job}". Nobody is watch
 MAX_OUTPUT_CHARS = 4_000_000  # a rendered prompt; far above any context window
 MAX_POWER_BITS = 100_000  # `2 ** n` results beyond this many bits are refused
 KNOWN_VARIABLES = frozenset(
-    {"now", "today", "yesterday", "job", "run", "vars", "pre_run", "last_output", "env", "context"}
+    {"now", "today", "yesterday", "job", "run", "vars", "pre_run", "last_output", "env", "context", "trigger", "upstream"}
 )
 #: the fields of the variables whose fields every run has (``variables`` builds them)
 FIELDS: dict[str, tuple[str, ...]] = {
     "pre_run": ("stdout", "exit_code", "stderr"),
     "job": ("name", "schedule", "description"),
     "run": ("id", "slot", "trigger"),
+    "trigger": ("kind", "payload", "headers"),
 }
+UPSTREAM_FIELDS = ("output", "status", "run_id")
 CONTEXT_CHARS = 8_000  # of each ``context_from`` job's last output in ``{{ context.NAME }}``
 
 
@@ -215,8 +217,8 @@ def check_syntax(job: Job) -> None:
 def check_template(job: Job, env: Any = None) -> list[str]:
     """Problems of the job's template found without rendering it: syntax, names no run defines,
     ``vars.X`` with no X in the job's ``vars:``, ``env.X`` with no X in ``env_vars:``,
-    ``context.X`` with no X in ``context_from:`` (dashes as underscores), a field ``pre_run``,
-    ``job`` or ``run`` does not have (``pre_run.stdot``)."""
+    ``context.X`` with no X in ``context_from:`` (dashes as underscores), ``upstream.X`` with no X
+    in ``after:``, a field ``pre_run``, ``job``, ``run`` or ``trigger`` does not have (``pre_run.stdot``)."""
     try:
         source, name = job_template(job)
     except TemplateError as exc:
@@ -239,8 +241,14 @@ def check_template(job: Job, env: Any = None) -> list[str]:
         "vars": set(job.spec.vars),
         "env": set(job.spec.env_vars),
         "context": {context_key(j) for j in job.spec.context_from},
+        "upstream": set(job.spec.after_jobs),
     }
-    where = {"vars": "the job's vars:", "env": "env_vars:", "context": "context_from: (dashes as underscores)"}
+    where = {
+        "vars": "the job's vars:",
+        "env": "env_vars:",
+        "context": "context_from: (dashes as underscores)",
+        "upstream": "after:",
+    }
     for holder, key, line in _member_uses(ast):
         if holder in FIELDS:
             if key not in FIELDS[holder] and not hasattr(dict, key):
@@ -258,7 +266,7 @@ def _member_uses(ast: Any) -> list[tuple[str, str, int]]:
 
     out = []
     assigned = {n.name for n in ast.find_all(nodes.Name) if n.ctx in ("store", "param")}  # {% set run = ... %}
-    holders = {"vars", "env", "context", *FIELDS} - assigned
+    holders = {"vars", "env", "context", "upstream", *FIELDS} - assigned
     for node in ast.find_all((nodes.Getattr, nodes.Getitem)):
         target = node.node
         if not (isinstance(target, nodes.Name) and target.name in holders and target.ctx == "load"):
@@ -280,11 +288,18 @@ def variables(
     last_output: str = "",
     environ: dict[str, str] | None = None,
     context: dict[str, str] | None = None,
+    trigger: dict[str, Any] | None = None,
+    upstream: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """``context``: the ``context_from`` jobs' outputs by job name (missing ones render as "")."""
+    """``context``: the ``context_from`` jobs' outputs by job name (missing ones render as "");
+    ``trigger``: the event's ``kind``, ``payload`` and ``headers`` (``runner.run.untrusted``; empty
+    ones for a run no event started); ``upstream``: per ``after:`` job, the ``output``, ``status``
+    and ``run_id`` of the run that started this one (empty for the others)."""
     env = secrets.environ() if environ is None else environ
     given = context or {}
     local_now = now.astimezone(_zone(job.tz_name))
+    from runner.run.untrusted import no_event
+
     return {
         "now": local_now,
         "today": local_now.date().isoformat(),
@@ -296,6 +311,10 @@ def variables(
         "last_output": last_output,
         "env": {name: env[name] for name in job.spec.env_vars if name in env},
         "context": {context_key(other): given.get(other, "") for other in job.spec.context_from},
+        "trigger": trigger or no_event(str(run.get("trigger") or "")),
+        "upstream": {
+            other: (upstream or {}).get(other) or dict.fromkeys(UPSTREAM_FIELDS, "") for other in job.spec.after_jobs
+        },
     }
 
 

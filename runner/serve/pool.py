@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 FAILED = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.UNKNOWN)
 SCHEDULED = (Trigger.SCHEDULE, Trigger.RETRY)
 RETRIED = (*SCHEDULED, Trigger.MANUAL)  # `runner jobs trigger` runs get the job's retries too
+# rows a previous serve left queued that this one starts: besides those, a webhook's (its payload
+# is its own row's) and a chained run's (its link names its upstream run); neither is retried
+ADOPTED = (*RETRIED, Trigger.WEBHOOK, Trigger.CHAIN)
 # unknown: only a run of a lost remote worker ends so here (a local one is made `failed` first)
 RETRY_STATUSES = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.UNKNOWN)
 
@@ -133,6 +136,10 @@ class Pool:
             ActiveRun(r.fire.run_id, r.fire.job.name, r.fire.trigger, r.handle.pid, r.started_at)
             for r in self._running.values()
         )
+
+    def holds(self, run_id: str) -> bool:
+        """Whether ``run_id`` is waiting or running in this pool."""
+        return run_id in self._running or any(w.fire.run_id == run_id for w in self._waiting)
 
     def counts(self) -> tuple[int, int]:
         return len(self._running), len(self._waiting)
@@ -466,7 +473,7 @@ class Pool:
     def adopt(self, jobs: dict[str, Job]) -> int:
         """Queue the rows a previous serve left ``queued`` (pending retries, or fires and
         triggers it had not started when it died)."""
-        rows = ledger.queued_to_adopt(self.store, RETRIED)
+        rows = ledger.queued_to_adopt(self.store, ADOPTED)
         for row in rows:
             job = jobs.get(row.job)
             if job is None:

@@ -10,10 +10,16 @@ word: a slot that already has a row (another process got there first) is not run
 
 It also takes the control requests meant for serve (``runner.store.control``): ``runner jobs trigger``
 rows become ``queued`` runs (trigger ``manual``) submitted to the pool under the job's overlap
-policy, and a cancel of a run still waiting in the pool ends it there. It looks whenever another
+policy (a webhook's request names the ``queued`` row the web process wrote: ``runner.store.hooks``),
+and a cancel of a run still waiting in the pool ends it there. It looks whenever another
 process committed to runner.db (``PRAGMA data_version``, read every tick: no query while nothing
 changes) and asks to be woken every ``check`` seconds for it; a request written while serve was
 down is taken at its first tick.
+
+Chained jobs (``after:``) are started here too: at each look (and every ``POLL_S``), each
+upstream run that ended as its edge's ``when`` asks and started no run of the downstream job yet
+gets one (trigger ``chain``; the link and the row in one transaction, so once per upstream run,
+also for a run that ended while serve was down).
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from runner.serve.state import load_states, paused_jobs, save_sight, set_last_sl
 from runner.statuses import RunStatus, Trigger
 from runner.store import Store, ledger
 from runner.store.control import TriggerRequest, mark_handled, open_triggers, queued_cancels
+from runner.store.hooks import due_chains, open_chained, see_edges
 
 POLL_S = 1.0  # how often pause flags set by `runner jobs pause|resume` are read
 AHEAD = timedelta(seconds=10)  # script-only slots due this soon get their workers started ahead
@@ -100,6 +107,7 @@ class ScheduleTicker:
         stop firing, changed ones are rescheduled (a changed schedule starts afresh)."""
         self.pool.control_inputs = tuple(str(p) for p in inputs_of(jobs))  # what each run protects
         self._all = dict(jobs)
+        see_edges(self.store, [(n, up) for n, j in sorted(jobs.items()) for up in j.spec.after_jobs], now=now)
         states = load_states(self.store)
         scheduled = {n: j for n, j in jobs.items() if j.schedule_obj is not None}
         removed = tuple(sorted(set(self._entries) - set(scheduled)))
@@ -158,6 +166,7 @@ class ScheduleTicker:
         self._requests()
         if self._next_poll is None or now >= self._next_poll:
             self._poll_pauses()
+            self._chains(now)
             self._next_poll = now + timedelta(seconds=POLL_S)
         due: list[_Entry] = []
         while self._heap and self._heap[0][0] <= now:
@@ -180,6 +189,7 @@ class ScheduleTicker:
             return
         for request in open_triggers(self.store):
             self._trigger(request)
+        self._chains(self.pool.clock.now())
         for request_id, run_id, by in queued_cancels(self.store):
             if self.pool.drop(run_id, by=by):
                 with self.store.transaction():
@@ -190,6 +200,9 @@ class ScheduleTicker:
         """A ``runner jobs trigger``: a ``queued`` row (trigger ``manual``) and a fire for the pool,
         the row and the request's ``handled`` mark in one transaction."""
         job = self._all.get(request.job)
+        if request.run_id is not None:
+            self._queued_trigger(request, job)
+            return
         with self.store.transaction():
             if job is None:
                 mark_handled(self.store, request.id, f"no job {request.job} in jobs.yaml")
@@ -201,6 +214,38 @@ class ScheduleTicker:
             mark_handled(self.store, request.id, run_id)
         self.log.info("triggered %s by %s (request %s, run %s)", job.name, request.requested_by, request.id, run_id)
         self.pool.submit(Fire(run_id, job, None, Trigger.MANUAL), job.spec.overlap)
+
+    def _queued_trigger(self, request: TriggerRequest, job: Job | None) -> None:
+        """A request whose ``queued`` row is written (a webhook's): handled, and the row to the pool
+        unless it is there already (adopted at start) or ended (cancelled while serve was down)."""
+        run_id = request.run_id
+        assert run_id is not None
+        row = ledger.get(self.store, run_id)
+        with self.store.transaction():
+            if not mark_handled(self.store, request.id, run_id):
+                return
+        if job is None:
+            ledger.finish(self.store, run_id, RunStatus.INTERRUPTED, reason="job_removed", error="the job is no longer in jobs.yaml")
+            self.log.warning("%s %s: no job %s in jobs.yaml; run %s not started", request.requested_by, request.id, request.job, run_id)
+            return
+        if row is None or row.status != RunStatus.QUEUED or self.pool.holds(run_id):
+            return
+        trigger = Trigger(row.trigger)
+        self.log.info("triggered %s by %s (request %s, run %s)", job.name, request.requested_by, request.id, run_id)
+        self.pool.submit(Fire(run_id, job, None, trigger), job.spec.overlap)
+
+    def _chains(self, now: datetime) -> None:
+        """Start the downstream runs of upstream runs that ended (``after:``), each once."""
+        for job in self._all.values():
+            after = job.spec.after_spec
+            if after is None:
+                continue
+            for upstream_run, upstream in due_chains(self.store, job.name, after.jobs, after.when, now=now):
+                run_id = open_chained(self.store, job=job.name, upstream_run_id=upstream_run, now=self.pool.clock.now())
+                if run_id is None:
+                    continue
+                self.log.info("chained %s after %s run %s (run %s)", job.name, upstream, upstream_run, run_id)
+                self.pool.submit(Fire(run_id, job, None, Trigger.CHAIN), job.spec.overlap)
 
     def _poll_pauses(self) -> None:
         flags = paused_jobs(self.store)

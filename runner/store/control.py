@@ -41,22 +41,24 @@ def new_id(prefix: str) -> str:
 
 @dataclass(frozen=True)
 class TriggerRequest:
-    """A ``runner jobs trigger`` serve has not handled yet."""
+    """A ``runner jobs trigger`` (or a webhook's run, ``run_id`` set: its ``queued`` row is
+    written already, ``runner.store.hooks``) serve has not handled yet."""
 
     id: str
     job: str
     requested_by: str
     requested_at: str
+    run_id: str | None = None
 
 
 def open_triggers(store: Store) -> list[TriggerRequest]:
     """Trigger requests not handled yet, oldest first."""
     rows = store.query(
-        "SELECT id, job, requested_by, requested_at FROM control_requests "
+        "SELECT id, job, requested_by, requested_at, run_id FROM control_requests "
         "WHERE kind=? AND handled_at IS NULL ORDER BY requested_at, id",
         (ControlKind.TRIGGER,),
     )
-    return [TriggerRequest(r["id"], r["job"], r["requested_by"], r["requested_at"]) for r in rows]
+    return [TriggerRequest(r["id"], r["job"], r["requested_by"], r["requested_at"], r["run_id"]) for r in rows]
 
 
 def mark_handled(store: Store, request_id: str, outcome: str, *, now: datetime | None = None) -> bool:

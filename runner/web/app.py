@@ -24,7 +24,7 @@ from runner import __version__
 from runner.safety.redact import Redactor
 from runner.settings import Settings
 from runner.store import queries
-from runner.web import actions, live, metrics, pages
+from runner.web import actions, hooks, live, metrics, pages
 from runner.web.auth import (
     CSRF_COOKIE,
     CSRF_FIELD,
@@ -34,6 +34,7 @@ from runner.web.auth import (
     cross_site_refusal,
     csrf_ok,
     host_is_loopback,
+    is_hook_request,
     new_csrf,
     session_value,
 )
@@ -58,6 +59,7 @@ class Web:
         )
         pages.install_filters(self.env, self.redactor)
         self.registry = metrics.registry(self.source.store)
+        self.hook_counter = hooks.Counter(self.registry)
 
     def render(self, request: Request, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
         template = self.env.get_template(name)
@@ -86,6 +88,12 @@ class AuthMiddleware(BaseHTTPMiddleware):
     """Decide the request's role (or refuse it) and keep a CSRF cookie on every browser session."""
 
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        scope = request.scope
+        if is_hook_request(request.method, scope["path"], scope.get("raw_path"), scope.get("root_path", "")):
+            # exactly POST /hooks/JOB, authenticated by its signature; no cookie is read or set
+            hook_response = await call_next(request)
+            hook_response.headers.setdefault("X-Content-Type-Options", "nosniff")
+            return hook_response
         w = web(request)
         cookie = request.cookies.get(CSRF_COOKIE)
         request.state.csrf = cookie or new_csrf()
@@ -195,6 +203,7 @@ def routes() -> list[Any]:
         Route("/curator/{pass_id}", pages.curator_report),
         Route("/charts", pages.charts),
         Route("/metrics", metrics_endpoint),
+        Route("/hooks/{job}", hooks.receive, methods=["POST"]),
         Route("/login", login_page),
         Route("/login", login_submit, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),

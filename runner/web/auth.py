@@ -15,6 +15,10 @@ starlette or uvicorn is imported.
   redirect) needs the token in ``Authorization: Bearer``. Cookies do not keep ports apart, so a page
   on another port of the same host can plant the CSRF cookie and the browser sends the session
   cookie with its post: the Origin is what tells such a post from the dashboard's own.
+- One request is outside all of these: ``POST /hooks/JOB`` exactly (``is_hook_request``), which
+  its sender's HMAC signature authenticates (``runner.web.hooks``). Any other method, or any other
+  path under or near ``/hooks/`` (dot segments, percent-encoding, a trailing slash, ``/hooksX``),
+  is an ordinary dashboard request.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import os
+import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,6 +45,9 @@ DEFAULT_BIND = "127.0.0.1:9119"
 
 
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+#: the webhook route's path: JOB as jobs.yaml spells a name (``runner.config.jobfile.JOB_NAME``),
+#: so never ``.``/``..``, ``%`` or a further ``/``
+HOOK_PATH = re.compile(r"/hooks/[a-z0-9][a-z0-9_-]{0,63}")
 
 
 class Role(StrEnum):
@@ -193,6 +201,19 @@ def same_origin(origin: str, *, host: str, scheme: str) -> bool:
     origin_scheme, sep, netloc = origin.strip().lower().partition("://")
     schemes = {scheme.lower(), "https"}
     return bool(sep) and bool(host) and origin_scheme in schemes and netloc == host.strip().lower()
+
+
+def is_hook_request(method: str, path: str, raw_path: bytes | None, root_path: str = "") -> bool:
+    """Whether a request is a webhook delivery (its signature is its authentication, not the
+    token, and no CSRF or Origin rule applies): exactly ``POST /hooks/JOB``, both as sent
+    (``raw_path``, ASGI's undecoded path: nothing percent-encoded) and as decoded (``path``, what
+    the router matches). ``/hooks/../runs``, ``/hooks%2F..``, ``/hooks/JOB/``, ``/hooksX``, a GET or a
+    PUT, or an app under a ``root_path`` (runner web never sets one) are ordinary requests."""
+    if method != "POST" or root_path:
+        return False
+    if HOOK_PATH.fullmatch(path) is None:
+        return False
+    return raw_path is None or raw_path == path.encode("ascii")
 
 
 def cross_site_refusal(method: str, origin: str | None, *, host: str, scheme: str, bearer: bool) -> str | None:

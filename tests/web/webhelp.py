@@ -165,13 +165,16 @@ class WebServer:
         return err
 
 
-def start_web(site: Site, *args: str, bind: str | None = None, wait: bool = True) -> WebServer:
+def start_web(
+    site: Site, *args: str, bind: str | None = None, wait: bool = True, env: dict[str, str] | None = None
+) -> WebServer:
+    """``runner web`` on ``bind`` (a free loopback port by default), ``env`` added to the site's."""
     port = free_port()
     bind = bind or f"127.0.0.1:{port}"
     port = int(bind.rpartition(":")[2])
     proc = subprocess.Popen(
         [sys.executable, "-m", "runner", "web", "--bind", bind, *args],
-        env=site.env(),
+        env=site.env(**(env or {})),
         cwd=site.root,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
