@@ -43,6 +43,15 @@ class Trigger(StrEnum):
     RETRY = "retry"  # a retry of a failed scheduled run (serve)
     KANBAN = "kanban"  # a kanban task's attempt
     DELEGATE = "delegate"  # a subagent started by a run's delegate_task call (runs.parent_run_id)
+    FOLLOWUP = "followup"  # a follow-up a run of the job asked for (schedule_followup; serve)
+
+
+class FollowupState(StrEnum):
+    """A follow-up's state (``followups.status``)."""
+
+    PENDING = "pending"  # waiting for its time
+    FIRED = "fired"  # serve opened its run (``fired_run_id``)
+    CANCELLED = "cancelled"  # runner jobs followups cancel
 
 
 class TaskStatus(StrEnum):
