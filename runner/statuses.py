@@ -48,6 +48,7 @@ class Trigger(StrEnum):
     DELEGATE = "delegate"  # a subagent started by a run's delegate_task call (runs.parent_run_id)
     WEBHOOK = "webhook"  # a signed POST /hooks/JOB (runner web / serve --web), run by serve's pool
     CHAIN = "chain"  # the job's ``after:`` upstream run ended (serve; hook_chain_links)
+    FOLLOWUP = "followup"  # a follow-up a run of the job asked for (schedule_followup; serve)
 
 
 class ChainWhen(StrEnum):
@@ -56,6 +57,14 @@ class ChainWhen(StrEnum):
     SUCCESS = "success"  # the upstream run succeeded
     FAILURE = "failure"  # it failed, timed out, was interrupted or lost
     ALWAYS = "always"  # any of those (a skipped or missed upstream run never ran: it starts nothing)
+
+
+class FollowupState(StrEnum):
+    """A follow-up's state (``followups.status``)."""
+
+    PENDING = "pending"  # waiting for its time
+    FIRED = "fired"  # serve opened its run (``fired_run_id``)
+    CANCELLED = "cancelled"  # runner jobs followups cancel
 
 
 class TaskStatus(StrEnum):

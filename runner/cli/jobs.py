@@ -1,4 +1,4 @@
-"""``runner jobs list | validate | next``."""
+"""``runner jobs list | validate | next | pause | resume | trigger | followups``."""
 
 from __future__ import annotations
 
@@ -178,21 +178,81 @@ def jobs_next(name: str, count: int, as_json: bool) -> None:
 
     s = settings()
     job = s.jobs.get(name)
-    if job.schedule_obj is None:
-        raise UsageError(f"job {name} has no schedule (manual only)")
+    pending = _pending_followups(s, name)
+    if job.schedule_obj is None and not pending:
+        raise UsageError(f"job {name} has no schedule (manual only) and no follow-ups")
     from runner.serve.planner import JobState, upcoming
 
     tz = ZoneInfo(job.tz_name)
     now = datetime.now(UTC)
-    fires = upcoming(job, _states(s).get(name) or JobState(job=name), now, count)
-    rows = [{"local": f.astimezone(tz).isoformat(), "utc": f.astimezone(UTC).isoformat()} for f in fires]
+    fires = upcoming(job, _states(s).get(name) or JobState(job=name), now, count) if job.schedule_obj else []
+    rows: list[dict[str, Any]] = [
+        {"local": f.astimezone(tz).isoformat(), "utc": f.astimezone(UTC).isoformat(), "kind": "schedule"} for f in fires
+    ]
+    for f in pending:
+        due = datetime.fromisoformat(f.due_at)
+        rows.append(
+            {"local": due.astimezone(tz).isoformat(), "utc": due.astimezone(UTC).isoformat(), "kind": "followup",
+             "followup": f.id, "id": f.run_id, "note": f.note}
+        )  # fmt: skip
+    rows.sort(key=lambda r: r["utc"])
     if as_json:
         echo_json(rows)
         return
     for r in rows:
-        click.echo(f"{r['local']}  ({r['utc']} UTC)")
+        extra = f"  follow-up {r['followup']} (asked by run {r['id']}): {r['note'][:60]}" if r["kind"] == "followup" else ""
+        click.echo(f"{r['local']}  ({r['utc']} UTC){extra}")
     if not rows:
         click.echo("no future fires")
+    if pending:
+        click.echo("cancel a follow-up: runner jobs followups cancel ID")
+
+
+def _pending_followups(s: Any, name: str | None) -> list[Any]:
+    if not s.has_store():
+        return []
+    from runner.store.followups import pending
+
+    return pending(s.store, name)
+
+
+@jobs_group.group("followups")
+def followups_group() -> None:
+    """Follow-ups runs asked for (schedule_followup): list and cancel them."""
+
+
+@followups_group.command("list")
+@click.option("--job", help="only this job")
+@click.option("--json", "as_json", is_flag=True)
+def followups_list(job: str | None, as_json: bool) -> None:
+    """Pending follow-ups, soonest first: id, job, when, the run that asked, its note."""
+    s = settings()
+    found = _pending_followups(s, job)
+    if as_json:
+        echo_json([{**f.as_dict(), "id": f.run_id, "followup": f.id} for f in found])
+        return
+    if not found:
+        click.echo("no pending follow-ups")
+        return
+    table([[f.id, f.job, f.due_at, f.run_id or "-", f.note[:60]] for f in found], ["FOLLOWUP", "JOB", "DUE (UTC)", "ASKED BY RUN", "NOTE"])
+
+
+@followups_group.command("cancel")
+@click.argument("followup_id")
+def followups_cancel(followup_id: str) -> None:
+    """Cancel pending follow-up FOLLOWUP_ID (it never fires)."""
+    from runner.clock import utcnow
+    from runner.errors import UsageError
+    from runner.safety.inside import refuse_inside_run
+    from runner.store.control import whoami
+    from runner.store.followups import FollowupRefused, cancel
+
+    refuse_inside_run("cancel a follow-up")
+    try:
+        done = cancel(settings().store, followup_id, by=whoami(), now=utcnow())
+    except FollowupRefused as exc:
+        raise UsageError(str(exc)) from None
+    click.echo(f"cancelled follow-up {done.id} of {done.job} (was due {done.due_at})")
 
 
 @jobs_group.command("pause")

@@ -189,6 +189,14 @@ class AfterSpec(Strict):
     when: ChainWhen = ChainWhen.SUCCESS
 
 
+class FollowupsSpec(Strict):
+    """``followups:``: how many follow-ups a job's runs may have pending (``schedule_followup``,
+    toolset ``schedule``) and how far ahead they may be."""
+
+    max_pending: int = Field(3, ge=1, le=100)
+    max_delay: Duration = Field(7 * 86400.0, gt=0)
+
+
 class JobSpec(Strict):
     """One job as written in jobs.yaml (after defaults are merged in)."""
 
@@ -244,6 +252,7 @@ class JobSpec(Strict):
     checkpoints: StrictBool | None = None  # workdir snapshots before each changing turn; None: on but for ssh
     checkpoint_max_mb: int = Field(100, ge=1, le=100_000)  # the snapshotted files together (else no checkpoint)
     checkpoint_max_file_mb: int = Field(10, ge=1, le=100_000)  # one file (else left out, and named)
+    followups: FollowupsSpec = Field(default_factory=FollowupsSpec)  # schedule_followup's bounds
 
     @property
     def webhook(self) -> WebhookSpec | None:

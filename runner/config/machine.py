@@ -242,6 +242,12 @@ class WebConfig(Strict):
         return value
 
 
+class McpServeConfig(Strict):
+    """``mcp_serve:``: ``runner mcp serve`` (docs/serve.md#runner-as-an-mcp-server)."""
+
+    allow_approvals: bool = False  # expose answer_approval (never to the read-only token)
+
+
 class Caps(Strict):
     """USD spend caps over a UTC day and a UTC month (None: no cap)."""
 
@@ -280,6 +286,7 @@ class Config(Strict):
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     log_format: Literal["text", "json"] | None = None  # serve's log lines; None: text (RUNNER_LOG_FORMAT wins)
     web: WebConfig = Field(default_factory=WebConfig)
+    mcp_serve: McpServeConfig = Field(default_factory=McpServeConfig)
     mcp_servers: dict[str, McpServer] = Field(default_factory=dict)
     tools_dirs: list[str] = Field(default_factory=list)  # operator tool folders (relative: to config.yaml's)
     # the store: sqlite:///PATH or postgresql://user@host/name (RUNNER_DATABASE_URL wins); default RUNNER_HOME/runner.db

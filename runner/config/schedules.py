@@ -37,6 +37,32 @@ def parse_duration(value: str | int | float) -> float:
     return float(sum(int(n) * _UNITS[u] for n, u in _PART.findall(text)))
 
 
+def parse_when(text: str, now: datetime, max_delay: float) -> datetime:
+    """When ``text`` names, from ``now`` (aware): a duration (``2h``, ``30m``, ``1h30m``, seconds)
+    or an ISO time (without an offset: UTC). ``ValueError`` (one line) unless it is after ``now``
+    and at most ``max_delay`` seconds ahead."""
+    raw = str(text).strip()
+    if not raw:
+        raise ValueError("'when' is empty: give a duration like 2h or 30m, or an ISO time")
+    if raw[0].isdigit() and (raw.isdigit() or _DURATION.match(raw.lower())):
+        seconds = parse_duration(raw)
+        at = now + timedelta(seconds=seconds)
+    else:
+        try:
+            at = datetime.fromisoformat(raw)
+        except ValueError:
+            raise ValueError(
+                f"'when' {raw[:60]!r}: not a duration (2h, 30m, 1h30m) nor an ISO time (2030-01-31T09:00:00+00:00)"
+            ) from None
+        if at.tzinfo is None:
+            at = at.replace(tzinfo=UTC)
+    if at <= now:
+        raise ValueError(f"'when' {raw[:60]!r} is not in the future")
+    if (at - now).total_seconds() > max_delay:
+        raise ValueError(f"'when' {raw[:60]!r} is more than {format_duration(max_delay)} ahead (followups.max_delay)")
+    return at
+
+
 def format_duration(seconds: float) -> str:
     seconds = int(round(seconds))
     if seconds == 0:

@@ -48,7 +48,7 @@ from runner.serve.planner import (
 from runner.serve.pool import Fire, Pool
 from runner.serve.state import load_states, paused_jobs, save_sight, set_last_slot
 from runner.statuses import RunStatus, Trigger
-from runner.store import Store, ledger
+from runner.store import Store, followups, ledger
 from runner.store.control import TriggerRequest, mark_handled, open_triggers, queued_cancels
 from runner.store.hooks import due_chains, open_chained, see_edges
 
@@ -167,6 +167,7 @@ class ScheduleTicker:
         if self._next_poll is None or now >= self._next_poll:
             self._poll_pauses()
             self._chains(now)
+            self._followups(now)
             self._next_poll = now + timedelta(seconds=POLL_S)
         due: list[_Entry] = []
         while self._heap and self._heap[0][0] <= now:
@@ -246,6 +247,35 @@ class ScheduleTicker:
                     continue
                 self.log.info("chained %s after %s run %s (run %s)", job.name, upstream, upstream_run, run_id)
                 self.pool.submit(Fire(run_id, job, None, Trigger.CHAIN), job.spec.overlap)
+
+    def _followups(self, now: datetime) -> None:
+        """Follow-ups whose time came (``schedule_followup``): each claimed and its ``queued`` row
+        (trigger ``followup``) written in one transaction, so it fires once whatever else serves."""
+        for followup in followups.due(self.store, now):
+            job = self._all.get(followup.job)
+            entry = self._entries.get(followup.job)
+            if job is not None and (not job.spec.enabled or (entry is not None and entry.state.paused)):
+                continue  # fires once the job is enabled and resumed again
+            run_id = ledger.new_run_id(now) if job is not None else ""
+            with self.store.transaction():
+                if not followups.claim(self.store, followup.id, run_id, now):
+                    continue  # another serve fired it, or it was cancelled, meanwhile
+                if job is not None:
+                    ledger.open_run(
+                        self.store,
+                        job=job.name,
+                        trigger=Trigger.FOLLOWUP,
+                        status=RunStatus.QUEUED,
+                        run_id=run_id,
+                        now=now,
+                    )
+            if job is None:
+                self.log.warning("follow-up %s: no job %s in jobs.yaml; dropped", followup.id, followup.job)
+                continue
+            self.log.info(
+                "follow-up %s of %s fired (asked by run %s): run %s", followup.id, job.name, followup.run_id, run_id
+            )
+            self.pool.submit(Fire(run_id, job, None, Trigger.FOLLOWUP), job.spec.overlap)
 
     def _poll_pauses(self) -> None:
         flags = paused_jobs(self.store)

@@ -71,6 +71,30 @@ def mark_handled(store: Store, request_id: str, outcome: str, *, now: datetime |
     return cur.rowcount == 1
 
 
+@dataclass(frozen=True)
+class TriggerOutcome:
+    """What became of a trigger request: ``handled`` (serve acted on it), ``outcome`` (the run id
+    it opened, or why not), ``run_id`` (None until serve opened one, or when it did not)."""
+
+    request_id: str
+    job: str
+    handled: bool
+    outcome: str | None
+    run_id: str | None
+
+
+def trigger_outcome(store: Store, request_id: str) -> TriggerOutcome | None:
+    """The state of trigger request ``request_id`` (None: no such request)."""
+    row = store.one(
+        "SELECT c.job, c.handled_at, c.outcome, r.id AS run_id FROM control_requests c "
+        "LEFT JOIN runs r ON r.id = c.outcome WHERE c.id=? AND c.kind=?",
+        (request_id, ControlKind.TRIGGER),
+    )
+    if row is None:
+        return None
+    return TriggerOutcome(request_id, row["job"], row["handled_at"] is not None, row["outcome"], row["run_id"])
+
+
 def queued_cancels(store: Store) -> list[tuple[str, str, str]]:
     """(request id, run id, requested by) of cancel requests whose run is still ``queued``."""
     rows = store.query(

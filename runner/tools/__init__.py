@@ -32,7 +32,7 @@ Handler = Callable[[dict[str, Any], "ToolContext"], ToolResult]
 ChangesFiles = Callable[[dict[str, Any]], bool]  # may a call with these arguments change the workdir's files?
 CheckFn = Callable[["ToolContext"], "bool | str"]  # True: offered; False or a reason: not offered
 
-TOOLSETS = ("terminal", "files", "memory", "web", "skills", "kanban", "delegate", "session_search")
+TOOLSETS = ("terminal", "files", "memory", "web", "skills", "kanban", "delegate", "session_search", "schedule")
 BUILTIN = "builtin"  # ToolEntry.source of the tools in this package (others: "mcp:SERVER", "operator FILE")
 
 

@@ -2,6 +2,7 @@
 token, calls the same function the CLI command calls, and redirects back with a one-line message
 (303, so the browser's reload does not post twice).
 
+A follow-up's Cancel calls ``runner.store.followups.cancel`` (as ``runner jobs followups cancel``).
 Run now, cancel, a message to a run, a kanban comment, kanban retry and approve / deny go through
 ``runner.store.control`` (the store-backed control API that ``runner jobs trigger``, ``runner runs cancel | say``, ``runner kanban comment |
 retry`` and ``runner approvals grant|deny`` use)."""
@@ -119,6 +120,19 @@ def trigger(request: Request, form: FormData) -> str:
     name = _job(request)
     request_id = _control().request_trigger(_source(request).store, name, by=_who(request))
     return f"asked serve to run {name} now (request {request_id})"
+
+
+def cancel_followup(request: Request, form: FormData) -> str:
+    """``runner jobs followups cancel ID``: the pending follow-up never fires."""
+    from runner.store.followups import FollowupRefused
+    from runner.store.followups import cancel as cancel_pending
+
+    followup_id = request.path_params["followup_id"]
+    try:
+        done = cancel_pending(_source(request).store, followup_id, by=_who(request), now=utcnow())
+    except FollowupRefused as exc:
+        raise UsageError(str(exc)) from None
+    return f"cancelled follow-up {done.id} of {done.job} (was due {done.due_at[:19]} UTC)"
 
 
 # -- runs -------------------------------------------------------------------------------------
@@ -257,6 +271,7 @@ def routes() -> list[Route]:
         ("/jobs/{name}/pause", to("/jobs"), pause),
         ("/jobs/{name}/resume", to("/jobs"), resume),
         ("/jobs/{name}/trigger", to("/jobs"), trigger),
+        ("/followups/{followup_id}/cancel", to("/jobs"), cancel_followup),
         ("/runs/{run_id}/cancel", to("/runs/{run_id}"), cancel),
         ("/runs/{run_id}/say", to("/runs/{run_id}"), say),
         ("/board/tasks", to("/board"), add_task),

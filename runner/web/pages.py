@@ -19,7 +19,7 @@ from runner.run.budget import report
 from runner.serve.planner import JobState, upcoming
 from runner.serve.state import load_states, serve_status
 from runner.statuses import ACTIVE, RunStatus, TaskStatus
-from runner.store import queries
+from runner.store import followups, queries
 from runner.store.board import Board
 from runner.store.control import STEER_MAX_CHARS
 from runner.store.lease import lease_holder
@@ -84,6 +84,7 @@ def overview(request: Request) -> Response:
     w = _web(request)
     store, now = w.source.store, utcnow()
     lead = lease_holder(store)
+    pending = followups.pending(store)  # runs asked for by runs (schedule_followup), soonest first
     fires = sorted(((f[0], job) for job, f in _next_fires(w.source, now).items() if f))[:10]
     budget = report(store, w.source.config())
     return w.render(
@@ -93,6 +94,7 @@ def overview(request: Request) -> Response:
         waiting=queries.waiting_runs(store),
         failures=queries.recent_failures(store, now),
         fires=fires,
+        followups=pending,
         budget=[b for b in budget["scopes"] if b["today"]["cap_usd"] is not None or b["today"]["spent_usd"]],
         budget_day=budget["day"],
         serve=serve_status(store, now),
@@ -114,6 +116,7 @@ def jobs(request: Request) -> Response:
         states=load_states(w.source.store),
         fires=_next_fires(w.source, now, 3),
         strips=queries.strips(w.source.store, names),
+        followups=followups.pending(w.source.store),  # the same listing as runner jobs followups list
         jobs_error=loaded.error,
     )
 

@@ -1,6 +1,6 @@
 """runner web in a real headless Chromium (Playwright, Debian's /usr/bin/chromium) against a real
 `runner web` subprocess and a store of real runs: every page, a run followed live over SSE, a card
-moved (and the board updating by itself), a job paused and resumed. A screenshot of the page is
+moved (and the board updating by itself), a job paused and resumed, a follow-up cancelled. A screenshot of the page is
 saved to /tmp/runner-web-artifacts when a test fails (the hook in conftest.py)."""
 
 from __future__ import annotations
@@ -112,3 +112,25 @@ def test_pause_and_resume_a_job(site: Site, web: WebServer, page: Any) -> None:
     page.locator("#job-nightly").get_by_role("button", name="Resume").click()
     page.locator("#job-nightly .state", has_text="active").wait_for()
     assert "paused" not in site.cli("jobs", "list").stdout.split("nightly", 1)[1].splitlines()[0]
+
+
+def test_cancel_a_followup(site: Site, web: WebServer, page: Any) -> None:
+    """A follow-up asked by a real run shows on the jobs page with its note as text (no script
+    runs); its Cancel button removes it, and the store records it cancelled by web:admin."""
+    from runner.store.followups import get
+
+    note = '<img src=x onerror="document.title=\'pwned\'"> check the deploy'
+    site.fake.add(call("schedule_followup", {"when": "4h", "note": note}), final("asked"))
+    site.cli("run-job", "later")
+    page.goto(f"{web.url}/jobs")
+    row = page.locator("tr[id^=followup-]").filter(has_text="check the deploy")
+    assert note in row.locator(".note").inner_text() and page.title() != "pwned"
+    followup_id = (row.get_attribute("id") or "").removeprefix("followup-")
+    row.get_by_role("button", name="Cancel").click()
+    page.locator(".flash", has_text=f"cancelled follow-up {followup_id}").wait_for()
+    assert page.locator(f"#followup-{followup_id}").count() == 0
+    store = site.open_store()
+    try:
+        assert get(store, followup_id).cancelled_by == "web:admin"
+    finally:
+        store.close()

@@ -4,12 +4,14 @@ XSS, redaction, /metrics."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import httpx
 import pytest
 
 pytest.importorskip("starlette", reason="runner web needs the web extra: pip install -e '.[web]'")
 
+from runner.testing import call, final
 from tests.web.webhelp import PAGES, PLANTED_KEY, Site, WebServer, csrf_of, free_port, start_web
 
 
@@ -200,3 +202,90 @@ def test_a_message_to_a_running_run(site: Site, web: WebServer) -> None:
             assert len(steers_of(store, run_id)) == 1
     finally:
         store.close()
+
+
+FOLLOWUP_NOTE = '<script>document.title="pwned"</script> recheck <b>build</b> 42'
+
+
+def ask_followups(site: Site, *whens: str) -> tuple[str, list[Any]]:
+    """A real run of job ``later`` calling ``schedule_followup`` once per ``when`` (the note has
+    HTML in it): its run id and the job's pending follow-ups, soonest first."""
+    from runner.store.followups import pending
+
+    calls = [call("schedule_followup", {"when": when, "note": FOLLOWUP_NOTE}) for when in whens]
+    run_id = site.run_job("later", *calls, final("asked"))
+    store = site.open_store()
+    try:
+        return run_id, pending(store, "later")
+    finally:
+        store.close()
+
+
+def test_followups_listed_escaped_and_cancelled(site: Site, web: WebServer) -> None:
+    """Issue 34.3: the jobs page and the overview list each pending follow-up (due time, job, the
+    note escaped, the run that asked); Cancel checks CSRF and calls the store's ``cancel``."""
+    from runner.store.followups import get, pending
+
+    run_id, found = ask_followups(site, "2h", "3h")
+    assert len(found) == 2
+    first, second = found
+    with httpx.Client(base_url=web.url, headers={"Origin": web.url}) as client:
+        for path in ("/jobs", "/"):
+            main = client.get(path).text.split("<main>", 1)[1]
+            row = main.split(f'id="followup-{first.id}"', 1)[1].split("</tr>", 1)[0]
+            assert f'href="/runs/{run_id}"' in row and ">later<" in row and first.due_at[:16].replace("T", " ") in row
+            assert f'action="/followups/{first.id}/cancel"' in row
+            assert "&lt;script&gt;document.title=" in row and "&lt;b&gt;build&lt;/b&gt;" in row
+            assert "<script>document.title" not in main and "<b>build" not in main
+            assert f'id="followup-{second.id}"' in main
+        token = csrf_of(client.get("/jobs").text)
+        assert client.post(f"/followups/{first.id}/cancel", data={}).status_code == 403
+        assert client.post(f"/followups/{first.id}/cancel", data={"csrf": "wrong"}).status_code == 403
+        store = site.open_store()
+        try:
+            assert [f.id for f in pending(store, "later")] == [first.id, second.id]  # refused: nothing changed
+            res = client.post(f"/followups/{first.id}/cancel", data={"csrf": token, "back": "/jobs"})
+            assert res.status_code == 303 and res.headers["location"].startswith("/jobs?msg=cancelled+follow-up")
+            assert [f.id for f in pending(store, "later")] == [second.id]
+            gone = get(store, first.id)
+            assert (str(gone.status), gone.cancelled_by) == ("cancelled", "web:admin")
+            page = client.get("/jobs").text
+            assert f'id="followup-{first.id}"' not in page and f'id="followup-{second.id}"' in page
+            again = client.post(f"/followups/{first.id}/cancel", data={"csrf": token}, follow_redirects=True)
+            assert 'class="flash error"' in again.text and "already cancelled" in again.text
+            unknown = client.post("/followups/fnope/cancel", data={"csrf": token}, follow_redirects=True)
+            assert 'class="flash error"' in unknown.text and "no follow-up fnope" in unknown.text
+            cli = site.cli("jobs", "followups", "list", "--json").stdout
+            assert first.id not in cli and second.id in cli  # the CLI sees the same rows
+            assert client.post(f"/followups/{second.id}/cancel", data={"csrf": token}).status_code == 303
+            assert "No pending follow-ups." in client.get("/").text
+        finally:
+            store.close()
+
+
+def test_read_only_token_cannot_cancel_a_followup(site: Site) -> None:
+    from runner.store.followups import pending
+
+    _, [waiting] = ask_followups(site, "5h")
+    admin = site.cli("web", "token").stdout.strip()
+    viewer = site.cli("web", "token", "--read-only").stdout.strip()
+    port = free_port()
+    server = start_web(site, bind=f"0.0.0.0:{port}")
+    store = site.open_store()
+    try:
+        url = f"http://127.0.0.1:{port}"
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {viewer}"}) as client:
+            page = client.get("/jobs").text
+            assert f'id="followup-{waiting.id}"' in page  # a viewer sees it, with the button disabled
+            refused = client.post(f"/followups/{waiting.id}/cancel", data={"csrf": csrf_of(page)})
+            assert refused.status_code == 403 and "read-only" in refused.text
+        assert [f.id for f in pending(store, "later")] == [waiting.id]
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin}"}) as client:
+            token = csrf_of(client.get("/jobs").text)
+            assert client.post(f"/followups/{waiting.id}/cancel", data={"csrf": token}).status_code == 303
+        assert pending(store, "later") == []
+    finally:
+        store.close()
+        server.stop()
+        (site.home / "web-token").unlink()
+        (site.home / "web-token-readonly").unlink()

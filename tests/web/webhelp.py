@@ -33,6 +33,10 @@ jobs:
   slow:
     prompt: Take your time.
     toolsets: [terminal]
+  later:
+    prompt: Check again later.
+    toolsets: [schedule]
+    followups: {max_pending: 3, max_delay: 1d}
 """
 
 
