@@ -31,6 +31,7 @@ MODULES = [
     "runner.store",
     "runner.store.runs",
     "runner.store.files",  # a run's output and transcript kept in the store
+    "runner.store.hooks",  # a webhook or chained run's trigger and upstream variables
     "runner.config.tooldirs",  # the operator's tools folders, protected by every run
     # the job and config models, built once here: a worker unpickles its job and a
     # kanban worker validates jobs.yaml; the run path itself imports them for typing only
@@ -45,6 +46,7 @@ MODULES = [
     "runner.safety.approval",
     "runner.safety.control",
     "runner.safety.shell.classify",
+    "runner.safety.shell.readonly",  # which terminal commands need a workdir checkpoint first
     "runner.safety.injection",
     "runner.skills.loader",
     "runner.agent.credentials",
