@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 from runner.clock import iso, utcnow
+from runner.events import Event
 from runner.statuses import RunStatus
 from runner.store import Store, dumps
 from runner.store.ledger import Reason, RunRow
@@ -37,9 +38,17 @@ class Entry:
 
 def key_of(store: Store, run_id: str) -> str:
     """The journal an attempt wrote to: the one it resumed (the attempt that started it afresh),
-    else its own id."""
+    else its own id. An attempt that resumed and was lost before it journaled a step of its own
+    is known by its ``resumed`` event (which names the journal), so a third attempt still resumes
+    the run's journal."""
     row = store.one("SELECT root_run FROM run_journal WHERE run_id=? LIMIT 1", (run_id,))
-    return str(row["root_run"]) if row else run_id
+    if row:
+        return str(row["root_run"])
+    ev = store.one(
+        "SELECT payload FROM run_events WHERE run_id=? AND kind=? ORDER BY seq LIMIT 1", (run_id, Event.RESUMED)
+    )
+    journal = json.loads(ev["payload"]).get("journal") if ev else None
+    return str(journal) if journal else run_id
 
 
 def entries(store: Store, root: str) -> list[Entry]:

@@ -8,6 +8,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
+import time
 
 from runner.testing import call, final, hang
 from tests.servehelp import rows, wait_for
@@ -119,3 +122,66 @@ def test_bad_resume_value_is_one_line_exit_2(project):
     res = project.run("run-job", "j")
     assert res.returncode == 2
     assert res.stderr.strip() == f"error: {project.jobs_path}: job j: resume: Input should be 'auto' or 'off'"
+
+
+def test_a_run_lost_twice_resumes_again_and_alerts_its_loss_once(project, fake, receiver, tmp_path):
+    """Attempt 1 is killed at turn 4; the next command finds it lost and alerts (``RUN:alert:failed:
+    unknown/worker_lost``, RUN the first attempt). Its resume (attempt 2) is killed at turn 4 too,
+    before it journaled a step of its own: its loss is the same alert under the same key, not sent
+    again; attempt 3 still resumes the run's journal (from turn 4) and its success is alerted as a
+    recovery, once."""
+    work = tmp_path / "work"
+    work.mkdir()
+    marker = work / "marker.txt"
+    for n in (1, 2, 3):
+        fake.add(call("terminal", {"command": f"echo turn-{n} >> {marker}"}))
+    fake.add(hang(60))  # attempt 1's turn 4
+    fake.add(hang(60))  # attempt 2's turn 4
+    for n in (4, 5):
+        fake.add(call("terminal", {"command": f"echo turn-{n} >> {marker}"}))
+    fake.add(final("all six turns done"))
+    project.home.mkdir(parents=True, exist_ok=True)
+    (project.home / "config.yaml").write_text(f"alerts: ['webhook:{receiver.url}/alerts']\n")
+    project.write_jobs(JOB.format(workdir=work, url=f"{receiver.url}/out"))
+    proc = project.start_job("durable", fake)
+    wait_for(lambda: len(fake.requests) >= 4, 30, what="attempt 1's turn 4")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    [first] = rows(project.home, "SELECT * FROM runs")
+    second = subprocess.Popen(
+        [sys.executable, "-m", "runner", "runs", "resume", first["id"]],
+        env=project.env(),
+        cwd=project.root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_for(lambda: len(fake.requests) >= 5, 30, what="attempt 2's turn 4")
+    os.kill(second.pid, signal.SIGKILL)
+    second.wait(timeout=10)
+    [_, attempt2] = rows(project.home, "SELECT * FROM runs ORDER BY attempt")
+    res = project.run("runs", "resume", attempt2["id"])
+    assert res.returncode == 0, res.stderr
+    assert marker.read_text().splitlines() == [f"turn-{n}" for n in range(1, 6)]
+    assert _sizes(fake) == [2, 4, 6, 8, 8, 8, 10, 12]  # attempt 3 asked turn 4 again, not turn 1
+    runs = rows(project.home, "SELECT * FROM runs ORDER BY attempt")
+    assert [(r["attempt"], r["status"], r["reason"]) for r in runs] == [
+        (1, "unknown", "worker_lost"),
+        (2, "unknown", "worker_lost"),
+        (3, "succeeded", None),
+    ]
+    wait_for(lambda: len(receiver.requests) >= 3, 10, what="the alerts and the delivery")
+    time.sleep(0.3)
+    alerts = [r for r in receiver.requests if r.path.startswith("/alerts")]
+    assert [(a.json()["event"], a.json()["run_id"]) for a in alerts] == [
+        ("failed", first["id"]),
+        ("recovered", runs[2]["id"]),
+    ]
+    assert [a.headers["idempotency-key"] for a in alerts] == [
+        f"{first['id']}:alert:failed:unknown/worker_lost",
+        f"{first['id']}:alert:recovered",
+    ]
+    [repeat] = rows(project.home, "SELECT payload FROM run_events WHERE kind='alert' AND run_id=?", (attempt2["id"],))
+    assert json.loads(repeat["payload"])["repeat"] is True
+    assert len([r for r in receiver.requests if r.path.startswith("/out")]) == 1
+    keys = {r["key"] for r in rows(project.home, "SELECT key FROM step_keys")}
+    assert {f"{first['id']}:alert:failed:unknown/worker_lost:1", f"{first['id']}:alert:recovered:1"} <= keys
