@@ -98,6 +98,16 @@ class Journal(Protocol):
 
     def answered(self, turn: int, messages: int, reply: Message, event: Callable[[], None]) -> None: ...
 
+    def replaying(self, turn: int) -> bool:
+        """Whether model turn ``turn`` is answered from the journal."""
+        ...
+
+    def steers(self, turn: int) -> Sequence[Steer]:
+        """The messages journaled as given to the model before the request of ``turn``."""
+        ...
+
+    def steered(self, turn: int, steers: Sequence[Steer], event: Callable[[], None]) -> None: ...
+
     def started(self, turn: int, call: ToolCall, event: Callable[[], None]) -> None: ...
 
     def finished(self, turn: int, call: ToolCall, result: str, failed: bool, event: Callable[[], None]) -> None: ...
@@ -323,8 +333,8 @@ def run_loop(
             _check(limits, totals, stop, cut)
             if totals.iterations >= limits.max_iterations:
                 raise LimitsExceeded("max_iterations", f"reached max_iterations ({limits.max_iterations})")
-            if steering is not None:
-                _steer(steering, messages, emit)
+            if steering is not None or journal is not None:
+                _steer(steering, messages, emit, journal, totals.iterations + 1)
             if prune is not None:
                 _charge_summaries(prune(messages), totals, emit)
                 _check(limits, totals, stop, cut)
@@ -375,11 +385,32 @@ def run_loop(
         return _done(exit_.status, output, totals, reason=exit_.reason, error=exit_.detail)
 
 
-def _steer(steering: Steering, messages: list[dict[str, Any]], emit: Emit) -> None:
+def _steer(
+    steering: Steering | None, messages: list[dict[str, Any]], emit: Emit, journal: Journal | None, turn: int
+) -> None:
     """The messages sent to the run since the last turn, as user messages (the last message is
-    the user prompt or a tool result: every call of the last turn has its result by now)."""
-    for steer in steering.take():
-        emit(Event.STEERED, steer)
+    the user prompt or a tool result: every call of the last turn has its result by now), before
+    the request of model ``turn``. A resumed run first puts back those its journal holds for that
+    turn (an earlier attempt gave them); a turn answered from the journal takes no new ones (its
+    request had only those). New ones are journaled with their events."""
+    recalled = list(journal.steers(turn)) if journal is not None else []
+    for steer in recalled:
+        messages.append({"role": "user", "content": STEER_PROMPT.format(by=steer.by, text=steer.text)})
+    if steering is None or (journal is not None and journal.replaying(turn)):
+        return
+    taken = list(steering.take())
+    if not taken:
+        return
+
+    def given() -> None:
+        for steer in taken:
+            emit(Event.STEERED, steer)
+
+    if journal is None:
+        given()
+    else:
+        journal.steered(turn, [*recalled, *taken], given)
+    for steer in taken:
         messages.append({"role": "user", "content": STEER_PROMPT.format(by=steer.by, text=steer.text)})
 
 

@@ -190,7 +190,9 @@ class Run:
         row = ledger.get(store, self.run_id)
         if row is None:
             raise StoreError(f"run {self.run_id}: no ledger row")
-        return open_journal(store, row, self.job.spec.resume, forced=self.req.resumes is not None)
+        return open_journal(
+            store, row, self.job.spec.resume, forced=self.req.resumes is not None, redact=self.redactor.redact_obj
+        )
 
     @property
     def journal(self) -> Journal:
@@ -602,7 +604,10 @@ class Run:
         for steer in self.inbox.left():  # came after the model's last request
             self.emit(Event.STEER_UNDELIVERED, steer)
         with self.settings.store.transaction():  # the final status and its event in one write
-            settle_steers(self.settings.store, self.run_id, self.inbox.delivered(), now=ended)
+            opened: Opened | None = self.__dict__.get("opened")  # None: it never got to open its journal
+            replayed = opened.journal.replayed_steers if opened is not None else []  # an earlier attempt gave them
+            given = [*replayed, *self.inbox.delivered()]
+            settle_steers(self.settings.store, self.run_id, given, now=ended)
             won = ledger.finish(
                 self.settings.store,
                 self.run_id,

@@ -19,6 +19,7 @@ from runner.store import Store, dumps
 from runner.store.ledger import Reason, RunRow
 
 TURN = ""  # the call_id of a model turn's own entry (its answer); turn 0 holds the first messages
+STEERS = "~steers"  # the call_id of the messages (steering) given to the model before turn N's request
 
 
 class StepState(StrEnum):

@@ -185,3 +185,35 @@ def test_a_run_lost_twice_resumes_again_and_alerts_its_loss_once(project, fake, 
     assert len([r for r in receiver.requests if r.path.startswith("/out")]) == 1
     keys = {r["key"] for r in rows(project.home, "SELECT key FROM step_keys")}
     assert {f"{first['id']}:alert:failed:unknown/worker_lost:1", f"{first['id']}:alert:recovered:1"} <= keys
+
+
+def test_a_message_given_to_the_model_before_the_crash_is_in_the_resumed_history(project, fake, tmp_path):
+    """``runner runs say`` during turn 1's command: the model gets the message before turn 2's
+    request. The worker is killed while turn 3 waits for the model; the resumed attempt puts the
+    message back at the same place (turn 3's request is the same, message for message) and the
+    message counts as delivered."""
+    work = tmp_path / "work"
+    work.mkdir()
+    gate = work / "gate"
+    fake.add(call("terminal", {"command": f"while [ ! -e {gate} ]; do sleep 0.05; done; echo passed"}))
+    fake.add(call("terminal", {"command": "echo two"}))
+    fake.add(hang(60))  # turn 3's first request: the worker is killed while it waits
+    fake.add(final("done, the last hour only"))
+    project.write_jobs(JOB.format(workdir=work, url="http://127.0.0.1:9/none").replace("    deliver", "    #"))
+    proc = project.start_job("durable", fake)
+    [first] = wait_for(lambda: rows(project.home, "SELECT * FROM runs WHERE status='running'"), 30, what="the run")
+    said = project.run("runs", "say", first["id"], "Only the last hour matters.")
+    assert said.returncode == 0, said.stderr
+    time.sleep(1.0)  # the run's watch sees it (a look every 0.1 s)
+    gate.touch()
+    wait_for(lambda: len(fake.requests) >= 3, 30, what="turn 3's request")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    res = project.run("runs", "resume", first["id"])
+    assert res.returncode == 0, res.stderr
+    asked = [r["body"]["messages"] for r in fake.requests]
+    assert [len(m) for m in asked] == [2, 5, 7, 7]  # turn 2's request: the tool result, then the message
+    assert asked[1][-1]["role"] == "user" and "Only the last hour matters." in asked[1][-1]["content"]
+    assert asked[3] == asked[2]  # the resumed turn 3: the same history, the message at the same place
+    [steer] = rows(project.home, "SELECT outcome FROM control_requests WHERE kind = 'steer'")
+    assert steer["outcome"] == "delivered"
