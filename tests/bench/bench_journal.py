@@ -35,7 +35,7 @@ def main() -> None:
         store = Store.open(Path(tmp) / "runner.db")
         run_id = ledger.open_run(store, job="bench", trigger=Trigger.MANUAL)
         emit = Recorder(store, run_id, Redactor())
-        journal = Journal(store, run_id, run_id)
+        journal = Journal(store, run_id, run_id, redact=Redactor().redact_obj)  # as a run writes it
         reply = Message("thinking " * 40, (ToolCall("call_1", "terminal", '{"command": "ls -la"}'),), "tool_calls", Usage(900, 60))
         call = reply.tool_calls[0]
         result = "file\n" * 200
