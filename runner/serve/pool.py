@@ -90,13 +90,14 @@ class _Waiting:
 
 
 def _resumes(fire: Fire, status: RunStatus, reason: str | None) -> bool:
-    """A run that lost its worker under ``resume: auto`` gets a new attempt at once, which resumes
-    from its journal: as many as ``retries.attempts``, at least one."""
+    """An agent run that lost its worker under ``resume: auto`` gets a new attempt at once, which
+    resumes from its journal: as many as ``retries.attempts``, at least one. A script-only run has
+    no journal (its new attempt would run the script again from the start): its ``retries:`` apply."""
     lost = status == RunStatus.UNKNOWN or (
         status == RunStatus.FAILED and reason in (ledger.Reason.WORKER_DIED, ledger.Reason.WORKER_LOST)
     )
     spec = fire.job.spec
-    return lost and spec.resume == Resume.AUTO and fire.attempt <= max(1, spec.retries.attempts)
+    return lost and spec.agent and spec.resume == Resume.AUTO and fire.attempt <= max(1, spec.retries.attempts)
 
 
 class Pool:

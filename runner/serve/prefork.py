@@ -45,6 +45,7 @@ MODULES = [
     "runner.safety.approval",
     "runner.safety.control",
     "runner.safety.shell.classify",
+    "runner.safety.shell.readonly",  # the terminal tool's read-only check (a checkpoint before a change)
     "runner.safety.injection",
     "runner.skills.loader",
     "runner.agent.credentials",
