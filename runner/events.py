@@ -59,6 +59,7 @@ class Event(StrEnum):
     PRUNE = "prune"
     REQUEST = "request"
     REQUEST_CUT = "request_cut"
+    RESUMED = "resumed"
     RESPONSE = "response"
     ROLLBACK = "rollback"
     RUN_FINISHED = "run_finished"
@@ -172,6 +173,18 @@ class CheckpointFailed:
     error: str
     step: int | None = None
     gave_up: bool | None = None  # no more checkpoints in this run
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """An attempt that resumed its run from the journal of completed steps (runner/run/journal.py)."""
+
+    from_run: str  # the attempt before it
+    attempt: int
+    turn: int  # the last model turn the journal holds: the model is asked again from the next one
+    results: int  # tool results journaled (not run again)
+    unfinished: int = 0  # calls started but never finished (the model is told their outcome is unknown)
+    journal: str | None = None  # the attempt whose journal it is (the run's first, or the last that started over)
 
 
 @dataclass(frozen=True)
@@ -534,7 +547,7 @@ class Unknown:
 Payload = (
     Alert | Approval | ApprovalParked | ApprovalAnswered | Blocked | Budget | By | Checkpoint | CheckpointFailed
     | Findings | ContextFile | Credential
-    | CredentialsWait | Delivered | Detail | Failure | Fenced | Text | Grace | Error | Limit | InvalidHistory | McpServer
+    | CredentialsWait | Resumed | Delivered | Detail | Failure | Fenced | Text | Grace | Error | Limit | InvalidHistory | McpServer
     | MemoryNote | ModelNote | ModelRetry | PreRun | Prompt | ProviderFallback | ProviderProtocol | Prune | Request
     | Response | Rollback | RunFinished | RunStarted | Sandbox | SkillChanged | SideCall | ReviewSkipped | SkillUsageFailed
     | SkillsPreloaded | Steer | StreamCut | StreamText | SubagentStarted | SubagentFinished | Tampered | ToolCall | ToolResult
@@ -559,6 +572,7 @@ PAYLOADS: dict[Event, type[Payload]] = {
     Event.CANCELLED: By,
     Event.CHECKPOINT: Checkpoint,
     Event.CHECKPOINT_FAILED: CheckpointFailed,
+    Event.RESUMED: Resumed,
     Event.CONTEXT_BLOCKED: Findings,
     Event.CONTEXT_FILE: ContextFile,
     Event.CREDENTIAL_COOLDOWN: Credential,
@@ -802,6 +816,16 @@ def _rollback(kind: Event | str, p: Rollback) -> Shown:
     return Shown(head, parts=parts)
 
 
+def _resumed(kind: Event | str, p: Resumed) -> Shown:
+    head = (
+        f"resumed (attempt {p.attempt}) from run {p.from_run}: {p.turn} model turns and {p.results} tool results "
+        f"replayed from the journal, the model is asked again from turn {p.turn + 1}"
+    )
+    if p.unfinished:
+        head += f"; {p.unfinished} call(s) cut by the lost worker: the model is told their outcome is unknown"
+    return Shown(head)
+
+
 def _steer(kind: Event | str, p: Steer) -> Shown:
     if kind == Event.STEERED:
         return Shown(f"message from {p.by}, given to the model:", p.text)
@@ -826,5 +850,6 @@ FORMATS: dict[type[Payload], Callable[[Event | str, Any], Shown]] = {
     Checkpoint: _checkpoint,
     CheckpointFailed: _checkpoint_failed,
     Rollback: _rollback,
+    Resumed: _resumed,
     Steer: _steer,
 }

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Protocol
 
 from runner.agent.history import history_problem
@@ -72,6 +73,54 @@ class Steering(Protocol):
     def take(self) -> Sequence[Steer]:
         """The messages waiting, oldest first (each is taken once)."""
         ...
+
+
+class Journal(Protocol):
+    """The run's journal of completed steps (``runner.run.journal.Journal``): the loop answers a
+    turn from it before asking the model and takes a call's result from it before running the
+    tool; each new step is written with its event, in one transaction."""
+
+    def reply(self, turn: int) -> Message | None:
+        """The journaled answer of model turn ``turn``, or None."""
+        ...
+
+    def replayed(self, usage: Usage, cost: float) -> None:
+        """What a replayed turn had cost (counted in the limits, not spent again)."""
+        ...
+
+    def result(self, turn: int, call: ToolCall) -> Recall | None:
+        """The journaled result of a call, or None (run it)."""
+        ...
+
+    def step_key(self, turn: int, index: int) -> str:
+        """The idempotency key of call ``index`` of turn ``turn`` (``RUNNER_STEP_KEY``)."""
+        ...
+
+    def answered(self, turn: int, messages: int, reply: Message, event: Callable[[], None]) -> None: ...
+
+    def replaying(self, turn: int) -> bool:
+        """Whether model turn ``turn`` is answered from the journal."""
+        ...
+
+    def steers(self, turn: int) -> Sequence[Steer]:
+        """The messages journaled as given to the model before the request of ``turn``."""
+        ...
+
+    def steered(self, turn: int, steers: Sequence[Steer], event: Callable[[], None]) -> None: ...
+
+    def started(self, turn: int, call: ToolCall, event: Callable[[], None]) -> None: ...
+
+    def finished(self, turn: int, call: ToolCall, result: str, failed: bool, event: Callable[[], None]) -> None: ...
+
+
+@dataclass(frozen=True)
+class Recall:
+    """A tool call's journaled result; ``unknown``: it was started but never finished (the text
+    tells the model so)."""
+
+    text: str
+    failed: bool
+    unknown: bool = False
 
 
 class LoopExit(Exception):
@@ -269,6 +318,7 @@ def run_loop(
     cut: Cut | None = None,
     steering: Steering | None = None,
     report: Report | None = None,
+    journal: Journal | None = None,
 ) -> LoopResult:
     """Run the conversation in ``messages`` (mutated in place) to a final answer or a limit.
 
@@ -280,7 +330,8 @@ def run_loop(
     model request being waited for is given up and the tool call's result is marked cut (its
     command was ended by the backend). ``steering``: messages sent to the run, each added as a
     user message (and a ``steered`` event) before the next model request. ``report``: told the
-    totals after each model reply."""
+    totals after each model reply. ``journal``: the run's journal: turns and results it holds
+    are replayed, every new one is written to it."""
     stop = stop or threading.Event()
     by_name = {t.name: t for t in tools}
     schemas = [t.schema() for t in tools]
@@ -291,13 +342,13 @@ def run_loop(
             _check(limits, totals, stop, cut)
             if totals.iterations >= limits.max_iterations:
                 raise LimitsExceeded("max_iterations", f"reached max_iterations ({limits.max_iterations})")
-            if steering is not None:
-                _steer(steering, messages, emit)
+            if steering is not None or journal is not None:
+                _steer(steering, messages, emit, journal, totals.iterations + 1)
             if prune is not None:
                 _charge_summaries(prune(messages), totals, emit)
                 _check(limits, totals, stop, cut)
             with tracer.span("model call", {"runner.iteration": totals.iterations + 1}) as span:
-                reply = _ask(llm, messages, schemas, limits, totals, emit, pricing, cut)
+                reply = _ask(llm, messages, schemas, limits, totals, emit, pricing, cut, journal)
                 _describe(span, llm, reply)
             if report is not None:
                 report(totals)
@@ -307,18 +358,30 @@ def run_loop(
                 raise unusable
             if not reply.tool_calls:
                 return _done(RunStatus.SUCCEEDED, reply.answer, totals)
-            batch = _run_parallel(reply.tool_calls, by_name, ctx, emit, redact, stop, tracer, cut)
+            turn = totals.iterations
+            recalled = [journal.result(turn, call) if journal is not None else None for call in reply.tool_calls]
+            batch = None
+            if not any(recalled):
+                batch = _run_parallel(reply.tool_calls, by_name, ctx, emit, redact, stop, tracer, cut, journal, turn)
             guard = ctx.checkpoints if batch is None else None  # a checkpoint before the turn's first change
             for i, call in enumerate(reply.tool_calls):
+                known = recalled[i]
                 if batch is not None:
                     result, failed = batch[i]
+                elif known is not None and not known.unknown:
+                    result, failed = known.text, known.failed  # journaled: not run again
+                elif known is not None:  # started, never finished: the model is told, nothing runs
+                    result, failed = known.text, True
+                    _settle(journal, turn, call, partial(_announce, call, emit))
+                    _settle(journal, turn, call, partial(_report, call, result, True, 0.0, emit), result, True)
                 elif stop.is_set():
                     result, failed = NOT_RUN, True
                 else:
                     if guard is not None and _may_change_files(call, by_name):
                         guard.before_mutation(totals.iterations, call.name)
                         guard = None
-                    result, failed = _run_tool(call, by_name, ctx, emit, redact, tracer, cut)
+                    keyed = _keyed(ctx, journal, turn, i)
+                    result, failed = _run_tool(call, by_name, keyed, emit, redact, tracer, cut, journal, turn)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
                 totals.last_progress = time.monotonic()
                 recent_failures = _track_loop(recent_failures, call, failed)
@@ -333,11 +396,32 @@ def run_loop(
         return _done(exit_.status, output, totals, reason=exit_.reason, error=exit_.detail)
 
 
-def _steer(steering: Steering, messages: list[dict[str, Any]], emit: Emit) -> None:
+def _steer(
+    steering: Steering | None, messages: list[dict[str, Any]], emit: Emit, journal: Journal | None, turn: int
+) -> None:
     """The messages sent to the run since the last turn, as user messages (the last message is
-    the user prompt or a tool result: every call of the last turn has its result by now)."""
-    for steer in steering.take():
-        emit(Event.STEERED, steer)
+    the user prompt or a tool result: every call of the last turn has its result by now), before
+    the request of model ``turn``. A resumed run first puts back those its journal holds for that
+    turn (an earlier attempt gave them); a turn answered from the journal takes no new ones (its
+    request had only those). New ones are journaled with their events."""
+    recalled = list(journal.steers(turn)) if journal is not None else []
+    for steer in recalled:
+        messages.append({"role": "user", "content": STEER_PROMPT.format(by=steer.by, text=steer.text)})
+    if steering is None or (journal is not None and journal.replaying(turn)):
+        return
+    taken = list(steering.take())
+    if not taken:
+        return
+
+    def given() -> None:
+        for steer in taken:
+            emit(Event.STEERED, steer)
+
+    if journal is None:
+        given()
+    else:
+        journal.steered(turn, [*recalled, *taken], given)
+    for steer in taken:
         messages.append({"role": "user", "content": STEER_PROMPT.format(by=steer.by, text=steer.text)})
 
 
@@ -370,13 +454,14 @@ def _ask(
     emit: Emit,
     pricing: Pricing,
     cut: Cut | None = None,
+    journal: Journal | None = None,
 ) -> Message:
     """One model turn within the loop's deadline (a model error past it, or past the idle timeout,
     is that limit). The idle timeout is the client's to measure on the progress of its stream
     (``ChatClient(idle_timeout=...)``): a long generation that keeps sending is not cut by it."""
     timeout = None if limits.deadline is None else max(1.0, limits.deadline - time.monotonic())
     try:
-        return _call(llm, messages, schemas, totals, emit, pricing, timeout=timeout, cut=cut)
+        return _call(llm, messages, schemas, totals, emit, pricing, timeout=timeout, cut=cut, journal=journal)
     except ModelError:
         now = time.monotonic()
         if limits.deadline is not None and now >= limits.deadline:
@@ -399,9 +484,18 @@ def _call(
     timeout: float | None,
     max_tokens: int | None = None,
     cut: Cut | None = None,
+    journal: Journal | None = None,
 ) -> Message:
     """Send one request, record it and its answer, and count the answer's tokens and cost. A
-    history the API would reject is never sent (``invalid_history``)."""
+    history the API would reject is never sent (``invalid_history``). A turn the ``journal``
+    holds is its answer: the model is not asked, its tokens and cost count in the limits again."""
+    journaled = journal.reply(totals.iterations + 1) if journal is not None else None
+    if journaled is not None:
+        totals.iterations += 1
+        cost = _charge(totals, journaled, pricing)
+        if journal is not None:
+            journal.replayed(journaled.usage, cost)
+        return journaled
     problem = history_problem(messages)
     if problem is not None:
         emit(Event.INVALID_HISTORY, InvalidHistory(problem, len(messages)))
@@ -415,7 +509,8 @@ def _call(
         reply = _complete_or_cut(lambda: llm.complete(messages, schemas, timeout=timeout, **extra), cut, emit)
     totals.iterations += 1
     cost = _charge(totals, reply, pricing)
-    emit(
+    response = partial(
+        emit,
         Event.RESPONSE,
         Response(
             iteration=totals.iterations,
@@ -433,6 +528,10 @@ def _call(
             content_parts=[dict(p) for p in reply.parts] or None,
         ),
     )
+    if journal is not None:
+        journal.answered(totals.iterations, len(messages), reply, response)
+    else:
+        response()
     if reply.finish_reason == "length":
         emit(Event.TRUNCATED, Truncated(totals.iterations, "the model hit its output token limit"))
     return reply
@@ -528,12 +627,41 @@ def _run_tool(
     redact: Callable[[str], str] | None,
     tracer: Tracer = NOOP,
     cut: Cut | None = None,
+    journal: Journal | None = None,
+    turn: int = 0,
 ) -> tuple[str, bool]:
-    _announce(call, emit)
+    if journal is not None:
+        journal.started(turn, call, lambda: _announce(call, emit))
+    else:
+        _announce(call, emit)
     started = time.monotonic()
     result, failed = _traced_invoke(call, by_name, ctx, redact, tracer)
-    _report(call, result, failed, time.monotonic() - started, emit, cut)
+    seconds = time.monotonic() - started
+    _settle(journal, turn, call, lambda: _report(call, result, failed, seconds, emit, cut), result, failed)
     return result, failed
+
+
+def _settle(
+    journal: Journal | None,
+    turn: int,
+    call: ToolCall,
+    event: Callable[[], None],
+    result: str | None = None,
+    failed: bool = False,
+) -> None:
+    """Record ``event`` with the journal's entry of the call (``result`` None: it started)."""
+    if journal is None:
+        event()
+    elif result is None:
+        journal.started(turn, call, event)
+    else:
+        journal.finished(turn, call, result, failed, event)
+
+
+def _keyed(ctx: ToolContext, journal: Journal | None, turn: int, index: int) -> ToolContext:
+    """The tool context of call ``index`` of ``turn``: with its idempotency key (``RUNNER_STEP_KEY``)."""
+    key = journal.step_key(turn, index + 1) if journal is not None else f"{ctx.run_id}:{turn}.{index + 1}"
+    return replace(ctx, step_key=key)
 
 
 def _may_change_files(call: ToolCall, by_name: dict[str, ToolEntry]) -> bool:
@@ -599,6 +727,8 @@ def _run_parallel(
     stop: threading.Event,
     tracer: Tracer = NOOP,
     cut: Cut | None = None,
+    journal: Journal | None = None,
+    turn: int = 0,
 ) -> list[tuple[str, bool]] | None:
     """Run a turn's calls concurrently when there are several and all are read-only tools; None
     otherwise (the caller runs them one by one). The ``tool_call`` events come first and the
@@ -608,7 +738,7 @@ def _run_parallel(
     if len(calls) < 2 or not all(e is not None and e.read_only for e in entries):
         return None
     for call in calls:
-        _announce(call, emit)
+        _settle(journal, turn, call, partial(_announce, call, emit))
     shared = replace(ctx, approve=_one_at_a_time(ctx.approve))
 
     def work(call: ToolCall) -> tuple[str, bool, float]:
@@ -625,7 +755,7 @@ def _run_parallel(
         futures = [pool.submit(contextvars.copy_context().run, work, call) for call in calls]
         done = future_results(futures)  # a signal to the run is handled while they work
     for call, (result, failed, seconds) in zip(calls, done, strict=True):
-        _report(call, result, failed, seconds, emit, cut)
+        _settle(journal, turn, call, partial(_report, call, result, failed, seconds, emit, cut), result, failed)
     return [(result, failed) for result, failed, _ in done]
 
 

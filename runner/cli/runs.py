@@ -260,6 +260,69 @@ def runs_say(run_id: str, message: str) -> None:
     click.echo(f"message queued for run {row['id']} ({row['job']}): the model gets it before its next request")
 
 
+@runs_group.command("resume")
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True, help="print the new attempt's summary as JSON")
+def runs_resume(run_id: str, as_json: bool) -> None:
+    """Resume run RUN_ID in this process from its journal of completed steps: a new attempt of the
+    same run (one more ``attempt``) replays the model turns and tool results journaled and goes on
+    from the first step that has none; a call the lost worker was running is not run again (the
+    model is told its outcome is unknown). Only the last attempt of a run that ended
+    failed/worker_died, failed/worker_lost, unknown or interrupted; exit 2 otherwise, and from
+    inside a run. Exits with the new attempt's status, as run-job does."""
+    import sys
+    import threading
+
+    from runner.errors import UsageError
+    from runner.host.procs import two_stage_stop
+    from runner.run.execute import execute
+    from runner.run.request import RunRequest
+    from runner.safety.approval import has_tty
+    from runner.safety.inside import refuse_inside_run
+    from runner.statuses import Trigger
+    from runner.store import ledger
+    from runner.store.journal import attempts, resumable
+
+    refuse_inside_run("resume a run")
+    s = settings()
+    row = ledger.get(s.store, find_run(s.store, run_id)["id"])
+    assert row is not None
+    if row.parent_run_id is not None or row.trigger in (Trigger.KANBAN, Trigger.DELEGATE):
+        raise UsageError(f"run {row.id} is a {row.trigger} run: its task or parent run decides what runs again")
+    if not resumable(row):
+        what = f"{row.status}{f'/{row.reason}' if row.reason else ''}"
+        raise UsageError(
+            f"run {row.id} ended {what}: only a run that ended failed/worker_died, failed/worker_lost, unknown "
+            "or interrupted can be resumed"
+        )
+    later = [a for a in attempts(s.store, row.parent_run or row.id) if a.attempt > row.attempt]
+    if later:
+        raise UsageError(f"run {row.id} was resumed or retried already by run {later[-1].id} (attempt {later[-1].attempt})")
+    job = s.jobs.get(row.job)
+    stop = threading.Event()
+    trigger = Trigger.RETRY if row.trigger in (Trigger.SCHEDULE, Trigger.RETRY) else row.trigger
+    req = RunRequest(
+        job=job,
+        trigger=trigger,
+        stdout=sys.stderr if as_json else sys.stdout,
+        stop=stop,
+        interactive=has_tty(),
+        resumes=row.id,
+    )
+    with two_stage_stop(stop):
+        outcome = execute(s, req)
+    if as_json:
+        echo_json(outcome.as_dict())
+    else:
+        line = f"run {outcome.run_id} (attempt {row.attempt + 1} of run {row.parent_run or row.id}): {outcome.status}"
+        if outcome.reason and outcome.status != RunStatus.SUCCEEDED:
+            line += f" ({outcome.reason})"
+        if outcome.error and outcome.status != RunStatus.SUCCEEDED:
+            line += f": {outcome.error}"
+        click.echo(line, err=True)
+    sys.exit(outcome.exit_code)
+
+
 def _cached(row: dict[str, Any]) -> str:
     cached = row.get("cached_tokens") or 0
     return f" ({cached} cached)" if cached else ""

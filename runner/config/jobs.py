@@ -86,6 +86,24 @@ class PreRunFailure(StrEnum):
     IGNORE = "ignore"  # the model is called as if the script had succeeded
 
 
+class Resume(StrEnum):
+    """``resume:``: whether a new attempt of a run whose worker was lost (serve's retry after
+    ``worker_lost`` / ``worker_died``, a Celery worker's loss) resumes from the run's journal of
+    completed steps (docs/runs.md#durable-runs). ``runner runs resume RUN`` resumes either way."""
+
+    AUTO = "auto"
+    OFF = "off"  # the new attempt starts over (as before runner had a journal)
+
+
+def _resume(value: Any) -> Any:
+    """``resume: off`` is YAML's false; ``on`` / ``true`` is not a value (``auto`` is)."""
+    if value is False:
+        return "off"
+    if value is True:
+        raise ValueError("true: expected auto or off")
+    return value
+
+
 class Retries(Strict):
     attempts: int = Field(0, ge=0, le=20)
     backoff: Duration = 300.0
@@ -211,6 +229,7 @@ class JobSpec(Strict):
     pre_run: str | None = None
     pre_run_timeout: Duration = 300.0
     pre_run_failure: PreRunFailure = PreRunFailure.FAIL
+    resume: Annotated[Resume, BeforeValidator(_resume)] = Resume.AUTO
     skip_when_empty: bool = False  # a pre_run that printed nothing on stdout ends the run skipped (no model call)
     agent: bool = True
     model: str | list[str] = "default"

@@ -5,6 +5,11 @@ job's) or ``alerts:`` (config.yaml's) sinks, throttled per job, redacted, record
 Sent by the process that finalises the run: the run worker (its own failures, a failed delivery,
 a recovery), serve's pool (timeouts, shutdown, a dead worker, a pause) and the store's recovery
 of rows left ``running`` (``unknown``).
+
+Idempotent across attempts (issue 33): an alert's key (the ``Idempotency-Key`` header) is
+``RUN:alert:KIND``, RUN the first attempt of the journal the run writes to, KIND the event (a
+failure's with the end it reports); each sink that took it is recorded in ``step_keys``
+(``KEY:N``), so an attempt that resumed the run does not send the same alert to it again.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from runner.delivery.send import Delivered, SendContext, send
 from runner.safety.redact import Redactor
 from runner.statuses import RunStatus
 from runner.store import Store, ledger
+from runner.store import journal as steps
 from runner.store.files import FileKind, read
 from runner.store.runs import Recorder
 
@@ -182,14 +188,15 @@ class Alerter:
             "deny": f"runner approvals deny {request.id}",
             "url": page,
         }
-        message = replace(base, key=f"{request.run_id}:approval:{request.id}", payload={**base.payload, **extra})
-        results = [send(sink, message, self.ctx) for sink in sinks]
-        sent = events.Alert(Event.APPROVAL, True, [r.as_dict() for r in results])
-        self._recorder(end.run_id)(events.Event.ALERT, sent)
-        return results
+        key = f"{self.key(request.run_id, Event.APPROVAL)}:{request.id}"
+        message = replace(base, key=key, payload={**base.payload, **extra})
+        return self._keyed(sinks, Event.APPROVAL, message)
 
     # -- sending ------------------------------------------------------------------------------------
     def _throttled(self, sinks: list[Sink], topic: str, event: str, end: RunEnd, note: str = "") -> list[Delivered]:
+        if self._all_done(sinks, self.key(end.run_id, _kind(event, end))):  # an earlier attempt sent it
+            self._recorder(end.run_id)(events.Event.ALERT, events.Alert(event, False, repeat=True))
+            return []
         limits = self.config.alerts_throttle
         decision = throttle.record(
             self.store, end.job, topic, end.run_id, every=limits.every, min_interval=limits.min_interval, now=utcnow()
@@ -208,8 +215,31 @@ class Alerter:
 
     def _send(self, sinks: list[Sink], event: str, end: RunEnd, note: str = "") -> list[Delivered]:
         message = self.message(event, end, note)
-        results = [send(sink, message, self.ctx) for sink in sinks]
-        self._recorder(end.run_id)(events.Event.ALERT, events.Alert(event, True, [r.as_dict() for r in results]))
+        return self._keyed(sinks, event, replace(message, key=self.key(end.run_id, _kind(event, end))))
+
+    def key(self, run_id: str, kind: str) -> str:
+        """The idempotency key of an alert about run ``run_id``: ``RUN:alert:KIND``, RUN the first
+        attempt of the journal it writes to (the same in every attempt that resumes it)."""
+        return f"{steps.key_of(self.store, run_id)}:alert:{kind}"
+
+    def _all_done(self, sinks: list[Sink], key: str) -> bool:
+        return all(steps.done(self.store, f"{key}:{i}") for i in range(1, len(sinks) + 1))
+
+    def _keyed(self, sinks: list[Sink], event: str, message: Message) -> list[Delivered]:
+        """Send ``message`` to each sink an earlier attempt of the run did not send it to (its key,
+        the ``Idempotency-Key`` header, plus ``:N`` for the Nth sink is in ``step_keys`` once sent)."""
+        results: list[Delivered] = []
+        for i, sink in enumerate(sinks, 1):
+            key = f"{message.key}:{i}"
+            if steps.done(self.store, key):
+                results.append(Delivered(sink.label, True, f"sent already by an earlier attempt (key {message.key})"))
+                continue
+            result = send(sink, message, self.ctx)
+            if result.ok:
+                root = steps.key_of(self.store, message.run_id)
+                steps.mark_done(self.store, key, root=root, run_id=message.run_id, what=f"alert {event} {sink.label}")
+            results.append(result)
+        self._recorder(message.run_id)(events.Event.ALERT, events.Alert(event, True, [r.as_dict() for r in results]))
         return results
 
     def _recorder(self, run_id: str) -> Recorder:
@@ -250,6 +280,14 @@ class Alerter:
             lines += ["--- last lines ---", capped(str(payload["tail"]), TAIL_CHARS), "---"]
         lines.append(f"see: {hint}")
         return Message(end.run_id, f"{end.run_id}:{event}", subject, "\n".join(lines), payload)
+
+
+def _kind(event: str, end: RunEnd) -> str:
+    """The step of an alert in its key: the event, and for a failure the end it reports (a resumed
+    attempt that ends otherwise is alerted again; one that ends the same way is not)."""
+    if event != Event.FAILED:
+        return event
+    return f"{event}:{end.status}" + (f"/{end.reason}" if end.reason else "")
 
 
 @dataclass(frozen=True)

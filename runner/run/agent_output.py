@@ -36,6 +36,7 @@ from runner.tools.context import ToolContext
 
 if TYPE_CHECKING:
     from runner.run.delegate import Delegation
+    from runner.run.journal import Journal
     from runner.run.toolbox import Toolbox
     from runner.tools import ToolEntry
 
@@ -68,14 +69,15 @@ class AgentOutput:
             toolbox.close()
             if checkpoints is not None:
                 checkpoints.close()
+        replayed = run.journal.spent  # what journaled turns had cost: spent by the attempt before
         ledger.set_fields(
             run.settings.store,
             run.run_id,
             iterations=result.iterations,
-            prompt_tokens=result.usage.prompt_tokens,
-            completion_tokens=result.usage.completion_tokens,
-            cached_tokens=result.usage.cached_tokens,
-            cost_usd=result.cost_usd,
+            prompt_tokens=result.usage.prompt_tokens - replayed.prompt_tokens,
+            completion_tokens=result.usage.completion_tokens - replayed.completion_tokens,
+            cached_tokens=result.usage.cached_tokens - replayed.cached_tokens,
+            cost_usd=round(max(0.0, result.cost_usd - run.journal.spent_cost), 6),
         )
         return Produced(status, result.output, result.reason, result.error, silent=is_silent(result.output))
 
@@ -94,6 +96,11 @@ class AgentOutput:
         user_prompt = self._user_prompt(run)
         memory = _memory_block(ctx, writable=any(t.name == "memory" for t in tools))
         messages = _first_messages(run, tools, skills, user_prompt, memory)
+        journal = run.journal
+        if journal.first is not None:  # resumed: the conversation as the run's first attempt began it
+            messages[:] = [dict(m) for m in journal.first]
+        else:
+            journal.begin(messages)
         run.emit(
             Event.PROMPT,
             Prompt(
@@ -257,6 +264,8 @@ def _converse(
         summarize=summarize_with(summarizer, deadline=run.deadline) if spec.summarize else None,
     )
 
+    journal: list[Journal | None] = [run.journal]  # the first loop only: a follow-up's turns count from 1 again
+
     def loop(lim: Limits, before: LoopResult | None = None) -> LoopResult:
         totals = Totals()  # subagents and the smart-approval judge add what they spent to it
         run.side_calls.bind(totals)
@@ -278,6 +287,7 @@ def _converse(
             cut=run.cut,
             steering=run.inbox,
             report=live_counters(run.settings.store, run.run_id, before),
+            journal=journal.pop() if journal else None,
         )
 
     result = loop(limits)

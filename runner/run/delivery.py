@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from runner.config.jobfile import Job
 from runner.config.sinks import Sink, parse_sink
@@ -31,29 +31,60 @@ class Output:
     text: str
     path: Path | None
     variables: dict[str, Any]
+    key: str = ""  # the idempotency key of the delivery step (``RUN:deliver``; the same in every attempt)
 
-    def message(self) -> Message:
+    def message(self, sink: int) -> Message:
         payload = {"job": self.job.name, "run_id": self.run_id, "status": self.status, "output": self.text}
         subject = f"[runner] {self.job.name}: run {self.status}"
-        return Message(self.run_id, self.run_id, subject, self.text, payload)
+        return Message(self.run_id, self.sink_key(sink), subject, self.text, payload)
+
+    def sink_key(self, sink: int) -> str:
+        """The idempotency key of the delivery to sink ``sink`` (from 1): ``RUN:deliver:N``."""
+        return f"{self.key or f'{self.run_id}:deliver'}:{sink}"
 
 
-def deliver(out: Output, ctx: SendContext, render: Callable[[str, dict[str, Any], str], str]) -> list[Delivered]:
-    """Send ``out`` to each of the job's sinks, in order; ``render`` expands a ``file:PATH`` template."""
-    message = out.message()
+class Done(Protocol):
+    """The deliveries done under a key (``runner.store.journal``): a resumed run skips them."""
+
+    def __call__(self, key: str) -> bool: ...
+
+
+def deliver(
+    out: Output,
+    ctx: SendContext,
+    render: Callable[[str, dict[str, Any], str], str],
+    *,
+    done: Done | None = None,
+    mark: Callable[[str, str], None] | None = None,
+) -> list[Delivered]:
+    """Send ``out`` to each of the job's sinks, in order; ``render`` expands a ``file:PATH`` template.
+    A sink whose key ``done`` knows (an earlier attempt of the run delivered to it) is skipped;
+    each sink delivered is given to ``mark`` (key, sink label)."""
     results: list[Delivered] = []
-    for item in out.job.spec.deliver:
+    for i, item in enumerate(out.job.spec.deliver, 1):
         sink = parse_sink(item)
-        if sink.kind == "file":
-            results.append(_file(sink, out, ctx, render))
-        elif sink.kind == "stdout":
-            stream = ctx.stdout or sys.stdout
-            stream.write(out.text if out.text.endswith("\n") else out.text + "\n")
-            stream.flush()
-            results.append(Delivered("stdout", True))
-        else:
-            results.append(send(sink, message, ctx))
+        key = out.sink_key(i)
+        if done is not None and done(key):
+            results.append(Delivered(sink.label, True, f"delivered already by an earlier attempt (key {key})"))
+            continue
+        result = _one(sink, out, out.message(i), ctx, render)
+        if result.ok and mark is not None:
+            mark(key, result.sink)
+        results.append(result)
     return results
+
+
+def _one(
+    sink: Sink, out: Output, message: Message, ctx: SendContext, render: Callable[[str, dict[str, Any], str], str]
+) -> Delivered:
+    if sink.kind == "file":
+        return _file(sink, out, ctx, render)
+    if sink.kind == "stdout":
+        stream = ctx.stdout or sys.stdout
+        stream.write(out.text if out.text.endswith("\n") else out.text + "\n")
+        stream.flush()
+        return Delivered("stdout", True)
+    return send(sink, message, ctx)
 
 
 def _file(sink: Sink, out: Output, ctx: SendContext, render: Callable[[str, dict[str, Any], str], str]) -> Delivered:

@@ -26,12 +26,25 @@ from runner.clock import utcnow
 from runner.delivery.alerts import Alerter, RunEnd, tail, tail_of_run
 from runner.delivery.send import SendContext
 from runner.errors import RunnerError, StoreError, Tampered, failure_reason
-from runner.events import By, Delivered, Event, Failure, Fenced, PreRun, RunFinished, RunStarted, Sandbox, SideCall
+from runner.events import (
+    By,
+    Delivered,
+    Event,
+    Failure,
+    Fenced,
+    PreRun,
+    Resumed,
+    RunFinished,
+    RunStarted,
+    Sandbox,
+    SideCall,
+)
 from runner.events import Tampered as TamperedEvent
 from runner.host.procs import Cut
 from runner.run.agent_output import AgentOutput
 from runner.run.cancel import CancelWatch
 from runner.run.delivery import Output, deliver
+from runner.run.journal import Journal, Opened, open_journal
 from runner.run.parked import Parking
 from runner.run.prepare import Prepared, prepare
 from runner.run.prerun import PreRunResult, Verdict, check_pre, run_pre, verdict
@@ -54,6 +67,8 @@ from runner.store.approvals import audit_recorder
 from runner.store.atomic import write_run_file
 from runner.store.control import settle_steers
 from runner.store.files import FileKind, keep
+from runner.store.journal import done as step_done
+from runner.store.journal import mark_done
 from runner.store.ledger import Reason
 from runner.store.runs import Recorder, last_output
 from runner.store.search import index_output
@@ -75,6 +90,23 @@ def execute(settings: Settings, req: RunRequest) -> RunOutcome:
     except Ended as ended:  # cancelled or declared lost before it started: nothing runs
         return RunOutcome(ended.row.id, ended.row.status, reason=ended.row.reason, error=ended.row.error)
     return run.go()
+
+
+def _open_attempt(store: Any, req: RunRequest, now: datetime) -> str:
+    """``runner runs resume``: the row of a new attempt of the run ``req.resumes`` is an attempt of."""
+    assert req.resumes is not None
+    before = ledger.get(store, req.resumes)
+    if before is None:
+        raise StoreError(f"run {req.resumes}: no ledger row to resume")
+    return ledger.open_run(
+        store,
+        job=req.job.name,
+        trigger=req.trigger,
+        slot=before.slot,
+        attempt=before.attempt + 1,
+        parent_run=before.parent_run or before.id,
+        now=now,
+    )
 
 
 class Ended(Exception):
@@ -121,6 +153,11 @@ class Run:
         lock: fifty workers of a burst start at once)."""
         now = utcnow()
         store = settings.store
+        if req.resumes is not None:
+            run_id = _open_attempt(store, req, now)
+            run = cls(settings, req, prepared, run_id, now)
+            run.emit_started()
+            return run
         if req.run_id is None:
             task_id = req.task.task_id if req.task is not None else None
             run_id = ledger.open_run(store, job=req.job.name, trigger=req.trigger, slot=req.slot, task_id=task_id, now=now)
@@ -146,6 +183,40 @@ class Run:
     def emit_started(self) -> None:
         self.emit(Event.RUN_STARTED, RunStarted(self.job.name, self.req.trigger, pid=os.getpid()))
 
+    @cached_property
+    def opened(self) -> Opened:
+        """The run's journal: the one of the attempt it resumes (``resume: auto`` after a lost
+        worker, or ``runner runs resume``), else a fresh one."""
+        store = self.settings.store
+        row = ledger.get(store, self.run_id)
+        if row is None:
+            raise StoreError(f"run {self.run_id}: no ledger row")
+        return open_journal(
+            store, row, self.job.spec.resume, forced=self.req.resumes is not None, redact=self.redactor.redact_obj
+        )
+
+    @property
+    def journal(self) -> Journal:
+        return self.opened.journal
+
+    def announce_resume(self) -> None:
+        """A ``resumed`` event naming the attempt resumed and the step it resumes at."""
+        before, journal = self.opened.before, self.opened.journal
+        if before is None:
+            return
+        row = ledger.get(self.settings.store, self.run_id)
+        self.emit(
+            Event.RESUMED,
+            Resumed(
+                before.id,
+                row.attempt if row is not None else before.attempt + 1,
+                journal.last_turn,
+                journal.results,
+                journal.unfinished,
+                journal=journal.root,
+            ),
+        )
+
     def go(self) -> RunOutcome:
         """The steps inside the run's span (``runner.agent.tracing``; a no-op unless OTel is configured)."""
         try:
@@ -166,6 +237,7 @@ class Run:
             if refused is not None:
                 self.result = refused
                 return self.result
+            self.announce_resume()
             self.protect()
             self.open_backend()
             produced = self.pre_run() or self.prepared.producer.produce(self)
@@ -273,9 +345,12 @@ class Run:
         spec = self.job.spec
         if not spec.pre_run:
             return None
+        if spec.agent and self.journal.resuming:  # its output is in the journaled prompt: not run again
+            return None
 
         check_pre(self.job, self.gate.check)
-        pre = self.pre = run_pre(self.job, self.backend, run_id=self.run_id, deadline=self.deadline)
+        key = self.journal.key("pre_run")
+        pre = self.pre = run_pre(self.job, self.backend, run_id=self.run_id, deadline=self.deadline, step_key=key)
         # a script-only run ends a few milliseconds later: its pre_run event is written with its last
         cut = self.cut.is_set() or None  # cancelled, or declared lost: the script was ended
         event = PreRun(pre.exit_code, pre.timed_out, pre.stdout[-4000:], cut, stderr=pre.stderr or None)
@@ -457,9 +532,15 @@ class Run:
             redactor=self.redactor,
             stdout=self.req.stdout,
         )
-        out = Output(self.job, self.run_id, status, output, path, self.variables)
+        journal = self.journal
+        out = Output(self.job, self.run_id, status, output, path, self.variables, key=journal.key("deliver"))
+        store = self.settings.store
         delivered = deliver(
-            out, ctx, lambda text, variables, name: render(text, variables, name=name, base=self.job.base_dir)
+            out,
+            ctx,
+            lambda text, variables, name: render(text, variables, name=name, base=self.job.base_dir),
+            done=lambda key: step_done(store, key),
+            mark=lambda key, sink: mark_done(store, key, root=journal.root, run_id=self.run_id, what=f"deliver {sink}"),
         )
         sinks = tuple(self.redactor.redact_obj([d.as_dict() for d in delivered]))
         failed = [d for d in delivered if not d.ok]
@@ -525,7 +606,10 @@ class Run:
         for steer in self.inbox.left():  # came after the model's last request
             self.emit(Event.STEER_UNDELIVERED, steer)
         with self.settings.store.transaction():  # the final status and its event in one write
-            settle_steers(self.settings.store, self.run_id, self.inbox.delivered(), now=ended)
+            opened: Opened | None = self.__dict__.get("opened")  # None: it never got to open its journal
+            replayed = opened.journal.replayed_steers if opened is not None else []  # an earlier attempt gave them
+            given = [*replayed, *self.inbox.delivered()]
+            settle_steers(self.settings.store, self.run_id, given, now=ended)
             won = ledger.finish(
                 self.settings.store,
                 self.run_id,

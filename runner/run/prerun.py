@@ -201,17 +201,18 @@ def _script_path(text: str, job: Job) -> Path | None:
     return script if script.is_file() else None
 
 
-def run_pre(job: Job, backend: Backend, *, run_id: str, deadline: float) -> PreRunResult:
+def run_pre(job: Job, backend: Backend, *, run_id: str, deadline: float, step_key: str = "") -> PreRunResult:
     """Run the job's ``pre_run`` within ``pre_run_timeout`` and what is left of the run's own
     ``timeout:`` (``deadline``, ``time.monotonic()``): the run enforces it itself, wherever it
-    runs (run-job, serve, a kanban or Celery worker), and the backend kills the command's tree."""
+    runs (run-job, serve, a kanban or Celery worker), and the backend kills the command's tree.
+    ``step_key``: its idempotency key (``RUNNER_STEP_KEY``, the same in every attempt of the run)."""
     left = deadline - time.monotonic()
     if left <= 0:  # the backend took the whole timeout to open: nothing is started
         return PreRunResult("", TIMEOUT_EXIT, True, True, run_timeout=True, limit=job.spec.pre_run_timeout)
     limit = min(job.spec.pre_run_timeout, left)
     split = Split(secrets.token_hex(8))
     command = split.wrap(command_for(job, backend, run_id))
-    env = {"RUNNER_JOB": job.name, "RUNNER_RUN_ID": run_id}
+    env = {"RUNNER_JOB": job.name, "RUNNER_RUN_ID": run_id, "RUNNER_STEP_KEY": step_key or f"{run_id}:pre_run"}
     result = backend.run(command, cwd=backend.workdir, timeout=limit, env=env)
     stdout, stderr = split.parts(result.output)
     by_run = result.timed_out and limit < job.spec.pre_run_timeout

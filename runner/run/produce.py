@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from runner.agent.tracing import Tracer
     from runner.host.procs import Cut
     from runner.run.budget import BudgetPlan
+    from runner.run.journal import Journal
     from runner.safety.approval import Gate
     from runner.safety.control import ControlPlane
     from runner.safety.redact import Redactor
@@ -74,6 +75,8 @@ class RunView(RunScope, Protocol):
     def inbox(self) -> Steering: ...  # messages sent to the run (``runner runs say``), for the loop to take
     @property
     def variables(self) -> dict[str, Any]: ...
+    @property
+    def journal(self) -> Journal: ...  # the run's journal of completed steps (replayed when it resumes)
     def record_model(self, model: str) -> None: ...
     def save_transcript(self, messages: list[dict[str, Any]]) -> Path: ...
 

@@ -108,6 +108,9 @@ class RunRequest:
     # a cancel watcher on the run's store that the caller keeps across runs (serve's reusable
     # worker); None: the run starts a watcher of its own and ends it with the run
     cancels: CancelWatcher | None = None
+    # ``runner runs resume``: the id of the attempt this run resumes (a new attempt of the same
+    # run: ``parent_run`` names the first, ``attempt`` is one more), whatever the job's ``resume:``
+    resumes: str | None = None
 
 
 EXIT_CODES = {RunStatus.SUCCEEDED: 0, RunStatus.SKIPPED: 0, RunStatus.INTERRUPTED: 130}

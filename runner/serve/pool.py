@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from runner.clock import iso
 from runner.config.jobfile import Job
+from runner.config.jobs import Resume
 from runner.delivery.alerts import RunEnd, is_alerted
 from runner.host.procs import pid_alive
 from runner.mcp.keep import Bridges
@@ -89,6 +90,17 @@ class _Waiting:
     fire: Fire = field(compare=False)
     exclusive: bool = field(compare=False)
     queued_at: datetime = field(compare=False)
+
+
+def _resumes(fire: Fire, status: RunStatus, reason: str | None) -> bool:
+    """An agent run that lost its worker under ``resume: auto`` gets a new attempt at once, which
+    resumes from its journal: as many as ``retries.attempts``, at least one. A script-only run has
+    no journal (its new attempt would run the script again from the start): its ``retries:`` apply."""
+    lost = status == RunStatus.UNKNOWN or (
+        status == RunStatus.FAILED and reason in (ledger.Reason.WORKER_DIED, ledger.Reason.WORKER_LOST)
+    )
+    spec = fire.job.spec
+    return lost and spec.agent and spec.resume == Resume.AUTO and fire.attempt <= max(1, spec.retries.attempts)
 
 
 class Pool:
@@ -388,7 +400,10 @@ class Pool:
         if fire.trigger not in RETRIED:
             return
         retries = fire.job.spec.retries
-        if status in RETRY_STATUSES and fire.attempt <= retries.attempts and not self._closing:
+        if _resumes(fire, status, reason) and not self._closing:
+            self.log.info("%s run %s lost its worker: resuming it from its journal", fire.job.name, fire.run_id)
+            self._retry(fire, 0.0)
+        elif status in RETRY_STATUSES and fire.attempt <= retries.attempts and not self._closing:
             self._retry(fire, retries.backoff * 2 ** (fire.attempt - 1))
         elif fire.trigger in SCHEDULED and status in (*FAILED, RunStatus.SUCCEEDED, RunStatus.SKIPPED):
             self._streak(fire, RunEnd(fire.job.name, fire.run_id, status, reason))

@@ -62,6 +62,11 @@ class ToolContext:
     memory: Binding | None = None  # the run's notebook (the memory tool); None: ``memory: off`` or no run
     cut: Cut | None = None  # the run's cut: an MCP call waited for is given up once it is set
     checkpoints: Checkpoints | None = None  # snapshots of the workdir before a turn changes it; None: off
+    step_key: str = ""  # the idempotency key of the call being run (``RUNNER_STEP_KEY``: run:turn.call)
+
+    def step_env(self) -> dict[str, str] | None:
+        """The variables a command of this call gets besides the run's: ``RUNNER_STEP_KEY``."""
+        return {"RUNNER_STEP_KEY": self.step_key} if self.step_key else None
 
     @property
     def workdir(self) -> str:

@@ -21,7 +21,7 @@ def terminal(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     decision = ctx.approve(command)
     if not decision.allowed:
         return ToolResult(decision.message, failed=True)
-    result = ctx.backend.run(command, timeout=ctx.time_left(min(float(timeout), MAX_TIMEOUT)))
+    result = ctx.backend.run(command, timeout=ctx.time_left(min(float(timeout), MAX_TIMEOUT)), env=ctx.step_env())
     head = f"exit code {result.exit_code}"
     if result.timed_out:
         head += f" (timed out after {result.duration_s:.0f}s; the command was killed)"

@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
 from collections import Counter
 
 from runner.host.procs import pid_alive
+from runner.testing import call, final, hang
 from runner.testing.fakeopenai import Reply
 from tests.dist.conftest import Cluster, Redis, wait_ready_all
+from tests.receivers import Receiver
 from tests.servehelp import marker, sleeping, wait_for
 
 EVERY = """
@@ -273,3 +276,47 @@ def _epoch(text: str) -> float:
     from datetime import datetime
 
     return datetime.fromisoformat(text).timestamp()
+
+
+def test_celery_worker_killed_after_turn_3_resumes_from_the_journal(cluster: Cluster, receiver: Receiver) -> None:
+    """Durable runs (issue 33) under the Celery executor: the machine whose ``runner worker`` runs a
+    6-turn run is killed (SIGKILL of its whole process tree) while turn 4 waits for the model.
+    Serve declares the run lost (``unknown/worker_lost``) and makes a new attempt at once, which a
+    spare worker (another machine: the store is all they share) resumes from the journal: turns
+    1-3 are not asked again, their commands do not run again, the output is delivered once."""
+    work = cluster.tmp / "work"  # one folder both machines see (as a shared volume would be)
+    work.mkdir()
+    marker = work / "marker.txt"
+    cluster.write_jobs(
+        "jobs:\n  durable:\n    schedule: in 1s\n    prompt: go\n    toolsets: [terminal]\n"
+        f"    workdir: {work}\n    deliver: ['webhook:{receiver.url}']\n"
+    )
+    for n in (1, 2, 3):
+        cluster.fake.add(call("terminal", {"command": f"echo turn-{n} >> {marker}"}))
+    cluster.fake.add(hang(60))  # turn 4's first request: the machine is gone while it waits
+    for n in (4, 5):
+        cluster.fake.add(call("terminal", {"command": f"echo turn-{n} >> {marker}"}))
+    cluster.fake.add(final("all six turns done"))
+    doomed = cluster.worker("doomed", concurrency=1)
+    wait_ready_all(cluster, [doomed])
+    cluster.serve()
+    wait_for(lambda: len(cluster.fake.requests) >= 4, timeout=60, what="turn 4's request")
+    doomed.kill_tree()
+    spare = cluster.worker("spare", concurrency=1)
+    runs = wait_for(
+        lambda: (r := cluster.rows()) and len(r) == 2 and r[1]["status"] == "succeeded" and r,
+        timeout=60,
+        what="the resumed attempt to succeed",
+    )
+    assert [(r["attempt"], r["status"], r["reason"]) for r in runs] == [(1, "unknown", "worker_lost"), (2, "succeeded", None)]
+    assert runs[1]["parent_run"] == runs[0]["id"] and runs[1]["worker"].startswith("spare@test")
+    assert marker.read_text().splitlines() == [f"turn-{n}" for n in range(1, 6)]  # each command ran once
+    # turns 1-3 asked once; turn 4's first request was never answered and was asked again; 5, 6 once
+    assert [len(r["body"]["messages"]) for r in cluster.fake.requests] == [2, 4, 6, 8, 8, 10, 12]
+    wait_for(lambda: receiver.requests, timeout=10, what="the delivery")
+    time.sleep(0.5)
+    assert len(receiver.requests) == 1
+    assert receiver.requests[0].headers["idempotency-key"] == f"{runs[0]['id']}:deliver:1"
+    [resumed] = cluster.rows("SELECT payload FROM run_events WHERE kind = 'resumed'")
+    assert json.loads(resumed["payload"])["turn"] == 3
+    assert spare.proc is not None and spare.proc.poll() is None

@@ -44,7 +44,7 @@ def test_failed_run_sends_a_redacted_alert_with_the_hint(project, fake, receiver
     assert alert["reason"] == row["reason"] and "does not exist" in alert["error"]
     assert alert["hint"] == f"runner runs show {row['id']}"
     assert KEY not in req.body.decode() and "[REDACTED]" in alert["error"]
-    assert req.headers["idempotency-key"] == f"{row['id']}:failed"
+    assert req.headers["idempotency-key"] == f"{row['id']}:alert:failed:failed/{row['reason']}"
 
 
 def test_throttle_then_recovery_from_config_alerts(project, fake, receiver: Receiver):

@@ -1,0 +1,73 @@
+"""Durable runs: what the journal costs a step, on SQLite.
+
+A step is a model turn with one tool call: the ``response`` event and the turn's journal entry in
+one transaction, the ``tool_call`` event with the call's ``started`` entry, the ``tool_result``
+event with its ``done`` entry (three writes, as a run without a journal makes three event writes).
+Measured against the same three events written without the journal, on a real runner.db.
+Target: journal overhead <= 2 ms per step (median).
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.bench._common import pct, row  # noqa: E402
+
+STEPS = 300
+
+
+def main() -> None:
+    from runner.agent.types import Message, ToolCall, Usage
+    from runner.events import Event, Response, ToolResult
+    from runner.events import ToolCall as CallEvent
+    from runner.run.journal import Journal
+    from runner.safety.redact import Redactor
+    from runner.statuses import Trigger
+    from runner.store import Store, ledger
+    from runner.store.runs import Recorder
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store.open(Path(tmp) / "runner.db")
+        run_id = ledger.open_run(store, job="bench", trigger=Trigger.MANUAL)
+        emit = Recorder(store, run_id, Redactor())
+        journal = Journal(store, run_id, run_id, redact=Redactor().redact_obj)  # as a run writes it
+        reply = Message("thinking " * 40, (ToolCall("call_1", "terminal", '{"command": "ls -la"}'),), "tool_calls", Usage(900, 60))
+        call = reply.tool_calls[0]
+        result = "file\n" * 200
+
+        def events(turn: int) -> tuple:
+            return (
+                lambda: emit(Event.RESPONSE, Response(iteration=turn, content=reply.content, tool_calls=[], finish_reason="tool_calls", prompt_tokens=900, completion_tokens=60, cost_usd=0.001, seconds=0.5)),
+                lambda: emit(Event.TOOL_CALL, CallEvent(call.id, call.name, {"command": "ls -la"})),
+                lambda: emit(Event.TOOL_RESULT, ToolResult(call.id, call.name, result, len(result), False, 0.01)),
+            )
+
+        plain, journaled = [], []
+        for turn in range(1, STEPS + 1):
+            response, announce, report = events(turn)
+            start = time.perf_counter()
+            response()
+            announce()
+            report()
+            plain.append((time.perf_counter() - start) * 1000)
+            start = time.perf_counter()
+            journal.answered(turn, 2 * turn, reply, response)
+            journal.started(turn, call, announce)
+            journal.finished(turn, call, result, False, report)
+            journaled.append((time.perf_counter() - start) * 1000)
+        store.close()
+    overhead = [j - p for j, p in zip(sorted(journaled), sorted(plain), strict=True)]
+    row("step with journal, p50 (ms)", f"{pct(journaled, 50):.2f}", "-")
+    row("step with journal, p95 (ms)", f"{pct(journaled, 95):.2f}", "-")
+    row("step without journal (3 events), p50 (ms)", f"{pct(plain, 50):.2f}", "-")
+    row("journal overhead per step, p50 (ms)", f"{pct(overhead, 50):.2f}", "<= 2 ms")
+    row("journal overhead per step, p95 (ms)", f"{pct(overhead, 95):.2f}", "-")
+
+
+if __name__ == "__main__":
+    main()
