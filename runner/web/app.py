@@ -41,7 +41,14 @@ from runner.web.auth import (
 from runner.web.source import Source
 
 HERE = Path(__file__).parent
-OPEN_PATHS = ("/static/", "/login")
+OPEN_PATHS = frozenset({"/login"})  # pages anyone may open, by exact path
+OPEN_PREFIXES = ("/static/",)  # and folders
+
+
+def is_open(path: str) -> bool:
+    """May ``path`` be read without a token? ``/login`` exactly (not ``/loginX``), or a static file
+    (no ``..`` segment: the router does not resolve one, and the check must not rely on that)."""
+    return path in OPEN_PATHS or (path.startswith(OPEN_PREFIXES) and ".." not in path.split("/"))
 
 
 class Web:
@@ -105,7 +112,7 @@ class AuthMiddleware(BaseHTTPMiddleware):
             response = PlainTextResponse("without a token this dashboard answers loopback host names only", 403)
         elif (cross := _cross_site(request, w.tokens)) is not None:
             response = PlainTextResponse(cross, 403)
-        elif role is None and not request.url.path.startswith(OPEN_PATHS):
+        elif role is None and not is_open(request.url.path):
             response = _refuse(request)
         else:
             response = await call_next(request)

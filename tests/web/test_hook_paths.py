@@ -21,6 +21,7 @@ pytest.importorskip("starlette", reason="runner web needs the web extra: pip ins
 from runner.config.jobfile import JOB_NAME  # noqa: E402
 from runner.safety.signature import hub_signature  # noqa: E402
 from runner.testing import FakeOpenAI  # noqa: E402
+from runner.web.app import is_open  # noqa: E402
 from runner.web.auth import HOOK_PATH, is_hook_request  # noqa: E402
 from tests.web.webhelp import JOBS, Site, WebServer, free_port, make_site, start_web  # noqa: E402
 
@@ -200,3 +201,12 @@ def test_a_bearer_post_to_a_sneaky_path_reaches_no_action(servers: Servers) -> N
         res = raw(servers.guarded.port, "POST", target, bearer, BODY)
         assert res.status == 404, (target, res.status, res.text[:200])
     assert "paused" not in deploy_state(servers)
+
+
+@pytest.mark.parametrize("target", ["/loginX", "/login/../runs", "/login/", "/login%2F..%2Fruns", "/static/../runs"])
+def test_only_the_login_page_itself_is_open(servers: Servers, target: str) -> None:
+    """``/login`` is open by exact path (it used to be a prefix: ``/loginX`` skipped the role check)."""
+    assert is_open("/login") and is_open("/static/style.css")
+    res = raw(servers.guarded.port, "GET", target, {})
+    assert res.status == 401 and TOKEN_REQUIRED in res.text, (target, res.status, res.text[:200])
+    assert raw(servers.guarded.port, "GET", "/login", {}).status == 200
