@@ -57,10 +57,14 @@ def is_tty() -> bool:
 
 
 def parse_vars(pairs: Sequence[str]) -> dict[str, str]:
+    """``--var KEY=VALUE`` options (run-job, jobs trigger) as a dict; ``UsageError`` (exit 2, one
+    line) for one without ``=`` or a key."""
+    from runner.errors import UsageError
+
     out: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise click.UsageError(f"--var {pair!r}: expected KEY=VALUE")
+            raise UsageError(f"--var {pair[:60]!r}: expected KEY=VALUE")
         out[key.strip()] = value
     return out

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from runner.cli._util import echo_json, settings, table
+from runner.cli._util import echo_json, parse_vars, settings, table
 
 if TYPE_CHECKING:
     from runner.store.queries import LastRun
@@ -282,16 +282,22 @@ def jobs_resume(name: str) -> None:
 
 @jobs_group.command("trigger")
 @click.argument("name")
+@click.option(
+    "--var", "var_pairs", multiple=True, metavar="KEY=VALUE", help="override a template variable (as run-job's)"
+)
 @click.option("--json", "as_json", is_flag=True)
-def jobs_trigger(name: str, as_json: bool) -> None:
+def jobs_trigger(name: str, var_pairs: tuple[str, ...], as_json: bool) -> None:
     """Ask the running serve to run job NAME now (trigger manual), through its pool and the job's
-    overlap, max_parallel and retries. Written to the store: a serve that is down runs it when it starts."""
+    overlap, max_parallel and retries. Written to the store: a serve that is down runs it when it starts.
+    --var KEY=VALUE (repeatable) overrides the job's template variable vars.KEY for this run, as
+    run-job's does (at most 20, each value up to 4,000 characters)."""
     from runner.serve.daemon import serve_pid
-    from runner.store.control import request_trigger, whoami
+    from runner.store.control import request_trigger, trigger_vars, whoami
 
+    given = trigger_vars(parse_vars(var_pairs))  # bad --var exits 2 before anything is written
     s = settings()
     s.jobs.get(name)  # an unknown job exits 2 here
-    request_id = request_trigger(s.store, name, by=whoami())
+    request_id = request_trigger(s.store, name, by=whoami(), vars=dict(given))
     pid = serve_pid(s.home)
     if as_json:
         echo_json({"request": request_id, "job": name, "serve_pid": pid})

@@ -281,6 +281,7 @@ def runs_resume(run_id: str, as_json: bool) -> None:
     from runner.safety.inside import refuse_inside_run
     from runner.statuses import Trigger
     from runner.store import ledger
+    from runner.store.control import trigger_vars_of
     from runner.store.journal import attempts, resumable
 
     refuse_inside_run("resume a run")
@@ -304,6 +305,7 @@ def runs_resume(run_id: str, as_json: bool) -> None:
     req = RunRequest(
         job=job,
         trigger=trigger,
+        vars_override=dict(trigger_vars_of(s.store, row.parent_run or row.id)),  # a trigger's --var
         stdout=sys.stderr if as_json else sys.stdout,
         stop=stop,
         interactive=has_tty(),

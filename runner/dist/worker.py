@@ -41,6 +41,7 @@ from runner.serve.launcher import ForkLauncher, Handle, WorkerSpec
 from runner.settings import Settings
 from runner.statuses import RunStatus, Trigger
 from runner.store import StoreUnavailable, ledger, transient
+from runner.store.control import Vars, trigger_vars_of
 
 log = logging.getLogger("runner.worker")
 WAIT_S = 0.05  # how often a task looks at its run's process
@@ -73,6 +74,7 @@ class Claimed:
     slot: datetime | None
     task_id: str | None
     created_at: datetime | None
+    vars: Vars = ()  # the template variables of the trigger that opened it (``jobs trigger --var``)
 
 
 def worker_name(hostname: str) -> str:
@@ -138,7 +140,8 @@ class WorkerRuntime:
         row = ledger.claim_for_worker(self.store, run_id, self.name)
         if row is None:
             return None
-        return Claimed(run_id, row.job, row.trigger, parse_iso(row.slot), row.task_id, parse_iso(row.created_at))
+        vars = trigger_vars_of(self.store, row.parent_run or run_id)
+        return Claimed(run_id, row.job, row.trigger, parse_iso(row.slot), row.task_id, parse_iso(row.created_at), vars)
 
     def retrying(self, attempt: Callable[[], T], what: str) -> T:
         """``attempt()``, tried again after a store error worth trying again (``transient``), with
@@ -191,6 +194,7 @@ class WorkerRuntime:
             trigger=claimed.trigger,
             slot=claimed.slot,
             task_id=claimed.task_id,
+            vars=claimed.vars,
             control_inputs=tuple(str(p) for p in inputs_of(loaded.jobs.jobs)),
             waited_s=round(max(0.0, waited), 3) if waited is not None else None,
         )

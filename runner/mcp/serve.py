@@ -105,17 +105,13 @@ class Tools:
         return list(self._clean(rows))
 
     def trigger_job(self, name: str, vars: dict[str, str] | None = None) -> dict[str, Any]:
-        from runner.store.control import request_trigger, trigger_outcome
+        from runner.store.control import request_trigger, trigger_outcome, trigger_vars
 
-        if vars:
-            raise ToolRefused(
-                "vars are not supported: a triggered run uses the job's own vars from jobs.yaml "
-                "(as runner jobs trigger does)"
-            )
+        given = trigger_vars(vars or {})  # checked before the job: a bad var is a one-line tool error
         s = self.settings
         if name not in s.jobs.jobs:
             raise ToolRefused(f"no job {name!r} in {s.jobs_path} (see list_jobs)")
-        request_id = request_trigger(s.store, name, by=self.by)
+        request_id = request_trigger(s.store, name, by=self.by, vars=dict(given))
         pid = self.serve.pid()
         run_id: str | None = None
         if pid is not None:  # a running serve takes the request within a second: wait for its run id
@@ -262,8 +258,10 @@ def build(tools: Tools, grants: Grants) -> Any:
         @server.tool()
         def trigger_job(name: str, vars: dict[str, str] | None = None) -> str:
             """Ask runner serve to run job NAME now (trigger manual, through its pool and the job's
-            overlap), as `runner jobs trigger` does. Returns the run id once serve opened the run
-            (within a few seconds when serve runs), else the request id. vars are not supported."""
+            overlap), as `runner jobs trigger` does. vars: template variables for this run (strings;
+            as `--var KEY=VALUE`: they override the job's vars; at most 20, each up to 4,000
+            characters). Returns the run id once serve opened the run (within a few seconds when
+            serve runs), else the request id."""
             return guarded(tools.trigger_job, name, vars)
 
     if grants.approvals:

@@ -8,6 +8,7 @@ from datetime import datetime
 
 from runner.config.jobfile import Job
 from runner.statuses import Trigger
+from runner.store.control import Vars
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,7 @@ class Fire:
     task_id: str | None = None
     batch: str | None = None  # catch-up slots of one job: run one after another, never skipped
     not_before: datetime | None = None
+    vars: Vars = ()  # a trigger's template variables (``jobs trigger --var``): the run's vars_override
 
 
 @dataclass(frozen=True)

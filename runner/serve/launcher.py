@@ -43,6 +43,7 @@ from runner.run.request import Handoff, RunRequest
 from runner.settings import Settings
 from runner.statuses import RunStatus, Trigger
 from runner.store import ledger
+from runner.store.control import Vars
 
 PRELOAD = ("runner.serve.prefork",)
 WORKER = "runner.serve.launcher:worker_main"
@@ -122,6 +123,7 @@ class WorkerSpec:
     trigger: Trigger
     slot: datetime | None = None
     task_id: str | None = None
+    vars: Vars = ()  # a trigger's template variables (``runner jobs trigger --var``)
     control_inputs: tuple[str, ...] = ()  # the files jobs.yaml refers to (the run protects them)
     waited_s: float | None = None  # how long it waited for a slot (None: not recorded)
 
@@ -325,6 +327,7 @@ def run_spec(spec: WorkerSpec, stop: threading.Event, handed: datetime, kept: Ke
         trigger=Trigger(spec.trigger),
         run_id=spec.run_id,
         slot=spec.slot,
+        vars_override=dict(spec.vars),
         stop=stop,
         control_inputs=spec.control_inputs,
         handoff=Handoff(handed, spec.waited_s),

@@ -41,6 +41,7 @@ from runner.serve.state import record_slot_result, set_paused
 from runner.settings import Settings
 from runner.statuses import RunStatus, Trigger
 from runner.store import Store, StoreError, StoreFault, ledger
+from runner.store.control import trigger_vars_of
 
 if TYPE_CHECKING:
     from backends.sandbox import Plan
@@ -258,6 +259,7 @@ class Pool:
             trigger=fire.trigger,
             slot=fire.slot,
             task_id=fire.task_id,
+            vars=fire.vars,
             control_inputs=self.control_inputs,
             waited_s=round(waited, 3),  # the worker writes it with its start: nothing written here
         )
@@ -433,7 +435,7 @@ class Pool:
             )
             return
         self.log.info("retrying %s (attempt %d, run %s) at %s", fire.job.name, fire.attempt + 1, run_id, iso(due))
-        retry = Fire(run_id, fire.job, fire.slot, Trigger.RETRY, fire.attempt + 1, root, fire.task_id, None, due)
+        retry = Fire(run_id, fire.job, fire.slot, Trigger.RETRY, fire.attempt + 1, root, fire.task_id, None, due, fire.vars)
         self.submit(retry)
 
     def _streak(self, fire: Fire, end: RunEnd) -> None:
@@ -496,7 +498,10 @@ class Pool:
                 continue
             slot = datetime.fromisoformat(row.slot) if row.slot else None
             due = datetime.fromisoformat(row.not_before) if row.not_before else None
-            fire = Fire(row.id, job, slot, row.trigger, int(row.attempt or 1), row.parent_run, row.task_id, "adopted", due)
+            vars = trigger_vars_of(self.store, row.parent_run or row.id)  # a trigger's --var, also on its retries
+            fire = Fire(
+                row.id, job, slot, row.trigger, int(row.attempt or 1), row.parent_run, row.task_id, "adopted", due, vars
+            )
             self.submit(fire)
         return len(rows)
 

@@ -9,7 +9,8 @@ rows, the new last slots) in one transaction and then submits the queued runs; a
 word: a slot that already has a row (another process got there first) is not run again.
 
 It also takes the control requests meant for serve (``runner.store.control``): ``runner jobs trigger``
-rows become ``queued`` runs (trigger ``manual``) submitted to the pool under the job's overlap
+rows become ``queued`` runs (trigger ``manual``; the request's ``--var`` template variables go with
+the ``Fire`` to the run's ``vars_override``) submitted to the pool under the job's overlap
 policy (a webhook's request names the ``queued`` row the web process wrote: ``runner.store.hooks``),
 and a cancel of a run still waiting in the pool ends it there. It looks whenever another
 process committed to runner.db (``PRAGMA data_version``, read every tick: no query while nothing
@@ -214,7 +215,7 @@ class ScheduleTicker:
             )
             mark_handled(self.store, request.id, run_id)
         self.log.info("triggered %s by %s (request %s, run %s)", job.name, request.requested_by, request.id, run_id)
-        self.pool.submit(Fire(run_id, job, None, Trigger.MANUAL), job.spec.overlap)
+        self.pool.submit(Fire(run_id, job, None, Trigger.MANUAL, vars=request.vars), job.spec.overlap)
 
     def _queued_trigger(self, request: TriggerRequest, job: Job | None) -> None:
         """A request whose ``queued`` row is written (a webhook's): handled, and the row to the pool

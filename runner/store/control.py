@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import getpass
 import json
+import re
 import secrets
 import socket
 import time
-from collections.abc import Sequence, Set
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
@@ -39,6 +40,11 @@ def new_id(prefix: str) -> str:
     return f"{prefix}{secrets.token_hex(4)}"
 
 
+#: template variables a trigger carries, as (key, value) pairs sorted by key: a frozen dataclass
+#: (``Fire``) holds them and the pickled ``WorkerSpec`` takes them to the worker
+Vars = tuple[tuple[str, str], ...]
+
+
 @dataclass(frozen=True)
 class TriggerRequest:
     """A ``runner jobs trigger`` (or a webhook's run, ``run_id`` set: its ``queued`` row is
@@ -49,16 +55,34 @@ class TriggerRequest:
     requested_by: str
     requested_at: str
     run_id: str | None = None
+    vars: Vars = ()  # the template variables it overrides (``--var``), as ``run-job --var`` does
+
+
+def _vars(text: str | None) -> Vars:
+    return tuple(sorted((str(k), str(v)) for k, v in json.loads(text or "{}").items()))
 
 
 def open_triggers(store: Store) -> list[TriggerRequest]:
     """Trigger requests not handled yet, oldest first."""
     rows = store.query(
-        "SELECT id, job, requested_by, requested_at, run_id FROM control_requests "
+        "SELECT id, job, requested_by, requested_at, run_id, vars FROM control_requests "
         "WHERE kind=? AND handled_at IS NULL ORDER BY requested_at, id",
         (ControlKind.TRIGGER,),
     )
-    return [TriggerRequest(r["id"], r["job"], r["requested_by"], r["requested_at"], r["run_id"]) for r in rows]
+    return [
+        TriggerRequest(r["id"], r["job"], r["requested_by"], r["requested_at"], r["run_id"], _vars(r["vars"]))
+        for r in rows
+    ]
+
+
+def trigger_vars_of(store: Store, run_id: str) -> Vars:
+    """The template variables of the trigger request that opened run ``run_id`` (the first
+    attempt's id: a retry runs with its first attempt's), () when none did or it had none: a
+    queued row adopted by a new serve, or taken by a ``runner worker``, runs with them too."""
+    row = store.one(  # kind spelled out: the partial index of m0029 is used
+        "SELECT vars FROM control_requests WHERE outcome=? AND kind='trigger' AND vars IS NOT NULL", (run_id,)
+    )
+    return _vars(row["vars"]) if row else ()
 
 
 def mark_handled(store: Store, request_id: str, outcome: str, *, now: datetime | None = None) -> bool:
@@ -333,16 +357,46 @@ def whoami() -> str:
 
 
 # -- triggers ------------------------------------------------------------------------------------
-def request_trigger(store: Store, job: str, *, by: str, now: datetime | None = None) -> str:
+#: the most template variables one trigger carries, and the longest value (characters)
+TRIGGER_VARS_MAX = 20
+TRIGGER_VAR_CHARS = 4000
+VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")  # a template variable name: vars.NAME
+
+
+def trigger_vars(given: Mapping[str, Any]) -> Vars:
+    """The template variables a trigger carries, checked: ``UsageError`` (exit 2, one line) for
+    more than ``TRIGGER_VARS_MAX``, a key that is not a template variable name (``VAR_NAME``), a
+    value that is not a string, longer than ``TRIGGER_VAR_CHARS`` or holding a NUL character."""
+    if len(given) > TRIGGER_VARS_MAX:
+        raise UsageError(f"{len(given)} vars given; the limit is {TRIGGER_VARS_MAX}")
+    for key, value in given.items():
+        shown = repr(key)[:70]
+        if not isinstance(key, str) or not VAR_NAME.match(key):
+            raise UsageError(f"var {shown}: not a template variable name (letters, digits, _; not a digit first)")
+        if not isinstance(value, str):
+            raise UsageError(f"var {shown}: the value must be a string, not {type(value).__name__}")
+        if len(value) > TRIGGER_VAR_CHARS:
+            raise UsageError(f"var {shown}: the value is {len(value):,} characters; the limit is {TRIGGER_VAR_CHARS:,}")
+        if "\x00" in value:
+            raise UsageError(f"var {shown}: the value holds a NUL character")
+    return tuple(sorted(given.items()))
+
+
+def request_trigger(
+    store: Store, job: str, *, by: str, vars: Mapping[str, Any] | None = None, now: datetime | None = None
+) -> str:
     """Ask serve to run ``job`` now (trigger ``manual``, through its pool and policies); return the
-    request id. The caller checks that the job exists (serve records an unknown one as handled
-    with an error)."""
+    request id. ``vars`` override the job's template variables as ``run-job --var`` does (checked:
+    ``trigger_vars``; stored with the request, JSON). The caller checks that the job exists (serve
+    records an unknown one as handled with an error)."""
     refuse_inside_run("trigger a job")
+    pairs = trigger_vars(vars or {})
+    stored = json.dumps(dict(pairs), ensure_ascii=False) if pairs else None
     request_id = new_id("t")
     with store.transaction() as conn:
         conn.execute(
-            "INSERT INTO control_requests (id, kind, job, requested_by, requested_at) VALUES (?, ?, ?, ?, ?)",
-            (request_id, ControlKind.TRIGGER, job, by, iso(now or utcnow())),
+            "INSERT INTO control_requests (id, kind, job, requested_by, requested_at, vars) VALUES (?, ?, ?, ?, ?, ?)",
+            (request_id, ControlKind.TRIGGER, job, by, iso(now or utcnow()), stored),
         )
     return request_id
 

@@ -74,6 +74,46 @@ def test_trigger_of_an_unknown_job_exits_2(project: Project) -> None:
     assert rows(project.home, "SELECT * FROM control_requests") == []
 
 
+def test_trigger_with_vars_renders_them_into_the_prompt(project: Project, fake: Any, serve: Any) -> None:
+    write_config(project)
+    fake.add(final("done"), final("done again"))
+    project.write_jobs(
+        "jobs:\n  t:\n    prompt: 'look at {{ vars.repo }} on {{ vars.branch }}'\n"
+        "    vars: {repo: default-repo, branch: main}\n"
+    )
+    daemon = serve().started()
+    res = project.run("jobs", "trigger", "t", "--var", "repo=acme/widgets", "--var", "branch=a=b c")
+    assert res.returncode == 0 and "runs it now" in res.stdout, res.stderr
+    [run] = ended(project, "t")
+    assert run["status"] == "succeeded", run
+    user = [m["content"] for m in fake.requests[0]["body"]["messages"] if m["role"] == "user"]
+    assert "look at acme/widgets on a=b c" in "\n".join(str(u) for u in user)
+    [request] = rows(project.home, "SELECT * FROM control_requests")
+    assert json.loads(request["vars"]) == {"repo": "acme/widgets", "branch": "a=b c"}
+    assert project.run("jobs", "trigger", "t").returncode == 0  # no --var: the job's own vars
+    ended(project, "t", 2)
+    user = [m["content"] for m in fake.requests[1]["body"]["messages"] if m["role"] == "user"]
+    assert "look at default-repo on main" in "\n".join(str(u) for u in user)
+    assert daemon.stop() == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--var", "novalue"], "expected KEY=VALUE"),
+        (["--var", "=x"], "expected KEY=VALUE"),
+        (["--var", "bad-name=x"], "not a template variable name"),
+        (["--var", "1st=x"], "not a template variable name"),
+        (["--var", "big=" + "x" * 4001], "the limit is 4,000"),
+        ([a for i in range(21) for a in ("--var", f"k{i}=v")], "the limit is 20"),
+    ],
+)
+def test_trigger_with_a_bad_var_exits_2_writing_nothing(project: Project, args: list[str], said: str) -> None:
+    project.write_jobs("jobs:\n  t:\n    prompt: go\n")
+    assert said in one_line_exit_2(project.run("jobs", "trigger", "t", *args))
+    assert rows(project.home, "SELECT * FROM control_requests") == []
+
+
 def test_triggers_go_through_the_overlap_policy(project: Project, serve: Any) -> None:
     write_config(project)
     gate = project.root / "release"  # the first run lasts until the second trigger was answered

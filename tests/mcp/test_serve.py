@@ -118,8 +118,10 @@ def test_stdio_every_tool_against_real_runs(project: Project, fake: Any) -> None
             assert started["job"] == "b" and started["id"] and started["request"].startswith("t")
             assert "serve" in started["status"] and started["serve_pid"] == serve.pid
             assert (await tool(session, "trigger_job", name="nope"))[0] == "error"
-            refused = await tool(session, "trigger_job", name="b", vars={"x": "1"})
-            assert refused[0] == "error" and "vars are not supported" in refused[1]
+            refused = await tool(session, "trigger_job", name="b", vars={"bad-name": "1"})
+            assert refused[0] == "error" and "not a template variable name" in refused[1]
+            refused = await tool(session, "trigger_job", name="b", vars={"x": "y" * 4001})
+            assert refused[0] == "error" and "the limit is 4,000" in refused[1]
             run_id = started["id"]
 
             async def done() -> bool:
@@ -138,6 +140,30 @@ def test_stdio_every_tool_against_real_runs(project: Project, fake: Any) -> None
         serve.stop()
     [request] = rows(project.home, "SELECT * FROM control_requests WHERE kind='trigger'")
     assert request["requested_by"].startswith("mcp:")
+
+
+def test_trigger_job_with_vars_renders_them_into_the_run_prompt(project: Project, fake: Any) -> None:
+    project.write_jobs("jobs:\n  v:\n    prompt: 'greet {{ vars.who }}'\n    vars: {who: nobody}\n")
+    fake.add(final("greeted"))
+    serve = ServeProc(project).started()
+    try:
+
+        async def check(session: Session) -> None:
+            started = await tool(session, "trigger_job", name="v", vars={"who": "Ada Lovelace"})
+            assert isinstance(started, dict) and started["id"], started
+            for _ in range(300):
+                if (await tool(session, "run_status", run_id=started["id"]))["status"] == "succeeded":
+                    break
+                await asyncio.sleep(0.1)
+            assert (await tool(session, "run_output", run_id=started["id"]))["output"] == "greeted"
+
+        over_stdio(project, check)
+    finally:
+        serve.stop()
+    user = [str(m["content"]) for m in fake.requests[0]["body"]["messages"] if m["role"] == "user"]
+    assert "greet Ada Lovelace" in "\n".join(user)
+    [request] = rows(project.home, "SELECT * FROM control_requests WHERE kind='trigger'")
+    assert json.loads(request["vars"]) == {"who": "Ada Lovelace"}
 
 
 def test_without_serve_a_trigger_waits_in_the_store(project: Project, fake: Any) -> None:

@@ -215,3 +215,45 @@ def test_m0023_keeps_control_requests_and_takes_steer_messages(tmp_path):
             )
     finally:
         store.close()
+
+
+def test_m0029_on_a_store_at_m0028_adds_trigger_vars(tmp_path):
+    """A ledger at m0028 with trigger requests (one handled, one open): they stay, with no vars;
+    a trigger written after carries its vars to serve (``open_triggers``) and to its run's
+    adopter (``trigger_vars_of``, through the new partial index)."""
+    import importlib
+
+    import sqlite_utils
+
+    from runner.store.control import open_triggers, request_trigger, trigger_vars_of
+
+    path = tmp_path / "runner.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("CREATE TABLE _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
+    db = sqlite_utils.Database(conn)
+    for name in [n for n in migration_names() if n <= "m0028"]:
+        importlib.import_module(f"runner.store.migrations.{name}").apply(db)
+        conn.execute("INSERT INTO _migrations VALUES (?, '2026-01-01T00:00:00+00:00')", (name,))
+    conn.execute("INSERT INTO runs (id, job, trigger, status, created_at) VALUES ('r1', 'j', 'manual', 'queued', 'x')")
+    conn.execute(
+        "INSERT INTO control_requests (id, kind, job, requested_by, requested_at, handled_at, outcome) "
+        "VALUES ('t1', 'trigger', 'j', 'a@h', 't1', 't', 'r1'), ('t2', 'trigger', 'j', 'b@h', 't2', NULL, NULL)"
+    )
+    conn.close()
+    store = Store.open(path)
+    try:
+        assert store.query("SELECT id, vars FROM control_requests ORDER BY id") == [
+            {"id": "t1", "vars": None},
+            {"id": "t2", "vars": None},
+        ]
+        assert [(t.id, t.vars) for t in open_triggers(store)] == [("t2", ())]
+        assert trigger_vars_of(store, "r1") == ()
+        names = {r["name"] for r in store.query("SELECT name FROM sqlite_master WHERE tbl_name='control_requests'")}
+        assert "control_requests_trigger_run" in names
+        request_id = request_trigger(store, "j", by="c@h", vars={"repo": "acme", "branch": "main"})
+        [fresh] = [t for t in open_triggers(store) if t.id == request_id]
+        assert fresh.vars == (("branch", "main"), ("repo", "acme"))
+        store.execute("UPDATE control_requests SET handled_at='t', outcome='r2' WHERE id=?", (request_id,))
+        assert trigger_vars_of(store, "r2") == (("branch", "main"), ("repo", "acme"))
+    finally:
+        store.close()
