@@ -8,7 +8,7 @@ from __future__ import annotations
 from runner.testing import final
 from tests.run.test_run_job import runs
 
-KNOWN = "context, env, job, last_output, now, pre_run, run, today, vars, yesterday"
+KNOWN = "context, env, job, last_output, now, pre_run, run, today, trigger, upstream, vars, yesterday"
 
 
 def one_line(text: str) -> str:
