@@ -68,7 +68,7 @@ class AgentOutput:
         finally:
             toolbox.close()
             if checkpoints is not None:
-                checkpoints.close()
+                checkpoints.close(stopped=run.req.stop.is_set() or run.cut.is_set())
         replayed = run.journal.spent  # what journaled turns had cost: spent by the attempt before
         ledger.set_fields(
             run.settings.store,

@@ -7,7 +7,8 @@ git plumbing is ``runner.run.shadow``'s. Each checkpoint is a ``checkpoint`` eve
 failure to take one is a ``checkpoint_failed`` event and the run goes on (three in a row, or one
 that cannot get better such as git missing or the size cap, and the run takes no more). When
 the run ends after at least one checkpoint, a last one (``end``) holds the files as the run left
-them, so the changes of every turn can be shown.
+them, so the changes of every turn can be shown (not when the run was cancelled or signalled: it
+must end at once).
 """
 
 from __future__ import annotations
@@ -48,9 +49,11 @@ class Checkpointer:
     def before_mutation(self, step: int, tool: str) -> None:
         self._take(f"before turn {step} ({tool})", step=step, tool=tool)
 
-    def close(self) -> None:
-        """The run ends: a last checkpoint (when it took any), and its index goes."""
-        if self._taken and not self._off:
+    def close(self, *, stopped: bool = False) -> None:
+        """The run ends: a last checkpoint (when it took any, and the run was not ``stopped``: a
+        cancelled or signalled run ends within ``kill_grace``, and a snapshot of a large workdir
+        could outlast it; a rollback saves the files as they are first anyway), and its index goes."""
+        if self._taken and not self._off and not stopped:
             self._take("end of the run", label="end")
         self._snap.discard()
 
