@@ -46,6 +46,8 @@ def parse_when(text: str, now: datetime, max_delay: float) -> datetime:
         raise ValueError("'when' is empty: give a duration like 2h or 30m, or an ISO time")
     if raw[0].isdigit() and (raw.isdigit() or _DURATION.match(raw.lower())):
         seconds = parse_duration(raw)
+        if seconds > max_delay:  # before the sum: a huge duration is past any date
+            raise ValueError(f"'when' {raw[:60]!r} is more than {format_duration(max_delay)} ahead (followups.max_delay)")
         at = now + timedelta(seconds=seconds)
     else:
         try:

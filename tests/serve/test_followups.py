@@ -97,6 +97,14 @@ def test_parse_when_durations(seconds: int) -> None:
     assert parse_when(f"{seconds}s", now, 86400) == now + timedelta(seconds=seconds)
 
 
+def test_parse_when_huge_duration_is_a_one_line_error() -> None:
+    """Found by the property below: a duration past the last date overflowed (OverflowError)."""
+    with pytest.raises(ValueError, match="more than 7d ahead"):
+        parse_when("300000000000", datetime(2030, 1, 1, tzinfo=UTC), 7 * 86400)
+    with pytest.raises(ValueError, match="more than 7d ahead"):
+        parse_when("99999999999999999999h", datetime(2030, 1, 1, tzinfo=UTC), 7 * 86400)
+
+
 @given(st.text(max_size=30))
 def test_parse_when_never_crashes(text: str) -> None:
     now = datetime(2030, 1, 1, tzinfo=UTC)
