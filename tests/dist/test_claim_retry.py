@@ -35,7 +35,7 @@ def test_claim_across_a_postgresql_restart(pg_cluster: Cluster, pg_server: Any) 
     succeeded = lambda: len([r for r in cluster.rows() if r["status"] == "succeeded"])  # noqa: E731
     wait_for(lambda: succeeded() >= 3, timeout=40)
     first_restart = None
-    for _ in range(3):  # until a restart meets a claim (the heartbeat may meet the cut connection first)
+    for _ in range(6):  # until a restart meets a claim (the heartbeat may meet the cut connection first)
         before = succeeded()
         wait_for(lambda before=before: succeeded() > before, timeout=10, what="a run to end")
         # right after a run ended: the worker's threads sit idle on connections the restart cuts, so
