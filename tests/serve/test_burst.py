@@ -66,6 +66,8 @@ def test_a_burst_is_one_transaction_with_every_slot_once(project, serve):
     done = wait_for(lambda: ended(project, 120), timeout=60, what="every run of the burst to end")
     assert daemon.stop() == 0
     assert sorted(r["job"] for r in done) == [f"j{i:03d}" for i in range(120)]  # none missed, none doubled
+    odd = [(r["job"], r["status"], r["reason"], r["error"]) for r in done if r["status"] != "succeeded"]
+    assert not odd, f"runs of the burst that did not succeed: {odd}"
     assert {(r["slot"], r["status"], r["attempt"]) for r in done} == {
         (t0.isoformat(timespec="milliseconds"), "succeeded", 1)
     }

@@ -99,16 +99,21 @@ def test_the_flipper_defeats_a_check_then_open_reader(box, flipper):
     """Control: the race is real. A reader that checks the real path, then opens by name (what the
     file tools did before) reads the outside file at least once in ROUNDS tries."""
     ctx, work, _ = box
+    before = _flips(flipper)
     escapes = tries = 0
-    while escapes == 0 and tries < 10 * ROUNDS:
-        tries += 1
+    # until an escape; else at least 10 * ROUNDS tries and 2,000 flips meanwhile (on a loaded machine
+    # the flipper may be parked for a while: those tries prove nothing), for up to 60 s
+    for tries in _rounds(lambda: escapes > 0 or _flips(flipper) - before >= 2000, 10 * ROUNDS, seconds=60):
+        if escapes:
+            break
         try:
             path = confine(ctx, "d/f.txt")
             if Path(path).read_text().startswith("SECRET"):
                 escapes += 1
         except (ToolError, OSError):
             continue
-    assert escapes > 0, f"no escape in {tries} check-then-open reads"
+    flips = _flips(flipper) - before
+    assert escapes > 0, f"no escape in {tries} check-then-open reads over {flips} flips"
 
 
 def test_reads_never_leave_the_workdir_while_a_symlink_flips(box, flipper):
