@@ -2,7 +2,7 @@
 
 The bash blocks between ``<!-- first-screen`` and ``<!-- end first-screen -->`` in README.md run
 in order in a fresh folder with a throwaway HOME (so ``~/.runner`` is new): ``git clone`` of this
-checkout (the README's URL replaced by the checkout's path: the clone holds its committed HEAD),
+checkout (the README's URL replaced by a path to it: the clone holds its committed HEAD),
 a new venv, ``pip install`` through this machine's pip configuration (its index or mirror, as
 CI's own install), the offline run, the live run (the model: the fake OpenAI server, named by
 ``~/.runner/config.yaml``, which also picks a free port for the dashboard), then ``runner web``,
@@ -135,7 +135,10 @@ def test_the_first_screen_runs_as_written(tmp_path, fake):
     fake.add(final("Live report: nothing happened, and that is fine."))
 
     assert script[0].count(CLONE_URL) == 1
-    script[0] = script[0].replace(CLONE_URL, shlex.quote(str(REPO)))
+    origin = tmp_path / "origin" / "runner.git"  # the clone's folder is named after the URL's last part
+    origin.parent.mkdir()
+    origin.symlink_to(REPO)
+    script[0] = script[0].replace(CLONE_URL, shlex.quote(str(origin)))
     web = script.pop()
     body = "set -e\n" + "".join(f"printf '\\n=== %s\\n' {shlex.quote(cmd)}\n{cmd}\n" for cmd in script)
     env = _clean_env(home)
@@ -150,8 +153,9 @@ def test_the_first_screen_runs_as_written(tmp_path, fake):
     assert (clone / ".venv" / "bin" / "runner").exists()
     runs = res.stdout.split("=== runner run-job nightly-report --replay", 1)[1]
     offline, live = runs.split("=== OPENAI_API_KEY=", 1)
-    assert "succeeded" in offline, offline
-    assert "Live report: nothing happened" in live and "succeeded" in live, live
+    assert "## Summary" in offline and "replayed cassette" in offline, offline
+    assert "Live report: nothing happened" in live, live
+    assert len(re.findall(r"^run \S+: succeeded$", res.stderr, flags=re.M)) == 2, res.stderr
     assert len(fake.requests) == 1, "the offline run asked the model"  # the live run's one turn
     assert fake.keys_used() == ["sk-..."]
     assert len(list((state / "outputs" / "nightly-report").iterdir())) == 2
