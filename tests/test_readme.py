@@ -178,5 +178,5 @@ def test_the_first_screen_runs_as_written(tmp_path, fake):
             assert b"nightly-report" in page.read()
     finally:
         os.kill(server.pid, signal.SIGTERM)
-        server.wait(timeout=30)
+        server.communicate(timeout=30)
     print(f"first screen: {took:.0f} s from git clone to the live run")

@@ -1,12 +1,18 @@
 """Which config.yaml a command reads, through the real program: ``--config``, else
 ``$RUNNER_CONFIG``, else the config.yaml beside jobs.yaml, else ``RUNNER_HOME/config.yaml``;
-``runner doctor`` names the file and why. Each case is a real ``python -m runner`` subprocess."""
+``runner doctor`` names the file and why; kanban workers and ``runner web`` read the same file.
+Each case is a real ``python -m runner`` subprocess."""
 
 from __future__ import annotations
 
 import re
+import signal
+import socket
+import subprocess
+import sys
 
-from runner.testing import final
+from runner.testing import call, final
+from tests.kanban_util import FAST, dispatcher, status_of, wait_for
 
 JOBS = """\
 jobs:
@@ -118,3 +124,40 @@ def test_the_start_up_secret_scan_reads_the_same_config(tmp_path):
     other.mkdir()
     (other / "config.yaml").write_text("x: env:OTHER_NAME\n")
     assert config_refs(["--jobs", str(other / "jobs.yaml"), "run-job", "x"], env) == {"OTHER_NAME"}
+
+
+def test_kanban_workers_and_the_dashboard_read_the_project_config(project, fake):
+    """The dispatcher's workers ask the project config's provider; `runner web` binds where the
+    project config's ``web.bind`` says."""
+    project.write_jobs("jobs:\n  agent:\n    prompt: Work on your kanban task.\n    toolsets: [kanban]\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    beside = _config(project, project.root / "config.yaml", "project-model")
+    fast = ", ".join(f"{k}: {v}" for k, v in FAST.items())
+    beside.write_text(beside.read_text() + f"kanban: {{{fast}}}\nweb: {{bind: '127.0.0.1:{port}'}}\n")
+    _config(project, project.home / "config.yaml", "home-model")
+
+    res = project.run("kanban", "add", "say hi", "--job", "agent")
+    assert res.returncode == 0, res.stderr
+    task = int(res.stdout.strip())
+    fake.add(call("kanban_complete", {"result": "hi"}), final("done"))
+    with dispatcher(project):
+        wait_for(lambda: status_of(project, task) == "done", timeout=40, what="the task done")
+    assert {r["body"]["model"] for r in fake.requests} == {"project-model"}
+
+    web = subprocess.Popen(
+        [sys.executable, "-m", "runner", "web"],
+        env=project.env(),
+        cwd=project.root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert web.stdout is not None
+        line = web.stdout.readline()
+        assert line.startswith(f"runner web: http://127.0.0.1:{port}/"), line
+    finally:
+        web.send_signal(signal.SIGTERM)
+        web.communicate(timeout=30)
