@@ -1,5 +1,10 @@
 """Where things are: RUNNER_HOME, jobs.yaml and config.yaml, resolved once per command.
 
+config.yaml is the first of: ``--config PATH``, ``$RUNNER_CONFIG`` (both must exist), the
+config.yaml beside jobs.yaml (the project's, as ``runner init`` writes it), and
+``RUNNER_HOME/config.yaml`` (absent: the environment's defaults). ``config_location`` is that
+rule, for ``Settings`` and for the start-up scan of ``runner.host.secrets``.
+
 A ``Settings`` is built complete: config.yaml and the store are read on first use, or given when
 it is made (``loaded_config``: a config.yaml already parsed, as serve's forkserver keeps it;
 ``opened_store``: a store the caller opened and closes). Nothing sets them from outside."""
@@ -8,7 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,12 +42,38 @@ def default_jobs_path() -> Path:
     return Path(env).expanduser() if env else Path("jobs.yaml")
 
 
+class ConfigSource(StrEnum):
+    """Why a config.yaml is the one read: the words ``runner doctor`` shows beside its path."""
+
+    OPTION = "given with --config"
+    ENV = "from RUNNER_CONFIG"
+    PROJECT = "beside jobs.yaml"
+    HOME = "in RUNNER_HOME"
+
+
+def config_location(
+    option: str | None, jobs_path: Path, home: Path, env: Mapping[str, str] = os.environ
+) -> tuple[Path, ConfigSource]:
+    """The config.yaml to read and why: ``--config``, else ``$RUNNER_CONFIG``, else the
+    config.yaml beside ``jobs_path`` if there is one, else ``home/config.yaml`` (may be absent)."""
+    if option:
+        return Path(option).expanduser().absolute(), ConfigSource.OPTION
+    named = env.get("RUNNER_CONFIG", "").strip()
+    if named:
+        return Path(named).expanduser().absolute(), ConfigSource.ENV
+    beside = jobs_path.expanduser().absolute().parent / "config.yaml"
+    if beside.exists():
+        return beside, ConfigSource.PROJECT
+    return home.expanduser().absolute() / "config.yaml", ConfigSource.HOME
+
+
 @dataclass
 class Settings:
     home: Path
     jobs_path: Path
     config_path: Path
-    config_given: bool = False  # --config was passed: a missing file is an error, not "use defaults"
+    config_given: bool = False  # --config or RUNNER_CONFIG: a missing file is an error, not "use defaults"
+    config_source: ConfigSource = ConfigSource.HOME
     loaded_config: Config | None = field(default=None, repr=False)
     opened_store: Store | None = field(default=None, repr=False)
 
@@ -48,13 +81,20 @@ class Settings:
     def from_options(cls, *, jobs: str | None = None, config: str | None = None, home: str | None = None) -> Settings:
         home_path = Path(home).expanduser() if home else default_home()
         jobs_path = Path(jobs).expanduser() if jobs else default_jobs_path()
-        config_path = Path(config).expanduser() if config else home_path / "config.yaml"
+        config_path, source = config_location(config, jobs_path, home_path)
         return cls(
             home=home_path.absolute(),
             jobs_path=jobs_path.absolute(),
-            config_path=config_path.absolute(),
-            config_given=config is not None,
+            config_path=config_path,
+            config_given=source in (ConfigSource.OPTION, ConfigSource.ENV),
+            config_source=source,
         )
+
+    def config_origin(self) -> str:
+        """Where config.yaml is and why, for ``runner doctor``: ``/p/config.yaml (beside jobs.yaml)``."""
+        if self.config_path.exists() or self.config_given:
+            return f"{self.config_path} ({self.config_source})"
+        return f"{self.config_path} (absent: env defaults; none beside {self.jobs_path} either)"
 
     def ensure_home(self) -> Path:
         """Create RUNNER_HOME (0700) and its folders; return it. A home that cannot be made or
@@ -81,7 +121,8 @@ class Settings:
             return self.loaded_config
         from runner.config.machine import load_config
         if self.config_given and not self.config_path.exists():
-            raise UsageError(f"{self.config_path}: config file not found (given with --config)")
+            given = self.config_source if self.config_source is ConfigSource.ENV else ConfigSource.OPTION
+            raise UsageError(f"{self.config_path}: config file not found ({given})")
         return load_config(self.config_path)
 
     @cached_property

@@ -108,3 +108,87 @@ def readme_problems(folder: Path) -> list[str]:
 def test_each_folder_readme_names_its_files():
     problems = [p for top in FOLDERS for folder in walk(REPO / top) for p in readme_problems(folder)]
     assert not problems, "\n".join(problems)
+
+
+FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+DOC_REF = re.compile(r"(?<![\w/.-])(docs/[\w.-]+\.md)(?:#([\w-]+))?")
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: links reduced to their text, lower case, every character
+    but letters, digits, ``_``, ``-`` and spaces dropped, spaces made ``-``."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading.strip()).lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    """The anchors of a Markdown file: its headings' (a repeated one gets ``-1``, ``-2``, ...) and
+    any ``<a id|name="...">``."""
+    text = FENCE.sub("", path.read_text())
+    seen: dict[str, int] = {}
+    out = set(re.findall(r"<a\s+(?:id|name)=\"([^\"]+)\"", text))
+    for heading in re.findall(r"^#{1,6}\s+(.+?)\s*#*\s*$", text, flags=re.M):
+        base = slug(heading)
+        n = seen.get(base, 0)
+        out.add(base if n == 0 else f"{base}-{n}")
+        seen[base] = n + 1
+    return out
+
+
+def markdown_files() -> list[Path]:
+    """README.md, docs/*.md and every folder README under the repository (dot folders skipped)."""
+    readmes = [
+        p for p in REPO.rglob("README.md") if not any(part.startswith(".") for part in p.relative_to(REPO).parts)
+    ]
+    return sorted({*DOC_FILES, *readmes})
+
+
+def link_problem(source: Path, target: str) -> str | None:
+    """Why the relative link ``target`` from ``source`` does not resolve (None: it does)."""
+    path, _, anchor = target.partition("#")
+    dest = (source.parent / path) if path else source
+    if not dest.exists():
+        return f"broken link {target} (no {path})"
+    if anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+        return f"broken link {target} (no heading #{anchor} in {dest.relative_to(REPO)})"
+    return None
+
+
+def test_every_relative_link_and_anchor_resolves():
+    """Every relative link (and its #anchor, GitHub's way) in README.md, docs/*.md and the folder
+    READMEs points at a file and a heading that exist."""
+    problems = []
+    for doc in markdown_files():
+        for target in LINK.findall(FENCE.sub("", doc.read_text())):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            why = link_problem(doc, target)
+            if why:
+                problems.append(f"{doc.relative_to(REPO)}: {why}")
+    assert not problems, "\n".join(problems)
+
+
+def test_files_we_hand_out_name_docs_that_exist():
+    """The sample jobs.yaml, what `runner init` writes and the systemd unit name docs pages (and
+    headings) of this repository: each must exist."""
+    from runner.cli.scaffold import FILES
+
+    texts = {"jobs.yaml": (REPO / "jobs.yaml").read_text()}
+    texts |= {f"runner init: {name}": text for name, text in FILES.items()}
+    texts["contrib/systemd/runner.service"] = (REPO / "contrib/systemd/runner.service").read_text()
+    problems = []
+    for where, text in texts.items():
+        assert "README.md \"" not in text, f"{where}: names a README section by title; link a docs page instead"
+        for page, anchor in DOC_REF.findall(text):
+            why = link_problem(REPO / "README.md", f"{page}#{anchor}" if anchor else page)
+            if why:
+                problems.append(f"{where}: {why}")
+    assert not problems, "\n".join(problems)
+
+
+def test_slugs_follow_github():
+    assert slug("Sinks: `deliver:` and `on_failure:`") == "sinks-deliver-and-on_failure"
+    assert slug("Which config.yaml is read") == "which-configyaml-is-read"
+    assert slug("Deployment: systemd") == "deployment-systemd"
+    assert slug("Provider profiles (Azure, Gemini, Kimi)") == "provider-profiles-azure-gemini-kimi"

@@ -85,7 +85,12 @@ def _module_names() -> list[str]:
 
 @click.group(cls=RunnerGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--jobs", "jobs_path", type=click.Path(dir_okay=False), help="jobs.yaml to use")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="config.yaml to use")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    help="config.yaml to use (else $RUNNER_CONFIG, else config.yaml beside jobs.yaml, else RUNNER_HOME's)",
+)
 @click.option("--home", "home", type=click.Path(file_okay=False), help="state folder (RUNNER_HOME)")
 @click.version_option(package_name="runner")
 @click.pass_context

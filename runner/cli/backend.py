@@ -128,7 +128,7 @@ def _doctor_config(s: Any, add: Any, jobs: Any, *, deep: bool) -> None:
     except RunnerError as exc:
         add("config", False, str(exc))
         return
-    add("config", True, f"{s.config_path} ({'found' if s.config_path.exists() else 'absent: env defaults'})")
+    add("config", True, s.config_origin())
     if not cfg.providers:
         add("model", False, "no provider: set OPENAI_API_KEY or providers: in config.yaml")
         return

@@ -20,9 +20,9 @@ def init(directory: Path) -> None:
         click.echo(f"wrote {path.relative_to(root)}")
     steps = [] if root == Path.cwd() else [f"cd {directory}"]
     steps += [
-        "runner --config config.yaml jobs validate",
-        "runner --config config.yaml run-job hello --replay jobs/cassettes/hello.yaml   # offline",
-        "OPENAI_API_KEY=sk-... runner --config config.yaml run-job hello                # live model",
+        "runner jobs validate",
+        "runner run-job hello --replay jobs/cassettes/hello.yaml   # offline",
+        "OPENAI_API_KEY=sk-... runner run-job hello                # live model",
     ]
     click.echo("next:\n" + "\n".join(f"  {step}" for step in steps))
 

@@ -33,14 +33,14 @@ jobs:
     vars:
       audience: the team
     toolsets: [terminal, files]
-    deliver: [file, stdout]     # also webhook:URL, slack:URL, email:ADDRESS ... (docs/delivery.md)
+    deliver: [file, stdout]     # also webhook:URL, slack:URL, email:ADDRESS ... (docs/jobs.md#sinks-deliver-and-on_failure)
     budget: {max_cost_usd: 0.05}
 """
 
 CONFIG_YAML = """\
-# config.yaml: machine settings (reference: docs/config.md). runner reads
-# $RUNNER_HOME/config.yaml (default ~/.runner/config.yaml): copy this file there, or pass
-# --config config.yaml. API keys come from environment variables, never from this file's text.
+# config.yaml: machine settings (reference: docs/config.md). runner reads this file because
+# it is beside jobs.yaml (`runner doctor` shows which config.yaml it read and why; --config or
+# RUNNER_CONFIG name another). API keys come from environment variables, never from this file.
 
 timezone: UTC
 

@@ -100,12 +100,13 @@ def runs_tools(args: Sequence[str]) -> bool:
 
 def config_refs(args: Sequence[str], env: Mapping[str, str]) -> frozenset[str]:
     """Names config.yaml refers to with ``env:NAME`` / ``envlist:NAME`` (a text scan, no YAML)."""
-    path = _option(args, "--config")
-    if path is None:
-        home = _option(args, "--home") or env.get("RUNNER_HOME") or str(Path.home() / ".runner")
-        path = str(Path(home).expanduser() / "config.yaml")
+    from runner.settings import config_location  # the rule Settings follows (stdlib only)
+
+    home = _option(args, "--home") or env.get("RUNNER_HOME") or str(Path.home() / ".runner")
+    jobs = _option(args, "--jobs") or env.get("RUNNER_JOBS") or "jobs.yaml"
+    path, _ = config_location(_option(args, "--config"), Path(jobs), Path(home), env)
     try:
-        text = Path(path).expanduser().read_text(encoding="utf-8", errors="replace")
+        text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return frozenset()
     return frozenset(_REF.findall(text))

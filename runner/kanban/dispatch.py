@@ -145,7 +145,7 @@ class ProcessLauncher(LocalLaunchers):
                 {ENV_TASK: str(claim.task_id), ENV_FENCE: str(claim.fence), "PYTHONUNBUFFERED": "1"}
             )
             argv = [self.python, "-m", "runner", "--home", str(home), "--jobs", str(self.settings.jobs_path)]
-            if self.settings.config_given:  # the default is found by the worker itself (it may not exist)
+            if self.settings.config_given or self.settings.config_path.exists():  # else none, as here
                 argv += ["--config", str(self.settings.config_path)]
             argv += ["kanban", "work"]
             try:

@@ -25,13 +25,13 @@ def test_init_writes_a_project_that_validates_and_runs_offline(project, tmp_path
     assert res.returncode == 0, res.stderr
     assert sorted(str(p.relative_to(target)) for p in target.rglob("*") if p.is_file()) == sorted(FILES)
     assert all(line.lstrip().startswith("#") for line in (target / "config.yaml").read_text().splitlines()[:3])
-    checked = _runner(project, "--config", "config.yaml", "jobs", "validate", cwd=target)
+    checked = _runner(project, "jobs", "validate", cwd=target)  # config.yaml beside jobs.yaml is read
     assert checked.returncode == 0 and "1 jobs, all valid" in checked.stdout, checked.stderr
-    ran = _runner(
-        project, "--config", "config.yaml", "run-job", "hello", "--replay", "jobs/cassettes/hello.yaml", cwd=target
-    )
+    ran = _runner(project, "run-job", "hello", "--replay", "jobs/cassettes/hello.yaml", cwd=target)
     assert ran.returncode == 0, ran.stderr
     assert "new runner project" in ran.stdout
+    doctor = _runner(project, "doctor", cwd=target)
+    assert f"{target / 'config.yaml'} (beside jobs.yaml)" in doctor.stdout, doctor.stdout
     listed = _runner(project, "runs", "list", "--json", cwd=target)
     assert '"status": "succeeded"' in listed.stdout
 

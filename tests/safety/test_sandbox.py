@@ -174,6 +174,23 @@ def test_keys_and_the_runner_are_out_of_sight(project: Project, fake: Any) -> No
     assert b"runner.db" not in seen  # RUNNER_HOME is an empty folder inside
 
 
+def test_the_projects_config_beside_jobs_yaml_is_hidden(project: Project, fake: Any) -> None:
+    """The config.yaml runner reads beside jobs.yaml (in the job's own workdir here) holds a literal
+    key: the run uses it, its commands see an empty file."""
+    literal = "sk-literal-project-key-0123456789"
+    config = project.root / "config.yaml"
+    config.write_text(f"providers:\n  default:\n    base_url: {project.base_url}\n    model: m\n    api_keys: [{literal}]\n")
+    config.chmod(0o600)
+    project.write_jobs("jobs:\n  j:\n    prompt: go\n    approvals: approve\n")
+    fake.add(terminal("base64 config.yaml > config.b64; wc -c < config.yaml > size.txt"), final("done"))
+    run = run_job(project, "j", OPENAI_API_KEY="")
+    assert run["status"] == "succeeded", run
+    assert fake.keys_used() == [literal, literal]  # the run read it
+    seen = subprocess.run(["base64", "-d", str(project.root / "config.b64")], capture_output=True).stdout
+    assert seen == b"" and (project.root / "size.txt").read_text().strip() == "0"
+    assert literal in config.read_text()
+
+
 def test_an_mcp_servers_token_is_not_visible_to_commands(project: Project, fake: Any) -> None:
     """A stdio MCP server runs in a sandbox of its own: the run's commands cannot read its variables."""
     server = project.write(
