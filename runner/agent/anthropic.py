@@ -397,7 +397,7 @@ class AnthropicClient(ChatClient):
             except ImportError:
                 raise ConfigError(
                     f"provider {self.provider!r} speaks Anthropic's Messages API, which needs the anthropic "
-                    "SDK: pip install 'runner[anthropic]'"
+                    "SDK: pip install -e '.[anthropic]' (or pip install anthropic)"
                 ) from None
 
             self._anthropic = anthropic.Anthropic(

@@ -20,6 +20,7 @@ from typing import Any
 
 import click
 
+from runner import __version__
 from runner.errors import RunnerError
 
 
@@ -92,7 +93,9 @@ def _module_names() -> list[str]:
     help="config.yaml to use (else $RUNNER_CONFIG, else config.yaml beside jobs.yaml, else RUNNER_HOME's)",
 )
 @click.option("--home", "home", type=click.Path(file_okay=False), help="state folder (RUNNER_HOME)")
-@click.version_option(package_name="runner")
+# the version written in runner/__init__.py, not looked up by distribution name (runner-agents on the
+# package index; an unrelated "runner" distribution installed beside it must not answer)
+@click.version_option(version=__version__, prog_name="runner")
 @click.pass_context
 def cli(ctx: click.Context, jobs_path: str | None, config_path: str | None, home: str | None) -> None:
     """Scheduled batch automation runner for LLM agents."""

@@ -1,5 +1,5 @@
-"""``runner serve``: the scheduler daemon (with the kanban dispatcher and idle Curator), and
-``runner serve reload``."""
+"""``runner serve``: the scheduler daemon (with the kanban dispatcher and idle Curator),
+``runner serve reload`` and ``runner serve status``."""
 
 from __future__ import annotations
 
@@ -71,6 +71,26 @@ def serve_reload() -> None:
         raise UsageError(f"runner serve is not running for {home}")
     os.kill(pid, signal.SIGHUP)
     click.echo(f"asked serve (pid {pid}) to reload jobs.yaml")
+
+
+@serve.command("status")
+@click.option("--json", "as_json", is_flag=True)
+def serve_status_command(as_json: bool) -> None:
+    """Whether serve runs on this RUNNER_HOME, from its heartbeat in the store; exit 0 when it
+    runs and its main loop wrote a heartbeat lately, 1 otherwise (the Docker image's HEALTHCHECK)."""
+    from dataclasses import asdict
+
+    from runner.cli._util import echo_json
+    from runner.serve.state import ServeStatus, serve_status
+
+    s = settings()
+    status = serve_status(s.store) if s.has_store() else ServeStatus(alive=False)
+    if as_json:
+        echo_json(asdict(status))
+    else:
+        click.echo(status.describe())
+    if not status.alive:
+        sys.exit(1)
 
 
 COMMANDS = [serve]
