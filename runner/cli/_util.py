@@ -25,15 +25,10 @@ def echo_json(value: Any) -> None:
 
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> None:
-    cells = [[("" if c is None else str(c)) for c in row] for row in rows]
-    widths = [len(h) for h in headers]
-    for row in cells:
-        for i, c in enumerate(row):
-            widths[i] = max(widths[i], len(c))
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    click.echo(fmt.format(*headers).rstrip())
-    for row in cells:
-        click.echo(fmt.format(*row).rstrip())
+    """Every command's table: fitted to the terminal, statuses coloured (``runner.cli._style``)."""
+    from runner.cli._style import table as styled_table
+
+    styled_table(rows, headers)
 
 
 def ago(text: str | None, now: datetime | None = None) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from runner.cli import _style
 from runner.cli._util import echo_json, local_time, settings, table
 from runner.events import LIVE_ONLY, Recorded, SubagentStarted, clip
 from runner.statuses import ACTIVE, RunStatus
@@ -169,7 +170,7 @@ def runs_show(run_id: str, as_json: bool) -> None:
     if row.get("parent_run_id"):
         click.echo(f"parent   {row['parent_run_id']}  (a subagent started by delegate_task)")
     click.echo(f"job      {row['job']}  (trigger: {row['trigger']}{', slot ' + row['slot'] if row['slot'] else ''})")
-    click.echo(f"status   {row['status']}{'  reason: ' + row['reason'] if row['reason'] else ''}")
+    _style.echo(f"status   {_style.status(row['status'])}{'  reason: ' + row['reason'] if row['reason'] else ''}")
     if row["error"]:
         click.echo(f"error    {row['error']}")
     _waiting(row)
@@ -316,12 +317,11 @@ def runs_resume(run_id: str, as_json: bool) -> None:
     if as_json:
         echo_json(outcome.as_dict())
     else:
-        line = f"run {outcome.run_id} (attempt {row.attempt + 1} of run {row.parent_run or row.id}): {outcome.status}"
-        if outcome.reason and outcome.status != RunStatus.SUCCEEDED:
-            line += f" ({outcome.reason})"
-        if outcome.error and outcome.status != RunStatus.SUCCEEDED:
-            line += f": {outcome.error}"
-        click.echo(line, err=True)
+        from runner.cli.run import prerun_stdout, summary_line
+
+        line = summary_line(outcome, prerun_stdout)
+        head = f"run {outcome.run_id}"
+        _style.echo(line.replace(head, f"{head} (attempt {row.attempt + 1} of run {row.parent_run or row.id})", 1), err=True)
     sys.exit(outcome.exit_code)
 
 
@@ -340,8 +340,8 @@ def _children(kids: list[dict[str, Any]], evs: list[Recorded]) -> None:
     click.echo(f"subagents ({len(kids)}; their tokens and cost are included above):")
     for k in kids:
         reason = f" ({k['reason']})" if k["reason"] and k["status"] != RunStatus.SUCCEEDED else ""
-        click.echo(
-            f"  {k['id']}  {k['status']}{reason}  turns {k['iterations']}  tokens "
+        _style.echo(
+            f"  {k['id']}  {_style.status(k['status'])}{reason}  turns {k['iterations']}  tokens "
             f"{k['prompt_tokens']}+{k['completion_tokens']}  ${k['cost_usd'] or 0:.5f}  took {_duration(k)}"
         )
         if goals.get(k["id"]):
