@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from runner.cli import _style
+from runner.cli._complete import job_names
 from runner.cli._util import ago, echo_json, local_time, settings
 from runner.statuses import TaskStatus
 
@@ -54,7 +55,7 @@ def _now() -> Any:
 @click.option("--body", default="", help="what to do, in detail")
 @click.option("--parent", "parents", multiple=True, metavar="ID", help="a task this one waits for (repeatable)")
 @click.option("--priority", type=int, default=0, show_default=True, help="higher runs first")
-@click.option("--job", default=None, help="the jobs.yaml entry that works on it (default: kanban.default_job)")
+@click.option("--job", default=None, shell_complete=job_names, help="the jobs.yaml entry that works on it (default: kanban.default_job)")
 @click.option("--max-attempts", type=click.IntRange(min=1), default=None, help="default: kanban.max_attempts (3)")
 @click.option("--json", "as_json", is_flag=True)
 def kanban_add(

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from runner.cli import _style
+from runner.cli._complete import job_names
 from runner.cli._util import echo_json, parse_vars, settings
 from runner.events import Event, Payload, show
 from runner.host.procs import two_stage_stop
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
 
 @click.command("run-job")
-@click.argument("name")
+@click.argument("name", shell_complete=job_names)
 @click.option("--var", "var_pairs", multiple=True, metavar="KEY=VALUE", help="override a template variable")
 @click.option("--replay", type=click.Path(dir_okay=False, path_type=Path), help="answer the model from a cassette")
 @click.option("--record", type=click.Path(dir_okay=False, path_type=Path), help="record model turns to a cassette")

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from runner.cli import _style
+from runner.cli._complete import job_names, run_ids
 from runner.cli._util import echo_json, local_time, settings, table
 from runner.events import LIVE_ONLY, Recorded, SubagentStarted, clip
 from runner.statuses import ACTIVE, RunStatus
@@ -44,7 +45,7 @@ def _duration(row: dict[str, Any]) -> str:
 
 
 @runs_group.command("list")
-@click.option("--job", help="only this job")
+@click.option("--job", help="only this job", shell_complete=job_names)
 @click.option("--status", type=click.Choice(STATUSES), help="only runs with this status")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 100000))
 @click.option("--delivery-failed", is_flag=True, help="only runs where a delivery sink failed")
@@ -148,7 +149,7 @@ def format_event(ev: Recorded, *, width: int = 400) -> str:
 
 
 @runs_group.command("show")
-@click.argument("run_id")
+@click.argument("run_id", shell_complete=run_ids)
 @click.option("--json", "as_json", is_flag=True)
 def runs_show(run_id: str, as_json: bool) -> None:
     """Show a run: summary, its subagents, then each step (model turns, tool calls and results, tokens, cost)."""
@@ -231,7 +232,7 @@ def _waiting(row: dict[str, Any]) -> None:
 
 
 @runs_group.command("cancel")
-@click.argument("run_id")
+@click.argument("run_id", shell_complete=run_ids)
 def runs_cancel(run_id: str) -> None:
     """Stop run RUN_ID now: its current step is cut (a command gets SIGTERM, then SIGKILL after
     serve.kill_grace; a model request or MCP call is given up) and it ends interrupted (reason
@@ -246,7 +247,7 @@ def runs_cancel(run_id: str) -> None:
 
 
 @runs_group.command("say")
-@click.argument("run_id")
+@click.argument("run_id", shell_complete=run_ids)
 @click.argument("message")
 def runs_say(run_id: str, message: str) -> None:
     """Send run RUN_ID a message: the model gets it as a user message before its next request
@@ -262,7 +263,7 @@ def runs_say(run_id: str, message: str) -> None:
 
 
 @runs_group.command("resume")
-@click.argument("run_id")
+@click.argument("run_id", shell_complete=run_ids)
 @click.option("--json", "as_json", is_flag=True, help="print the new attempt's summary as JSON")
 def runs_resume(run_id: str, as_json: bool) -> None:
     """Resume run RUN_ID in this process from its journal of completed steps: a new attempt of the
@@ -367,7 +368,7 @@ def _partial_answer(row: dict[str, Any]) -> None:
 
 
 @runs_group.command("logs")
-@click.argument("run_id")
+@click.argument("run_id", shell_complete=run_ids)
 @click.option("--follow", "-f", is_flag=True, help="keep printing new events until the run ends")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines")
 def runs_logs(run_id: str, follow: bool, as_json: bool) -> None:
@@ -393,7 +394,7 @@ def runs_logs(run_id: str, follow: bool, as_json: bool) -> None:
 
 @runs_group.command("search")
 @click.argument("query")
-@click.option("--job", help="only runs of this job")
+@click.option("--job", help="only runs of this job", shell_complete=job_names)
 @click.option("--since", metavar="7d|DATE", help="only text written since: a duration back from now, or a date")
 @click.option("--limit", default=10, show_default=True, type=click.IntRange(1, 50), help="how many runs")
 @click.option("--raw", is_flag=True, help='QUERY is SQLite FTS5 syntax (OR, NOT, NEAR, "phrases", prefix*)')
