@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,6 +22,16 @@ def settings() -> Settings:
 
 def echo_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+RUN_KEYS = {"parent_run": "retry_of_id"}  # stored column -> its --json name (docs/commands.md#json-output)
+
+
+def run_json(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored run row as every ``--json`` output names its keys: ``retry_of_id`` is the first
+    attempt of the run this one retries or resumes (the ``parent_run`` column), not to be confused
+    with ``parent_run_id``, the run whose ``delegate_task`` started this subagent."""
+    return {RUN_KEYS.get(k, k): v for k, v in row.items()}
 
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> None:

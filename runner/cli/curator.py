@@ -99,7 +99,7 @@ def curator_run(dry_run: bool, as_json: bool) -> None:
         echo_json(
             {
                 "dry_run": result.dry_run,
-                "run_id": result.run_id,
+                "id": result.run_id,  # the pass's id (curator status: recent_passes[].id)
                 "examined": result.plan.examined,
                 "changes": [t.as_dict() for t in result.plan.transitions],
                 "kept": [{"name": k.name, "why": k.why} for k in result.plan.kept],

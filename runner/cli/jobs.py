@@ -194,14 +194,14 @@ def jobs_next(name: str, count: int, as_json: bool) -> None:
         due = datetime.fromisoformat(f.due_at)
         rows.append(
             {"local": due.astimezone(tz).isoformat(), "utc": due.astimezone(UTC).isoformat(), "kind": "followup",
-             "followup": f.id, "id": f.run_id, "note": f.note}
+             "followup_id": f.id, "run_id": f.run_id, "note": f.note}
         )  # fmt: skip
     rows.sort(key=lambda r: r["utc"])
     if as_json:
         echo_json(rows)
         return
     for r in rows:
-        extra = f"  follow-up {r['followup']} (asked by run {r['id']}): {r['note'][:60]}" if r["kind"] == "followup" else ""
+        extra = f"  follow-up {r['followup_id']} (asked by run {r['run_id']}): {r['note'][:60]}" if r["kind"] == "followup" else ""
         click.echo(f"{r['local']}  ({r['utc']} UTC){extra}")
     if not rows:
         click.echo("no future fires")
@@ -230,7 +230,7 @@ def followups_list(job: str | None, as_json: bool) -> None:
     s = settings()
     found = _pending_followups(s, job)
     if as_json:
-        echo_json([{**f.as_dict(), "id": f.run_id, "followup": f.id} for f in found])
+        echo_json([f.as_dict() for f in found])
         return
     if not found:
         click.echo("no pending follow-ups")

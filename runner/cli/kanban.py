@@ -12,7 +12,7 @@ import click
 
 from runner.cli import _style
 from runner.cli._complete import job_names
-from runner.cli._util import ago, echo_json, local_time, settings
+from runner.cli._util import ago, echo_json, local_time, run_json, settings
 from runner.statuses import TaskStatus
 
 PRIORITY_MIN, PRIORITY_MAX = -(2**63), 2**63 - 1  # what SQLite's INTEGER holds
@@ -158,7 +158,7 @@ def kanban_show(task_id: str, as_json: bool) -> None:
                 "children": [c.as_dict() for c in children],
                 "comments": comments,
                 "events": [{**e, "payload": json.loads(e["payload"])} for e in events],
-                "runs": runs,
+                "runs": [run_json(r) for r in runs],
             }
         )
         return

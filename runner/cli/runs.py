@@ -11,7 +11,7 @@ import click
 
 from runner.cli import _style
 from runner.cli._complete import job_names, run_ids
-from runner.cli._util import echo_json, local_time, settings, table
+from runner.cli._util import echo_json, local_time, run_json, settings, table
 from runner.events import LIVE_ONLY, Recorded, SubagentStarted, clip
 from runner.statuses import ACTIVE, RunStatus
 
@@ -60,7 +60,7 @@ def runs_list(job: str | None, status: str | None, limit: int, delivery_failed: 
     store = settings().store
     rows = list_runs(store, job=job, status=status, limit=limit, delivery_failed=delivery_failed)
     if as_json:
-        echo_json([_with_approval(store, r) for r in rows])
+        echo_json([run_json(_with_approval(store, r)) for r in rows])
         return
     if not rows:
         click.echo("no runs")
@@ -161,8 +161,8 @@ def runs_show(run_id: str, as_json: bool) -> None:
     if as_json:
         echo_json(
             {
-                "run": row,
-                "children": kids,
+                "run": run_json(row),
+                "children": [run_json(k) for k in kids],
                 "events": [e.as_json() for e in evs],
             }
         )
