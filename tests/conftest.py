@@ -221,7 +221,9 @@ class Project:
         return path
 
     def env(self, **extra: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RUNNER_"))}
+        # no inherited COLUMNS or colour switches: tables read as they are written (tests/cli/test_terminal.py sets them)
+        skip = {"COLUMNS", "FORCE_COLOR", "NO_COLOR"}
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RUNNER_")) and k not in skip}
         env.update(
             RUNNER_HOME=str(self.home),
             RUNNER_JOBS=str(self.jobs_path),

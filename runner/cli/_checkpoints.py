@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import click
 
+from runner.cli._complete import run_ids
 from runner.cli._util import echo_json, local_time, settings, table
 
 
 @click.command("checkpoints")
-@click.argument("run_id")
+@click.argument("run_id", shell_complete=run_ids)
 @click.option("--json", "as_json", is_flag=True)
 def runs_checkpoints(run_id: str, as_json: bool) -> None:
     """List the checkpoints of run RUN_ID's workdir: taken before each model turn that could change
@@ -43,7 +44,7 @@ def runs_checkpoints(run_id: str, as_json: bool) -> None:
 
 
 @click.command("rollback")
-@click.argument("run_id")
+@click.argument("run_id", shell_complete=run_ids)
 @click.option("--to", "to", metavar="STEP|CHECKPOINT", help="a turn number, or a checkpoint id; default: the first checkpoint")
 @click.option("--json", "as_json", is_flag=True)
 def runs_rollback(run_id: str, to: str | None, as_json: bool) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,16 +24,21 @@ def echo_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
 
 
+RUN_KEYS = {"parent_run": "retry_of_id"}  # stored column -> its --json name (docs/commands.md#json-output)
+
+
+def run_json(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored run row as every ``--json`` output names its keys: ``retry_of_id`` is the first
+    attempt of the run this one retries or resumes (the ``parent_run`` column), not to be confused
+    with ``parent_run_id``, the run whose ``delegate_task`` started this subagent."""
+    return {RUN_KEYS.get(k, k): v for k, v in row.items()}
+
+
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> None:
-    cells = [[("" if c is None else str(c)) for c in row] for row in rows]
-    widths = [len(h) for h in headers]
-    for row in cells:
-        for i, c in enumerate(row):
-            widths[i] = max(widths[i], len(c))
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    click.echo(fmt.format(*headers).rstrip())
-    for row in cells:
-        click.echo(fmt.format(*row).rstrip())
+    """Every command's table: fitted to the terminal, statuses coloured (``runner.cli._style``)."""
+    from runner.cli._style import table as styled_table
+
+    styled_table(rows, headers)
 
 
 def ago(text: str | None, now: datetime | None = None) -> str:

@@ -8,6 +8,7 @@ import json
 
 import click
 
+from runner.cli._complete import job_names, run_ids
 from runner.cli._util import echo_json, local_time, settings, table
 
 
@@ -17,7 +18,7 @@ def approvals_group() -> None:
 
 
 @approvals_group.command("list")
-@click.option("--run", "run_id", help="only this run")
+@click.option("--run", "run_id", help="only this run", shell_complete=run_ids)
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 100000))
 @click.option("--json", "as_json", is_flag=True)
 def approvals_list(run_id: str | None, limit: int, as_json: bool) -> None:
@@ -60,7 +61,7 @@ def _judged(row: dict[str, object]) -> str:
 
 
 @approvals_group.command("check")
-@click.option("--job", "job_name", help="use this job's approvals policy and allow patterns")
+@click.option("--job", "job_name", shell_complete=job_names, help="use this job's approvals policy and allow patterns")
 @click.option("--json", "as_json", is_flag=True)
 @click.argument("command", nargs=-1, required=True)
 def approvals_check(job_name: str | None, as_json: bool, command: tuple[str, ...]) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from runner.cli import _style
 from runner.cli._util import echo_json, settings
 from runner.store import ledger
 
@@ -92,8 +93,8 @@ def doctor(deep: bool, as_json: bool) -> None:
         echo_json(checks)
     else:
         for c in checks:
-            mark = "BAD" if not c["ok"] else "WARN" if c.get("warn") else "ok "
-            click.echo(f"{mark:<4} {c['check']:<28} {c['detail']}")
+            mark = "BAD" if not c["ok"] else "WARN" if c.get("warn") else "ok"
+            _style.echo(f"{_style.status(mark, pad=4)} {c['check']:<28} {c['detail']}")
     if not all(c["ok"] for c in checks):
         sys.exit(1)
 

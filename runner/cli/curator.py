@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from runner.cli import _style
 from runner.cli._util import echo_json, local_time, settings
 
 
@@ -78,8 +79,8 @@ def curator_status(as_json: bool) -> None:
         f"archived after {cfg.archive_after_days:g} days"
     )
     for row in recent:
-        click.echo(
-            f"pass        {row['id']}  {row['trigger']:<6} {row['status']:<9} {row['examined']} examined, "
+        _style.echo(
+            f"pass        {row['id']}  {row['trigger']:<6} {_style.status(row['status'], pad=9)} {row['examined']} examined, "
             f"{row['stale']} stale, {row['archived']} archived, {row['reactivated']} reactivated"
         )
 
@@ -98,7 +99,7 @@ def curator_run(dry_run: bool, as_json: bool) -> None:
         echo_json(
             {
                 "dry_run": result.dry_run,
-                "run_id": result.run_id,
+                "id": result.run_id,  # the pass's id (curator status: recent_passes[].id)
                 "examined": result.plan.examined,
                 "changes": [t.as_dict() for t in result.plan.transitions],
                 "kept": [{"name": k.name, "why": k.why} for k in result.plan.kept],

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from runner.cli._complete import job_names
 from runner.cli._util import echo_json, parse_vars, settings, table
 
 if TYPE_CHECKING:
@@ -167,7 +168,7 @@ def jobs_validate(as_json: bool) -> None:
 
 
 @jobs_group.command("next")
-@click.argument("name")
+@click.argument("name", shell_complete=job_names)
 @click.option("-n", "count", default=5, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--json", "as_json", is_flag=True)
 def jobs_next(name: str, count: int, as_json: bool) -> None:
@@ -193,14 +194,14 @@ def jobs_next(name: str, count: int, as_json: bool) -> None:
         due = datetime.fromisoformat(f.due_at)
         rows.append(
             {"local": due.astimezone(tz).isoformat(), "utc": due.astimezone(UTC).isoformat(), "kind": "followup",
-             "followup": f.id, "id": f.run_id, "note": f.note}
+             "followup_id": f.id, "run_id": f.run_id, "note": f.note}
         )  # fmt: skip
     rows.sort(key=lambda r: r["utc"])
     if as_json:
         echo_json(rows)
         return
     for r in rows:
-        extra = f"  follow-up {r['followup']} (asked by run {r['id']}): {r['note'][:60]}" if r["kind"] == "followup" else ""
+        extra = f"  follow-up {r['followup_id']} (asked by run {r['run_id']}): {r['note'][:60]}" if r["kind"] == "followup" else ""
         click.echo(f"{r['local']}  ({r['utc']} UTC){extra}")
     if not rows:
         click.echo("no future fires")
@@ -222,14 +223,14 @@ def followups_group() -> None:
 
 
 @followups_group.command("list")
-@click.option("--job", help="only this job")
+@click.option("--job", help="only this job", shell_complete=job_names)
 @click.option("--json", "as_json", is_flag=True)
 def followups_list(job: str | None, as_json: bool) -> None:
     """Pending follow-ups, soonest first: id, job, when, the run that asked, its note."""
     s = settings()
     found = _pending_followups(s, job)
     if as_json:
-        echo_json([{**f.as_dict(), "id": f.run_id, "followup": f.id} for f in found])
+        echo_json([f.as_dict() for f in found])
         return
     if not found:
         click.echo("no pending follow-ups")
@@ -256,7 +257,7 @@ def followups_cancel(followup_id: str) -> None:
 
 
 @jobs_group.command("pause")
-@click.argument("name")
+@click.argument("name", shell_complete=job_names)
 def jobs_pause(name: str) -> None:
     """Stop firing job NAME until `runner jobs resume NAME` (kept in the store, over jobs.yaml)."""
     from runner.serve.state import set_paused
@@ -268,7 +269,7 @@ def jobs_pause(name: str) -> None:
 
 
 @jobs_group.command("resume")
-@click.argument("name")
+@click.argument("name", shell_complete=job_names)
 def jobs_resume(name: str) -> None:
     """Fire job NAME again (clears a pause and the failure streak); missed slots are not caught up."""
     from runner.serve.state import set_paused
@@ -281,7 +282,7 @@ def jobs_resume(name: str) -> None:
 
 
 @jobs_group.command("trigger")
-@click.argument("name")
+@click.argument("name", shell_complete=job_names)
 @click.option(
     "--var", "var_pairs", multiple=True, metavar="KEY=VALUE", help="override a template variable (as run-job's)"
 )

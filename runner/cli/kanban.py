@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from runner.cli._util import ago, echo_json, local_time, settings
+from runner.cli import _style
+from runner.cli._complete import job_names
+from runner.cli._util import ago, echo_json, local_time, run_json, settings
 from runner.statuses import TaskStatus
 
 PRIORITY_MIN, PRIORITY_MAX = -(2**63), 2**63 - 1  # what SQLite's INTEGER holds
@@ -53,7 +55,7 @@ def _now() -> Any:
 @click.option("--body", default="", help="what to do, in detail")
 @click.option("--parent", "parents", multiple=True, metavar="ID", help="a task this one waits for (repeatable)")
 @click.option("--priority", type=int, default=0, show_default=True, help="higher runs first")
-@click.option("--job", default=None, help="the jobs.yaml entry that works on it (default: kanban.default_job)")
+@click.option("--job", default=None, shell_complete=job_names, help="the jobs.yaml entry that works on it (default: kanban.default_job)")
 @click.option("--max-attempts", type=click.IntRange(min=1), default=None, help="default: kanban.max_attempts (3)")
 @click.option("--json", "as_json", is_flag=True)
 def kanban_add(
@@ -110,7 +112,7 @@ def kanban_list(status: str | None, show_all: bool, as_json: bool) -> None:
         members = [t for t in tasks if t.status == group]
         if not members:
             continue
-        click.echo(f"{group.upper()} ({len(members)})")
+        _style.echo(f"{_style.status(group.value, text=group.upper())} ({len(members)})")
         for t in members:
             click.echo(f"  #{t.id:<5} p{t.priority:<3} {_clip(t.title, 60):<60}  {_note(board, t)}".rstrip())
 
@@ -156,13 +158,13 @@ def kanban_show(task_id: str, as_json: bool) -> None:
                 "children": [c.as_dict() for c in children],
                 "comments": comments,
                 "events": [{**e, "payload": json.loads(e["payload"])} for e in events],
-                "runs": runs,
+                "runs": [run_json(r) for r in runs],
             }
         )
         return
     click.echo(f"task     #{t.id}  {t.title}")
-    click.echo(
-        f"status   {t.status}   attempts {t.attempts}/{t.max_attempts}   fence {t.fence}   priority {t.priority}"
+    _style.echo(
+        f"status   {_style.status(t.status)}   attempts {t.attempts}/{t.max_attempts}   fence {t.fence}   priority {t.priority}"
     )
     click.echo(f"job      {t.job or '(kanban.default_job)'}   created {local_time(t.created_at)} by {t.created_by}")
     if t.status == TaskStatus.RUNNING:
@@ -191,7 +193,7 @@ def kanban_show(task_id: str, as_json: bool) -> None:
         click.echo("\nattempts (runner runs show RUN):")
         for i, r in enumerate(runs, 1):
             tail = f": {_clip(r['error'], 80)}" if r["error"] else ""
-            click.echo(f"  {i}. {r['id']}  {r['job']}  {r['status']}{tail}")
+            _style.echo(f"  {i}. {r['id']}  {r['job']}  {_style.status(r['status'])}{tail}")
 
 
 @kanban_group.command("move")
@@ -200,7 +202,7 @@ def kanban_show(task_id: str, as_json: bool) -> None:
 def kanban_move(task_id: str, status: str) -> None:
     """Set a task's status by hand (todo, ready, blocked, done, failed, archived)."""
     t = _board().move(_id(task_id), status, now=_now())
-    click.echo(f"task {t.id}: {t.status}")
+    _style.echo(f"task {t.id}: {_style.status(t.status)}")
 
 
 @kanban_group.command("comment")
@@ -236,7 +238,7 @@ def kanban_block(task_id: str, reason: str) -> None:
 def kanban_unblock(task_id: str) -> None:
     """Unblock a task: ready again (todo while a parent is unfinished), with fresh attempts."""
     t = _board().unblock(_id(task_id), now=_now())
-    click.echo(f"task {t.id}: {t.status}")
+    _style.echo(f"task {t.id}: {_style.status(t.status)}")
 
 
 @kanban_group.command("retry")
@@ -248,7 +250,7 @@ def kanban_retry(task_id: str) -> None:
 
     retry_task(settings().store, _id(task_id), by=whoami())
     t = _board().get(_id(task_id))
-    click.echo(f"task {t.id}: {t.status} (attempt {t.attempts + 1} of {t.max_attempts})")
+    _style.echo(f"task {t.id}: {_style.status(t.status)} (attempt {t.attempts + 1} of {t.max_attempts})")
 
 
 @kanban_group.command("archive")
@@ -256,7 +258,7 @@ def kanban_retry(task_id: str) -> None:
 def kanban_archive(task_id: str) -> None:
     """Archive a task: hidden from the board (runner kanban list --all shows it)."""
     t = _board().move(_id(task_id), TaskStatus.ARCHIVED, now=_now())
-    click.echo(f"task {t.id}: {t.status}")
+    _style.echo(f"task {t.id}: {_style.status(t.status)}")
 
 
 @kanban_group.command("dispatch")
@@ -343,10 +345,12 @@ def kanban_work() -> None:
     stop = threading.Event()
     install_two_stage_stop(stop)
     result = work(settings(), os.environ, stop=stop)
-    line = f"task {result.task_id}: {result.status}" + (f" (run {result.run_id})" if result.run_id else "")
+    err = result.exit_code != 0
+    line = f"task {result.task_id}: {_style.status(str(result.status), err=err)}"
+    line += f" (run {result.run_id})" if result.run_id else ""
     if result.detail:
         line += f": {result.detail}"
-    click.echo(line, err=result.exit_code != 0)
+    _style.echo(line, err=err)
     sys.exit(result.exit_code)
 
 

@@ -7,17 +7,23 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
+from runner.cli import _style
+from runner.cli._complete import job_names
 from runner.cli._util import echo_json, parse_vars, settings
 from runner.events import Event, Payload, show
 from runner.host.procs import two_stage_stop
 from runner.statuses import RunStatus, Trigger
 
+if TYPE_CHECKING:
+    from runner.run.request import RunOutcome
+
 
 @click.command("run-job")
-@click.argument("name")
+@click.argument("name", shell_complete=job_names)
 @click.option("--var", "var_pairs", multiple=True, metavar="KEY=VALUE", help="override a template variable")
 @click.option("--replay", type=click.Path(dir_okay=False, path_type=Path), help="answer the model from a cassette")
 @click.option("--record", type=click.Path(dir_okay=False, path_type=Path), help="record model turns to a cassette")
@@ -71,17 +77,48 @@ def run_job(
     if as_json:
         echo_json(outcome.as_dict())
     else:
-        line = f"run {outcome.run_id}: {outcome.status}"
-        if outcome.reason and outcome.status != RunStatus.SUCCEEDED:
-            line += f" ({outcome.reason})"
-        if outcome.error and outcome.status != RunStatus.SUCCEEDED:
-            line += f": {outcome.error}"
-        if outcome.silent:
-            line += " [SILENT: nothing delivered]"
-        if outcome.output_path:
-            line += f"\noutput: {outcome.output_path}"
-        click.echo(line, err=True)
+        _style.echo(summary_line(outcome, prerun_stdout), err=True)
     sys.exit(outcome.exit_code)
+
+
+TAIL_LINES = 10  # of a failed run's script output, on run-job's last line
+
+
+def summary_line(outcome: RunOutcome, script_stdout: Callable[[str], str]) -> str:
+    """``run ID: STATUS (REASON): ERROR``, the status coloured; a failed run's error keeps the
+    last ``TAIL_LINES`` lines of its script's output (the stderr tail the error carries, else the
+    stdout of a failed pre_run, read by ``script_stdout(run_id)``), each indented."""
+    failed = outcome.status != RunStatus.SUCCEEDED
+    line = f"run {outcome.run_id}: {_style.status(str(outcome.status), err=True)}"
+    if outcome.reason and failed:
+        line += f" ({outcome.reason})"
+    tail: list[str] = []
+    if outcome.error and failed:
+        first, *tail = outcome.error.rstrip("\n").split("\n")
+        line += f": {first}"
+        if not tail and outcome.reason == "pre_run" and "; stderr" not in first:
+            out = script_stdout(outcome.run_id).rstrip("\n")
+            if out:
+                tail = out.split("\n")
+                line += "; stdout, last lines:" if len(tail) > 1 else f"; stdout: {tail.pop()}"
+    if len(tail) > TAIL_LINES:
+        tail = ["...", *tail[-TAIL_LINES:]]
+    line += "".join(f"\n  {t}" for t in tail)
+    if outcome.silent:
+        line += " [SILENT: nothing delivered]"
+    if outcome.output_path:
+        line += f"\noutput: {outcome.output_path}"
+    return line
+
+
+def prerun_stdout(run_id: str) -> str:
+    """The stdout of the run's pre_run, as recorded (redacted); ``""`` when there was none."""
+    from runner.store.runs import events
+
+    for ev in events(settings().store, run_id):
+        if ev.kind == Event.PRE_RUN:
+            return str(ev.data.get("stdout") or "")
+    return ""
 
 
 PROGRESS_KINDS = frozenset({Event.PRE_RUN, Event.RESPONSE, Event.TOOL_CALL, Event.ERROR, Event.APPROVAL})

@@ -9,7 +9,9 @@ from typing import Any
 
 import click
 
-from runner.cli._util import echo_json, local_time, settings, table
+from runner.cli import _style
+from runner.cli._complete import job_names, run_ids
+from runner.cli._util import echo_json, local_time, run_json, settings, table
 from runner.events import LIVE_ONLY, Recorded, SubagentStarted, clip
 from runner.statuses import ACTIVE, RunStatus
 
@@ -43,7 +45,7 @@ def _duration(row: dict[str, Any]) -> str:
 
 
 @runs_group.command("list")
-@click.option("--job", help="only this job")
+@click.option("--job", help="only this job", shell_complete=job_names)
 @click.option("--status", type=click.Choice(STATUSES), help="only runs with this status")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 100000))
 @click.option("--delivery-failed", is_flag=True, help="only runs where a delivery sink failed")
@@ -58,7 +60,7 @@ def runs_list(job: str | None, status: str | None, limit: int, delivery_failed: 
     store = settings().store
     rows = list_runs(store, job=job, status=status, limit=limit, delivery_failed=delivery_failed)
     if as_json:
-        echo_json([_with_approval(store, r) for r in rows])
+        echo_json([run_json(_with_approval(store, r)) for r in rows])
         return
     if not rows:
         click.echo("no runs")
@@ -147,7 +149,7 @@ def format_event(ev: Recorded, *, width: int = 400) -> str:
 
 
 @runs_group.command("show")
-@click.argument("run_id")
+@click.argument("run_id", shell_complete=run_ids)
 @click.option("--json", "as_json", is_flag=True)
 def runs_show(run_id: str, as_json: bool) -> None:
     """Show a run: summary, its subagents, then each step (model turns, tool calls and results, tokens, cost)."""
@@ -159,8 +161,8 @@ def runs_show(run_id: str, as_json: bool) -> None:
     if as_json:
         echo_json(
             {
-                "run": row,
-                "children": kids,
+                "run": run_json(row),
+                "children": [run_json(k) for k in kids],
                 "events": [e.as_json() for e in evs],
             }
         )
@@ -169,7 +171,7 @@ def runs_show(run_id: str, as_json: bool) -> None:
     if row.get("parent_run_id"):
         click.echo(f"parent   {row['parent_run_id']}  (a subagent started by delegate_task)")
     click.echo(f"job      {row['job']}  (trigger: {row['trigger']}{', slot ' + row['slot'] if row['slot'] else ''})")
-    click.echo(f"status   {row['status']}{'  reason: ' + row['reason'] if row['reason'] else ''}")
+    _style.echo(f"status   {_style.status(row['status'])}{'  reason: ' + row['reason'] if row['reason'] else ''}")
     if row["error"]:
         click.echo(f"error    {row['error']}")
     _waiting(row)
@@ -230,7 +232,7 @@ def _waiting(row: dict[str, Any]) -> None:
 
 
 @runs_group.command("cancel")
-@click.argument("run_id")
+@click.argument("run_id", shell_complete=run_ids)
 def runs_cancel(run_id: str) -> None:
     """Stop run RUN_ID now: its current step is cut (a command gets SIGTERM, then SIGKILL after
     serve.kill_grace; a model request or MCP call is given up) and it ends interrupted (reason
@@ -245,7 +247,7 @@ def runs_cancel(run_id: str) -> None:
 
 
 @runs_group.command("say")
-@click.argument("run_id")
+@click.argument("run_id", shell_complete=run_ids)
 @click.argument("message")
 def runs_say(run_id: str, message: str) -> None:
     """Send run RUN_ID a message: the model gets it as a user message before its next request
@@ -261,7 +263,7 @@ def runs_say(run_id: str, message: str) -> None:
 
 
 @runs_group.command("resume")
-@click.argument("run_id")
+@click.argument("run_id", shell_complete=run_ids)
 @click.option("--json", "as_json", is_flag=True, help="print the new attempt's summary as JSON")
 def runs_resume(run_id: str, as_json: bool) -> None:
     """Resume run RUN_ID in this process from its journal of completed steps: a new attempt of the
@@ -316,12 +318,11 @@ def runs_resume(run_id: str, as_json: bool) -> None:
     if as_json:
         echo_json(outcome.as_dict())
     else:
-        line = f"run {outcome.run_id} (attempt {row.attempt + 1} of run {row.parent_run or row.id}): {outcome.status}"
-        if outcome.reason and outcome.status != RunStatus.SUCCEEDED:
-            line += f" ({outcome.reason})"
-        if outcome.error and outcome.status != RunStatus.SUCCEEDED:
-            line += f": {outcome.error}"
-        click.echo(line, err=True)
+        from runner.cli.run import prerun_stdout, summary_line
+
+        line = summary_line(outcome, prerun_stdout)
+        head = f"run {outcome.run_id}"
+        _style.echo(line.replace(head, f"{head} (attempt {row.attempt + 1} of run {row.parent_run or row.id})", 1), err=True)
     sys.exit(outcome.exit_code)
 
 
@@ -340,8 +341,8 @@ def _children(kids: list[dict[str, Any]], evs: list[Recorded]) -> None:
     click.echo(f"subagents ({len(kids)}; their tokens and cost are included above):")
     for k in kids:
         reason = f" ({k['reason']})" if k["reason"] and k["status"] != RunStatus.SUCCEEDED else ""
-        click.echo(
-            f"  {k['id']}  {k['status']}{reason}  turns {k['iterations']}  tokens "
+        _style.echo(
+            f"  {k['id']}  {_style.status(k['status'])}{reason}  turns {k['iterations']}  tokens "
             f"{k['prompt_tokens']}+{k['completion_tokens']}  ${k['cost_usd'] or 0:.5f}  took {_duration(k)}"
         )
         if goals.get(k["id"]):
@@ -367,7 +368,7 @@ def _partial_answer(row: dict[str, Any]) -> None:
 
 
 @runs_group.command("logs")
-@click.argument("run_id")
+@click.argument("run_id", shell_complete=run_ids)
 @click.option("--follow", "-f", is_flag=True, help="keep printing new events until the run ends")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines")
 def runs_logs(run_id: str, follow: bool, as_json: bool) -> None:
@@ -393,7 +394,7 @@ def runs_logs(run_id: str, follow: bool, as_json: bool) -> None:
 
 @runs_group.command("search")
 @click.argument("query")
-@click.option("--job", help="only runs of this job")
+@click.option("--job", help="only runs of this job", shell_complete=job_names)
 @click.option("--since", metavar="7d|DATE", help="only text written since: a duration back from now, or a date")
 @click.option("--limit", default=10, show_default=True, type=click.IntRange(1, 50), help="how many runs")
 @click.option("--raw", is_flag=True, help='QUERY is SQLite FTS5 syntax (OR, NOT, NEAR, "phrases", prefix*)')

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from runner.cli._complete import job_names
 from runner.cli._util import echo_json, settings, table
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ class _Where:
 
 
 @tools_group.command("list")
-@click.option("--job", "job_name", help="only the tools this job's toolsets pick, judged for this job")
+@click.option("--job", "job_name", shell_complete=job_names, help="only the tools this job's toolsets pick, judged for this job")
 @click.option("--json", "as_json", is_flag=True)
 def tools_list(job_name: str | None, as_json: bool) -> None:
     """List the tools with their toolset, source (builtin, mcp:SERVER, operator FILE) and availability.

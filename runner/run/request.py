@@ -137,7 +137,7 @@ class RunOutcome:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "run_id": self.run_id,
+            "id": self.run_id,  # a run's own id is ``id`` in every --json output (docs/commands.md#json-output)
             "status": str(self.status),
             "reason": self.reason,
             "error": self.error,

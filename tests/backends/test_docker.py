@@ -340,7 +340,7 @@ def test_checkpoints_and_rollback_of_a_docker_run(docker_image: str, project: An
     )
     res = project.run("run-job", "d", "--json")
     assert res.returncode == 0, res.stderr
-    run_id = json.loads(res.stdout)["run_id"]
+    run_id = json.loads(res.stdout)["id"]
     assert (work / "new file").read_text() == "new\n" and not os.access(work / "run.sh", os.X_OK)
     end = tree(work)
     points = json.loads(project.run("runs", "checkpoints", run_id, "--json").stdout)["checkpoints"]

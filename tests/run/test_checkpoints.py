@@ -118,7 +118,7 @@ def test_checkpoints_of_a_run_and_rollback_to_each(project, fake):
     script(fake)
     res = project.run("run-job", "edit", "--json")
     assert res.returncode == 0, res.stderr
-    run_id = json.loads(res.stdout)["run_id"]
+    run_id = json.loads(res.stdout)["id"]
     end = tree(work)
     assert end != start and "new file.txt" in end and "sub/deep.txt" not in end
     assert not os.access(work / "script.sh", os.X_OK)
@@ -173,7 +173,7 @@ def test_rollback_text_says_how_to_undo_it(project, fake):
     project.write_jobs(JOB)
     fake.add(call("terminal", {"command": "echo two > a.txt && echo new > b.txt"}), final("ok"))
     res = project.run("run-job", "edit", "--json")
-    run_id = json.loads(res.stdout)["run_id"]
+    run_id = json.loads(res.stdout)["id"]
     out = project.run("runs", "rollback", run_id)
     assert out.returncode == 0, out.stderr
     assert "1 files written, 1 deleted" in out.stdout
@@ -187,7 +187,7 @@ def test_no_checkpoint_for_a_run_that_only_reads(project, fake):
     (work / "a.txt").write_text("one\n")
     project.write_jobs(JOB)
     fake.add(call("terminal", {"command": "cat a.txt | wc -l"}), call("read_file", {"path": "a.txt"}), final("ok"))
-    run_id = json.loads(project.run("run-job", "edit", "--json").stdout)["run_id"]
+    run_id = json.loads(project.run("run-job", "edit", "--json").stdout)["id"]
     out = project.run("runs", "checkpoints", run_id)
     assert out.returncode == 0 and "no checkpoints" in out.stdout
     refused = project.run("runs", "rollback", run_id)
@@ -199,7 +199,7 @@ def test_checkpoints_false_takes_none(project, fake):
     (project.root / "work").mkdir()
     project.write_jobs(JOB + "    checkpoints: false\n")
     fake.add(call("write_file", {"path": "a.txt", "content": "x"}), final("ok"))
-    run_id = json.loads(project.run("run-job", "edit", "--json").stdout)["run_id"]
+    run_id = json.loads(project.run("run-job", "edit", "--json").stdout)["id"]
     assert json.loads(project.run("runs", "checkpoints", run_id, "--json").stdout)["checkpoints"] == []
 
 
@@ -227,7 +227,7 @@ def test_a_failing_snapshot_is_recorded_and_the_run_goes_on(project, fake):
     fake.add(call("write_file", {"path": "c.txt", "content": "x"}), call("write_file", {"path": "d.txt", "content": "y"}), final("ok"))
     res = project.run("run-job", "edit", "--json")
     assert res.returncode == 0, res.stderr  # a checkpoint failure is not a run failure
-    run_id = json.loads(res.stdout)["run_id"]
+    run_id = json.loads(res.stdout)["id"]
     assert (work / "d.txt").read_text() == "y"
     shown = project.run("runs", "show", run_id).stdout
     assert "checkpoint FAILED before turn 1 (no more checkpoints in this run):" in shown
@@ -259,9 +259,9 @@ def test_prune_forgets_the_checkpoints_of_pruned_runs(project, fake):
     (project.root / "work").mkdir()
     project.write_jobs(JOB)
     fake.add(call("write_file", {"path": "a.txt", "content": "x"}), final("ok"))
-    first = json.loads(project.run("run-job", "edit", "--json").stdout)["run_id"]
+    first = json.loads(project.run("run-job", "edit", "--json").stdout)["id"]
     fake.add(call("write_file", {"path": "a.txt", "content": "y"}), final("ok"))
-    second = json.loads(project.run("run-job", "edit", "--json").stdout)["run_id"]
+    second = json.loads(project.run("run-job", "edit", "--json").stdout)["id"]
     [shadow] = list((project.home / "checkpoints").iterdir())
 
     def refs() -> str:

@@ -37,12 +37,12 @@ def run_job(project, name: str) -> dict:
 def test_session_search_finds_a_tool_result_from_50_runs_ago(project, fake):
     project.write_jobs(JOBS)
     fake.add(call("terminal", {"command": f"echo 'beacon serial pelican-7781 token {KEY}'"}), final("logged"))
-    first = run_job(project, "keeper")["run_id"]
+    first = run_job(project, "keeper")["id"]
     for i in range(49):
         fake.add(call("terminal", {"command": f"echo routine check {i}"}), final(f"all quiet {i}"))
         run_job(project, "other" if i % 2 else "keeper")
     fake.add(call("session_search", {"query": "pelican"}), final("the serial was pelican-7781"))
-    last = run_job(project, "keeper")["run_id"]
+    last = run_job(project, "keeper")["id"]
     assert len(rows(project.home, "SELECT id FROM runs")) == 51
     [found] = tool_messages(fake, len(fake.requests) - 1)
     assert f"run {first}, job keeper" in found and "tool_result (terminal)" in found and "«pelican»" in found

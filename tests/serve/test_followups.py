@@ -46,7 +46,7 @@ def test_followup_fires_once_across_a_serve_restart(project: Project, fake: Any)
     nxt = project.run("jobs", "next", "f", "--json")
     assert nxt.returncode == 0, nxt.stderr
     [listed] = json.loads(nxt.stdout)
-    assert listed["kind"] == "followup" and listed["followup"] == pending["followup"]
+    assert listed["kind"] == "followup" and listed["followup_id"] == pending["id"]
     first = ServeProc(project).started()
     first.send(signal.SIGKILL)  # before it is due
     first.proc.wait(timeout=10)

@@ -30,7 +30,7 @@ def test_the_run_page_shows_each_checkpoint_and_the_diff_after_it(project, fake)
         call("terminal", {"command": "rm notes.txt && echo fresh > new.txt"}),
         final("done"),
     )
-    run_id = json.loads(project.run("run-job", "e", "--json").stdout)["run_id"]
+    run_id = json.loads(project.run("run-job", "e", "--json").stdout)["id"]
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "runner", "web", "--bind", f"127.0.0.1:{port}"],

@@ -103,7 +103,7 @@ class Site:
         proc = self.cli("run-job", name, "--json")
         import json
 
-        return str(json.loads(proc.stdout)["run_id"])
+        return str(json.loads(proc.stdout)["id"])
 
     def start_job(self, name: str, *replies: Any) -> subprocess.Popen[str]:
         """Start `runner run-job NAME` in the background (its replies queued first)."""
