@@ -96,7 +96,7 @@ def bars(values: list[float], labels: list[str], *, title: str, unit: str = "") 
         f'width="{WIDTH}" height="{HEIGHT}" xmlns="http://www.w3.org/2000/svg">',
         f"<title>{escape(title)}</title>",
         f'<line x1="{PAD}" y1="{HEIGHT - PAD}" x2="{WIDTH - PAD}" y2="{HEIGHT - PAD}" class="axis"/>',
-        f'<text x="{PAD}" y="12" class="label">max {escape(_fmt(top, unit))}</text>',
+        f'<text x="{PAD}" y="12" class="label">max {escape(_fmt(max(values, default=0.0), unit))}</text>',
     ]
     for i, (value, label) in enumerate(zip(values, labels, strict=False)):
         h = (HEIGHT - 2 * PAD) * value / top
@@ -123,7 +123,7 @@ def stacked(series: list[list[float]], classes: list[str], names: list[str], lab
         f'width="{WIDTH}" height="{HEIGHT}" xmlns="http://www.w3.org/2000/svg">',
         f"<title>{escape(title)}</title>",
         f'<line x1="{PAD}" y1="{HEIGHT - PAD}" x2="{WIDTH - PAD}" y2="{HEIGHT - PAD}" class="axis"/>',
-        f'<text x="{PAD}" y="12" class="label">max {escape(_fmt(top))} runs a day</text>',
+        f'<text x="{PAD}" y="12" class="label">max {escape(_fmt(max(totals, default=0.0)))} runs a day</text>',
     ]
     for i, label in enumerate(labels):
         x = PAD + i * step + step * 0.1
