@@ -25,7 +25,7 @@ def web_group(ctx: click.Context, bind_text: str | None) -> None:
     bind = parse_bind(bind_text or s.config.web.bind, where=where)
     tokens, sock = prepare(s, bind)  # a refused bind exits before anything is written
     s.store  # noqa: B018 - open (and migrate) the store before serving: its errors are one line
-    click.echo(f"runner web: http://{bind}/ ({'token required' if tokens.required else 'no token: loopback only'})")
+    click.echo(f"runner web: http://{bind}/ ({'token required' if tokens.current().required else 'no token: loopback only'})")
     sys.exit(serve_forever(s, sock, tokens))
 
 

@@ -70,6 +70,23 @@ def daily_totals(store: Store, since: str) -> list[DayTotals]:
 
 
 @dataclass(frozen=True)
+class DayStatus:
+    day: str  # YYYY-MM-DD (UTC)
+    status: RunStatus
+    runs: int
+
+
+def daily_statuses(store: Store, since: str) -> list[DayStatus]:
+    """Top-level runs per UTC day and status, from ``since`` (a date): the runs-by-status chart."""
+    rows = store.query(
+        "SELECT substr(created_at, 1, 10) AS day, status, COUNT(*) AS n FROM runs "
+        "WHERE created_at >= ? AND parent_run_id IS NULL GROUP BY day, status ORDER BY day, status",
+        (since,),
+    )
+    return [DayStatus(r["day"], RunStatus(r["status"]), r["n"]) for r in rows]
+
+
+@dataclass(frozen=True)
 class StatusTotals:
     job: str
     status: RunStatus

@@ -116,10 +116,30 @@ def resume(request: Request, form: FormData) -> str:
     return f"resumed {name}"
 
 
+def form_vars(form: FormData) -> dict[str, str]:
+    """The Run form's variables: ``var_key`` / ``var_value`` pairs in order; a pair with a blank
+    value is left out (the job's own value stays), a value without a name is refused."""
+    keys, values = form.getlist("var_key"), form.getlist("var_value")
+    if len(keys) != len(values):
+        raise UsageError(f"vars: {len(keys)} names but {len(values)} values")
+    out: dict[str, str] = {}
+    for key, value in zip(keys, values, strict=True):
+        name, text = str(key).strip(), str(value)
+        if not text:
+            continue
+        if not name:
+            raise UsageError(f"var value {text[:40]!r} has no name")
+        out[name] = text
+    return out
+
+
 def trigger(request: Request, form: FormData) -> str:
+    """``runner jobs trigger NAME [--var KEY=VALUE ...]``: the same checks (``trigger_vars``) and request."""
     name = _job(request)
-    request_id = _control().request_trigger(_source(request).store, name, by=_who(request))
-    return f"asked serve to run {name} now (request {request_id})"
+    given = form_vars(form)
+    request_id = _control().request_trigger(_source(request).store, name, by=_who(request), vars=given)
+    shown = f" with {', '.join(sorted(given))}" if given else ""
+    return f"asked serve to run {name} now{shown} (request {request_id})"
 
 
 def cancel_followup(request: Request, form: FormData) -> str:
@@ -270,7 +290,7 @@ def routes() -> list[Route]:
     table: list[tuple[str, Callable[[Request], str], Handler]] = [
         ("/jobs/{name}/pause", to("/jobs"), pause),
         ("/jobs/{name}/resume", to("/jobs"), resume),
-        ("/jobs/{name}/trigger", to("/jobs"), trigger),
+        ("/jobs/{name}/trigger", to("/jobs"), trigger),  # the job page's form sends back=/jobs/NAME
         ("/followups/{followup_id}/cancel", to("/jobs"), cancel_followup),
         ("/runs/{run_id}/cancel", to("/runs/{run_id}"), cancel),
         ("/runs/{run_id}/say", to("/runs/{run_id}"), say),

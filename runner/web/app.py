@@ -31,6 +31,7 @@ from runner.web.auth import (
     SESSION_COOKIE,
     Role,
     Tokens,
+    TokenSource,
     cross_site_refusal,
     csrf_ok,
     host_is_loopback,
@@ -54,11 +55,11 @@ def is_open(path: str) -> bool:
 class Web:
     """What every handler needs: the source of data, the tokens, the templates, the metrics registry."""
 
-    def __init__(self, settings: Settings, tokens: Tokens):
+    def __init__(self, settings: Settings, tokens: TokenSource):
         import jinja2
 
         self.source = Source(settings)
-        self.tokens = tokens
+        self.token_source = tokens  # re-read when the files or config.yaml change: no restart
         self.redactor = Redactor()
         self.env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"),
@@ -76,7 +77,7 @@ class Web:
             csrf=request.state.csrf,
             role=request.state.role,
             can_act=request.state.role == Role.ADMIN,
-            auth=self.tokens.required,
+            auth=request.state.tokens.required,
             version=__version__,
             msg=request.query_params.get("msg"),
             err=request.query_params.get("err") == "1",
@@ -102,15 +103,16 @@ class AuthMiddleware(BaseHTTPMiddleware):
             hook_response.headers.setdefault("X-Content-Type-Options", "nosniff")
             return hook_response
         w = web(request)
+        tokens = request.state.tokens = w.token_source.current()  # one reading for the whole request
         cookie = request.cookies.get(CSRF_COOKIE)
         request.state.csrf = cookie or new_csrf()
-        role = _role(request, w.tokens)
+        role = _role(request, tokens)
         request.state.role = role
         response: Response
-        if not w.tokens.required and not host_is_loopback(request.headers.get("host", "")):
+        if not tokens.required and not host_is_loopback(request.headers.get("host", "")):
             # no token: only loopback names, so a rebound DNS name cannot read or drive it
             response = PlainTextResponse("without a token this dashboard answers loopback host names only", 403)
-        elif (cross := _cross_site(request, w.tokens)) is not None:
+        elif (cross := _cross_site(request, tokens)) is not None:
             response = PlainTextResponse(cross, 403)
         elif role is None and not is_open(request.url.path):
             response = _refuse(request)
@@ -174,7 +176,7 @@ async def login_submit(request: Request) -> Response:
     if not csrf_ok(request.cookies.get(CSRF_COOKIE), str(form.get(CSRF_FIELD) or "")):
         return PlainTextResponse("CSRF token missing or wrong: reload the page and try again", status_code=403)
     token = str(form.get("token") or "").strip()
-    if w.tokens.role_for(token) is None:
+    if request.state.tokens.role_for(token) is None:
         return w.render(request, "login.html", status_code=401, next=nxt, failed=True)
     response = RedirectResponse(nxt, status_code=303)
     response.set_cookie(SESSION_COOKIE, session_value(token), httponly=True, samesite="strict", path="/")
@@ -197,6 +199,7 @@ def routes() -> list[Any]:
     return [
         Route("/", pages.overview),
         Route("/jobs", pages.jobs),
+        Route("/jobs/{name}", pages.job_detail),
         Route("/runs", pages.runs),
         Route("/runs/{run_id}", pages.run_detail),
         Route("/runs/{run_id}/stream", live.run_stream),
@@ -219,7 +222,7 @@ def routes() -> list[Any]:
     ]
 
 
-def build_app(settings: Settings, tokens: Tokens) -> Starlette:
+def build_app(settings: Settings, tokens: TokenSource) -> Starlette:
     app = Starlette(routes=routes(), middleware=[Middleware(AuthMiddleware)])
     app.state.web = Web(settings, tokens)
     return app

@@ -102,10 +102,11 @@ class Tokens:
 
     admin: str | None
     viewer: str | None
+    locked: bool = False  # no token can be read now where one is needed: every request is refused
 
     @property
     def required(self) -> bool:
-        return self.admin is not None or self.viewer is not None
+        return self.admin is not None or self.viewer is not None or self.locked
 
     def role_for(self, presented: str | None) -> Role | None:
         if not presented:
@@ -156,6 +157,79 @@ def load_tokens(
     admin = _from_env(token_ref, getenv, "token") or _read(home / TOKEN_FILE)
     viewer = _from_env(read_only_ref, getenv, "read_only_token") or _read(home / READ_ONLY_TOKEN_FILE)
     return Tokens(admin=admin, viewer=viewer)
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """What the tokens were last read from: config.yaml's references and each file's identity."""
+
+    refs: tuple[str | None, str | None]
+    files: tuple[tuple[int, int, int] | None, ...]
+
+
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+class TokenSource:
+    """The tokens as they are now, for a dashboard that lives for days: RUNNER_HOME's token files
+    are re-read when they change (``runner web token`` or ``--rotate`` applies to the running
+    server on its next request, no restart) and config.yaml's ``web.token`` / ``web.read_only_token``
+    references as ``refs()`` gives them (the config reloaded when it changes).
+
+    A dashboard bound off loopback never falls open: when neither token can be read there (files
+    removed, a variable unset, a file unreadable) every request is refused until one can. On loopback
+    with no token at all it answers without one, like a fresh start; a token that cannot be read
+    (an ``env:`` variable unset, an unreadable file) locks it too rather than opening it."""
+
+    def __init__(
+        self,
+        home: Path,
+        refs: Callable[[], tuple[str | None, str | None]],
+        getenv: Callable[[str], str | None],
+        *,
+        loopback: bool,
+        warn: Callable[[str], None] | None = None,
+    ):
+        import threading
+
+        self.home, self.refs, self.getenv, self.loopback = home, refs, getenv, loopback
+        self.warn = warn or (lambda text: None)
+        self._lock = threading.Lock()
+        self._seen: _Seen | None = None
+        self._tokens = Tokens(admin=None, viewer=None, locked=True)
+
+    def load(self) -> Tokens:
+        """Read the tokens now, raising ``UsageError`` as a fresh start would (the bind check)."""
+        token_ref, read_only_ref = self.refs()
+        tokens = load_tokens(self.home, token_ref=token_ref, read_only_ref=read_only_ref, getenv=self.getenv)
+        with self._lock:
+            self._seen, self._tokens = self._stamp(), tokens
+        return tokens
+
+    def _stamp(self) -> _Seen:
+        return _Seen(self.refs(), (_identity(self.home / TOKEN_FILE), _identity(self.home / READ_ONLY_TOKEN_FILE)))
+
+    def current(self) -> Tokens:
+        stamp = self._stamp()
+        with self._lock:
+            if stamp == self._seen:
+                return self._tokens
+        try:
+            tokens = load_tokens(self.home, token_ref=stamp.refs[0], read_only_ref=stamp.refs[1], getenv=self.getenv)
+        except UsageError as exc:
+            self.warn(f"runner web: {exc}; refusing every request until a token can be read")
+            tokens = Tokens(admin=None, viewer=None, locked=True)
+        if not tokens.required and not self.loopback:
+            self.warn("runner web: no token left for a bind off loopback; refusing every request until one exists")
+            tokens = Tokens(admin=None, viewer=None, locked=True)
+        with self._lock:
+            self._seen, self._tokens = stamp, tokens
+        return tokens
 
 
 def check_bind(bind: Bind, tokens: Tokens) -> None:

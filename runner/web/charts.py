@@ -1,19 +1,41 @@
 """Charts drawn on the server as SVG (no JavaScript): cost and tokens per day per job, run
-durations, failure rate. ``daily`` aggregates the runs of the last N days; ``bars`` draws one series."""
+durations, failure rate, runs by status. ``daily`` aggregates the runs of the last N days; ``bars``
+draws one series, ``stacked`` several (runs by status); money is labelled to the cent."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 from html import escape
 
+from runner.statuses import RunStatus
 from runner.store import Store
-from runner.store.queries import DayTotals, daily_totals
+from runner.store.queries import FAILURES, DayStatus, DayTotals, daily_statuses, daily_totals
 
 WIDTH, HEIGHT, PAD = 560, 140, 28
 
 
 def daily(store: Store, now: datetime, days: int = 14) -> list[DayTotals]:
     return daily_totals(store, (now - timedelta(days=days - 1)).date().isoformat())
+
+
+def statuses(store: Store, now: datetime, days: int = 14) -> list[DayStatus]:
+    return daily_statuses(store, (now - timedelta(days=days - 1)).date().isoformat())
+
+
+#: the runs-by-status chart's groups, bottom to top: (css class, label, statuses)
+STATUS_GROUPS: tuple[tuple[str, str, frozenset[RunStatus]], ...] = (
+    ("st-succeeded", "succeeded", frozenset({RunStatus.SUCCEEDED})),
+    ("st-failed", "failed", frozenset(FAILURES)),
+    ("st-other", "other", frozenset(set(RunStatus) - {RunStatus.SUCCEEDED} - set(FAILURES))),
+)
+
+
+def status_series(rows: list[DayStatus], axis: list[str]) -> list[list[float]]:
+    """One series per ``STATUS_GROUPS`` entry: its runs per day of ``axis``."""
+    return [
+        [float(sum(r.runs for r in rows if r.day == day and r.status in members)) for day in axis]
+        for _, _, members in STATUS_GROUPS
+    ]
 
 
 def day_axis(now: datetime, days: int = 14) -> list[str]:
@@ -41,12 +63,27 @@ def series(rows: list[DayTotals], axis: list[str], job: str | None, metric: str)
     return out
 
 
-def _fmt(value: float) -> str:
+def usd(value: float) -> str:
+    """Money to the cent (``$12.35``); a cost under a cent keeps four decimals (``$0.0042``)."""
+    if 0 < abs(value) < 0.01:
+        return f"${value:.4f}"
+    return f"${value:,.2f}"
+
+
+def _fmt(value: float, unit: str = "") -> str:
+    """A chart label: money to the cent, other numbers to 2 significant decimals, then ``unit``."""
+    if unit == USD:
+        return usd(value)
     if value >= 1000:
-        return f"{value:,.0f}"
-    if value >= 10:
-        return f"{value:.0f}"
-    return f"{value:.2f}".rstrip("0").rstrip(".") or "0"
+        text = f"{value:,.0f}"
+    elif value >= 10:
+        text = f"{value:.0f}"
+    else:
+        text = f"{value:.2f}".rstrip("0").rstrip(".") or "0"
+    return text + unit
+
+
+USD = " USD"  # the unit of money series: labelled $X.XX
 
 
 def bars(values: list[float], labels: list[str], *, title: str, unit: str = "") -> str:
@@ -59,7 +96,7 @@ def bars(values: list[float], labels: list[str], *, title: str, unit: str = "") 
         f'width="{WIDTH}" height="{HEIGHT}" xmlns="http://www.w3.org/2000/svg">',
         f"<title>{escape(title)}</title>",
         f'<line x1="{PAD}" y1="{HEIGHT - PAD}" x2="{WIDTH - PAD}" y2="{HEIGHT - PAD}" class="axis"/>',
-        f'<text x="{PAD}" y="12" class="label">max {escape(_fmt(top))}{escape(unit)}</text>',
+        f'<text x="{PAD}" y="12" class="label">max {escape(_fmt(max(values, default=0.0), unit))}</text>',
     ]
     for i, (value, label) in enumerate(zip(values, labels, strict=False)):
         h = (HEIGHT - 2 * PAD) * value / top
@@ -67,8 +104,40 @@ def bars(values: list[float], labels: list[str], *, title: str, unit: str = "") 
         y = HEIGHT - PAD - h
         parts.append(
             f'<rect x="{x:.1f}" y="{y:.1f}" width="{step * 0.8:.1f}" height="{h:.1f}" class="bar">'
-            f"<title>{escape(label)}: {escape(_fmt(value))}{escape(unit)}</title></rect>"
+            f"<title>{escape(label)}: {escape(_fmt(value, unit))}</title></rect>"
         )
+        if i in (0, n - 1) or n <= 7:
+            parts.append(f'<text x="{x:.1f}" y="{HEIGHT - 8}" class="label">{escape(label[5:])}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def stacked(series: list[list[float]], classes: list[str], names: list[str], labels: list[str], *, title: str) -> str:
+    """Stacked bars (one stack per label, one part per series, bottom first), each part titled."""
+    totals = [sum(col) for col in zip(*series, strict=True)] if series else []
+    top = max(totals) if totals and max(totals) > 0 else 1.0
+    n = max(len(labels), 1)
+    step = (WIDTH - 2 * PAD) / n
+    parts = [
+        f'<svg class="chart" role="img" aria-label="{escape(title)}" viewBox="0 0 {WIDTH} {HEIGHT}" '
+        f'width="{WIDTH}" height="{HEIGHT}" xmlns="http://www.w3.org/2000/svg">',
+        f"<title>{escape(title)}</title>",
+        f'<line x1="{PAD}" y1="{HEIGHT - PAD}" x2="{WIDTH - PAD}" y2="{HEIGHT - PAD}" class="axis"/>',
+        f'<text x="{PAD}" y="12" class="label">max {escape(_fmt(max(totals, default=0.0)))} runs a day</text>',
+    ]
+    for i, label in enumerate(labels):
+        x = PAD + i * step + step * 0.1
+        base = float(HEIGHT - PAD)
+        for values, cls, name in zip(series, classes, names, strict=True):
+            value = values[i]
+            if value <= 0:
+                continue
+            h = (HEIGHT - 2 * PAD) * value / top
+            base -= h
+            parts.append(
+                f'<rect x="{x:.1f}" y="{base:.1f}" width="{step * 0.8:.1f}" height="{h:.1f}" class="bar {escape(cls)}">'
+                f"<title>{escape(label)}: {escape(_fmt(value))} {escape(name)}</title></rect>"
+            )
         if i in (0, n - 1) or n <= 7:
             parts.append(f'<text x="{x:.1f}" y="{HEIGHT - 8}" class="label">{escape(label[5:])}</text>')
     parts.append("</svg>")

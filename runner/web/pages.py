@@ -31,6 +31,7 @@ from runner.web.markdown import render
 
 BOARD_COLUMNS = [s for s in TaskStatus if s != TaskStatus.ARCHIVED]
 CURATOR_REPORT_CHARS = 200_000
+REFRESH_S = 10  # the overview and the newest page of runs re-fetch themselves this often (htmx)
 
 
 def _web(request: Request) -> Any:
@@ -59,6 +60,7 @@ def install_filters(env: Any, redactor: Any) -> None:
     env.filters["duration"] = lambda row: "" if (d := queries.duration_s(row)) is None else f"{d:.1f}s"
     env.filters["time"] = lambda t: (t or "")[:19].replace("T", " ")
     env.globals["ACTIVE"] = [str(s) for s in ACTIVE]
+    env.globals["REFRESH_S"] = REFRESH_S
     env.globals["STATUSES"] = [s.value for s in RunStatus]
     env.globals["TASK_STATUSES"] = [s.value for s in TaskStatus if s != TaskStatus.RUNNING]
 
@@ -119,6 +121,22 @@ def jobs(request: Request) -> Response:
         followups=followups.pending(w.source.store),  # the same listing as runner jobs followups list
         jobs_error=loaded.error,
     )
+
+
+def job_detail(request: Request) -> Response:
+    """``/jobs/NAME``: the job's definition, prompt, schedule, chain, follow-ups, runs and spend."""
+    from runner.web import jobpage
+
+    w = _web(request)
+    name = request.path_params["name"]
+    loaded = w.source.jobs()
+    if loaded.value is None or name not in loaded.value.jobs:
+        what = f"job {name}" + (f" (jobs.yaml does not load: {loaded.error})" if loaded.error else "")
+        return w.render(request, "missing.html", status_code=404, what=what)
+    job = loaded.value.jobs[name]
+    state = load_states(w.source.store).get(name)
+    ctx = jobpage.context(w.source.store, loaded.value, job, state, utcnow(), w.redactor)
+    return w.render(request, "job.html", **ctx)
 
 
 # -- runs -------------------------------------------------------------------------------------
@@ -297,7 +315,7 @@ def charts(request: Request) -> Response:
     fleet = [
         (title, c.bars(c.series(rows, axis, None, metric), axis, title=title, unit=unit))
         for title, metric, unit in (
-            ("Cost per day, all jobs", "cost", " USD"),
+            ("Cost per day, all jobs", "cost", c.USD),
             ("Tokens per day, all jobs", "tokens", ""),
             ("Mean run duration per day", "duration", " s"),
             ("Failure rate per day", "failure_rate", " %"),
@@ -306,9 +324,19 @@ def charts(request: Request) -> Response:
     per_job = [
         (
             job,
-            c.bars(c.series(rows, axis, job, "cost"), axis, title=f"{job}: cost per day", unit=" USD"),
+            c.bars(c.series(rows, axis, job, "cost"), axis, title=f"{job}: cost per day", unit=c.USD),
             c.bars(c.series(rows, axis, job, "tokens"), axis, title=f"{job}: tokens per day"),
         )
         for job in jobs
     ]
-    return w.render(request, "charts.html", fleet=fleet, per_job=per_job, days=len(axis))
+    by_status = c.stacked(
+        c.status_series(c.statuses(w.source.store, now), axis),
+        [cls for cls, _, _ in c.STATUS_GROUPS],
+        [name for _, name, _ in c.STATUS_GROUPS],
+        axis,
+        title="Runs per day by status",
+    )
+    legend = [(cls, name) for cls, name, _ in c.STATUS_GROUPS]
+    return w.render(
+        request, "charts.html", fleet=fleet, per_job=per_job, days=len(axis), by_status=by_status, legend=legend
+    )

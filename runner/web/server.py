@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 import socket
 import threading
 from collections.abc import Callable
@@ -13,29 +14,42 @@ from typing import TYPE_CHECKING, Any
 from runner.errors import UsageError
 from runner.host import secrets
 from runner.web.app import build_app
-from runner.web.auth import Bind, Tokens, check_bind, load_tokens
+from runner.web.auth import Bind, TokenSource, check_bind
+from runner.web.source import Source
 
 if TYPE_CHECKING:
     from runner.serve.host import ServeHost, Ticker
     from runner.settings import Settings
 
+log = logging.getLogger("runner.web")
 GRACEFUL_S = 2
 EXTRA = ("starlette", "uvicorn", "prometheus_client", "markdown_it", "multipart")
 
 
-def tokens_for(settings: Settings) -> Tokens:
+def token_source(settings: Settings, bind: Bind) -> TokenSource:
+    """The tokens of a serving dashboard, re-read when the token files or config.yaml's ``web:``
+    references change (a config.yaml that no longer loads keeps the last good references)."""
+    source = Source(settings)
     web = settings.config.web
-    return load_tokens(settings.home, token_ref=web.token, read_only_ref=web.read_only_token, getenv=secrets.getenv)
+    last = [(web.token, web.read_only_token)]
+
+    def refs() -> tuple[str | None, str | None]:
+        loaded = source.config_loaded()
+        if loaded.error is None:
+            last[0] = (loaded.value.web.token, loaded.value.web.read_only_token)
+        return last[0]
+
+    return TokenSource(settings.home, refs, secrets.getenv, loopback=bind.loopback, warn=log.warning)
 
 
-def prepare(settings: Settings, bind: Bind) -> tuple[Tokens, socket.socket]:
+def prepare(settings: Settings, bind: Bind) -> tuple[TokenSource, socket.socket]:
     """Check the bind against the tokens and bind the socket now, so a refused bind or a port in
     use is one line and exit 2 before anything else starts."""
     missing = [name for name in EXTRA if importlib.util.find_spec(name) is None]
     if missing:
         raise UsageError(f"runner web needs the web extra ({', '.join(missing)} missing): pip install -e '.[web]'")
-    tokens = tokens_for(settings)
-    check_bind(bind, tokens)
+    tokens = token_source(settings, bind)
+    check_bind(bind, tokens.load())
     family = socket.AF_INET6 if ":" in bind.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -50,7 +64,7 @@ def prepare(settings: Settings, bind: Bind) -> tuple[Tokens, socket.socket]:
     return tokens, sock
 
 
-def _server(settings: Settings, tokens: Tokens, *, log_level: str = "warning") -> Any:
+def _server(settings: Settings, tokens: TokenSource, *, log_level: str = "warning") -> Any:
     import uvicorn
 
     config = uvicorn.Config(
@@ -65,7 +79,7 @@ def _server(settings: Settings, tokens: Tokens, *, log_level: str = "warning") -
     return uvicorn.Server(config)
 
 
-def serve_forever(settings: Settings, sock: socket.socket, tokens: Tokens) -> int:
+def serve_forever(settings: Settings, sock: socket.socket, tokens: TokenSource) -> int:
     """``runner web``: serve until SIGTERM/SIGINT (uvicorn's own handlers)."""
     server = _server(settings, tokens)
     server.run(sockets=[sock])
@@ -77,7 +91,7 @@ class WebThread:
 
     name = "web"
 
-    def __init__(self, settings: Settings, sock: socket.socket, tokens: Tokens):
+    def __init__(self, settings: Settings, sock: socket.socket, tokens: TokenSource):
         self.server = _server(settings, tokens)
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [sock]}, name="runner-web", daemon=True
@@ -97,6 +111,6 @@ class WebThread:
         self.sock.close()
 
 
-def serve_loop(settings: Settings, sock: socket.socket, tokens: Tokens) -> Callable[[ServeHost], Ticker]:
+def serve_loop(settings: Settings, sock: socket.socket, tokens: TokenSource) -> Callable[[ServeHost], Ticker]:
     """A loop factory for ``run_serve(loops=...)``: the web thread starts with serve's loops."""
     return lambda host: WebThread(settings, sock, tokens)

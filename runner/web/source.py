@@ -51,6 +51,11 @@ class Source:
         return self.settings.store
 
     def config(self) -> Config:
+        config: Config = self.config_loaded().value
+        return config
+
+    def config_loaded(self) -> Loaded:
+        """config.yaml as it is now (value: the defaults and the error's text when it does not load)."""
         stamp = _mtime(self.settings.config_path)
         with self._lock:
             if self._config is None or self._config[0] != stamp:
@@ -59,7 +64,7 @@ class Source:
                 except RunnerError as exc:
                     loaded = Loaded(Config(), str(exc))
                 self._config = (stamp, loaded)
-            return self._config[1].value
+            return self._config[1]
 
     def jobs(self) -> Loaded:
         """The jobs file (value None and the error's text when it does not load)."""

@@ -107,7 +107,13 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     env = {"HOOK_PATHS_SECRET": SECRET}
     started: list[WebServer] = []
     try:
-        open_ = start_web(site, env=env)
+        # the open server has a RUNNER_HOME of its own with no token (a running dashboard re-reads
+        # its home's token files, so sharing the guarded one's would guard it too) and the same store
+        open_home = site.home.parent / "open-home"
+        open_home.mkdir(mode=0o700)
+        store_env = {} if site.database_url else {"RUNNER_DATABASE_URL": f"sqlite:///{site.home / 'runner.db'}"}
+        site.cli("jobs", "list")  # the store exists before the open server opens it by URL
+        open_ = start_web(site, env={**env, **store_env, "RUNNER_HOME": str(open_home)})
         started.append(open_)
         admin = site.cli("web", "token").stdout.strip()
         guarded = start_web(site, bind=f"0.0.0.0:{free_port()}", env=env)
