@@ -65,6 +65,7 @@ def run_stream(request: Request) -> StreamingResponse:
     # the state of each row the page has (sent again when it changes: its end came)
     seen: list[Recorded] = []
     rows: dict[int, str] = {}
+    steps: dict[str, Any] = {"steps": 0, "kinds": {}, "span": 0.0, "at": time.monotonic()}  # as computed last
 
     def step() -> list[bytes] | None:
         store = w.source.store
@@ -79,18 +80,22 @@ def run_stream(request: Request) -> StreamingResponse:
         if events:
             cursor["seq"] = events[-1].seq
             out.append(sse("step", step_html(w, events)))
-            seen.extend(events)
+            seen.extend(events[: max(queries.MAX_EVENTS - len(seen), 0)])  # as many as the page shows
         live = row["status"] in ACTIVE
-        tl = run_timeline(row, seen, live)
-        changed = [s for s in tl.steps if rows.get(s.seq) != s.state]
-        if changed:
-            rows.update({s.seq: s.state for s in changed})
-            out.append(sse("trace", timeline_html(w, tl, changed)))
-        summary = _summary(row) | {"steps": len(tl.steps), "kinds": tl.steps_by_kind}
+        changed: list[Any] = []
+        if events or row["status"] != shown.get("status"):  # else no row can have changed
+            tl = run_timeline(row, seen, live)
+            changed = [s for s in tl.steps if rows.get(s.seq) != s.state]
+            if changed:
+                rows.update({s.seq: s.state for s in changed})
+                out.append(sse("trace", timeline_html(w, tl, changed)))
+            steps.update(steps=len(tl.steps), kinds=tl.steps_by_kind, span=tl.span, at=time.monotonic())
+        summary = _summary(row) | {"steps": steps["steps"], "kinds": steps["kinds"]}
         if summary != shown or changed:
             shown.clear()
             shown.update(summary)
-            out.append(sse("summary", json.dumps(summary | {"span": round(tl.span, 3)})))
+            span = steps["span"] + (time.monotonic() - steps["at"] if live else 0.0)  # the run's, now
+            out.append(sse("summary", json.dumps(summary | {"span": round(span, 3)})))
         if not live and not events:
             out.append(sse("end", str(row["status"])))
             return out or None

@@ -24,6 +24,7 @@ from runner.events import STEP_KINDS, Event  # noqa: E402
 from runner.store import queries  # noqa: E402
 from runner.testing import call, final  # noqa: E402
 from runner.testing.fakeopenai import Reply  # noqa: E402
+from runner.web.trace import Diff  # noqa: E402
 from tests.web.webhelp import CHROMIUM, Site, WebServer  # noqa: E402
 
 JSON_OUT = '{"rows": [1, 2], "ok": true}'
@@ -108,6 +109,74 @@ def test_a_run_without_steps_and_the_stream_of_an_ended_run(site: Site, web: Web
             text = "".join(res.iter_text())
         assert "event: end" in text and "event: trace" in text  # the rows it has, then the end
         assert text.count('class="tl-row') == ledger_steps(site, traced)[0]
+
+
+def test_every_kind_of_step_from_a_real_store(tmp_path: Path) -> None:
+    """Waits, messages, pre_run and delivery through the run's own Recorder into a store: one step
+    per event of STEP_KINDS (what ``step_count`` counts), placed and timed; a call with no result
+    is open while the run is live and runs to the run's end after."""
+    from datetime import timedelta
+
+    from runner.clock import utcnow
+    from runner.events import (
+        ApprovalAnswered,
+        ApprovalParked,
+        Checkpoint,
+        Delivered,
+        PreRun,
+        Request,
+        Response,
+        Steer,
+        ToolCall,
+        ToolResult,
+    )
+    from runner.safety.redact import Redactor
+    from runner.statuses import Trigger
+    from runner.store import Store, ledger
+    from runner.store.runs import Recorder, events
+    from runner.web.trace import timeline
+
+    store = Store.open(tmp_path / "runner.db")
+    try:
+        run_id = ledger.open_run(store, job="j", trigger=Trigger.MANUAL)
+        rec = Recorder(store, run_id, Redactor())
+        rec(Event.PRE_RUN, PreRun(0, False, "ready\n"))
+        rec(Event.REQUEST, Request(1, 2, 1))
+        rec(Event.RESPONSE, Response(1, None, [{"name": "terminal", "arguments": {"c": 1}}], "tool_calls", 10, 2, 0.5, 0.1))
+        rec(Event.CHECKPOINT, Checkpoint("c0ffee", "/w", 1, 0.01, step=1, tool="terminal"))
+        rec(Event.TOOL_CALL, ToolCall("a", "terminal", {"c": 1}))
+        rec(Event.APPROVAL_PARKED, ApprovalParked("ap1", "rm -rf x", ["rm -r"], "2999-01-01T00:00:00+00:00"))
+        rec(Event.APPROVAL_ANSWERED, ApprovalAnswered("ap1", "denied", "web:admin", "no"))
+        rec(Event.TOOL_RESULT, ToolResult("a", "terminal", "blocked: denied by web:admin: no", 30, True, 0.2))
+        rec(Event.STEERED, Steer("s1", "web:admin", "hurry"))
+        rec(Event.REQUEST, Request(2, 5, 1))
+        rec(Event.RESPONSE, Response(2, "ok", [], "stop", 20, 3, 0.25, 0.1))
+        rec(Event.TOOL_CALL, ToolCall("b", "web_fetch", {"url": "x"}))  # never answered
+        rec(Event.DELIVERED, Delivered(sinks=[{"sink": "file", "ok": False, "detail": "disk full"}]))
+        evs = events(store, run_id)
+        count = queries.step_count(store, run_id)
+    finally:
+        store.close()
+    now = utcnow()
+    diffs = {e.seq: Diff("c0ffee", "+new line", False) for e in evs if e.kind == Event.CHECKPOINT}
+    live = timeline(evs, started_at=evs[0].ts, ended_at=None, now=now, live=True, diffs=diffs)
+    assert count == len(live.steps) == 8
+    kinds = [s.kind for s in live.steps]  # in the order of the events that opened them
+    assert kinds == ["pre_run", "model", "tool", "approval", "steer", "model", "tool", "delivery"]
+    by = {s.kind: s for s in live.steps}
+    assert live.steps_by_kind == {"pre_run": 1, "model": 2, "tool": 2, "approval": 1, "steer": 1, "delivery": 1}
+    model = live.steps[1]
+    assert (model.prompt_tokens, model.completion_tokens, model.cost_usd) == (10, 2, 0.5)
+    call_a = live.steps[2]
+    assert call_a.failed and call_a.title == "-> terminal (blocked)" and call_a.diff is not None  # after the checkpoint
+    assert by["approval"].title == "approval ap1: denied by web:admin" and by["approval"].failed
+    assert by["steer"].seconds == 0 and by["delivery"].failed
+    fetch = [s for s in live.steps if s.title == "-> web_fetch"][0]
+    assert fetch.seconds is None and fetch.state == "open" and live.width(fetch) > 0
+    ended = timeline(evs, started_at=evs[0].ts, ended_at=(now + timedelta(seconds=5)).isoformat(), now=now, live=False)
+    fetch = [s for s in ended.steps if s.title == "-> web_fetch"][0]
+    assert fetch.note == "no end recorded" and fetch.start + (fetch.seconds or 0) == pytest.approx(ended.span)
+    assert all(0 <= s.start <= ended.span and s.seconds is not None for s in ended.steps)
 
 
 # -- in Chromium ---------------------------------------------------------------------------------
