@@ -3,13 +3,14 @@ waits), one row per step the store counts (``queries.step_count``: the run's eve
 ``runner.events.STEP_KINDS``), each with its duration, tokens and cost; payloads collapsed with a
 preview and pretty-printed; live while the run goes. Over HTTP against a real `runner web`, and in
 Debian's Chromium at 1366x900 and 390x844 (no horizontal page scroll, no console error, the row
-count, a running run's tokens updating by themselves); screenshots go to a temp folder (printed)."""
+count, a running run's tokens updating by themselves); screenshots go to
+pytest's temp folder, /tmp/pytest-of-USER/pytest-N/run-page-screenshots (printed)."""
 
 from __future__ import annotations
 
 import html
+import os
 import re
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -185,8 +186,12 @@ needs_chromium = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no {CH
 
 
 @pytest.fixture(scope="module")
-def shots() -> Path:
-    folder = Path(tempfile.mkdtemp(prefix="runner-run-trace-"))
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One folder for the whole session's screenshots, xdist workers included: pytest's temp root
+    (/tmp/pytest-of-USER/pytest-N/run-page-screenshots)."""
+    root = tmp_path_factory.getbasetemp()
+    folder = (root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root) / "run-page-screenshots"
+    folder.mkdir(exist_ok=True)
     print(f"\nrun page screenshots: {folder}")
     return folder
 
