@@ -711,6 +711,12 @@ class Shown:
 # steps: the ``response`` that follows has their text whole
 LIVE_ONLY = frozenset({Event.STREAM_TEXT})
 
+# the kinds that open a step of a run's timeline (the dashboard's waterfall), one row each: a model
+# turn (its ``request``, until its ``response``), a tool call (until its ``tool_result``), an
+# approval the run parked on (until ``approval_answered``), a message given to the model, the
+# ``pre_run`` script and the delivery (each recorded when it ended)
+STEP_KINDS = (Event.REQUEST, Event.TOOL_CALL, Event.APPROVAL_PARKED, Event.STEERED, Event.PRE_RUN, Event.DELIVERED)
+
 
 def show(kind: Event | str, payload: Payload) -> Shown:
     return FORMATS[type(payload)](kind, payload)

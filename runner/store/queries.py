@@ -16,7 +16,7 @@ from enum import Enum
 from typing import Any
 
 from runner.config.database import Dialect
-from runner.events import Recorded
+from runner.events import STEP_KINDS, Recorded
 from runner.statuses import ACTIVE, ApprovalState, RunStatus
 from runner.store import Store
 from runner.store.runs import events
@@ -314,9 +314,18 @@ def run_detail(store: Store, run_id: str) -> RunDetail | None:
     return RunDetail(run, kids, evs[:MAX_EVENTS], len(evs) > MAX_EVENTS, approvals, task)
 
 
+def step_count(store: Store, run_id: str) -> int:
+    """How many steps the run's timeline has: its events of ``runner.events.STEP_KINDS``."""
+    marks = ", ".join("?" for _ in STEP_KINDS)
+    sql = f"SELECT COUNT(*) AS n FROM run_events WHERE run_id = ? AND kind IN ({marks})"
+    row = store.one(sql, (run_id, *(str(k) for k in STEP_KINDS)))
+    return int(row["n"]) if row else 0
+
+
 def run_status(store: Store, run_id: str) -> dict[str, Any] | None:
     return store.one(
-        "SELECT status, reason, iterations, prompt_tokens, completion_tokens, cost_usd, ended_at FROM runs WHERE id = ?",
+        "SELECT status, reason, iterations, prompt_tokens, completion_tokens, cost_usd, created_at, started_at, ended_at "
+        "FROM runs WHERE id = ?",
         (run_id,),
     )
 

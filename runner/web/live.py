@@ -1,5 +1,6 @@
-"""Server-sent events: a run's new steps as they are written, its status and live counters (turns,
-tokens, cost: a ``summary`` event when they change), and "the board changed".
+"""Server-sent events: a run's new events as they are written (``step``), the rows of its timeline
+that are new or changed (``trace``: a call's result came), its status and live counters (turns,
+tokens, cost, steps: a ``summary`` event when they change), and "the board changed".
 
 Both poll the store (a read of one index range) every ``POLL_S``; a worker in another process
 writes the rows, so there is nothing to subscribe to. A stream ends when its run ends, when the
@@ -17,9 +18,10 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
+from runner.events import Recorded
 from runner.statuses import ACTIVE
 from runner.store import queries, runs
-from runner.web.pages import step_html
+from runner.web.pages import run_timeline, step_html, timeline_html
 
 POLL_S = 0.2
 STEPS_PER_MESSAGE = 500  # rows of the timeline sent in one server-sent event
@@ -59,23 +61,42 @@ def run_stream(request: Request) -> StreamingResponse:
     after_text = request.query_params.get("after", "0")
     cursor = {"seq": int(after_text) if after_text.isdigit() else 0}
     shown: dict[str, Any] = {}  # the summary sent last
+    # the waterfall: every event so far (a result closes a call made before the page loaded) and
+    # the state of each row the page has (sent again when it changes: its end came)
+    seen: list[Recorded] = []
+    rows: dict[int, str] = {}
+    steps: dict[str, Any] = {"steps": 0, "kinds": {}, "span": 0.0, "at": time.monotonic()}  # as computed last
 
     def step() -> list[bytes] | None:
         store = w.source.store
         out = []
+        if not rows:  # the first poll: the rows the page was rendered with
+            seen.extend(e for e in runs.events(store, run_id, 0, queries.MAX_EVENTS) if e.seq <= cursor["seq"])
+            rows.update({s.seq: s.state for s in run_timeline({}, seen, True).steps} or {0: ""})
         events = runs.events(store, run_id, cursor["seq"], STEPS_PER_MESSAGE)
-        if events:
-            cursor["seq"] = events[-1].seq
-            out.append(sse("step", step_html(w, events)))
         row = queries.run_status(store, run_id)
         if row is None:
             return None
-        summary = _summary(row)
-        if summary != shown:
+        if events:
+            cursor["seq"] = events[-1].seq
+            out.append(sse("step", step_html(w, events)))
+            seen.extend(events[: max(queries.MAX_EVENTS - len(seen), 0)])  # as many as the page shows
+        live = row["status"] in ACTIVE
+        changed: list[Any] = []
+        if events or row["status"] != shown.get("status"):  # else no row can have changed
+            tl = run_timeline(row, seen, live)
+            changed = [s for s in tl.steps if rows.get(s.seq) != s.state]
+            if changed:
+                rows.update({s.seq: s.state for s in changed})
+                out.append(sse("trace", timeline_html(w, tl, changed)))
+            steps.update(steps=len(tl.steps), kinds=tl.steps_by_kind, span=tl.span, at=time.monotonic())
+        summary = _summary(row) | {"steps": steps["steps"], "kinds": steps["kinds"]}
+        if summary != shown or changed:
             shown.clear()
             shown.update(summary)
-            out.append(sse("summary", json.dumps(summary)))
-        if row["status"] not in ACTIVE and not events:
+            span = steps["span"] + (time.monotonic() - steps["at"] if live else 0.0)  # the run's, now
+            out.append(sse("summary", json.dumps(summary | {"span": round(span, 3)})))
+        if not live and not events:
             out.append(sse("end", str(row["status"])))
             return out or None
         return out

@@ -14,7 +14,7 @@ from starlette.responses import Response
 from runner.agent.credentials import list_credentials, sync_config
 from runner.clock import utcnow
 from runner.config.schedules import format_duration
-from runner.events import LIVE_ONLY, Recorded, Shown
+from runner.events import LIVE_ONLY, Checkpoint, Recorded, Shown
 from runner.run.budget import report
 from runner.serve.planner import JobState, upcoming
 from runner.serve.state import load_states, serve_status
@@ -27,6 +27,7 @@ from runner.store.reloads import refused_reload
 from runner.store.tasks import TaskNotFound
 from runner.web import charts as c
 from runner.web import skills as skill_rows
+from runner.web import trace
 from runner.web.markdown import render
 
 BOARD_COLUMNS = [s for s in TaskStatus if s != TaskStatus.ARCHIVED]
@@ -59,6 +60,9 @@ def install_filters(env: Any, redactor: Any) -> None:
     env.filters["usd"] = lambda v: f"${(v or 0):,.4f}"
     env.filters["duration"] = lambda row: "" if (d := queries.duration_s(row)) is None else f"{d:.1f}s"
     env.filters["time"] = lambda t: (t or "")[:19].replace("T", " ")
+    env.filters["took"] = trace.duration
+    env.globals["kinds"] = trace.KINDS
+    env.globals["full_chars"] = trace.FULL_CHARS
     env.globals["ACTIVE"] = [str(s) for s in ACTIVE]
     env.globals["REFRESH_S"] = REFRESH_S
     env.globals["STATUSES"] = [s.value for s in RunStatus]
@@ -172,6 +176,8 @@ def run_detail(request: Request) -> Response:
     output = None if live else _output(detail.run)
     steps = _steps(detail.events)
     points = [] if live else _checkpoints(w.source.home, detail.events)
+    tl = run_timeline(detail.run, detail.events, live, points)
+    carried = {s.diff.checkpoint: s.seq for s in tl.steps if s.diff is not None}  # checkpoint -> its step
     waiting = None  # the approval a waiting run is parked on (the banner with Approve / Deny)
     if detail.run["status"] == RunStatus.WAITING:
         waiting = next((r for r in queries.waiting_runs(w.source.store) if r.run_id == detail.run["id"]), None)
@@ -184,10 +190,28 @@ def run_detail(request: Request) -> Response:
         live=live,
         last_seq=last_seq,
         steps=steps,
+        tl=tl,
+        rows=tl.steps,
+        carried=carried,
         checkpoints=points,
         steer_max=STEER_MAX_CHARS,
         waiting=waiting,
     )
+
+
+def run_timeline(
+    run: dict[str, Any], events: list[Recorded], live: bool, points: list[tuple[Any, str, bool]] | None = None
+) -> trace.Timeline:
+    """The run's waterfall; each checkpoint's diff goes to the step that followed it."""
+    seq_of = {e.payload.id: e.seq for e in events if isinstance(e.payload, Checkpoint)}
+    diffs = {seq_of[p.id]: trace.Diff(p.id, text, cut) for p, text, cut in points or [] if text and p.id in seq_of}
+    started = run.get("started_at") or run.get("created_at")
+    return trace.timeline(events, started_at=started, ended_at=run.get("ended_at"), now=utcnow(), live=live, diffs=diffs)
+
+
+def timeline_html(w: Any, tl: trace.Timeline, rows: Any) -> str:
+    """Rows of the waterfall (the run page and its live stream render the same HTML)."""
+    return str(w.env.get_template("_timeline.html").render(tl=tl, rows=rows))
 
 
 MAX_DIFFS = 50  # checkpoints of one run shown with their diff

@@ -47,7 +47,7 @@ def test_follow_a_running_run_live(site: Site, web: WebServer, page: Any) -> Non
     timeline = page.locator("#timeline")
     page.locator("#run-turns", has_text="1").wait_for()  # live counters, over SSE
     assert page.locator("#run-tokens").inner_text() == "100 + 20"  # the 1st reply's, while the command sleeps
-    timeline.locator(".step-tool_result", has_text="woke-up-42").wait_for()  # arrived over SSE, no reload
+    timeline.locator(".tl-part-result", has_text="woke-up-42").wait_for()  # arrived over SSE, no reload
     page.locator("#run-status[data-status='succeeded']").wait_for()
     page.locator("#output").get_by_text("slept well").wait_for()
     assert page.locator("#run-turns").inner_text() == "2"

@@ -4,6 +4,7 @@ escaped, over HTTP from a real `runner web`."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -54,6 +55,13 @@ def test_the_run_page_shows_each_checkpoint_and_the_diff_after_it(project, fake)
         assert "<h2>Checkpoints</h2>" in html and "before turn 1 (write_file)" in html and "at the end of the run" in html
         assert "+&lt;script&gt;document.title=" in html and NASTY not in html  # the diff, escaped
         assert "+fresh" in html and "deleted file mode" in html
+        # each diff also under the step that followed its checkpoint: the write_file call of turn 1
+        timeline = html.split('id="timeline"', 1)[1].split("</ol>", 1)[0]
+        rows = re.findall(r'<li class="tl-row .*?</li>', timeline, flags=re.S)
+        with_diff = [r for r in rows if "tl-diff" in r]
+        assert len(with_diff) == 2, [r[:200] for r in rows]
+        assert "-&gt; write_file" in with_diff[0] and "+&lt;script&gt;document.title=" in with_diff[0]
+        assert "-&gt; terminal" in with_diff[1] and "+fresh" in with_diff[1] and NASTY not in timeline
     finally:
         proc.terminate()
         proc.wait(timeout=10)
