@@ -100,20 +100,22 @@ def test_the_flipper_defeats_a_check_then_open_reader(box, flipper):
     file tools did before) reads the outside file at least once in ROUNDS tries."""
     ctx, work, _ = box
     before = _flips(flipper)
-    escapes = tries = 0
+    escapes: list[int] = []  # the tries that read the outside file
+    tries = 0
     # until an escape; else at least 10 * ROUNDS tries and 2,000 flips meanwhile (on a loaded machine
     # the flipper may be parked for a while: those tries prove nothing), for up to 60 s
-    for tries in _rounds(lambda: escapes > 0 or _flips(flipper) - before >= 2000, 10 * ROUNDS, seconds=60):
+    for _ in _rounds(lambda: bool(escapes) or _flips(flipper) - before >= 2000, 10 * ROUNDS, seconds=60):
         if escapes:
             break
+        tries += 1
         try:
             path = confine(ctx, "d/f.txt")
             if Path(path).read_text().startswith("SECRET"):
-                escapes += 1
+                escapes.append(tries)
         except (ToolError, OSError):
             continue
     flips = _flips(flipper) - before
-    assert escapes > 0, f"no escape in {tries} check-then-open reads over {flips} flips"
+    assert escapes, f"no escape in {tries} check-then-open reads over {flips} flips"
 
 
 def test_reads_never_leave_the_workdir_while_a_symlink_flips(box, flipper):
