@@ -262,9 +262,14 @@ class Dispatcher:
         exited = self._reap(now)
         promoted = board.promote(now=now)
         reclaimed = board.reclaim_expired(now=now, backoff=self.backoff)
+        lost: list[str] = []
         for r in reclaimed:
+            error = f"the lease of kanban task {r.task_id} ran out: worker {r.owner} stopped renewing it"
+            lost += ledger.lose_task_runs(board.store, str(r.task_id), error=error, now=now)
             if r.host == board.host and r.pid and r.pid > 0 and kill_tree(r.pid, 0, start=r.pid_start):
                 self._orphans = True
+        if lost:
+            self._alert_lost(lost)
         started: list[Started] = []
         failed: list[tuple[int, str]] = []
         slots = self.max_workers - self.capacity.running(board)
@@ -331,9 +336,12 @@ class Dispatcher:
         thread: an alert sink that retries must not hold up dispatching."""
         lost = self._launcher.lost(self._board.store, now)
         if lost:
-            threading.Thread(
-                target=self.settings.alert_lost, args=(self.settings.store, lost), name="kanban-alerts"
-            ).start()
+            self._alert_lost(lost)
+
+    def _alert_lost(self, run_ids: list[str]) -> None:
+        """Alert runs this dispatcher declared lost, on a thread: an alert sink that retries must not
+        hold up dispatching."""
+        threading.Thread(target=self.settings.alert_lost, args=(self.settings.store, run_ids), name="kanban-alerts").start()
 
     # -- the standalone loop ------------------------------------------------------------
     def run(

@@ -27,6 +27,7 @@ from typing import Any
 
 from runner.clock import utcnow
 from runner.config.jobfile import Job
+from runner.config.jobs import Resume
 from runner.errors import RunnerError, UsageError
 from runner.host import secrets
 from runner.host.procs import become_subreaper, install_two_stage_stop, start_time
@@ -37,7 +38,9 @@ from runner.safety.redact import Redactor
 from runner.settings import Settings
 from runner.statuses import RunStatus, TaskStatus, Trigger
 from runner.store import Store, ledger
+from runner.store import journal as journal_rows
 from runner.store.board import Board
+from runner.store.ledger import RunRow
 from runner.store.tasks import FenceError, Task
 
 REMINDER = (
@@ -45,6 +48,7 @@ REMINDER = (
     "or kanban_block with the reason if you cannot finish it. Do it now."
 )
 UNFINISHED = "the worker stopped without calling kanban_complete or kanban_block (reminded once)"
+WORKER_AUTHOR = "worker (fence"  # how the comments the model wrote itself are signed
 RESULT_CHARS = 4000
 
 
@@ -105,6 +109,49 @@ def task_prompt(board: Board, task: Task) -> str:
     return "\n\n".join(parts)
 
 
+def lost_attempt(settings: Settings, task: Task, job: Job, run_id: str | None) -> RunRow | None:
+    """The run this attempt resumes: the task's last run when its worker was lost and the job is an
+    agent job with ``resume: auto`` (docs/runs.md#durable-runs); else None (it starts over)."""
+    if task.attempts <= 1 or not job.spec.agent or job.spec.resume != Resume.AUTO:
+        return None
+    return journal_rows.lost_task_attempt(settings.store, str(task.id), besides=run_id)
+
+
+def resume_note(board: Board, task: Task, before: RunRow, store: Store) -> str:
+    """What the resumed attempt's model is told before its first live request: the attempt, why
+    the last one ended, and the comments on the task its history does not hold (the first
+    attempt's prompt and the messages given to it are replayed; a comment written while no
+    attempt ran, or one the lost attempt had not given its model yet, is in none of them)."""
+    seen = _journal_texts(journal_rows.entries(store, journal_rows.key_of(store, before.id)))
+    missed = [
+        c
+        for c in board.comments(task.id)
+        if not str(c["author"]).startswith(WORKER_AUTHOR) and str(c["body"]).strip()[:200] not in seen
+    ]
+    why = task.error or f"the run ended {before.status}"
+    parts = [
+        f"This is attempt {task.attempts} of {task.max_attempts} at kanban task {task.id}. The worker of "
+        f"the last attempt was lost ({why}); this run resumes from its last completed step, so the "
+        "conversation above is what that attempt did."
+    ]
+    if missed:
+        lines = [f"- {c['author']} ({str(c['created_at'])[:16]}): {c['body']}" for c in missed]
+        parts.append("Comments on the task that this conversation does not hold yet:\n" + "\n".join(lines))
+    return "\n\n".join(parts)
+
+
+def _journal_texts(entries: list[journal_rows.Entry]) -> str:
+    """Every text the journal says the model was given as a user message: the first messages and
+    the messages sent while it ran."""
+    texts: list[str] = []
+    for e in entries:
+        if e.turn == 0 and e.call_id == journal_rows.TURN:
+            texts += [str(m.get("content") or "") for m in e.body if isinstance(m, dict)]
+        elif e.call_id == journal_rows.STEERS:
+            texts += [str(m.get("text") or "") for m in e.body if isinstance(m, dict)]
+    return "\n".join(texts)
+
+
 class TaskSession:
     """The task a worker holds, as the kanban tools use it. Every write carries the fence."""
 
@@ -132,7 +179,7 @@ class TaskSession:
             self.task_id,
             self.redact(text),
             now=utcnow(),
-            author=f"worker (fence {self.fence})",
+            author=f"{WORKER_AUTHOR} {self.fence})",
             fence=self.fence,
         )
 
@@ -267,12 +314,16 @@ def _attempt(settings: Settings, session: TaskSession, stop: threading.Event, ru
     job, outcome = None, None
     try:
         job = job_for(settings, task)
+        before = lost_attempt(settings, task, job, run_id)
+        if before is not None and run_id is not None:  # a ``runner worker``'s queued row: it becomes the next attempt
+            ledger.set_fields(settings.store, run_id, parent_run=before.parent_run or before.id, attempt=before.attempt + 1)
         hooks = TaskHooks(
             task_id=str(task_id),
             session=session,
             prompt=task_prompt(board, task),
             follow_up=session.reminder,
             fence=fence,
+            resume_note=resume_note(board, task, before, settings.store) if before is not None else None,
         )
         req = RunRequest(
             job=job,
@@ -281,6 +332,7 @@ def _attempt(settings: Settings, session: TaskSession, stop: threading.Event, ru
             workdir=None if job.spec.workdir else workspace(settings, task_id),
             stop=stop,
             task=hooks,
+            resumes=before.id if before is not None and run_id is None else None,
         )
         outcome = execute(settings, req)
         session.run_id = outcome.run_id

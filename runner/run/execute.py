@@ -38,6 +38,7 @@ from runner.events import (
     RunStarted,
     Sandbox,
     SideCall,
+    Steer,
 )
 from runner.events import Tampered as TamperedEvent
 from runner.host.procs import Cut
@@ -105,6 +106,7 @@ def _open_attempt(store: Any, req: RunRequest, now: datetime) -> str:
         slot=before.slot,
         attempt=before.attempt + 1,
         parent_run=before.parent_run or before.id,
+        task_id=req.task.task_id if req.task is not None else None,
         now=now,
     )
 
@@ -216,6 +218,9 @@ class Run:
                 journal=journal.root,
             ),
         )
+        note = self.req.task.resume_note if self.req.task is not None else None
+        if note:  # a kanban attempt: which attempt, why the last ended, comments it was not given
+            self.inbox.put([Steer(f"resume:{self.run_id}", "the kanban board", note)])
 
     def go(self) -> RunOutcome:
         """The steps inside the run's span (``runner.agent.tracing``; a no-op unless OTel is configured)."""

@@ -67,6 +67,9 @@ class TaskHooks:
     # still text after that and the run fails with reason "unfinished" (kanban: end the task).
     follow_up: Callable[[], str | None] | None = None
     fence: int | None = None  # the claim's fence: HERMES_KANBAN_FENCE for the run's commands
+    # an attempt that resumes a lost one: told to the model before its first live request (which
+    # attempt this is, why the last one ended, the comments it was not given)
+    resume_note: str | None = None
 
     def env(self) -> dict[str, str]:
         """What the run's commands learn of their task (Hermes's names)."""
@@ -108,8 +111,9 @@ class RunRequest:
     # a cancel watcher on the run's store that the caller keeps across runs (serve's reusable
     # worker); None: the run starts a watcher of its own and ends it with the run
     cancels: CancelWatcher | None = None
-    # ``runner runs resume``: the id of the attempt this run resumes (a new attempt of the same
-    # run: ``parent_run`` names the first, ``attempt`` is one more), whatever the job's ``resume:``
+    # the id of the attempt this run resumes (a new attempt of the same run: ``parent_run`` names
+    # the first, ``attempt`` is one more): ``runner runs resume`` (whatever the job's ``resume:``),
+    # or a kanban task's next attempt after its worker was lost (``resume: auto``)
     resumes: str | None = None
 
 

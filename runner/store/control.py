@@ -149,10 +149,10 @@ def settle_steers(store: Store, run_id: str, delivered: Sequence[str], *, now: d
     its last model request, or too late for its watch to see) ``undelivered``. A message written
     after that transaction finds the run ended and is refused (``request_steer``)."""
     stamp = iso(now)
-    for request_id in delivered:
+    for request_id in delivered:  # a resumed attempt's replayed ones too, which the lost attempt's end left undelivered
         store.execute(
-            "UPDATE control_requests SET handled_at=?, outcome=? WHERE id=? AND handled_at IS NULL",
-            (stamp, STEER_DELIVERED, request_id),
+            "UPDATE control_requests SET handled_at=?, outcome=? WHERE id=? AND (handled_at IS NULL OR outcome=?)",
+            (stamp, STEER_DELIVERED, request_id, STEER_UNDELIVERED),
         )
     store.execute(
         "UPDATE control_requests SET handled_at=?, outcome=? WHERE run_id=? AND kind=? AND handled_at IS NULL",
@@ -269,11 +269,15 @@ def waiting_on(store: Store, run_id: str) -> ApprovalRequest | None:
 
 
 def abandon(store: Store, run_id: str, *, now: datetime | None = None) -> int:
-    """A run that ended (killed, lost) leaves no request pending: they become ``abandoned``."""
+    """A run that ended (killed, lost) leaves no request pending: its approval requests become
+    ``abandoned`` (the count is returned), the messages sent to it that nobody settled
+    ``undelivered`` (a run declared lost never settles its own)."""
+    stamp = now or utcnow()
     cur = store.execute(
         "UPDATE approval_requests SET status=?, decided_at=? WHERE run_id=? AND status=?",
-        (ApprovalState.ABANDONED, iso(now or utcnow()), run_id, ApprovalState.PENDING),
+        (ApprovalState.ABANDONED, iso(stamp), run_id, ApprovalState.PENDING),
     )
+    settle_steers(store, run_id, (), now=stamp)
     return cur.rowcount
 
 

@@ -101,6 +101,20 @@ def attempts(store: Store, root: str) -> list[RunRow]:
     return [RunRow.of(r) for r in rows]
 
 
+def lost_task_attempt(store: Store, task_id: str, *, besides: str | None = None) -> RunRow | None:
+    """The last run of kanban task ``task_id`` (other than ``besides``, the row a ``runner worker``
+    made for the attempt starting now) when it ended because its worker was lost: the task's next
+    attempt resumes it. None when the last run ended otherwise, or is not ended yet."""
+    row = store.one(
+        "SELECT * FROM runs WHERE task_id=? AND id<>? AND parent_run_id IS NULL ORDER BY created_at DESC, id DESC LIMIT 1",
+        (task_id, besides or ""),
+    )
+    if row is None:
+        return None
+    run = RunRow.of(row)
+    return run if lost(run) else None
+
+
 def previous(store: Store, row: RunRow) -> RunRow | None:
     """The attempt before ``row`` (None for a first attempt)."""
     if row.parent_run is None:

@@ -357,6 +357,14 @@ def declare_lost(store: Store, run_id: str, *, error: str, now: datetime | None 
     return won
 
 
+def lose_task_runs(store: Store, task_id: str, *, error: str, now: datetime | None = None) -> list[str]:
+    """The board reclaimed kanban task ``task_id`` (its lease ran out): the attempt's runs still
+    active end ``unknown`` (``worker_lost``) now, so the lease and the ledger give one verdict and
+    the task's next attempt finds the run lost (and resumes it). Returns the ids this call ended."""
+    rows = store.query(f"SELECT id FROM runs WHERE task_id=? AND status IN ({_ACTIVE_MARKS})", (task_id, *ACTIVE))
+    return [r["id"] for r in rows if declare_lost(store, r["id"], error=error, now=now)]
+
+
 @dataclass(frozen=True)
 class Progress:
     """What a live run has spent so far (its own turns; its tokens and cost include the subagents

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from runner.testing import call, final, hang
 from tests.dist.conftest import Cluster, Machine, Redis, wait_ready_all
 from tests.servehelp import wait_for
 
@@ -251,3 +252,48 @@ def test_a_standby_finishes_the_attempts_a_dead_leader_sent(cluster: Cluster) ->
     assert not [r for r in runs if r["status"] in ("queued", "running")]
     taken = Counter((e["task_id"], e["fence"]) for e in events(cluster, "taken"))
     assert max(taken.values()) == 1
+
+
+def test_a_lost_workers_agent_attempt_is_resumed_by_another_worker(cluster: Cluster) -> None:
+    """Durable kanban attempts (issue 33) under the Celery executor: the machine running an agent
+    task is killed while turn 4 waits for the model; the lease runs out, the board reclaims the task
+    and the ledger ends the attempt's run ``unknown/worker_lost`` in the same pass, so the attempt a
+    spare worker takes resumes that run from the journal: turns 1-3 are not asked again, their
+    commands do not run again, and the model is told it is attempt 2."""
+    work = cluster.tmp / "work"  # one folder both machines see (as a shared volume would be)
+    work.mkdir()
+    marker = work / "marker.txt"
+    cluster.write_jobs(
+        f"jobs:\n  agent:\n    prompt: Work on your kanban task.\n    toolsets: [kanban, terminal]\n    workdir: {work}\n"
+    )
+    for n in (1, 2, 3):
+        cluster.fake.add(call("terminal", {"command": f"echo turn-{n} >> {marker}"}))
+    cluster.fake.add(hang(60))  # turn 4's first request: the machine is gone while it waits
+    cluster.fake.add(
+        call("terminal", {"command": f"echo turn-4 >> {marker}"}),
+        call("kanban_complete", {"result": "four turns"}),
+        final("done"),
+    )
+    doomed = cluster.worker("doomed", concurrency=1)
+    wait_ready_all(cluster, [doomed])
+    serve = start_serve(cluster, lease=6)
+    task = add_task(serve, "count to four", job="agent")
+    wait_for(lambda: len(cluster.fake.requests) >= 4, timeout=60, what="turn 4's request")
+    doomed.kill_tree()
+    spare = cluster.worker("spare", concurrency=1)
+    try:
+        wait_for(lambda: tasks(cluster)[task]["status"] == "done", timeout=90, what="the resumed attempt")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{state(cluster, serve, spare)}") from None
+    # the lost run's verdict: the heartbeats or the lease, whichever came first (both say worker_lost)
+    runs = wait_for(
+        lambda: (r := kanban_runs(cluster)) and r[-1]["ended_at"] and r, timeout=30, what="the attempt's run to end"
+    )
+    assert [(r["attempt"], r["status"], r["reason"]) for r in runs] == [(1, "unknown", "worker_lost"), (2, "succeeded", None)]
+    assert runs[1]["parent_run"] == runs[0]["id"] and runs[1]["worker"].startswith("spare@")
+    assert marker.read_text().splitlines() == ["turn-1", "turn-2", "turn-3", "turn-4"]  # each command once
+    sizes = [len(r["body"]["messages"]) for r in cluster.fake.requests]
+    assert sizes == [2, 4, 6, 8, 9, 11, 13], sizes  # turn 4 asked again with one message more: the resume note
+    note = cluster.fake.requests[4]["body"]["messages"][-1]["content"]
+    assert "attempt 2 of" in note and "lease expired" in note, note
+    assert tasks(cluster)[task]["result"] == "four turns"

@@ -194,6 +194,48 @@ def test_stopped_worker_past_its_lease_is_refused_by_the_fence(project):
     assert runs["failed"]["reason"] == "refused" and "succeeded" in runs
 
 
+def test_a_reclaimed_lease_ends_the_attempts_run_lost_in_the_same_pass(project, monkeypatch):
+    """The board and the ledger give one verdict: the dispatcher pass that reclaims an expired lease
+    ends the attempt's run ``unknown/worker_lost`` (so the task's next attempt may resume it)
+    before it claims again, even while the stopped worker's process is still there."""
+    from runner.kanban.dispatch import Dispatcher
+    from runner.settings import Settings
+    from tests.conftest import REPO
+
+    setup(project, lease_seconds=1.5, retry_backoff=600)  # this dispatcher reclaims; the backoff keeps it from claiming again
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    settings = Settings.from_options(home=str(project.home), jobs=str(project.jobs_path))
+    t = add(project, "stalls", "--job", "slow")
+    with board_of(project) as board:
+        [claim] = board.claim("dispatcher-a", now=utcnow(), lease_seconds=1.5)
+        board.store.execute("UPDATE tasks SET host='other-host' WHERE id=?", (t,))
+    worker = _start_worker(project, t, claim.fence)
+    dispatcher = Dispatcher(settings)
+    try:
+        wait_for(lambda: board_runs(project, t) and board_runs(project, t)[0]["status"] == "running", what="the run")
+        os.kill(worker.pid, signal.SIGSTOP)
+        time.sleep(1.7)
+        with board_of(project) as board:  # as on another host: the worker's pid means nothing here
+            board.store.execute("UPDATE tasks SET host='other-host' WHERE id=?", (t,))
+        tick = dispatcher.tick(utcnow())
+        assert [r.task_id for r in tick.reclaimed] == [t]
+        [run] = board_runs(project, t)
+        assert (run["status"], run["reason"]) == ("unknown", "worker_lost")
+        assert "lease of kanban task" in run["error"]
+    finally:
+        dispatcher.close()
+        os.kill(worker.pid, signal.SIGCONT)
+    _, err = worker.communicate(timeout=30)
+    assert worker.returncode == 1 and "refused" in err, err  # its late end is refused: the verdict stands
+    [run] = board_runs(project, t)
+    assert (run["status"], run["reason"]) == ("unknown", "worker_lost")
+
+
+def board_runs(project, task_id):
+    with board_of(project) as board:
+        return board.runs(task_id)
+
+
 def test_tick_with_injected_time_as_serve_uses_it(project, monkeypatch):
     """In-process ``Dispatcher.tick(now)`` (how `runner serve` drives it) with the real launcher."""
     from datetime import timedelta
