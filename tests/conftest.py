@@ -129,6 +129,10 @@ def throwaway_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     home = tmp_path_factory.mktemp("userhome")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("RUNNER_LEDGER_STRICT", "1")  # a status change the ledger forbids raises (runner/store/ledger.py)
+    # tables and colours read as they are written, whatever the shell that started pytest exports
+    # (an xdist worker was seen with COLUMNS=80 LINES=24); tests/cli/test_terminal.py sets them itself
+    for name in ("COLUMNS", "LINES", "FORCE_COLOR", "NO_COLOR"):
+        monkeypatch.delenv(name, raising=False)
     yield home
     assert_throwaway_home(os.environ)
     from runner.host.procs import is_subreaper

@@ -341,7 +341,11 @@ def _connect(path: Path) -> sqlite3.Connection:
         conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         if path.stat().st_size == 0:  # a new file: pruning gives space back (PRAGMA incremental_vacuum)
             conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
-        conn.execute("PRAGMA journal_mode=WAL")
+        # WAL is a property of the file: set once, by whoever opens it first. Asking again on every
+        # open took a lock that a busy machine's many openers (a burst, a fleet of workers) met as
+        # "database is locked" at start
+        if str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+            conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA foreign_keys=ON")
     except OSError as exc:

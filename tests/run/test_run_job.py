@@ -51,11 +51,7 @@ def test_tools_run_for_real_and_cost_is_summed(project, fake):
         calls(("read_file", {"path": "notes.txt"}), ("write_file", {"path": "out/report.md", "content": "# R"})),
         final("done"),
     )
-    project.write(
-        "config.yaml",
-        "",
-    )
-    cfg = project.home / "config.yaml"
+    cfg = project.home / "config.yaml"  # (no config.yaml beside jobs.yaml: that one would be read first)
     project.home.mkdir(exist_ok=True)
     cfg.write_text(
         f"providers:\n  default:\n    base_url: {fake.base_url}\n    model: m1\n    api_keys: [env:OPENAI_API_KEY]\n"

@@ -6,6 +6,7 @@ folder whose path the test prints (``pytest -s``)."""
 
 from __future__ import annotations
 
+import json
 import tempfile
 import time
 from pathlib import Path
@@ -122,7 +123,7 @@ def test_overview_and_runs_refresh_themselves(site: Site, web: WebServer, page: 
     page.goto(web.url + "/runs")
     page.evaluate("window.__same_document = true")
     site.fake.add(final("refreshed"))
-    run_id = site.cli("run-job", "hello", "--json").stdout.split('"run_id": "', 1)[1].split('"', 1)[0]
+    run_id = json.loads(site.cli("run-job", "hello", "--json").stdout)["id"]
     page.locator(f'#runs-live a[href="/runs/{run_id}"]').wait_for(timeout=30_000)
     assert page.evaluate("window.__same_document") is True  # no reload: the table was swapped
     page.goto(web.url + "/")
