@@ -18,6 +18,13 @@ steps and never rewrites what it already pruned:
   budget (never fewer than the newest turn);
 - a file read several times keeps only its newest full copy (older copies after the frontier say
   "superseded");
+- below the budget, a prune also comes when it pays for itself (the ski-rental rule): every
+  request carries the prunable tokens (whole tool results between the frontier and the tail) at
+  the cached price, and a prune costs re-sending the tail at the full price instead of the cached
+  one; once ``cached_ratio`` x the prunable tokens carried since the last prune reaches
+  ``(1 - cached_ratio)`` x the tail, the prune comes (with ``summarize: true`` only at the budget:
+  each of its prunes is a model call). With 20 KB tool results the budget comes first; with small
+  ones a prune comes every 8 turns or so instead of once the budget is full;
 - only when the pruned region itself has grown so large that a prune would leave less than
   ``ROOM`` of the budget free is it replaced as a whole (one summary, or one "N earlier messages
   were pruned" note): a rare, full cache miss. As a last resort the oldest whole turns go until
@@ -43,7 +50,16 @@ MESSAGE_OVERHEAD = 4
 KEEP_TURNS = 10  # the newest turns a prune leaves whole
 PROTECT_CAP = 0.7  # ... unless they fill more than this share of the budget
 ROOM = 0.25  # a prune leaves at least this share of the budget free for the next turns to append
+CACHED_RATIO = 0.25  # cached input price / input price when the provider's prices do not say (OpenAI, Gemini)
 DROPPED = "earlier messages were pruned to fit the context]"
+
+
+def cached_ratio(pricing: Any) -> float:
+    """The provider's cached input price over its input price (a ``Pricing``), when both are set;
+    else ``CACHED_RATIO``."""
+    if pricing.cached_input_per_mtok is None or not pricing.input_per_mtok:
+        return CACHED_RATIO
+    return float(pricing.cached_input_per_mtok / pricing.input_per_mtok)
 
 
 def estimate(message: dict[str, Any]) -> int:
@@ -122,15 +138,18 @@ class Pruner:
     tools_tokens: int = 0
     emit: Emit | None = None
     summarize: Summarize | None = None  # job key `summarize: true`
+    cached_ratio: float = CACHED_RATIO  # the provider's cached input price / its input price
     frontier: int = 2  # messages before it are pruned already and stay byte-identical
+    carried: int = 0  # prunable tokens sent since the last prune, summed over the requests
 
     def __call__(self, messages: list[dict[str, Any]]) -> list[AuxReply]:
         """Prune ``messages`` in place; returns the summary replies the model gave (to be counted)."""
         before = total(messages, self.tools_tokens)
-        if before <= self.budget:
-            return []
         frontier = self._frontier(messages)
         tail = max(frontier, self._protected_from(messages, frontier))
+        if before <= self.budget and not self._pays(messages, frontier, tail):
+            return []
+        self.carried = 0
         calls = _calls_by_id(messages)
         deduped = self._dedupe_reads(messages, calls, frontier)
         replies: list[AuxReply] = []
@@ -151,6 +170,21 @@ class Pruner:
         if self.emit:
             self.emit(Event.PRUNE, Prune(before, after, self.budget, deduped, turns, results, trimmed, dropped))
         return replies
+
+    def _pays(self, messages: list[dict[str, Any]], frontier: int, tail: int) -> bool:
+        """Whether a prune below the budget pays for itself: the prunable tokens carried (at the
+        cached price) since the last prune outweigh re-sending the tail (at the full price)."""
+        if self.summarize is not None:
+            return False
+        prunable = sum(
+            estimate(m) for m in messages[frontier:tail] if m.get("role") == "tool" and not m["content"].startswith("[")
+        )
+        if not prunable:
+            return False
+        self.carried += prunable
+        ratio = min(0.5, max(0.05, self.cached_ratio))
+        resend = total(messages[tail:])
+        return ratio * self.carried >= (1 - ratio) * resend
 
     def _frontier(self, messages: list[dict[str, Any]]) -> int:
         """Where the last prune stopped (within the conversation, at a turn's start)."""
@@ -177,7 +211,7 @@ class Pruner:
         """Replace the turns between the frontier and the protected tail by one reference-only
         summary from the model (after the earlier summaries, which stay as they are).
         A failed summary call is recorded (``summary_failed``) and mechanical pruning goes on."""
-        if self.summarize is None or stop - start < 4:
+        if self.summarize is None or stop - start < 2:  # at least one whole turn
             return 0
         middle = messages[start:stop]
         try:
