@@ -25,14 +25,13 @@ RUN apt-get update \
 WORKDIR /opt/runner
 COPY pyproject.toml README.md ./
 COPY runner ./runner
-COPY backends ./backends
 # web: the dashboard (runner serve --web, runner web). More: --build-arg EXTRAS=web,otel,distributed
 # (contrib/compose: PostgreSQL + Celery)
 ARG EXTRAS=web,otel
-# both packages compiled where pip put them (-P: not the sources in this WORKDIR)
+# the package compiled where pip put it (-P: not the sources in this WORKDIR)
 RUN pip install ".[${EXTRAS}]" \
     && site="$(python -P -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
-    && python -m compileall -q "$site/runner" "$site/backends"
+    && python -m compileall -q "$site/runner"
 
 USER runner
 WORKDIR /srv/project

@@ -20,7 +20,7 @@ log() { printf '[services] %s\n' "$*" >&2; }
 
 install_packages() {
     local missing=()
-    # the sandbox of every agent run on the local backend (backends/sandbox.py)
+    # the sandbox of every agent run on the local backend (runner/backends/sandbox.py)
     command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
     command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
     [ -x /bin/busybox ] || command -v busybox >/dev/null 2>&1 || missing+=(busybox-static)

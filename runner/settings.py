@@ -2,8 +2,9 @@
 
 config.yaml is the first of: ``--config PATH``, ``$RUNNER_CONFIG`` (both must exist), the
 config.yaml beside jobs.yaml (the project's, as ``runner init`` writes it), and
-``RUNNER_HOME/config.yaml`` (absent: the environment's defaults). ``config_location`` is that
-rule, for ``Settings`` and for the start-up scan of ``runner.host.secrets``.
+``RUNNER_HOME/config.yaml`` (absent: the environment's defaults). ``config_location``
+(runner/locations.py, standard library only) is that rule, for ``Settings`` and for the start-up
+scan of ``runner.host.secrets``.
 
 A ``Settings`` is built complete: config.yaml and the store are read on first use, or given when
 it is made (``loaded_config``: a config.yaml already parsed, as serve's forkserver keeps it;
@@ -13,14 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner.errors import UsageError
+from runner.locations import ConfigSource, config_location, default_home, default_jobs_path
 
 if TYPE_CHECKING:
     from runner.config.database import Target
@@ -30,41 +30,6 @@ if TYPE_CHECKING:
     from runner.store import Store
 
 HOME_SUBDIRS = ("outputs", "logs", "skills", "workspaces", "run")
-
-
-def default_home() -> Path:
-    env = os.environ.get("RUNNER_HOME")
-    return Path(env).expanduser() if env else Path.home() / ".runner"
-
-
-def default_jobs_path() -> Path:
-    env = os.environ.get("RUNNER_JOBS")
-    return Path(env).expanduser() if env else Path("jobs.yaml")
-
-
-class ConfigSource(StrEnum):
-    """Why a config.yaml is the one read: the words ``runner doctor`` shows beside its path."""
-
-    OPTION = "given with --config"
-    ENV = "from RUNNER_CONFIG"
-    PROJECT = "beside jobs.yaml"
-    HOME = "in RUNNER_HOME"
-
-
-def config_location(
-    option: str | None, jobs_path: Path, home: Path, env: Mapping[str, str] = os.environ
-) -> tuple[Path, ConfigSource]:
-    """The config.yaml to read and why: ``--config``, else ``$RUNNER_CONFIG``, else the
-    config.yaml beside ``jobs_path`` if there is one, else ``home/config.yaml`` (may be absent)."""
-    if option:
-        return Path(option).expanduser().absolute(), ConfigSource.OPTION
-    named = env.get("RUNNER_CONFIG", "").strip()
-    if named:
-        return Path(named).expanduser().absolute(), ConfigSource.ENV
-    beside = jobs_path.expanduser().absolute().parent / "config.yaml"
-    if beside.exists():
-        return beside, ConfigSource.PROJECT
-    return home.expanduser().absolute() / "config.yaml", ConfigSource.HOME
 
 
 @dataclass

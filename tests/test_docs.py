@@ -4,7 +4,7 @@
   here when stale (regenerate: ``cog -r docs/commands.md``). Every command has help text.
 - Links between README.md and docs/ resolve, and every source path their prose names exists
   (fenced code and HTML comments are examples of a user's own project, so they are not checked).
-- Folder READMEs. Every folder under runner/, backends/, jobs/, skills/, tests/ and docs/ is
+- Folder READMEs. Every folder under runner/, jobs/, skills/, tests/ and docs/ is
   walked recursively (``__pycache__``, tool caches and dot folders skipped). A folder needs its
   own README.md naming each of its files and subfolders (`name.py` or `name/`) when it is one of
   those top-level folders or holds a Python file (a package, test or benchmark folder). A folder
@@ -23,7 +23,7 @@ from runner.cli import cli
 from runner.cli._docs import command_contexts
 from tests.conftest import REPO
 
-FOLDERS = ["runner", "backends", "jobs", "skills", "tests", "docs"]
+FOLDERS = ["runner", "jobs", "skills", "tests", "docs"]
 IGNORED = {"__pycache__", "README.md", ".pytest_cache", ".hypothesis", ".mypy_cache", ".ruff_cache"}
 COMMANDS_MD = REPO / "docs" / "commands.md"
 DOC_FILES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]

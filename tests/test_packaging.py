@@ -1,7 +1,7 @@
-"""Packaging and deployment, with the real parts: the wheel pip builds (its distribution name, both
-packages whole, the console script); the Dockerfile, the systemd unit and docs/operations.md
+"""Packaging and deployment, with the real parts: the wheel pip builds (its distribution name, the
+package whole, nothing else at the top, the console script); the Dockerfile, the systemd unit and docs/operations.md
 agreeing (one service user, ExecStart where the documented install puts runner, the web extra,
-both packages compiled, a HEALTHCHECK); that HEALTHCHECK's command against a real `runner serve`
+the package compiled, a HEALTHCHECK); that HEALTHCHECK's command against a real `runner serve`
 (up, hung, stopped); the image built and found healthy when dockerd has its base image."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ UNIT = REPO / "contrib" / "systemd" / "runner.service"
 OPERATIONS = REPO / "docs" / "operations.md"
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 DIST_NAME = "runner-agents"  # "runner" on the package index is an unrelated project
-PACKAGES = ("runner", "backends")
+PACKAGES = ("runner",)  # one import package: a top-level "backends" would collide with another distribution's
 
 
 # -- reading the files ----------------------------------------------------------------------
@@ -100,9 +100,9 @@ def useradd(text: str) -> str:
 
 # -- the wheel -------------------------------------------------------------------------------
 @pytest.mark.slow
-def test_wheel_has_the_distribution_name_both_packages_and_the_command(tmp_path):
+def test_wheel_has_the_distribution_name_the_package_and_the_command(tmp_path):
     """`pip wheel` of a copy of what the Dockerfile copies: metadata name and version, every file
-    of both packages, the console script. Build isolation as `pip install .` does (setuptools>=68
+    of the package (runner/backends/ inside it), the console script, nothing else at the top. Build isolation as `pip install .` does (setuptools>=68
     from the index or /opt/wheels)."""
     src = tmp_path / "src"
     src.mkdir()
@@ -131,7 +131,7 @@ def test_wheel_has_the_distribution_name_both_packages_and_the_command(tmp_path)
     assert re.search(rf"^Version: {re.escape(runner.__version__)}$", metadata, re.M)
     assert {"web", "otel", "distributed", "anthropic"} <= set(re.findall(r"^Provides-Extra: (\S+)$", metadata, re.M))
     assert "[console_scripts]\nrunner = runner.entry:main" in entry_points
-    for pkg in PACKAGES:  # every file of both packages, data included (templates, static, py.typed)
+    for pkg in PACKAGES:  # every file of the package, data included (templates, static, py.typed)
         files = {
             p.relative_to(src).as_posix()
             for p in (src / pkg).rglob("*")
@@ -141,6 +141,8 @@ def test_wheel_has_the_distribution_name_both_packages_and_the_command(tmp_path)
         missing = sorted(files - names)
         assert not missing, f"not in the wheel: {missing[:10]}"
     assert not {n.split("/")[0] for n in names} - {*PACKAGES, info}, "the wheel installs nothing else at the top"
+    assert "runner/backends/__init__.py" in names
+    assert not any(n.split("/")[0] in ("backends", "backends.py") for n in names), "no top-level `backends` module"
 
 
 def test_pyproject_names_the_distribution_and_keeps_the_command():
@@ -209,7 +211,7 @@ def test_unit_execstart_is_where_the_documented_install_puts_runner():
     assert any(c.startswith("sudo install -d -o runner -g runner ") and c.endswith(f" {workdir}") for c in commands)
 
 
-def test_dockerfile_installs_the_web_extra_compiles_both_packages_and_checks_health():
+def test_dockerfile_installs_the_web_extra_compiles_the_package_and_checks_health():
     args = dict(rest.split("=", 1) for rest in instruction("ARG") if "=" in rest)
     extras = args["EXTRAS"].split(",")
     assert "web" in extras, "the stock image must serve the dashboard"
@@ -284,7 +286,7 @@ def _docker(*args: str, timeout: float = 120, check: bool = True) -> subprocess.
 @pytest.mark.slow
 def test_image_builds_and_its_healthcheck_passes(tmp_path):
     """`docker build` of the repository, `runner serve` in it on a project, the HEALTHCHECK seen
-    healthy by dockerd (interval shortened at run time), the web extra and both packages' bytecode
+    healthy by dockerd (interval shortened at run time), the web extra and the package's bytecode
     in the image. Skipped when the docker CLI, dockerd or the base image is missing: the build
     pulls nothing here (CI without a registry)."""
     if shutil.which("docker") is None:
@@ -303,14 +305,14 @@ def test_image_builds_and_its_healthcheck_passes(tmp_path):
     (project_dir / "jobs.yaml").chmod(0o644)
     _docker("build", "--pull=false", "-t", tag, str(REPO), timeout=1800)
     try:
-        probe = "import starlette, uvicorn, runner.web.app, backends, runner; print(runner.__version__)"
+        probe = "import starlette, uvicorn, runner.web.app, runner.backends, runner; print(runner.__version__)"
         assert _docker("run", "--rm", tag, "python", "-c", probe).stdout.strip() == runner.__version__
         compiled = (
-            "import os, importlib.util as u, runner, backends; "
-            "print(all(os.path.exists(u.cache_from_source(m.__file__)) for m in (runner, backends)))"
+            "import os, importlib.util as u, runner, runner.backends as b; "
+            "print(all(os.path.exists(u.cache_from_source(m.__file__)) for m in (runner, b)))"
         )
         cached = _docker("run", "--rm", tag, "python", "-P", "-c", compiled)
-        assert cached.stdout.strip() == "True", "both packages compiled in the image"
+        assert cached.stdout.strip() == "True", "the package and its subpackages compiled in the image"
         assert _docker("run", "--rm", tag, "id", "-un").stdout.strip() == "runner"
         _docker(
             "run", "-d", "--init", "--name", name, "--health-interval=2s", "--health-start-period=30s",

@@ -137,7 +137,13 @@ def test_the_first_screen_runs_as_written(tmp_path, fake):
     assert script[0].count(CLONE_URL) == 1
     origin = tmp_path / "origin" / "runner.git"  # the clone's folder is named after the URL's last part
     origin.parent.mkdir()
-    origin.symlink_to(REPO)
+    if (REPO / ".git").exists():
+        origin.symlink_to(REPO)
+    else:  # a checkout without its git folder (an unpacked archive): a repository of its files
+        shutil.copytree(REPO, origin, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", ".venv", ".*_cache"))
+        git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.invalid"]
+        for step in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "snapshot"]):
+            subprocess.run([*git, *step], cwd=origin, check=True, capture_output=True)
     script[0] = script[0].replace(CLONE_URL, shlex.quote(str(origin)))
     web = script.pop()
     body = "set -e\n" + "".join(f"printf '\\n=== %s\\n' {shlex.quote(cmd)}\n{cmd}\n" for cmd in script)

@@ -23,7 +23,7 @@ def _root_params(ctx: click.Context) -> dict[str, Any]:
 
 def job_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     """The names under ``jobs:`` in the jobs.yaml this command line would read."""
-    from runner.settings import default_jobs_path
+    from runner.locations import default_jobs_path
 
     given = _root_params(ctx).get("jobs_path")
     path = Path(given).expanduser() if given else default_jobs_path()

@@ -30,8 +30,8 @@ def backend_run(spec: str, command: tuple[str, ...], timeout: float, workdir: Pa
 
     Example: runner backend run docker:python:3.12-slim -- python -V
     """
-    import backends
-    from backends.base import BackendContext
+    from runner import backends
+    from runner.backends.base import BackendContext
 
     s = settings()
     s.ensure_home()
@@ -54,8 +54,8 @@ def command_line(argv: tuple[str, ...]) -> str:
 
 
 def _check_backend(spec: Any, s: Any, workdir: Path) -> tuple[bool, str]:
-    import backends
-    from backends.base import BackendContext
+    from runner import backends
+    from runner.backends.base import BackendContext
     from runner.errors import RunnerError
 
     try:
@@ -197,7 +197,7 @@ def _open_to_this_machine(url: str) -> bool:
 def _doctor_sandbox(add: Any, jobs: Any) -> None:
     """Whether the sandbox can start here (when a job needs it), and, loudly, every agent job
     whose commands run unsandboxed as the runner's own user, with the reason."""
-    from backends.sandbox import problem
+    from runner.backends.sandbox import problem
 
     sandboxed = [name for name, job in jobs.jobs.items() if job.sandboxed]
     if sandboxed:
@@ -251,7 +251,7 @@ def _cleanup_containers(s: Any) -> int | None:
     """Remove runner-labelled containers whose run is no longer running (None: docker not in use)."""
 
     try:
-        from backends.docker import cleanup_stale
+        from runner.backends.docker import cleanup_stale
     except ImportError:  # pragma: no cover - the docker SDK is a dependency; a broken install
         return None
     store = s.store

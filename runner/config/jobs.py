@@ -16,8 +16,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, StrictBool, ValidationError, ValidationInfo, field_validator
 
-from backends.spec import BackendSpec, LocalSpec, parse_spec
-from backends.ssh_spec import SSHSpec
+from runner.backends.spec import BackendSpec, LocalSpec, parse_spec
+from runner.backends.ssh_spec import SSHSpec
 from runner.config import yamlio
 from runner.config.jobfile import (
     JOB_NAME,

@@ -20,7 +20,7 @@ from typing import Any
 
 from runner.config.schedules import Schedule, parse_duration, parse_schedule, parse_timezone
 
-PACKAGE_DIRS = [Path(__file__).parents[1], Path(__file__).parents[2] / "backends"]
+PACKAGE_DIRS = [Path(__file__).parents[1]]  # runner/, runner/backends/ included
 VERSION = 2
 
 
@@ -50,7 +50,7 @@ def _cache_file(home: Path, jobs_path: Path) -> Path:
 
 
 def code_stamp() -> str:
-    """Path and mtime of every ``.py`` file under runner/ and backends/, subpackages included."""
+    """Path and mtime of every ``.py`` file under runner/, subpackages (runner/backends/ too) included."""
     h = hashlib.sha256()
     for folder in PACKAGE_DIRS:
         for top, dirs, files in os.walk(folder):

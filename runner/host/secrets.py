@@ -100,7 +100,7 @@ def runs_tools(args: Sequence[str]) -> bool:
 
 def config_refs(args: Sequence[str], env: Mapping[str, str]) -> frozenset[str]:
     """Names config.yaml refers to with ``env:NAME`` / ``envlist:NAME`` (a text scan, no YAML)."""
-    from runner.settings import config_location  # the rule Settings follows (stdlib only)
+    from runner.locations import config_location  # the rule Settings follows (stdlib only)
 
     home = _option(args, "--home") or env.get("RUNNER_HOME") or str(Path.home() / ".runner")
     jobs = _option(args, "--jobs") or env.get("RUNNER_JOBS") or "jobs.yaml"

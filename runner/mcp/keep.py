@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from backends.sandbox import stdio_args
+from runner.backends.sandbox import stdio_args
 from runner.config.machine import load_config
 from runner.config.mcp import McpServer, is_ref, parse_ref
 from runner.errors import ConfigError
@@ -39,7 +39,7 @@ from runner.host.procs import running
 from runner.store.atomic import write_private
 
 if TYPE_CHECKING:
-    from backends.sandbox import Plan
+    from runner.backends.sandbox import Plan
 
 DIR = "mcp-bridges"
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from backends.base import truncate_text
-from backends.local import LocalBackend
+from runner.backends.base import truncate_text
+from runner.backends.local import LocalBackend
 from runner.config.mcp import McpServer, parse_ref
 from runner.errors import ConfigError
 from runner.events import Emit, Event

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from backends.base import Backend
+from runner.backends.base import Backend
 from runner.events import ContextFile, Emit, Event, Findings
 from runner.safety.injection import blocked_marker, scan
 

@@ -17,11 +17,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import backends
-from backends.base import Backend, BackendContext
+from runner import backends
 from runner.agent.loop import SideAccount, grace_reserve
 from runner.agent.tracing import Tracer, tracer_from_env
 from runner.agent.types import Usage
+from runner.backends.base import Backend, BackendContext
 from runner.clock import utcnow
 from runner.delivery.alerts import Alerter, RunEnd, tail, tail_of_run
 from runner.delivery.send import SendContext
@@ -313,7 +313,7 @@ class Run:
 
     def open_backend(self) -> None:
         """The job's backend; an agent job's local commands in a sandbox that shows the machine as
-        ``sandbox_plan`` says (``backends.sandbox``), Docker with the control files read-only."""
+        ``sandbox_plan`` says (``runner.backends.sandbox``), Docker with the control files read-only."""
 
         assert self.control is not None, "protect() runs first"
         workdir = Path(self.req.workdir or self.job.workdir)

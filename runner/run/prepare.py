@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from backends.sandbox import problem
+from runner.backends.sandbox import problem
 from runner.clock import utcnow
 from runner.errors import UsageError
 from runner.run.agent_output import AgentOutput

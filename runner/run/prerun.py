@@ -24,7 +24,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from backends.base import TIMEOUT_EXIT, Backend
+from runner.backends.base import TIMEOUT_EXIT, Backend
 from runner.config.jobfile import Job
 from runner.config.jobs import PreRunFailure
 from runner.config.schedules import format_duration

@@ -18,9 +18,9 @@ from runner.statuses import RunStatus
 from runner.store.ledger import Reason
 
 if TYPE_CHECKING:
-    from backends.base import Backend
     from runner.agent.loop import SideAccount, Steering
     from runner.agent.tracing import Tracer
+    from runner.backends.base import Backend
     from runner.host.procs import Cut
     from runner.run.budget import BudgetPlan
     from runner.run.journal import Journal

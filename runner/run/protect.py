@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from backends.sandbox import Plan
+from runner.backends.sandbox import Plan
 from runner.config.jobfile import Job, JobsFile, job_inputs, referenced_files
 from runner.errors import RunnerError
 from runner.safety.control import ControlPlane, Fingerprint, hold_path
@@ -95,7 +95,7 @@ def hold_reloads(settings: Settings, run_id: str, files: tuple[str, ...]) -> Pat
 
 
 def sandbox_plan(settings: Settings, job: Job, control: ControlPlane, workdir: Path) -> Plan:
-    """What the run's sandbox shows (``backends.sandbox``): the workdir, ``allow_paths`` and
+    """What the run's sandbox shows (``runner.backends.sandbox``): the workdir, ``allow_paths`` and
     ``sandbox.writable`` writable; RUNNER_HOME, config.yaml and jobs.yaml hidden; every other
     control file and folder, and the workdir's git config and hooks, read-only."""
 

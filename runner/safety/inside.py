@@ -26,7 +26,7 @@ RUNS_AGENTS = frozenset({("run-job",), ("serve",), ("worker",), ("kanban", "work
 #: modules run with ``python -m`` that belong to such a process tree (serve's forkserver, MCP bridges)
 AGENT_MODULES = frozenset({"runner.run.forks", "runner.mcp.bridge"})
 MAX_DEPTH = 64
-#: the last argument of a run's sandbox's first process (``backends.sandbox``): every process in
+#: the last argument of a run's sandbox's first process (``runner.backends.sandbox``): every process in
 #: the sandbox descends from it
 LAUNCHER_MARK = "runner-sandbox"
 

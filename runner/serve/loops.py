@@ -14,7 +14,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from backends.docker import cleanup_stale
+from runner.backends.docker import cleanup_stale
 from runner.errors import BackendError
 from runner.run.model_choice import side_model
 from runner.serve.host import ServeHost, Ticker, TickerFactory

@@ -44,7 +44,7 @@ from runner.store import Store, StoreError, StoreFault, ledger
 from runner.store.control import trigger_vars_of
 
 if TYPE_CHECKING:
-    from backends.sandbox import Plan
+    from runner.backends.sandbox import Plan
 
 FAILED = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.UNKNOWN)
 SCHEDULED = (Trigger.SCHEDULE, Trigger.RETRY)

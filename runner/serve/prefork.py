@@ -37,7 +37,7 @@ MODULES = [
     # kanban worker validates jobs.yaml; the run path itself imports them for typing only
     "runner.config.jobs",
     "runner.config.machine",
-    "backends.spec",
+    "runner.backends.spec",
     "runner.store.budget",
     "runner.run.budget",
     "runner.run.toolbox",
@@ -65,9 +65,9 @@ MODULES = [
     "runner.kanban.work",
     "runner.kanban.dispatch",
     "runner.tools.kanban",
-    "backends",
-    "backends.local",
-    "backends.sandbox",  # an agent run's sandbox (bubblewrap and the box's client)
+    "runner.backends",
+    "runner.backends.local",
+    "runner.backends.sandbox",  # an agent run's sandbox (bubblewrap and the box's client)
     "httpx",
     "httpcore",
     "h11",
@@ -107,7 +107,7 @@ from runner.host.tls import ca_context  # noqa: E402
 
 ca_context()  # the CA bundle, loaded once for every worker's HTTPS requests
 
-from backends.sandbox import problem  # noqa: E402
+from runner.backends.sandbox import problem  # noqa: E402
 
 problem()  # whether bubblewrap works here, asked once: each agent run's check reads the answer
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from backends.base import truncate_text
+from runner.backends.base import truncate_text
 from runner.tools import TOOLSETS, ToolEntry, ToolResult
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from backends.base import Backend
+from runner.backends.base import Backend
 from runner.events import Emit, no_events
 from runner.host.procs import Cut
 from runner.safety.result import ApprovalResult, ApproveFn, ToolApproveFn, ToolCheck

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from backends.base import decode, truncate_text
+from runner.backends.base import decode, truncate_text
 from runner.errors import BackendError
 from runner.safety.beneath import Escape, open_dir, open_file, read_beneath, write_beneath
 from runner.safety.control import BLOCKED_LINE, audit_refusal

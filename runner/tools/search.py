@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
-from backends.base import truncate_text
+from runner.backends.base import truncate_text
 from runner.config.refs import resolve_key
 from runner.host.tls import ca_context
 from runner.safety.ssrf import Blocked, WebPolicy, check_url

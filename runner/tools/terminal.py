@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from backends.base import truncate_text
+from runner.backends.base import truncate_text
 from runner.tools import Registry, ToolError, ToolResult
 from runner.tools.context import ToolContext
 

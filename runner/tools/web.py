@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
-from backends.base import truncate_text
+from runner.backends.base import truncate_text
 from runner.events import Approval, Event
 from runner.host.tls import ca_context
 from runner.safety.approval import Decision

@@ -2,10 +2,10 @@
 
 import threading
 
-from backends.base import BackendContext
-from backends.local import LocalBackend
 from runner.agent.loop import Limits, run_loop
 from runner.agent.types import Message, ToolCall, Usage
+from runner.backends.base import BackendContext
+from runner.backends.local import LocalBackend
 from runner.events import encode
 from runner.testing import ScriptedLLM as Scripted
 from runner.tools import discover

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from backends.base import BackendContext
-from backends.local import LocalBackend
 from runner.agent.loop import MAX_PARALLEL, Limits, run_loop
+from runner.backends.base import BackendContext
+from runner.backends.local import LocalBackend
 from runner.events import encode
 from runner.safety.result import ApprovalResult
 from runner.safety.ssrf import WebPolicy

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from backends.base import BackendContext
+from runner.backends.base import BackendContext
 
 
 class Unavailable(Exception):
@@ -120,7 +120,7 @@ def make_ctx(root: Path, kind: str = "local", **extra: Any) -> BackendContext:
     workdir = root / "work"
     workdir.mkdir(parents=True, exist_ok=True)
     if kind == "sandbox":
-        from backends.sandbox import Plan
+        from runner.backends.sandbox import Plan
 
         extra.setdefault("sandbox", Plan(workdir=str(workdir)))
     return BackendContext(workdir=workdir, home=root / "home", **extra)

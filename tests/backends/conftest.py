@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from backend_helpers import SLOW_BASHRC, SSHServer, Unavailable, make_ctx, spec_for, start_sshd
 
-from backends import resolve
-from backends.base import Backend, BackendContext
+from runner.backends import resolve
+from runner.backends.base import Backend, BackendContext
 
 DOCKER_IMAGE = os.environ.get("RUNNER_TEST_DOCKER_IMAGE", "runner-test:busybox")
 KINDS = ["local", "docker", "ssh"]

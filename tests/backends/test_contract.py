@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from backend_helpers import eventually, host_processes_with_arg, make_ctx, spec_for
 
-from backends import resolve
-from backends.base import Backend
+from runner.backends import resolve
+from runner.backends.base import Backend
 from runner.errors import BackendError
 from runner.host.procs import Cut
 
@@ -193,7 +193,7 @@ def test_exited_within_reaps_a_command_that_ends_and_leaves_one_that_does_not() 
     import subprocess
     import sys
 
-    from backends.local import exited_within
+    from runner.backends.local import exited_within
 
     quick = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
     assert exited_within(quick, 60.0)

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from backend_helpers import make_ctx
 
-from backends import resolve
-from backends.base import BackendContext
-from backends.docker import LABEL_HOME, LABEL_JOB, LABEL_MANAGED, LABEL_RUN, cleanup_stale
-from backends.docker_spec import DockerSpec
+from runner.backends import resolve
+from runner.backends.base import BackendContext
+from runner.backends.docker import LABEL_HOME, LABEL_JOB, LABEL_MANAGED, LABEL_RUN, cleanup_stale
+from runner.backends.docker_spec import DockerSpec
 from runner.errors import BackendError, UsageError
 
 pytestmark = pytest.mark.docker
@@ -242,7 +242,7 @@ def test_protected_files_inside_the_workdir_are_read_only_in_the_container(docke
 def test_runs_in_one_process_share_the_client_and_the_image_check(
     docker_image: str, tmp_path: Path, client: Any
 ) -> None:
-    from backends.docker import DAEMON
+    from runner.backends.docker import DAEMON
 
     DAEMON.reset()
     spec = {"type": "docker", "image": docker_image, "pull": "never"}
@@ -267,7 +267,7 @@ def test_runs_in_one_process_share_the_client_and_the_image_check(
 
 
 def test_an_image_removed_between_runs_is_checked_again(docker_image: str, tmp_path: Path, client: Any) -> None:
-    from backends.docker import DAEMON
+    from runner.backends.docker import DAEMON
 
     tag = f"runner-test:reuse-{os.getpid()}"
     client.images.get(docker_image).tag(tag)

@@ -1,4 +1,4 @@
-"""The cwd marker a command's wrapper prints at exit (backends.base.split_marker), against the
+"""The cwd marker a command's wrapper prints at exit (runner.backends.base.split_marker), against the
 per-nonce regex it replaced, on generated outputs: fake markers, other nonces, odd cwds."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from backends.base import new_nonce, split_marker, wrap_command
+from runner.backends.base import new_nonce, split_marker, wrap_command
 
 
 def reference(output: str, nonce: str) -> tuple[str, str | None]:

@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from backends import known_types, parse_spec, resolve
-from backends.base import BackendContext
-from backends.docker_spec import DockerSpec
-from backends.local import LocalBackend
-from backends.spec import LocalSpec
-from backends.ssh_spec import SSHSpec
+from runner.backends import known_types, parse_spec, resolve
+from runner.backends.base import BackendContext
+from runner.backends.docker_spec import DockerSpec
+from runner.backends.local import LocalBackend
+from runner.backends.spec import LocalSpec
+from runner.backends.ssh_spec import SSHSpec
 from runner.errors import UsageError
 
 
@@ -85,7 +85,7 @@ def test_string_and_mapping_forms_share_the_defaults() -> None:
 
 
 def test_the_union_and_the_registry_agree() -> None:
-    import backends
+    from runner import backends
 
     assert sorted(backends._FACTORIES) == known_types()
 
@@ -222,7 +222,7 @@ def test_ssh_spec_errors(bad: dict[str, object]) -> None:
 NO_SDK = """
 import sys
 from pathlib import Path
-import backends.docker_spec, backends.spec, backends.ssh_spec, runner.config.jobs
+import runner.backends.docker_spec, runner.backends.spec, runner.backends.ssh_spec, runner.config.jobs
 jobs = runner.config.jobs.load_jobs(Path(sys.argv[1]))
 jobs.get("boxed").spec.backend.check(jobs.get("boxed").workdir)
 assert "docker" not in sys.modules, sorted(m for m in sys.modules if m.startswith("docker"))

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from backend_helpers import SSHServer, make_ctx
 
-from backends import resolve
-from backends.ssh import SUN_PATH_MAX, control_path
+from runner.backends import resolve
+from runner.backends.ssh import SUN_PATH_MAX, control_path
 from runner.errors import BackendError, UsageError
 
 pytestmark = pytest.mark.ssh

@@ -25,9 +25,9 @@ from backend_helpers import (
     start_sshd,
 )
 
-from backends import resolve
-from backends.ssh import SSHBackend
-from backends.ssh_shell import MAX_INLINE_WRITE, RemoteShell, kill_command_script, loop_script
+from runner.backends import resolve
+from runner.backends.ssh import SSHBackend
+from runner.backends.ssh_shell import MAX_INLINE_WRITE, RemoteShell, kill_command_script, loop_script
 from runner.errors import BackendError
 
 pytestmark = pytest.mark.ssh

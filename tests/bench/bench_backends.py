@@ -28,8 +28,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "backends"), str(ROOT / "tests" 
 from _before import Tree, side_by_side, time_argv, trees  # noqa: E402
 from backend_helpers import SSHServer, Unavailable, make_ctx, start_sshd  # noqa: E402
 
-from backends import resolve  # noqa: E402
-from backends.base import Backend, BackendContext  # noqa: E402
+from runner.backends import resolve  # noqa: E402
+from runner.backends.base import Backend, BackendContext  # noqa: E402
 
 TARGETS_MS = {"local": 15, "docker exec": 100, "docker start": 2000, "ssh (master)": 40}
 
@@ -88,7 +88,10 @@ from pathlib import Path
 sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tests/backends"]
 import requests
 from backend_helpers import make_ctx
-from backends import resolve
+try:
+    from runner.backends import resolve
+except ModuleNotFoundError:  # main before the move to runner/backends/
+    from backends import resolve
 calls = []  # Docker API requests, counted (not changed) to show the round trips per container
 send = requests.Session.send
 requests.Session.send = lambda self, request, **kw: (calls.append(request.method), send(self, request, **kw))[1]

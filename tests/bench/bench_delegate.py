@@ -40,8 +40,12 @@ import statistics, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 import tempfile
-from backends.base import BackendContext
-from backends.local import LocalBackend
+try:
+    from runner.backends.base import BackendContext
+    from runner.backends.local import LocalBackend
+except ModuleNotFoundError:  # main before the move to runner/backends/
+    from backends.base import BackendContext
+    from backends.local import LocalBackend
 from runner.agent.loop import Limits, run_loop
 from runner.safety.result import ApprovalResult
 from runner.safety.ssrf import WebPolicy

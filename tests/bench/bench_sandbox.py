@@ -37,13 +37,18 @@ from _common import REPO  # noqa: E402
 PROBE = r"""
 import json, statistics, sys, tempfile, time
 from pathlib import Path
-from backends.base import BackendContext
-from backends.local import LocalBackend
+try:
+    from runner.backends.base import BackendContext
+    from runner.backends.local import LocalBackend
+    from runner.backends.sandbox import Plan
+except ModuleNotFoundError:  # main before the move to runner/backends/
+    from backends.base import BackendContext
+    from backends.local import LocalBackend
+    from backends.sandbox import Plan
 runs, sandboxed = int(sys.argv[1]), sys.argv[2] == "yes"
 work = Path(tempfile.mkdtemp(prefix="bench-sandbox-"))
 extra = {}
 if sandboxed:
-    from backends.sandbox import Plan
     extra["sandbox"] = Plan(workdir=str(work))
 def ctx():
     return BackendContext(workdir=work, home=work / "home", run_id="bench", job="bench", **extra)

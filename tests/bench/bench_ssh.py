@@ -51,8 +51,13 @@ def p99(values: list[float]) -> float:
 
 # -- the measuring child (runs against one tree: its own sys.path) ---------------------------
 def measure(spec: dict[str, Any], root: Path, runs: int) -> dict[str, float]:
-    from backends import resolve
-    from backends.base import BackendContext
+    try:
+        from runner.backends import resolve
+        from runner.backends.base import BackendContext
+    except ModuleNotFoundError:  # main before the move to runner/backends/
+        from backends.base import BackendContext
+
+        from backends import resolve
     from runner.run.context_files import load_context_file
 
     runs_file = Path(spec.pop("bashrc_runs"))

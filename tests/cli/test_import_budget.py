@@ -66,14 +66,14 @@ def test_jobs_list_imports_no_scheduler_library_and_warm_no_validation(project: 
     warm = imported(project, "jobs", "list")
     assert loaded(warm, HEAVY | MODEL_CLIENT | {"asyncio", "pydantic", "yaml", "ssl", "sqlite3"}) == []
     startup = {"runner.safety.startup"}  # every command's own first step (runner.entry), a few lines
-    assert under(warm - startup, ("runner.safety.", "runner.run.", "runner.agent.", "backends.")) == []
+    assert under(warm - startup, ("runner.safety.", "runner.run.", "runner.agent.", "runner.backends.")) == []
 
 
 def test_approvals_check_loads_only_the_classifier(project: Project) -> None:
     names = imported(project, "approvals", "check", "--", "rm", "-rf", "build")
     assert "runner.safety.shell.classify" in names
     assert loaded(names, HEAVY | MODEL_CLIENT | {"pydantic", "yaml", "sqlite3", "ssl"}) == []
-    assert under(names, ("runner.config.", "runner.run.", "runner.agent.", "backends")) == []
+    assert under(names, ("runner.config.", "runner.run.", "runner.agent.", "runner.backends")) == []
 
 
 @pytest.mark.slow
@@ -86,7 +86,7 @@ def test_one_turn_run_job_imports_nothing_it_does_not_use(project: Project, fake
     assert len(fake.requests) == 1
     assert loaded(names, HEAVY) == []
     assert under(names, ("runner.safety.shell", "runner.serve", "runner.kanban.", "runner.agent.otel")) == []
-    assert {"backends.docker", "backends.ssh"}.isdisjoint(names)  # the implementations, not the specs
+    assert {"runner.backends.docker", "runner.backends.ssh"}.isdisjoint(names)  # the implementations, not the specs
     assert "html.parser" not in names  # web_fetch's parser loads with its first page
 
 

@@ -1,4 +1,4 @@
-"""The `jobs list` cache's code stamp: any .py file under runner/ or backends/, in any subpackage."""
+"""The `jobs list` cache's code stamp: any .py file under runner/, in any subpackage (runner/backends/ too)."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ PY = os.path.realpath(sys.executable)
 RUNNER = f"PYTHONPATH={shlex.quote(str(REPO))} {shlex.quote(sys.executable)} -m runner"
 
 pytestmark = pytest.mark.skipif(
-    __import__("backends.sandbox", fromlist=["problem"]).problem() is not None, reason="no bubblewrap here"
+    __import__("runner.backends.sandbox", fromlist=["problem"]).problem() is not None, reason="no bubblewrap here"
 )
 
 
@@ -439,9 +439,9 @@ def test_the_run_process_holds_keys_undumpable(tmp_path: Path) -> None:
 def test_control_is_refused_from_anything_inside_a_sandbox(tmp_path: Path) -> None:
     """With the variables cleared: inside a sandbox every process descends from its first, which
     `runner.safety.inside` recognises (a PostgreSQL store may be reachable over the network)."""
-    from backends.base import BackendContext
-    from backends.local import LocalBackend
-    from backends.sandbox import Plan
+    from runner.backends.base import BackendContext
+    from runner.backends.local import LocalBackend
+    from runner.backends.sandbox import Plan
 
     work = tmp_path / "work"
     work.mkdir()
@@ -477,9 +477,9 @@ def test_doctor_knows_a_passwordless_local_store(url: str, open_to_runs: bool) -
 UNPRIVILEGED = """
 import json, sys, tempfile
 from pathlib import Path
-from backends.base import BackendContext
-from backends.local import LocalBackend
-from backends.sandbox import Plan, problem
+from runner.backends.base import BackendContext
+from runner.backends.local import LocalBackend
+from runner.backends.sandbox import Plan, problem
 work = Path(tempfile.mkdtemp(dir=sys.argv[1]))
 secret = work / "secret.txt"
 secret.write_text("hidden-31337")
@@ -536,7 +536,7 @@ def test_the_sandbox_as_an_unprivileged_user() -> None:
 def test_closing_a_sandbox_leaves_no_process(tmp_path: Path) -> None:
     """Used or not, closed at once or after a command: nothing of the sandbox lives on (bubblewrap,
     its pid 1, the first process). Killing bubblewrap alone once left pid 1 sleeping forever."""
-    from backends.sandbox import Box, Plan
+    from runner.backends.sandbox import Box, Plan
 
     work = tmp_path / "work"
     work.mkdir()

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from backends.base import BackendContext
-from backends.local import LocalBackend
+from runner.backends.base import BackendContext
+from runner.backends.local import LocalBackend
 from runner.safety.result import ApprovalResult
 from runner.safety.ssrf import METADATA_ADDRESSES, METADATA_HOSTS, Blocked, Target, WebPolicy, check_url
 from runner.tools.context import ToolContext

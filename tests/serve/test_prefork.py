@@ -150,5 +150,5 @@ def test_a_kanban_worker_finds_the_job_and_config_models_preloaded(project) -> N
     )
     assert proc.returncode == 0, proc.stderr
     imported = json.loads(proc.stdout)
-    models = [m for m in imported if m.startswith(("pydantic", "runner.config.", "backends"))]
+    models = [m for m in imported if m.startswith(("pydantic", "runner.config.", "runner.backends"))]
     assert models == [], f"loading jobs.yaml in a forked worker imported: {models}"

@@ -8,8 +8,8 @@ from datetime import timedelta
 
 import pytest
 
-from backends.base import BackendContext
-from backends.local import LocalBackend
+from runner.backends.base import BackendContext
+from runner.backends.local import LocalBackend
 from runner.skills import SkillPaths
 from runner.skills.loader import Source
 from runner.skills.session import SkillSession

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from backends.base import BackendContext
-from backends.local import LocalBackend
+from runner.backends.base import BackendContext
+from runner.backends.local import LocalBackend
 from runner.tools import ToolError
 from runner.tools.context import ToolContext
 from runner.tools.files import confine, edit_file, list_dir, read_file, search_files, write_file

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from backends.base import BackendContext
-from backends.local import LocalBackend
+from runner.backends.base import BackendContext
+from runner.backends.local import LocalBackend
 from runner.safety.injection import scan
 from runner.safety.ssrf import WebPolicy
 from runner.tools import ToolError, discover
@@ -22,7 +22,7 @@ from runner.tools.web import html_to_text, web_fetch
 
 @pytest.fixture(params=["host", "sandbox"])
 def ctx(tmp_path, request):
-    from backends.sandbox import Plan
+    from runner.backends.sandbox import Plan
 
     work = tmp_path / "work"
     work.mkdir()
@@ -70,7 +70,7 @@ def test_paths_are_confined(ctx, tmp_path):
 
 def test_allow_paths_extend_the_roots(ctx, tmp_path):
     """A run's sandbox plan has its allow_paths writable (``runner.run.protect.sandbox_plan``)."""
-    from backends.sandbox import Plan
+    from runner.backends.sandbox import Plan
 
     shared = tmp_path / "shared"
     shared.mkdir()

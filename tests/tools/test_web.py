@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from backends.base import BackendContext
-from backends.local import LocalBackend
+from runner.backends.base import BackendContext
+from runner.backends.local import LocalBackend
 from runner.config.jobs import load_jobs
 from runner.errors import ConfigError
 from runner.events import encode
@@ -280,7 +280,7 @@ def docker_backend(tmp_path: Path) -> Iterator[Callable[[str], Any]]:
         client.close()
     except Exception as exc:  # noqa: BLE001 - no daemon or no image: skip with the reason
         pytest.skip(f"docker not usable ({exc.__class__.__name__}); run .ci/services.sh")
-    from backends import resolve
+    from runner.backends import resolve
 
     made: list[Any] = []
 

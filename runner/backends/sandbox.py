@@ -11,7 +11,7 @@ UTS and mount namespaces (no nested user namespaces with bubblewrap 0.8+), ``--n
 ``--die-with-parent``, no capabilities, no new privileges (bubblewrap always sets
 ``PR_SET_NO_NEW_PRIVS``).
 
-``Box`` is one run's sandbox: started once, with ``backends/sandbox_init.py`` inside as its
+``Box`` is one run's sandbox: started once, with ``runner/backends/sandbox_init.py`` inside as its
 first process; every command of the run is a child of it, so the run's commands share one PID
 namespace (a background server started by one command is there for the next), one private
 ``/tmp`` and (with ``network: false``) one loopback. Closing the box (or the runner dying) ends
@@ -57,7 +57,7 @@ HOST_SOCKETS = (
 CLOSE_WAIT_S = 3.0
 USER_ARGS = ("--unshare-user", "--cap-drop", "ALL")
 #: the folder holding runner's own packages (a checkout, or site-packages)
-RUNNER_ROOT = str(Path(__file__).resolve().parents[1])
+RUNNER_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 class Mount(enum.Enum):

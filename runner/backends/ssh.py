@@ -1,7 +1,7 @@
 """SSH backend: commands run on a remote host through the system OpenSSH client.
 
 One master connection per backend (ControlMaster=auto, ControlPersist) carries every session.
-A session runs a persistent remote shell (``backends/ssh_shell.py``) that takes commands and file
+A session runs a persistent remote shell (``runner/backends/ssh_shell.py``) that takes commands and file
 reads/writes on its stdin, so a command costs a fork on the host, not a session whose login shell
 sources ``~/.bashrc``. Starting the first shell is also the connect and the workdir probe (one
 round trip). Commands that overlap get shells of their own (a pool; idle ones are reused); a
@@ -29,7 +29,7 @@ from itertools import count
 from pathlib import Path
 from typing import Any
 
-from backends.base import (
+from runner.backends.base import (
     WRITE_SCRIPT,
     BackendContext,
     CwdState,
@@ -41,7 +41,7 @@ from backends.base import (
     new_nonce,
     wrap_command,
 )
-from backends.ssh_shell import (
+from runner.backends.ssh_shell import (
     MAX_INLINE_WRITE,
     RAW_CAP,
     READ_INLINE,
@@ -54,7 +54,7 @@ from backends.ssh_shell import (
     with_args,
     write_inline,
 )
-from backends.ssh_spec import SSHSpec
+from runner.backends.ssh_spec import SSHSpec
 from runner.errors import BackendError, UsageError
 
 SUN_PATH_MAX = 100  # sockaddr_un holds 108 bytes; ssh adds a temporary suffix while binding

@@ -1,6 +1,6 @@
 """Terminal backends: where a job's commands run.
 
-``resolve(spec, ...)`` turns a spec (a model of backends/spec.py, a jobs.yaml mapping or a string:
+``resolve(spec, ...)`` turns a spec (a model of runner/backends/spec.py, a jobs.yaml mapping or a string:
 ``local``, ``docker:IMAGE``, ``ssh:user@host:port``) into a backend object. The implementation is
 imported only for the chosen type, so a local run never imports the Docker SDK.
 """
@@ -13,20 +13,20 @@ from typing import TYPE_CHECKING, Any
 from runner.errors import BackendError
 
 if TYPE_CHECKING:
-    from backends.base import Backend, ExecResult
-    from backends.spec import BackendSpec, known_types, parse_spec
+    from runner.backends.base import Backend, ExecResult
+    from runner.backends.spec import BackendSpec, known_types, parse_spec
 
 # type name -> "module:factory"; a factory takes (spec: the type's model, *, ctx: BackendContext)
 _FACTORIES: dict[str, str] = {
-    "local": "backends.local:from_spec",
-    "docker": "backends.docker:from_spec",
-    "ssh": "backends.ssh:from_spec",
+    "local": "runner.backends.local:from_spec",
+    "docker": "runner.backends.docker:from_spec",
+    "ssh": "runner.backends.ssh:from_spec",
 }
 
 
 def resolve(spec: object, **kwargs: Any) -> Backend:
     """A ready backend for ``spec``; pass ``ctx=BackendContext(...)``. Close it when done."""
-    from backends.spec import parse_spec
+    from runner.backends.spec import parse_spec
 
     model = parse_spec(spec)  # UsageError unless it is a valid spec (a model is returned as is)
     module_name, _, attr = _FACTORIES[model.type].partition(":")
@@ -40,14 +40,15 @@ def resolve(spec: object, **kwargs: Any) -> Backend:
 
 
 def __getattr__(name: str) -> Any:
-    """``backends.Backend`` and ``backends.ExecResult`` without importing backends.base for a spec;
-    ``BackendSpec``, ``known_types`` and ``parse_spec`` without importing pydantic for ``import backends``."""
+    """``runner.backends.Backend`` and ``runner.backends.ExecResult`` without importing
+    runner.backends.base for a spec; ``BackendSpec``, ``known_types`` and ``parse_spec`` without
+    importing pydantic for ``import runner.backends``."""
     if name in ("Backend", "ExecResult"):
-        from backends import base
+        from runner.backends import base
 
         return getattr(base, name)
     if name in ("BackendSpec", "known_types", "parse_spec"):
-        from backends import spec
+        from runner.backends import spec
 
         return getattr(spec, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

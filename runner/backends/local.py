@@ -1,6 +1,6 @@
 """Local backend: commands run as subprocesses of this machine, each in its own session.
 
-With a sandbox plan in its context (every agent run's default, ``backends.sandbox``) the backend
+With a sandbox plan in its context (every agent run's default, ``runner.backends.sandbox``) the backend
 starts one sandbox per run and runs every command, file read and file write inside it; the
 sandbox's processes are still processes of this machine (timeouts kill their tree the same way),
 and closing the backend ends the sandbox with everything in it. Without one, commands run as the
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from backends.base import (
+from runner.backends.base import (
     TIMEOUT_EXIT,
     BackendContext,
     CwdState,
@@ -30,7 +30,7 @@ from backends.base import (
     split_marker,
     wrap_command,
 )
-from backends.sandbox import Box, stdio_args
+from runner.backends.sandbox import Box, stdio_args
 from runner.errors import BackendError
 from runner.host import secrets
 from runner.host.procs import (
@@ -45,7 +45,7 @@ from runner.host.procs import (
 )
 
 if TYPE_CHECKING:
-    from backends.spec import LocalSpec
+    from runner.backends.spec import LocalSpec
 
 KILL_GRACE_S = 0.5
 #: every command of a run carries RUNNER_RUN_MARK=<run id>-<this backend's nonce> in its environment,

@@ -1,6 +1,6 @@
 """The ``docker`` backend spec: the one model of a docker backend, for jobs.yaml and ``docker:IMAGE``.
 
-Kept apart from backends/docker.py so reading a spec never imports the Docker SDK or needs a daemon.
+Kept apart from runner/backends/docker.py so reading a spec never imports the Docker SDK or needs a daemon.
 What depends on the workdir (mount sources relative to it, the Docker-socket refusal) is checked
 by ``DockerSpec.host_mounts(base)`` / ``check(base)``, not while the fields are read.
 """

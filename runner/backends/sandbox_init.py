@@ -1,6 +1,6 @@
 """The first process inside a run's sandbox: it starts the run's commands and opens its files.
 
-Standard library only. ``backends.sandbox`` runs this file's source as ``python -I -S -c SOURCE
+Standard library only. ``runner.backends.sandbox`` runs this file's source as ``python -I -S -c SOURCE
 FD`` inside bubblewrap (runner's own package may not be visible there); tests import it.
 
 It talks to the runner over one ``SOCK_SEQPACKET`` socket (``FD``; no command inherits it): JSON

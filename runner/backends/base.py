@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from runner.host.procs import Cut, wait_or_cut
 
 if TYPE_CHECKING:
-    from backends.sandbox import Plan
+    from runner.backends.sandbox import Plan
 
 DEFAULT_OUTPUT_CAP = 64 * 1024  # bytes of combined output kept per command
 TIMEOUT_EXIT = 124

@@ -30,7 +30,7 @@ from docker.types import Mount
 from docker.utils.socket import frames_iter
 from requests.exceptions import RequestException
 
-from backends.base import (
+from runner.backends.base import (
     READ_SCRIPT,
     WRITE_SCRIPT,
     BackendContext,
@@ -46,7 +46,7 @@ from backends.base import (
     wrap_command,
     wrap_remote,
 )
-from backends.docker_spec import WORKSPACE, DockerSpec, HostMount, check_not_docker_socket
+from runner.backends.docker_spec import WORKSPACE, DockerSpec, HostMount, check_not_docker_socket
 from runner.errors import BackendError
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ Shell -> host, on its stdout::
 
     __RUNNER_BEGIN_TOKEN__            the script was read whole; the command is starting
     ...output of the command...       stdout and stderr combined, streamed as it comes
-    \\n__RUNNER_EXIT_TOKEN__CODE:GROUP  the exit trailer (``backends.base.MarkedStream``)
+    \\n__RUNNER_EXIT_TOKEN__CODE:GROUP  the exit trailer (``runner.backends.base.MarkedStream``)
 
 The persistent shell is ``bash --norc --noprofile`` with job control on (``set -m``: every
 background job leads a process group of its own, no tty needed), or ``/bin/sh`` on a host
@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from backends.base import StreamPump, decode, finish_or_kill
+from runner.backends.base import StreamPump, decode, finish_or_kill
 from runner.errors import BackendError
 from runner.host.procs import Cut
 

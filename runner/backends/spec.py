@@ -2,9 +2,9 @@
 
 jobs.yaml's ``backend:`` and the strings of ``runner backend run SPEC`` (``local``, ``docker:IMAGE``,
 ``ssh:[user@]host[:port]``) both become these models. Nothing here imports a backend implementation
-or the Docker SDK; ``backends.resolve`` does that, for the chosen type only. Each model spells out
-``extra="forbid", frozen=True`` itself: runner.config imports backends, so backends cannot import
-runner.config's ``Strict``.
+or the Docker SDK; ``runner.backends.resolve`` does that, for the chosen type only. Each model
+spells out ``extra="forbid", frozen=True`` itself: runner.config imports runner.backends, so
+runner.backends cannot import runner.config's ``Strict``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from backends.docker_spec import DockerSpec
-from backends.ssh_spec import SSHSpec
+from runner.backends.docker_spec import DockerSpec
+from runner.backends.ssh_spec import SSHSpec
 from runner.errors import UsageError
 
 
