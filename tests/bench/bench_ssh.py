@@ -55,9 +55,8 @@ def measure(spec: dict[str, Any], root: Path, runs: int) -> dict[str, float]:
         from runner.backends import resolve
         from runner.backends.base import BackendContext
     except ModuleNotFoundError:  # main before the move to runner/backends/
-        from backends.base import BackendContext
-
         from backends import resolve
+        from backends.base import BackendContext
     from runner.run.context_files import load_context_file
 
     runs_file = Path(spec.pop("bashrc_runs"))
