@@ -733,6 +733,14 @@ def clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+def cached_share(prompt_tokens: int | None, cached_tokens: int | None) -> str:
+    """A run's cost note: which share of its input tokens the provider served from its prompt
+    cache (billed at ``pricing.cached_input_per_mtok``): `` (41% of input tokens cached)``, or ""."""
+    if not cached_tokens or not prompt_tokens:
+        return ""
+    return f" ({min(100, round(100 * cached_tokens / prompt_tokens))}% of input tokens cached)"
+
+
 def _plain(kind: Event | str, payload: Payload) -> Shown:
     return Shown(f"{kind}:", json.dumps(encode(payload), ensure_ascii=False))
 

@@ -1,10 +1,36 @@
-"""Context pruning: keep each request under the job's token budget without losing the thread.
+"""Context pruning: keep each request under the job's token budget without losing the thread,
+and without spoiling the provider's prompt cache.
 
-When the conversation would pass ``budget`` tokens, older tool results become one-line
-summaries (``[terminal] ran 'git log --stat' -> exit 0, 312 lines``), a file read several
-times keeps only its newest full copy, and the newest turns are protected by a token budget
-(not a message count). Pruning goes down to a low-water mark so it does not run every turn.
-The system message and the first user message are never touched.
+Providers bill prompt tokens they served from their prefix cache at a fraction of the input price
+(OpenAI's automatic caching, Anthropic's ``cache_control``, DeepSeek, Gemini implicit caching):
+any request whose beginning is byte-identical to an earlier one's. So pruning cuts in large, rare
+steps and never rewrites what it already pruned:
+
+- until the conversation passes ``budget`` tokens, nothing changes (requests only append);
+- then one prune takes everything between the *frontier* (the end of what earlier prunes left)
+  and the protected tail: older tool results become one-line summaries
+  (``[terminal] ran 'git log --stat' -> exit 0, 312 lines``), long texts are trimmed, and with
+  ``summarize: true`` those turns become one reference-only background note instead. The
+  frontier moves to the tail: from then on the system message, the first user message and the
+  pruned region are byte-identical in every request until the next prune;
+- the protected tail is the newest ``KEEP_TURNS`` turns (an assistant message with its tool
+  results), whole and untouched, fewer only when they would fill more than ``PROTECT_CAP`` of the
+  budget (never fewer than the newest turn);
+- a file read several times keeps only its newest full copy (older copies after the frontier say
+  "superseded");
+- below the budget, a prune also comes when it pays for itself (the ski-rental rule): every
+  request carries the prunable tokens (whole tool results between the frontier and the tail) at
+  the cached price, and a prune costs re-sending the tail at the full price instead of the cached
+  one; once ``cached_ratio`` x the prunable tokens carried since the last prune reaches
+  ``(1 - cached_ratio)`` x the tail, the prune comes (with ``summarize: true`` only at the budget:
+  each of its prunes is a model call). With 20 KB tool results the budget comes first; with small
+  ones a prune comes every 8 turns or so instead of once the budget is full;
+- only when the pruned region itself has grown so large that a prune would leave less than
+  ``ROOM`` of the budget free is it replaced as a whole (one summary, or one "N earlier messages
+  were pruned" note): a rare, full cache miss. As a last resort the oldest whole turns go until
+  the request fits.
+The system message and the first user message are never touched; a tool call is never split from
+its results.
 """
 
 from __future__ import annotations
@@ -21,8 +47,19 @@ from runner.events import Emit, Error, Event, Prune
 
 CHARS_PER_TOKEN = 4
 MESSAGE_OVERHEAD = 4
-LOW_WATER = 0.7
-PROTECT_SHARE = 0.35
+KEEP_TURNS = 10  # the newest turns a prune leaves whole
+PROTECT_CAP = 0.7  # ... unless they fill more than this share of the budget
+ROOM = 0.25  # a prune leaves at least this share of the budget free for the next turns to append
+CACHED_RATIO = 0.25  # cached input price / input price when the provider's prices do not say (OpenAI, Gemini)
+DROPPED = "earlier messages were pruned to fit the context]"
+
+
+def cached_ratio(pricing: Any) -> float:
+    """The provider's cached input price over its input price (a ``Pricing``), when both are set;
+    else ``CACHED_RATIO``."""
+    if pricing.cached_input_per_mtok is None or not pricing.input_per_mtok:
+        return CACHED_RATIO
+    return float(pricing.cached_input_per_mtok / pricing.input_per_mtok)
 
 
 def estimate(message: dict[str, Any]) -> int:
@@ -101,34 +138,82 @@ class Pruner:
     tools_tokens: int = 0
     emit: Emit | None = None
     summarize: Summarize | None = None  # job key `summarize: true`
+    cached_ratio: float = CACHED_RATIO  # the provider's cached input price / its input price
+    frontier: int = 2  # messages before it are pruned already and stay byte-identical
+    carried: int = 0  # prunable tokens sent since the last prune, summed over the requests
 
     def __call__(self, messages: list[dict[str, Any]]) -> list[AuxReply]:
         """Prune ``messages`` in place; returns the summary replies the model gave (to be counted)."""
         before = total(messages, self.tools_tokens)
-        if before <= self.budget:
+        frontier = self._frontier(messages)
+        tail = max(frontier, self._protected_from(messages, frontier))
+        if before <= self.budget and not self._pays(messages, frontier, tail):
             return []
-        target = int(self.budget * LOW_WATER)
-        protected_from = self._protected_from(messages)
+        self.carried = 0
         calls = _calls_by_id(messages)
-        deduped = self._dedupe_reads(messages, calls)
+        deduped = self._dedupe_reads(messages, calls, frontier)
         replies: list[AuxReply] = []
-        turns = self._summarize_middle(messages, protected_from, replies)
+        turns = self._summarize_middle(messages, frontier, tail, replies)
         if turns:
-            protected_from = 3  # system, task, the summary; then the protected tail
-        results = self._summarize_old(messages, calls, protected_from, target)
-        trimmed = self._trim_old_text(messages, protected_from, target)
-        dropped = self._drop_oldest(messages, target)
+            tail = frontier + 1
+        results = self._summarize_old(messages, calls, frontier, tail)
+        trimmed = self._trim_old_text(messages, frontier, tail)
+        dropped = 0
+        if total(messages, self.tools_tokens) > self.budget * (1 - ROOM):
+            tail, folded, gone = self._fold_pruned(messages, tail, replies)
+            turns += folded
+            dropped += gone
+        tail, gone = self._drop_oldest(messages, tail)
+        dropped += gone
+        self.frontier = tail
         after = total(messages, self.tools_tokens)
         if self.emit:
             self.emit(Event.PRUNE, Prune(before, after, self.budget, deduped, turns, results, trimmed, dropped))
         return replies
 
-    def _summarize_middle(self, messages: list[dict[str, Any]], stop: int, replies: list[AuxReply]) -> int:
-        """Replace the unprotected middle turns by one reference-only summary from the model.
+    def _pays(self, messages: list[dict[str, Any]], frontier: int, tail: int) -> bool:
+        """Whether a prune below the budget pays for itself: the prunable tokens carried (at the
+        cached price) since the last prune outweigh re-sending the tail (at the full price)."""
+        if self.summarize is not None:
+            return False
+        prunable = sum(
+            estimate(m) for m in messages[frontier:tail] if m.get("role") == "tool" and not m["content"].startswith("[")
+        )
+        if not prunable:
+            return False
+        self.carried += prunable
+        ratio = min(0.5, max(0.05, self.cached_ratio))
+        resend = total(messages[tail:])
+        return ratio * self.carried >= (1 - ratio) * resend
+
+    def _frontier(self, messages: list[dict[str, Any]]) -> int:
+        """Where the last prune stopped (within the conversation, at a turn's start)."""
+        index = max(2, min(self.frontier, len(messages)))
+        while index > 2 and index < len(messages) and messages[index].get("role") == "tool":
+            index -= 1
+        return index
+
+    def _protected_from(self, messages: list[dict[str, Any]], frontier: int) -> int:
+        """Index of the first message of the protected tail: the newest ``KEEP_TURNS`` whole turns
+        (each starts at an assistant message, so a tool result is never split from its call),
+        fewer when they would pass ``PROTECT_CAP`` of the budget, never fewer than one."""
+        starts = [i for i in range(frontier, len(messages)) if messages[i].get("role") == "assistant"]
+        if not starts:
+            return max(frontier, len(messages) - 1)
+        starts = starts[-KEEP_TURNS:]
+        room = int(self.budget * PROTECT_CAP)
+        sizes = [estimate(m) for m in messages]
+        while len(starts) > 1 and sum(sizes[starts[0] :]) > room:
+            starts.pop(0)
+        return starts[0]
+
+    def _summarize_middle(self, messages: list[dict[str, Any]], start: int, stop: int, replies: list[AuxReply]) -> int:
+        """Replace the turns between the frontier and the protected tail by one reference-only
+        summary from the model (after the earlier summaries, which stay as they are).
         A failed summary call is recorded (``summary_failed``) and mechanical pruning goes on."""
-        if self.summarize is None or stop - 2 < 4:
+        if self.summarize is None or stop - start < 2:  # at least one whole turn
             return 0
-        middle = messages[2:stop]
+        middle = messages[start:stop]
         try:
             reply = self.summarize(middle)
         except ModelError as exc:
@@ -139,27 +224,23 @@ class Pruner:
         summary = reply.text.strip()
         if not summary:
             return 0
-        messages[2:stop] = [{"role": "user", "content": SUMMARY_HEADER + summary}]
+        messages[start:stop] = [{"role": "user", "content": SUMMARY_HEADER + summary}]
         return len(middle)
 
-    def _protected_from(self, messages: list[dict[str, Any]]) -> int:
-        """Index of the first message of the protected recent tail: whole turns only, so the tail
-        never starts with a tool result whose call would be summarised or dropped (the protected
-        share may be passed to keep a turn whole)."""
-        room = int(self.budget * PROTECT_SHARE)
-        index = len(messages)
-        used = 0
-        for i in range(len(messages) - 1, 1, -1):
-            used += estimate(messages[i])
-            if used > room:
-                break
-            index = i
-        index = min(index, len(messages) - 1)
-        while index > 2 and messages[index].get("role") == "tool":
-            index -= 1  # never split a tool result from the call that asked for it: keep the whole turn
-        return max(2, index)
+    def _fold_pruned(self, messages: list[dict[str, Any]], tail: int, replies: list[AuxReply]) -> tuple[int, int, int]:
+        """The rare big step: the whole pruned region (``messages[2:tail]``) becomes one summary
+        (``summarize: true``) or one note saying how many messages went. Returns the new tail
+        index, the messages summarised and the messages dropped."""
+        if tail - 2 < 2:
+            return tail, 0, 0
+        folded = self._summarize_middle(messages, 2, tail, replies)
+        if folded:
+            return 3, folded, 0
+        gone = [m for m in messages[2:tail] if not str(m.get("content") or "").endswith(DROPPED)]
+        messages[2:tail] = [{"role": "user", "content": f"[{len(gone)} {DROPPED}"}]
+        return 3, 0, len(gone)
 
-    def _dedupe_reads(self, messages: list[dict[str, Any]], calls: dict[str, Any]) -> int:
+    def _dedupe_reads(self, messages: list[dict[str, Any]], calls: dict[str, Any], frontier: int) -> int:
         newest: dict[str, int] = {}
         count = 0
         for i, m in enumerate(messages):
@@ -169,19 +250,18 @@ class Pruner:
             if name != "read_file" or "path" not in args:
                 continue
             key = json.dumps(args, sort_keys=True)
-            if key in newest:  # an older copy, even in the protected tail, is superseded
-                old = messages[newest[key]]
+            old_index = newest.get(key)
+            if old_index is not None and old_index >= frontier:  # an older copy, even in the protected tail
+                old = messages[old_index]
                 if not old["content"].startswith("[read_file]"):
                     old["content"] = f"[read_file] {args['path']} -> superseded by a later read of the same file"
                     count += 1
             newest[key] = i
         return count
 
-    def _summarize_old(self, messages: list[dict[str, Any]], calls: dict[str, Any], stop: int, target: int) -> int:
+    def _summarize_old(self, messages: list[dict[str, Any]], calls: dict[str, Any], start: int, stop: int) -> int:
         count = 0
-        for i in range(2, stop):
-            if total(messages, self.tools_tokens) <= target:
-                break
+        for i in range(start, stop):
             m = messages[i]
             if m.get("role") != "tool" or m["content"].startswith("["):
                 continue
@@ -190,31 +270,32 @@ class Pruner:
             count += 1
         return count
 
-    def _trim_old_text(self, messages: list[dict[str, Any]], stop: int, target: int) -> int:
+    def _trim_old_text(self, messages: list[dict[str, Any]], start: int, stop: int) -> int:
         count = 0
-        for i in range(2, stop):
-            if total(messages, self.tools_tokens) <= target:
-                break
+        for i in range(start, stop):
             m = messages[i]
             text = m.get("content") or ""
-            if m.get("role") in ("assistant", "user") and len(text) > 400:
+            if m.get("role") in ("assistant", "user") and len(text) > 400 and not text.startswith(SUMMARY_HEADER):
                 m["content"] = text[:300] + f" [... {len(text) - 300} characters pruned]"
                 count += 1
         return count
 
-    def _drop_oldest(self, messages: list[dict[str, Any]], target: int) -> int:
-        """Last resort: drop whole oldest turns (an assistant message with its tool results)."""
+    def _drop_oldest(self, messages: list[dict[str, Any]], tail: int) -> tuple[int, int]:
+        """Last resort, when even the protected tail does not fit: drop whole oldest turns (an
+        assistant message with its tool results), never the newest. Returns the new tail index
+        and the messages dropped."""
         dropped = 0
-        while total(messages, self.tools_tokens) > target and len(messages) > 4:
+        while total(messages, self.tools_tokens) > self.budget and len(messages) > 4:
             end = 3
             while end < len(messages) and messages[end].get("role") == "tool":
                 end += 1
             if end >= len(messages) - 1:
                 break
-            dropped += end - 2
+            gone = [m for m in messages[2:end] if not str(m.get("content") or "").endswith(DROPPED)]
+            dropped += len(gone)
             del messages[2:end]
+            tail = max(2, tail - (end - 2))
         if dropped:
-            messages.insert(
-                2, {"role": "user", "content": f"[{dropped} earlier messages were pruned to fit the context]"}
-            )
-        return dropped
+            messages.insert(2, {"role": "user", "content": f"[{dropped} {DROPPED}"})
+            tail += 1
+        return tail, dropped

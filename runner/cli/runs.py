@@ -12,7 +12,7 @@ import click
 from runner.cli import _style
 from runner.cli._complete import job_names, run_ids
 from runner.cli._util import echo_json, local_time, run_json, settings, table
-from runner.events import LIVE_ONLY, Recorded, SubagentStarted, clip
+from runner.events import LIVE_ONLY, Recorded, SubagentStarted, cached_share, clip
 from runner.statuses import ACTIVE, RunStatus
 
 STATUSES = [s.value for s in RunStatus]
@@ -181,6 +181,7 @@ def runs_show(run_id: str, as_json: bool) -> None:
     click.echo(
         f"model    {row['model'] or '-'}   turns {row['iterations']}   tokens "
         f"{row['prompt_tokens']}+{row['completion_tokens']}{_cached(row)}   cost ${row['cost_usd'] or 0:.5f}"
+        f"{cached_share(row['prompt_tokens'], row.get('cached_tokens'))}"
     )
     if row["output_path"]:
         click.echo(f"output   {row['output_path']}")

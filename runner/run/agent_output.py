@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner.agent.auxiliary import Priced
 from runner.agent.loop import Limits, LoopResult, Report, Totals, run_loop
-from runner.agent.pruning import Pruner, summarize_with
+from runner.agent.pruning import Pruner, cached_ratio, summarize_with
 from runner.agent.types import Usage
 from runner.config.jobs import PreRunFailure
 from runner.events import Emit, Event, Prompt, Text
@@ -262,6 +262,7 @@ def _converse(
         tools_tokens=sum(len(json.dumps(t.schema())) for t in tools) // 4,
         emit=run.emit,
         summarize=summarize_with(summarizer, deadline=run.deadline) if spec.summarize else None,
+        cached_ratio=cached_ratio(connected.pricing),
     )
 
     journal: list[Journal | None] = [run.journal]  # the first loop only: a follow-up's turns count from 1 again

@@ -12,6 +12,13 @@ the finish chunk, the usage chunk when ``stream_options.include_usage`` asks for
 (``stall`` seconds after ``stall_after`` events) or cut (the connection drops after
 ``cut_after`` events). ``raw`` serves recorded bytes as they are (tests/agent/wire/).
 
+``FakeOpenAI(prefix_cache=True)`` models a provider's prompt cache (OpenAI's automatic caching):
+a request's prompt (its tools, then its messages, as JSON) is compared with the prompts of the
+requests before it; the longest common prefix, in tokens estimated as characters / 4, rounded down
+to 128-token blocks and only from 1,024 tokens on, is reported as
+``usage.prompt_tokens_details.cached_tokens``, and ``prompt_tokens`` is the prompt's estimated size.
+Off by default (scripted usage as given).
+
 Standard library only (``http.server``), so it imports without pytest; ``python -m
 runner.testing.fakeopenai`` serves "ok" to every request for manual tries.
 """
@@ -22,7 +29,8 @@ import json
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from collections import deque
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -118,7 +126,9 @@ class FakeOpenAI:
     "script exhausted". ``requests`` logs each request.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, prefix_cache: bool = False) -> None:
+        self.prefix_cache = prefix_cache
+        self.prompts: deque[str] = deque(maxlen=CACHED_PROMPTS)  # what the prefix cache holds
         self.script: list[Reply] = []
         self.default: Reply | None = None
         self.requests: list[dict[str, Any]] = []
@@ -195,6 +205,8 @@ class FakeOpenAI:
         except ValueError:
             body = {"_raw": raw.decode("utf-8", "replace")}
         reply = self._next(key, body if isinstance(body, dict) else {})
+        if self.prefix_cache and reply.status == 200 and reply.raw is None and reply.events is None:
+            reply = self._cache(reply, body if isinstance(body, dict) else {})
         with self.lock:
             self.requests.append(
                 {
@@ -235,6 +247,16 @@ class FakeOpenAI:
             handler.wfile.write(payload)
         except (BrokenPipeError, ConnectionResetError):
             return
+
+    def _cache(self, reply: Reply, body: dict[str, Any]) -> Reply:
+        """``reply`` with the usage a prefix-caching provider reports for ``body``'s prompt."""
+        prompt = json.dumps(body.get("tools"), sort_keys=True) + json.dumps(body.get("messages"), sort_keys=True)
+        with self.lock:
+            hit = max((common_prefix(prompt, p) for p in self.prompts), default=0)
+            self.prompts.append(prompt)
+        cached = hit // CHARS_PER_TOKEN // CACHE_BLOCK * CACHE_BLOCK
+        cached = cached if cached >= CACHE_MIN else 0
+        return replace(reply, usage=(len(prompt) // CHARS_PER_TOKEN, reply.usage[1]), cached=reply.cached or cached)
 
     def _stream(self, handler: BaseHTTPRequestHandler, reply: Reply, body: dict[str, Any], n: int) -> None:
         handler.send_response(200)
@@ -335,6 +357,24 @@ class FakeOpenAI:
         if usage:
             out.append({**head, "choices": [], "usage": _usage(reply)})
         return out
+
+
+CHARS_PER_TOKEN = 4
+CACHE_BLOCK = 128  # tokens: a cache hit counts in whole blocks (OpenAI: 128-token increments)
+CACHE_MIN = 1024  # tokens: shorter prefixes are never cached (OpenAI: prompts of 1,024 tokens and more)
+CACHED_PROMPTS = 32  # earlier prompts the cache remembers
+
+
+def common_prefix(a: str, b: str) -> int:
+    """Length of the longest common prefix of ``a`` and ``b`` (binary search on C-speed slices)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _args(args: Any) -> str:

@@ -18,7 +18,7 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
-from runner.events import Recorded
+from runner.events import Recorded, cached_share
 from runner.statuses import ACTIVE
 from runner.store import queries, runs
 from runner.web.pages import run_timeline, step_html, timeline_html
@@ -118,7 +118,7 @@ def _summary(row: dict[str, Any]) -> dict[str, Any]:
         "status": str(row["status"]),
         "turns": row["iterations"] or 0,
         "tokens": f"{row['prompt_tokens'] or 0} + {row['completion_tokens'] or 0}",
-        "cost": f"${(row['cost_usd'] or 0):,.4f}",
+        "cost": f"${(row['cost_usd'] or 0):,.4f}{cached_share(row['prompt_tokens'], row.get('cached_tokens'))}",
     }
 
 

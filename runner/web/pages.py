@@ -14,7 +14,7 @@ from starlette.responses import Response
 from runner.agent.credentials import list_credentials, sync_config
 from runner.clock import utcnow
 from runner.config.schedules import format_duration
-from runner.events import LIVE_ONLY, Checkpoint, Recorded, Shown
+from runner.events import LIVE_ONLY, Checkpoint, Recorded, Shown, cached_share
 from runner.run.budget import report
 from runner.serve.planner import JobState, upcoming
 from runner.serve.state import load_states, serve_status
@@ -62,6 +62,7 @@ def install_filters(env: Any, redactor: Any) -> None:
     env.filters["time"] = lambda t: (t or "")[:19].replace("T", " ")
     env.filters["took"] = trace.duration
     env.globals["kinds"] = trace.KINDS
+    env.globals["cached_share"] = cached_share
     env.globals["full_chars"] = trace.FULL_CHARS
     env.globals["ACTIVE"] = [str(s) for s in ACTIVE]
     env.globals["REFRESH_S"] = REFRESH_S

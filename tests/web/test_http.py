@@ -289,3 +289,12 @@ def test_read_only_token_cannot_cancel_a_followup(site: Site) -> None:
         server.stop()
         (site.home / "web-token").unlink()
         (site.home / "web-token-readonly").unlink()
+
+
+def test_the_run_page_gives_the_cached_share_of_input_tokens(site: Site, web: WebServer) -> None:
+    from runner.testing import Reply
+
+    run_id = site.run_job("hello", Reply(content="cached", usage=(1000, 10), cached=410))
+    page = httpx.get(f"{web.url}/runs/{run_id}").text
+    cost = re.search(r'<dd id="run-cost">(.*?)</dd>', page)
+    assert cost is not None and cost.group(1).endswith("(41% of input tokens cached)")
