@@ -97,24 +97,7 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"store: {store_mode(config)}"
 
 
-#: folders whose modules start first: their tests are the longest (clusters of processes, browsers,
-#: serve restarts), and a long test started last stretches the run's tail while other workers idle
-FIRST = ("tests/dist/", "tests/web/", "tests/serve/")
-
-
-def _slow_first(items: list[pytest.Item]) -> None:
-    """Modules of the long folders, then modules holding a ``slow`` test, then the rest; each
-    module's tests stay together (module-scoped fixtures are set up once) and in their order."""
-    rank: dict[str, int] = {}
-    for item in items:
-        where = item.nodeid.split("::", 1)[0]
-        r = 0 if where.startswith(FIRST) else 1 if item.get_closest_marker("slow") else 2
-        rank[where] = min(rank.get(where, 2), r)
-    items.sort(key=lambda item: rank[item.nodeid.split("::", 1)[0]])
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    _slow_first(items)
     if store_mode(config) != "postgresql":
         return
     for item in items:
