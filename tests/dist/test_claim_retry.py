@@ -35,7 +35,9 @@ def test_claim_across_a_postgresql_restart(pg_cluster: Cluster, pg_server: Any) 
     succeeded = lambda: len([r for r in cluster.rows() if r["status"] == "succeeded"])  # noqa: E731
     wait_for(lambda: succeeded() >= 3, timeout=40)
     first_restart = None
-    for _ in range(6):  # until a restart meets a claim (the heartbeat may meet the cut connection first)
+    # until a restart meets a claim: the worker's heartbeat thread reads the shared store every 0.5 s
+    # and often meets the cut connection first (a full run once saw 6 restarts in a row go that way)
+    for _ in range(12):
         before = succeeded()
         wait_for(lambda before=before: succeeded() > before, timeout=10, what="a run to end")
         # right after a run ended: the worker's threads sit idle on connections the restart cuts, so
