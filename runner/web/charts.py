@@ -86,18 +86,28 @@ def _fmt(value: float, unit: str = "") -> str:
 USD = " USD"  # the unit of money series: labelled $X.XX
 
 
+def _frame(title: str, top_label: str) -> list[str]:
+    """The start of a chart's SVG: its accessible title, the axis and the label of its top value."""
+    return [
+        f'<svg class="chart" role="img" aria-label="{escape(title)}" viewBox="0 0 {WIDTH} {HEIGHT}" '
+        f'width="{WIDTH}" height="{HEIGHT}" xmlns="http://www.w3.org/2000/svg">',
+        f"<title>{escape(title)}</title>",
+        f'<line x1="{PAD}" y1="{HEIGHT - PAD}" x2="{WIDTH - PAD}" y2="{HEIGHT - PAD}" class="axis"/>',
+        f'<text x="{PAD}" y="12" class="label">{escape(top_label)}</text>',
+    ]
+
+
+def _day_label(x: float, label: str) -> str:
+    """A bar's day under the axis (the date without its year)."""
+    return f'<text x="{x:.1f}" y="{HEIGHT - 8}" class="label">{escape(label[5:])}</text>'
+
+
 def bars(values: list[float], labels: list[str], *, title: str, unit: str = "") -> str:
     """A bar chart as an inline SVG, labelled for screen readers (and each bar titled)."""
     top = max(values) if values and max(values) > 0 else 1.0
     n = max(len(values), 1)
     step = (WIDTH - 2 * PAD) / n
-    parts = [
-        f'<svg class="chart" role="img" aria-label="{escape(title)}" viewBox="0 0 {WIDTH} {HEIGHT}" '
-        f'width="{WIDTH}" height="{HEIGHT}" xmlns="http://www.w3.org/2000/svg">',
-        f"<title>{escape(title)}</title>",
-        f'<line x1="{PAD}" y1="{HEIGHT - PAD}" x2="{WIDTH - PAD}" y2="{HEIGHT - PAD}" class="axis"/>',
-        f'<text x="{PAD}" y="12" class="label">max {escape(_fmt(max(values, default=0.0), unit))}</text>',
-    ]
+    parts = _frame(title, f"max {_fmt(max(values, default=0.0), unit)}")
     for i, (value, label) in enumerate(zip(values, labels, strict=False)):
         h = (HEIGHT - 2 * PAD) * value / top
         x = PAD + i * step + step * 0.1
@@ -107,7 +117,7 @@ def bars(values: list[float], labels: list[str], *, title: str, unit: str = "") 
             f"<title>{escape(label)}: {escape(_fmt(value, unit))}</title></rect>"
         )
         if i in (0, n - 1) or n <= 7:
-            parts.append(f'<text x="{x:.1f}" y="{HEIGHT - 8}" class="label">{escape(label[5:])}</text>')
+            parts.append(_day_label(x, label))
     parts.append("</svg>")
     return "".join(parts)
 
@@ -118,13 +128,7 @@ def stacked(series: list[list[float]], classes: list[str], names: list[str], lab
     top = max(totals) if totals and max(totals) > 0 else 1.0
     n = max(len(labels), 1)
     step = (WIDTH - 2 * PAD) / n
-    parts = [
-        f'<svg class="chart" role="img" aria-label="{escape(title)}" viewBox="0 0 {WIDTH} {HEIGHT}" '
-        f'width="{WIDTH}" height="{HEIGHT}" xmlns="http://www.w3.org/2000/svg">',
-        f"<title>{escape(title)}</title>",
-        f'<line x1="{PAD}" y1="{HEIGHT - PAD}" x2="{WIDTH - PAD}" y2="{HEIGHT - PAD}" class="axis"/>',
-        f'<text x="{PAD}" y="12" class="label">max {escape(_fmt(max(totals, default=0.0)))} runs a day</text>',
-    ]
+    parts = _frame(title, f"max {_fmt(max(totals, default=0.0))} runs a day")
     for i, label in enumerate(labels):
         x = PAD + i * step + step * 0.1
         base = float(HEIGHT - PAD)
@@ -139,6 +143,6 @@ def stacked(series: list[list[float]], classes: list[str], names: list[str], lab
                 f"<title>{escape(label)}: {escape(_fmt(value))} {escape(name)}</title></rect>"
             )
         if i in (0, n - 1) or n <= 7:
-            parts.append(f'<text x="{x:.1f}" y="{HEIGHT - 8}" class="label">{escape(label[5:])}</text>')
+            parts.append(_day_label(x, label))
     parts.append("</svg>")
     return "".join(parts)
