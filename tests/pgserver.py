@@ -59,7 +59,11 @@ def _free_port() -> int:
 
 
 def _as_postgres(argv: list[str]) -> list[str]:
-    return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
+    if os.geteuid() != 0:
+        return argv
+    # runuser lives in /usr/sbin, which a login shell's PATH (or env -i's) may lack
+    runuser = shutil.which("runuser", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin") or "runuser"
+    return [runuser, "-u", "postgres", "--", *argv]
 
 
 @dataclass
