@@ -11,7 +11,14 @@ Context budget 76,800 tokens (the default: 60% of a 128k window). Three policies
 - main before's pruning: the module as it was at 3fc469d (``git show 3fc469d:runner/agent/pruning.py``)
   loaded into this same loop, so only the pruning policy differs (the loop, client and tools are
   this tree's; the pruning module is the whole of the change);
-- no pruning.
+- no pruning;
+- the floor of pruning as such: the same run pruned on a fixed schedule (every k turns, for each k
+  from 3 to 15, the context budget out of the way), keeping the newest 10 turns whole; the cheapest
+  schedule is printed. A prune rewrites the history after the pruned region, so the request after it
+  re-sends the 10 whole turns uncached; rarer prunes carry more cached tokens in between; the best k
+  balances the two. No policy that prunes can bill much below it;
+- the bound below any policy at all: every request from turn 11 on carries the 10 newest turns
+  (cached at best) and each turn adds one new output (never cached).
 
 Printed: bytes sent, prompt tokens, cached tokens, the billed cost at OpenAI's list prices for
 gpt-4.1 (openai.com/api/pricing, as listed since the model's launch on 14 April 2025 and still in
@@ -109,6 +116,22 @@ def intact_turns(body: dict[str, Any]) -> int:
     return count
 
 
+class Scheduled(pruning.Pruner):
+    """This tree's pruning, forced to prune before every ``every``-th request and never otherwise
+    (the budget is out of the way): the floor search."""
+
+    def __init__(self, every: int) -> None:
+        super().__init__(10**9)
+        self.every, self.requests = every, 0
+
+    def __call__(self, messages: list[dict[str, Any]]) -> list[AuxReply]:
+        self.requests += 1
+        return super().__call__(messages)
+
+    def _pays(self, messages: list[dict[str, Any]], frontier: int, tail: int) -> bool:
+        return self.requests % self.every == 0
+
+
 def measure(name: str, make_pruner: Any, turns: int) -> Figures:
     fake = FakeOpenAI(prefix_cache=True).start()
     try:
@@ -163,6 +186,10 @@ def main() -> None:
         "no pruning": lambda: None,
     }
     figures = {name: measure(name, make, args.turns) for name, make in policies.items()}
+    if not args.summarize:
+        schedules = {k: measure(f"every {k}", lambda k=k: Scheduled(k), args.turns) for k in range(3, 16)}
+        best = min(schedules, key=lambda k: schedules[k].billed)
+        figures[f"floor: prune every {best}"] = schedules[best]
     print(
         f"{args.turns} turns x {OUTPUT_BYTES / 1000:g} KB tool outputs, context budget {args.budget:,} tokens"
         f"{', summarize: true' if args.summarize else ''}, "
@@ -180,11 +207,18 @@ def main() -> None:
         f"billed, this tree / main before: {new.billed / old.billed:.0%} (goal <= 40%); "
         f"this tree billed / main before as billed without cache figures: {new.billed / old.uncached:.0%}"
     )
+    bound = ((args.turns - 10) * 10 * OUTPUT_BYTES / 4 * 0.5 + args.turns * OUTPUT_BYTES / 4 * 2.0) / 1e6
     print(
-        f"floor with the newest 10 turns whole: every request from turn 11 on carries >= 10 x {OUTPUT_BYTES / 1000:g} KB "
-        f"(~{10 * OUTPUT_BYTES // 4:,} tokens) and each turn adds {OUTPUT_BYTES // 4:,} new ones: "
-        f">= ${((args.turns - 10) * 10 * OUTPUT_BYTES / 4 * 0.5 + args.turns * OUTPUT_BYTES / 4 * 2.0) / 1e6:.2f}"
+        f"bound below any policy with the newest 10 turns whole: every request from turn 11 on carries >= 10 x "
+        f"{OUTPUT_BYTES / 1000:g} KB (~{10 * OUTPUT_BYTES // 4:,} tokens, cached at best) and each turn adds "
+        f"{OUTPUT_BYTES // 4:,} new ones: >= ${bound:.2f} = {bound / old.billed:.0%} of main before's bill"
     )
+    floors = [f for name, f in figures.items() if name.startswith("floor")]
+    if floors:
+        print(
+            f"this tree / the floor of pruning (best fixed schedule): {new.billed / floors[0].billed:.0%}; "
+            f"the floor / main before as billed without cache figures: {floors[0].billed / old.uncached:.0%}"
+        )
     print(json.dumps({k: {**vars(v), "billed": round(v.billed, 4)} for k, v in figures.items()}))
 
 
