@@ -3,11 +3,13 @@
 A *tree* is a checkout of runner and the Python that has its dependencies. "main before" is
 ``$RUNNER_BENCH_BASE`` (default /work/base) run by ``$RUNNER_BENCH_BASE_PYTHON`` (default
 /tmp/venv-base/bin/python); when it is missing, only this tree is measured. Measurements alternate
-between the trees, so load on the machine hits both alike.
+between the trees, so load on the machine hits both alike. ``in_tree`` runs a bench file's own
+measuring function under either tree, for figures measured in-process.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import statistics
@@ -17,6 +19,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from _common import REPO, clean_env
 
@@ -72,3 +75,26 @@ def side_by_side(label: str, timings: dict[str, Timing], target: str = "") -> No
     """One line: this tree's figure, then main before's (wall, CPU in brackets)."""
     shown = "   ".join(f"{name} {t.wall:.3f} s (cpu {t.cpu:.3f})" for name, t in timings.items())
     print(f"{label:<44} {shown}" + (f"   target {target}" if target else ""))
+
+
+_IN_TREE = """import importlib, json, sys
+import runner, tests  # this tree's runner and tests packages, before the bench file puts ours on sys.path
+sys.path.insert(0, sys.argv[1])
+print(json.dumps(getattr(importlib.import_module(sys.argv[2]), sys.argv[3])(*json.loads(sys.argv[4]))))
+"""
+
+
+def in_tree(tree: Tree, bench: str, function: str, *args: Any) -> Any:
+    """What ``function(*args)`` of tests/bench/BENCH.py (this checkout's file) returns, as JSON, run
+    by ``tree``'s Python on ``tree``'s runner in a fresh process."""
+    argv = [tree.python, "-c", _IN_TREE, str(Path(__file__).parent), bench, function, json.dumps(args)]
+    env = tree.env(RUNNER_BENCH_TREE=str(tree.repo))
+    proc = subprocess.run(argv, env=env, cwd=tree.repo, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{tree.name}: {bench}.{function} failed: {proc.stderr[-800:]}")
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def each_tree(bench: str, function: str, *args: Any) -> dict[str, Any]:
+    """``in_tree`` for this tree, then main before (when there is one): each tree's result by name."""
+    return {tree.name: in_tree(tree, bench, function, *args) for tree in trees()}

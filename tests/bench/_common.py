@@ -1,4 +1,5 @@
-"""Helpers for the benchmark scripts: a clean environment, timing of CLI subprocesses."""
+"""Helpers for the benchmark scripts: a clean environment, timing of CLI subprocesses, and one
+line form for a figure beside main before and its floor."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+# the runner checkout measured: this one, or main before's when _before.in_tree runs a bench under it
+REPO = Path(os.environ.get("RUNNER_BENCH_TREE") or Path(__file__).resolve().parents[2]).resolve()
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
@@ -43,6 +45,34 @@ def time_cli(args: list[str], env: dict[str, str], cwd: Path, runs: int = 15) ->
 
 def row(name: str, value: str, target: str) -> None:
     print(f"{name:<58} {value:>14}   target {target}")
+
+
+def figure(value: float | str | None, unit: str) -> str:
+    """``value`` in ``unit`` with three significant digits; a string (a reason) as it is."""
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        return value
+    digits = 3 - len(str(int(abs(value)))) if abs(value) >= 1 else 3
+    return f"{value:,.{max(0, digits)}f} {unit}".rstrip()
+
+
+def beside(
+    label: str,
+    this: float | str | None,
+    before: float | str | None,
+    floor: float | str | None,
+    what_floor: str,
+    target: str = "",
+    unit: str = "ms",
+) -> None:
+    """One line: this tree's figure, main before's, the floor (what the same work costs with runner
+    out of the way, named by ``what_floor``) and the target. ``before`` or ``floor`` may be a
+    reason instead of a number ("none (no X before issue N)", "n/a (a policy figure)")."""
+    shown = f"this {figure(this, unit)}   main before {figure(before, unit)}   floor {figure(floor, unit)}"
+    if what_floor:
+        shown += f" ({what_floor})"
+    print(f"{label:<44} {shown}" + (f"   target {target}" if target else ""))
 
 
 def pct(values: list[float], p: float) -> float:
