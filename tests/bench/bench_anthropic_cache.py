@@ -9,6 +9,11 @@ true`` and ``cache: false``; printed side by side: prompt tokens billed, of them
 cache writes, cost at Claude Sonnet prices ($3/MTok input, $0.30 cache read, $3.75 cache write,
 $15 output), and the share of the frozen prefix served from the cache on turns 2-20 (target
 >= 80%). Nothing is timed.
+
+Main before: the cached run from main before's tree (``_before.each_tree``). Floor of the cost:
+the same requests as if each prompt token were written to the cache once (at the write price)
+and read from it on every later turn, the output at its price: what this run costs at the best
+any caching policy can do.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import row  # noqa: E402
+from _before import in_tree, trees  # noqa: E402
+from _common import beside, row  # noqa: E402
 
 from runner.agent.anthropic import AnthropicClient  # noqa: E402
 from runner.agent.keys import Credential, StaticKeys  # noqa: E402
@@ -149,6 +155,7 @@ def one_run(cache: bool) -> dict[str, Any]:
             "turns": len(responses),
             "status": result.status,
             "prompt": sum(r.prompt_tokens for r in responses),
+            "prompts": [r.prompt_tokens for r in responses],
             "read": sum(r.cached_tokens or 0 for r in responses),
             "written": sum(r.cache_write_tokens or 0 for r in responses),
             "output": sum(r.completion_tokens for r in responses),
@@ -161,8 +168,25 @@ def one_run(cache: bool) -> dict[str, Any]:
         server.stop()
 
 
+def floor_cost(run: dict[str, Any]) -> float:
+    """USD if every prompt token were written to the cache once and read on every later turn."""
+    cost, seen = run["output"] * SONNET.output_per_mtok, 0
+    for prompt in run["prompts"]:
+        cost += min(seen, prompt) * SONNET.cached_input_per_mtok + max(0, prompt - seen) * SONNET.cache_write_per_mtok
+        seen = prompt
+    return cost / 1e6
+
+
 def main() -> None:
-    on, off = one_run(True), one_run(False)
+    measured: dict[str, Any] = {}
+    for tree in trees():
+        try:
+            measured[tree.name] = in_tree(tree, "bench_anthropic_cache", "one_run", True)
+        except SystemExit as exc:  # main before's Python may lack the anthropic SDK
+            if tree.name == "this tree":
+                raise
+            measured[tree.name] = "not measured: " + str(exc).strip().splitlines()[-1].split(": ", 1)[-1]
+    on, off, before = measured["this tree"], one_run(False), measured.get("main before")
     assert on["turns"] == off["turns"] == TURNS, (on, off)
     print(
         f"Anthropic prompt caching: a {TURNS}-turn run, {len(TOOL_NAMES)} tools, {OUTPUT_BYTES // 1000} KB tool outputs"
@@ -185,6 +209,13 @@ def main() -> None:
     row("cost with caching / without", f"{on['cost'] / off['cost']:.2f}x", "lower is better")
     row("frozen prefix served from cache, turns 2-20 (the lowest)", f"{on['share']:.0%}", ">= 80%")
     row("  the same without cache_control", f"{off['share']:.0%}", "(0%: no caching)")
+    if isinstance(before, str):
+        print(f"main before: {before}")
+        before = None
+    beside("cost of the run with cache_control", on["cost"], before and before["cost"], floor_cost(on),
+           "each prompt token written to the cache once, read on every later turn", "lower is better", "USD")
+    beside("frozen prefix from cache, lowest", f"{on['share']:.0%}", before and f"{before['share']:.0%}",
+           "n/a (a share, 100% at best)", "", ">= 80%")
 
 
 if __name__ == "__main__":
