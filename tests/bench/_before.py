@@ -16,7 +16,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,3 +98,14 @@ def in_tree(tree: Tree, bench: str, function: str, *args: Any) -> Any:
 def each_tree(bench: str, function: str, *args: Any) -> dict[str, Any]:
     """``in_tree`` for this tree, then main before (when there is one): each tree's result by name."""
     return {tree.name: in_tree(tree, bench, function, *args) for tree in trees()}
+
+
+def or_reason(tree: Tree, measure: Callable[[], Any]) -> Any:
+    """``measure()``; for main before, a failure (its Python may lack an optional extra) becomes the
+    string "not measured: WHY" to print in its place. This tree's failures stop the benchmark."""
+    try:
+        return measure()
+    except SystemExit as exc:
+        if tree.repo == REPO:
+            raise
+        return "not measured: " + str(exc).strip().splitlines()[-1].split(": ", 1)[-1]

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _before import in_tree, trees  # noqa: E402
+from _before import in_tree, or_reason, trees  # noqa: E402
 from _common import beside, row  # noqa: E402
 
 from runner.agent.anthropic import AnthropicClient  # noqa: E402
@@ -178,14 +178,7 @@ def floor_cost(run: dict[str, Any]) -> float:
 
 
 def main() -> None:
-    measured: dict[str, Any] = {}
-    for tree in trees():
-        try:
-            measured[tree.name] = in_tree(tree, "bench_anthropic_cache", "one_run", True)
-        except SystemExit as exc:  # main before's Python may lack the anthropic SDK
-            if tree.name == "this tree":
-                raise
-            measured[tree.name] = "not measured: " + str(exc).strip().splitlines()[-1].split(": ", 1)[-1]
+    measured = {t.name: or_reason(t, lambda t=t: in_tree(t, "bench_anthropic_cache", "one_run", True)) for t in trees()}
     on, off, before = measured["this tree"], one_run(False), measured.get("main before")
     assert on["turns"] == off["turns"] == TURNS, (on, off)
     print(
@@ -209,12 +202,16 @@ def main() -> None:
     row("cost with caching / without", f"{on['cost'] / off['cost']:.2f}x", "lower is better")
     row("frozen prefix served from cache, turns 2-20 (the lowest)", f"{on['share']:.0%}", ">= 80%")
     row("  the same without cache_control", f"{off['share']:.0%}", "(0%: no caching)")
+    then_cost: float | str | None = None
+    then_share: str | None = None
     if isinstance(before, str):
         print(f"main before: {before}")
-        before = None
-    beside("cost of the run with cache_control", on["cost"], before and before["cost"], floor_cost(on),
+        then_cost = then_share = "not measured (see above)"
+    elif before:
+        then_cost, then_share = before["cost"], f"{before['share']:.0%}"
+    beside("cost of the run with cache_control", on["cost"], then_cost, floor_cost(on),
            "each prompt token written to the cache once, read on every later turn", "lower is better", "USD")
-    beside("frozen prefix from cache, lowest", f"{on['share']:.0%}", before and f"{before['share']:.0%}",
+    beside("frozen prefix from cache, lowest", f"{on['share']:.0%}", then_share,
            "n/a (a share, 100% at best)", "", ">= 80%")
 
 

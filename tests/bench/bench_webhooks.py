@@ -7,11 +7,17 @@
    is sent once more (a redelivery): 0 lost (each delivery has exactly one run, and it ran),
    0 doubled (no delivery id has two runs).
 
-    python tests/bench/bench_webhooks.py
+Main before: both parts again on ``serve --web`` from main before's tree and Python, after this
+tree's. Floor of accepted -> started: a bare POST to the same server that it answers without
+starting anything (a wrong signature, 401), round trip; lost and doubled are counts with no
+floor (0 is the only right answer).
+
+    python tests/bench/bench_webhooks.py [--deliveries 30] [--burst 200]
 """
 
 from __future__ import annotations
 
+import argparse
 import signal
 import sqlite3
 import statistics
@@ -25,7 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import REPO, clean_env, pct, row, wait  # noqa: E402
+from _before import Tree, or_reason, trees  # noqa: E402
+from _common import REPO, beside, pct, row, wait  # noqa: E402
 
 sys.path.insert(0, str(REPO))
 
@@ -51,6 +58,16 @@ jobs:
 """
 
 
+def wait_quietly(check: object, timeout: float) -> bool:
+    """Whether ``check()`` came true within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
 def post(client: httpx.Client, url: str, job: str, body: bytes, delivery: str) -> httpx.Response:
     headers = {
         "Content-Type": "application/json",
@@ -69,6 +86,27 @@ def query(db: Path, sql: str) -> list[tuple]:  # type: ignore[type-arg]
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--deliveries", type=int, default=30, help="deliveries timed accepted -> started")
+    parser.add_argument("--burst", type=int, default=200, help="deliveries sent at 20/s to the queue job")
+    args = parser.parse_args()
+    found = {t.name: or_reason(t, lambda t=t: one_tree(t, args.deliveries, args.burst)) for t in trees()}
+    here, before = found["this tree"], found.get("main before")
+    if isinstance(before, str):
+        print(f"main before: {before}")
+
+    def then(key: str) -> object:
+        return before[key] if isinstance(before, dict) else before and "not measured (see above)"
+
+    beside("webhook accepted -> run started, p50", here["p50"], then("p50"), here["floor"],  # type: ignore[arg-type]
+           "a bare POST it answers 401, round trip", "<= 100 ms")
+    for key in ("lost", "doubled"):
+        beside(f"{args.burst} deliveries, {key}", str(here[key]), str(then(key)) if before else None,
+               "n/a (a count; 0 is right)", "", "0", "")
+
+
+def one_tree(tree: Tree, deliveries: int, burst: int) -> dict[str, float]:
+    print(f"== {tree.name}")
     fake = FakeOpenAI().start()
     fake.default = final("ok")
     root = Path(tempfile.mkdtemp(prefix="bench-hooks-"))
@@ -76,7 +114,7 @@ def main() -> None:
     home.mkdir()
     (home / "config.yaml").write_text("serve:\n  max_parallel: 8\n  worker_max_runs: 50\n")
     (root / "jobs.yaml").write_text(JOBS)
-    env = clean_env(
+    env = tree.env(
         RUNNER_HOME=str(home),
         RUNNER_JOBS=str(root / "jobs.yaml"),
         OPENAI_BASE_URL=fake.base_url,
@@ -91,7 +129,7 @@ def main() -> None:
     url = f"http://127.0.0.1:{port}"
     log = open(root / "serve.log", "w")  # noqa: SIM115
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runner", "serve", "--web", f"127.0.0.1:{port}"], env=env, cwd=root, stderr=log
+        [tree.python, "-m", "runner", "serve", "--web", f"127.0.0.1:{port}"], env=env, cwd=root, stderr=log
     )
     db = home / "runner.db"
     try:
@@ -102,11 +140,12 @@ def main() -> None:
             except httpx.TransportError:
                 return False
 
-        wait(up, 30, "serve --web")
+        if not wait_quietly(up, 30):
+            raise SystemExit(f"serve --web did not come up: {(root / 'serve.log').read_text().strip()}")
         client = httpx.Client(timeout=30)
         # 1. accepted -> started
         ids = []
-        for i in range(30):
+        for i in range(deliveries):
             r = post(client, url, "hook", f'{{"i": {i}}}'.encode(), f"lat-{i}")
             assert r.status_code == 202, r.text
             ids.append(r.json()["id"])
@@ -117,9 +156,15 @@ def main() -> None:
             "SELECT d.received_at, r.started_at FROM hook_deliveries d JOIN runs r ON r.id = d.run_id WHERE d.job='hook'",
         )
         lat = [(datetime.fromisoformat(s) - datetime.fromisoformat(a)).total_seconds() * 1000 for a, s in got]
-        print("webhook accepted -> run started (serve --web, one-turn agent job, 30 deliveries)")
+        print(f"webhook accepted -> run started (serve --web, one-turn agent job, {deliveries} deliveries)")
         row("p50", f"{statistics.median(lat):.0f} ms", "<= 100 ms")
         row("p99", f"{pct(lat, 99):.0f} ms", "-")
+        floor = []
+        for _ in range(deliveries):
+            started = time.perf_counter()
+            r = client.post(f"{url}/hooks/hook", content=b"{}", headers={"X-Hub-Signature-256": "sha256=00"})
+            floor.append((time.perf_counter() - started) * 1000)
+            assert r.status_code == 401, r.status_code
 
         # 2. 200 deliveries in 10 s, overlap: queue
         results: dict[str, list[int]] = {}
@@ -147,7 +192,7 @@ def main() -> None:
 
         threads = []
         t0 = time.monotonic()
-        for i in range(200):
+        for i in range(burst):
             due = t0 + i * 0.05
             time.sleep(max(0.0, due - time.monotonic()))
             t = threading.Thread(target=deliver, args=(i,))
@@ -167,15 +212,16 @@ def main() -> None:
         by_status: dict[str, int] = {}
         for _, status in runs:
             by_status[status] = by_status.get(status, 0) + 1
-        lost = 200 - sum(1 for _, st in runs if st == "succeeded")
+        lost = burst - sum(1 for _, st in runs if st == "succeeded")
         doubled = total_runs - len({d for d, _ in runs})
         retries = sum(len(v) - 1 for v in results.values())
-        print(f"200 deliveries to one overlap: queue job (first sends over {sent_in:.1f} s, drained at {drained:.1f} s)")
-        row("accepted deliveries", str(len(accepted)), "200")
+        print(f"{burst} deliveries to one overlap: queue job (first sends over {sent_in:.1f} s, drained at {drained:.1f} s)")
+        row("accepted deliveries", str(len(accepted)), str(burst))
         row("429 answers (retried by the sender)", str(retries), "-")
         row("runs by status", str(by_status), "-")
         row("lost", str(lost), "0")
         row("doubled", str(doubled), "0")
+        return {"p50": statistics.median(lat), "floor": statistics.median(floor), "lost": lost, "doubled": doubled}
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
