@@ -9,6 +9,11 @@ the ledger and the fake server's request log:
   (target: within 5 s of the loss being detected);
 - the resumed attempt asked nothing again for turns 1-3 (checked: request sizes).
 
+Main before: the same rounds on ``runner serve`` from main before's tree and Python, after this
+tree's. Floors: for kill -> loss, a parent's ``waitpid`` on a child killed with SIGKILL; for loss ->
+turn 4 asked again, a fork of a warm Python with an openai client built making one request to the
+same fake (serve's workers are forked warm too), with runner out of the way.
+
     python tests/bench/bench_resume.py [ROUNDS]
 """
 
@@ -26,7 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import REPO, clean_env, read, row, wait  # noqa: E402
+from _before import Tree, or_reason, trees  # noqa: E402
+from _common import REPO, beside, read, row, wait  # noqa: E402
 
 sys.path.insert(0, str(REPO))
 
@@ -41,8 +47,51 @@ jobs:
 """
 
 
+def floors(rounds: int) -> tuple[float, float]:
+    """Milliseconds (medians): a killed child's waitpid, and a forked warm process's first answer."""
+    import openai
+
+    fake = FakeOpenAI().start()
+    client = openai.OpenAI(base_url=fake.base_url, api_key="sk-bench")  # built warm, before the fork
+    reaped, asked = [], []
+    try:
+        for _ in range(rounds):
+            child = subprocess.Popen(["sleep", "60"])
+            started = time.perf_counter()
+            child.kill()
+            child.wait()
+            reaped.append((time.perf_counter() - started) * 1000)
+            fake.add(final("floor"))
+            started = time.perf_counter()
+            pid = os.fork()
+            if pid == 0:  # the child: one request, then out without the parent's cleanup
+                client.chat.completions.create(model="m", messages=[{"role": "user", "content": "go"}])
+                os._exit(0)
+            if os.waitpid(pid, 0)[1] != 0:
+                raise SystemExit("the floor's forked request failed")
+            asked.append((time.perf_counter() - started) * 1000)
+    finally:
+        fake.stop()
+    return statistics.median(reaped), statistics.median(asked)
+
+
 def main() -> None:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 8
+    found = {t.name: or_reason(t, lambda t=t: one_tree(t, rounds)) for t in trees()}
+    here, before = found["this tree"], found.get("main before")
+    if isinstance(before, str):
+        print(f"main before: {before}")
+    reaped, asked = floors(rounds)
+    for key, label, floor, what, target in (
+        ("detect", "kill -> loss recorded, p50", reaped, "waitpid on a child killed with SIGKILL", ""),
+        ("cont", "loss recorded -> turn 4 asked again, p50", asked, "a warm python forked, one openai request", "<= 5000 ms"),
+    ):
+        then = statistics.median(before[key]) if isinstance(before, dict) else before and "not measured (see above)"
+        beside(label, statistics.median(here[key]), then, floor, what, target)
+
+
+def one_tree(tree: Tree, rounds: int) -> dict[str, list[float]]:
+    print(f"== {tree.name}")
     fake = FakeOpenAI().start()
     root = Path(tempfile.mkdtemp(prefix="bench-resume-"))
     home, work = root / "home", root / "work"
@@ -50,11 +99,11 @@ def main() -> None:
     work.mkdir()
     (home / "config.yaml").write_text("serve:\n  max_parallel: 2\n")
     (root / "jobs.yaml").write_text(JOBS.format(work=work))
-    env = clean_env(
+    env = tree.env(
         RUNNER_HOME=str(home), RUNNER_JOBS=str(root / "jobs.yaml"), OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="sk-bench"
     )
     log = open(root / "serve.log", "w")  # noqa: SIM115
-    proc = subprocess.Popen([sys.executable, "-m", "runner", "serve"], env=env, cwd=root, stderr=log)
+    proc = subprocess.Popen([tree.python, "-m", "runner", "serve"], env=env, cwd=root, stderr=log)
     db = home / "runner.db"
     detect: list[float] = []
     cont: list[float] = []
@@ -69,7 +118,7 @@ def main() -> None:
             fake.add(call("terminal", {"command": f"echo r{n}-t4 >> marker"}), call("terminal", {"command": "true"}))
             fake.add(final(f"round {n} done"))
             out = subprocess.run(
-                [sys.executable, "-m", "runner", "jobs", "trigger", "durable"], env=env, cwd=root, capture_output=True, text=True
+                [tree.python, "-m", "runner", "jobs", "trigger", "durable"], env=env, cwd=root, capture_output=True, text=True
             )
             assert out.returncode == 0, out.stderr
             wait(lambda b=base: len(fake.requests) >= b + 4, 60, "turn 4's request")  # type: ignore[misc]
@@ -108,6 +157,7 @@ def main() -> None:
     row("loss recorded -> turn 4 asked again, p50", f"{statistics.median(cont):.0f} ms", "<= 5000 ms")
     row("loss recorded -> turn 4 asked again, max", f"{max(cont):.0f} ms", "<= 5000 ms")
     row("kill -> turn 4 asked again, p50", f"{statistics.median(total):.0f} ms", "-")
+    return {"detect": detect, "cont": cont}
 
 
 if __name__ == "__main__":
