@@ -11,10 +11,17 @@ wall time, and its module count and import time from `python -X importtime` (REA
 "Start-up time"). Then the openai SDK's share of a run (a fresh interpreter importing what a run
 has loaded before its first request, with and without the SDK) and the one-turn run less that
 share (target <= 0.35 s).
+
+Each cold-start figure is also printed beside its floor, timed in the same alternation: what the
+same work costs with runner out of the way, a bare ``python -c`` that, for `jobs list`, loads the
+same jobs.yaml with PyYAML and prints a line per job; for `run-job`, imports openai and makes the
+same one request (issue 36: "a bare script that imports openai and makes the same request"); for
+`--replay`, reads the cassette; for `approvals check`, splits the command with ``shlex``.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import subprocess
@@ -23,12 +30,18 @@ import tempfile
 from pathlib import Path
 
 from _before import Timing, Tree, side_by_side, time_argv, trees
-from _common import REPO, clean_env, row, time_cli
+from _common import REPO, beside, clean_env, row, time_cli
 
 from runner.testing import FakeOpenAI, final
 
+RUNS: int | None = None  # --runs N: every median over N runs (a quick check), else the counts named
+
 
 def main() -> None:
+    global RUNS
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, help="runs per median, for every figure (default: as each names)")
+    RUNS = parser.parse_args().runs
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         lines = ["jobs:"]
@@ -39,7 +52,7 @@ def main() -> None:
             )
         (root / "jobs.yaml").write_text("\n".join(lines) + "\n")
         env = clean_env(RUNNER_HOME=str(root / "home"))
-        wall, _ = time_cli(["jobs", "list"], env, root)
+        wall, _ = time_cli(["jobs", "list"], env, root, runs=RUNS or 15)
         row("runner jobs list, 50 jobs (median of 15)", f"{wall:.3f} s", "<= 0.35 s")
 
         fake = FakeOpenAI().start()
@@ -47,7 +60,7 @@ def main() -> None:
         (root / "one").mkdir()
         (root / "one" / "jobs.yaml").write_text("jobs:\n  one:\n    prompt: Say ok\n    toolsets: [terminal, files]\n")
         env = clean_env(RUNNER_HOME=str(root / "home2"), OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="sk-bench")
-        wall, rss = time_cli(["run-job", "one"], env, root / "one", runs=10)
+        wall, rss = time_cli(["run-job", "one"], env, root / "one", runs=RUNS or 10)
         row("runner run-job, one-turn job, instant server (median)", f"{wall:.3f} s", "<= 1.5 s")
         row("  peak RSS", f"{rss / 1024:.1f} MB", "<= 80 MB")
         first = fake.requests[-1]
@@ -114,6 +127,20 @@ def sdk_share(both: list[Tree], runs: int = 9) -> dict[str, float]:
     return {t.name: timed[f"{t.name}|with"].wall - timed[f"{t.name}|without"].wall for t in both}
 
 
+FLOORS = {
+    "jobs": "import sys, yaml\nfor name in yaml.safe_load(open('jobs.yaml'))['jobs']: print(name)",
+    "run-job": "import os, openai\nopenai.OpenAI().chat.completions.create(model='m', messages=[{'role': 'user', 'content': 'Say ok'}])",
+    "replay": "import sys\nopen(sys.argv[1], 'rb').read()",
+    "approvals": "import shlex\nshlex.split('rm -rf build')",
+}
+FLOOR_WHAT = {
+    "jobs": "python -c: PyYAML load, a line per job",
+    "run-job": "python -c: import openai, the same request",
+    "replay": "python -c: read the cassette",
+    "approvals": "python -c: shlex.split of the command",
+}
+
+
 def cold_start(root: Path, fake: FakeOpenAI) -> None:
     both = trees()
     print("\ncold start: this tree beside main before (median wall, and cpu of the runner processes)")
@@ -126,20 +153,26 @@ def cold_start(root: Path, fake: FakeOpenAI) -> None:
     if proc.returncode != 0:
         raise SystemExit(f"recording the cassette failed: {proc.stderr.decode()[-800:]}")
     cases = [
-        ("jobs list, 50 jobs, warm (median 15)", root, ["jobs", "list"], {}, 15, "<= 0.12 s"),
-        ("run-job, one-turn job, instant server (median 10)", root / "one", ["run-job", "one"], model, 10, ""),
+        ("jobs list, 50 jobs, warm (median 15)", root, ["jobs", "list"], {}, 15, "<= 0.12 s", "jobs"),
+        ("run-job, one-turn job, instant server (median 10)", root / "one", ["run-job", "one"], model, 10, "", "run-job"),
         ("run-job --replay of that turn (median 10)", root / "one", ["run-job", "one", "--replay", str(cassette)],
-         {"OPENAI_API_KEY": "sk-bench"}, 10, "<= 0.35 s (no SDK, no request)"),
-        ("approvals check -- rm -rf build (median 15)", root, ["approvals", "check", "--", "rm", "-rf", "build"], {}, 15, ""),
+         {"OPENAI_API_KEY": "sk-bench"}, 10, "<= 0.35 s (no SDK, no request)", "replay"),
+        ("approvals check -- rm -rf build (median 15)", root, ["approvals", "check", "--", "rm", "-rf", "build"], {}, 15, "",
+         "approvals"),
     ]  # fmt: skip
     runs: dict[str, dict[str, Timing]] = {}
-    for label, cwd, args, extra, count, target in cases:
+    for label, cwd, args, extra, count, target, floor in cases:
         envs = {t.name: t.env(RUNNER_HOME=str(root / f"cold-{t.name}".replace(" ", "-")), **extra) for t in both}
         argv = {t.name: [t.python, "-m", "runner", *args] for t in both}
-        runs[label] = time_argv(argv, envs, cwd, count)
+        argv["floor"], envs["floor"] = [sys.executable, "-c", FLOORS[floor], str(cassette)], clean_env(**extra)
+        timed = time_argv(argv, envs, cwd, RUNS or count)
+        runs[label] = {t.name: timed[t.name] for t in both}
         side_by_side(label, runs[label], target)
+        before = runs[label].get("main before")
+        beside(f"  {label.split(' (')[0]}", runs[label]["this tree"].wall, before and before.wall, timed["floor"].wall,
+               FLOOR_WHAT[floor], target, "s")
         print("  imports: " + "   ".join(f"{t.name} {imports(t, args, envs[t.name], cwd)}" for t in both))
-    share = sdk_share(both)
+    share = sdk_share(both, RUNS or 9)
     one = runs["run-job, one-turn job, instant server (median 10)"]
     print("  the openai SDK's share of a run (median with - without, 9 each): "
           + "   ".join(f"{name} {ms:.3f} s" for name, ms in share.items()))
