@@ -1,13 +1,18 @@
 """Live control (issue 16): what a trigger and a cancel cost, beside main before (/work/base).
 
 1. `runner jobs trigger` under a running serve: request written -> ledger row (serve picked it up)
-   and -> worker running, p50 / p99 over ``--samples`` triggers (target < 1 s; main before had no
-   triggers).
+   and -> worker running, p50 / p99 over ``--samples`` triggers (target < 1 s), this tree's serve
+   and then main before's.
 2. serve idle CPU over ``--idle`` seconds with one scheduled job far from due: the schedule
    ticker now reads ``PRAGMA data_version`` each tick for control requests (this tree beside main
    before, alternating).
 3. A one-turn `run-job` (the cancel watch thread every run now has): wall and CPU, this tree beside
    main before, alternating.
+
+Floors, what the same work costs with runner out of the way: for the trigger, a bare ``sqlite3``
+row written by one connection and read by another (-> ledger row), then ``subprocess.run(["true"])``
+too (-> running); idle CPU, a process asleep (0%); the one-turn run, a bare ``python -c`` that
+imports openai and makes the same request, timed in the same alternation.
 
 Run: python tests/bench/bench_control.py [--samples 20] [--idle 10] [--runs 8]
 """
@@ -17,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -28,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _before import Tree, side_by_side, time_argv, trees  # noqa: E402
-from _common import REPO  # noqa: E402
+from _common import REPO, beside, clean_env  # noqa: E402
 
 sys.path.insert(0, str(REPO))
 
@@ -74,8 +80,36 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
+def trigger_floor(samples: int) -> tuple[float, float]:
+    """Medians in ms: a bare sqlite3 row written and read by a second connection; that and a spawned `true`."""
+    seen, spawned = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        writer = sqlite3.connect(Path(tmp) / "floor.db", isolation_level=None)
+        writer.execute("PRAGMA journal_mode=WAL")
+        writer.execute("CREATE TABLE requests (id INTEGER PRIMARY KEY, job TEXT)")
+        reader = sqlite3.connect(Path(tmp) / "floor.db", isolation_level=None)
+        for i in range(samples):
+            started = time.perf_counter()
+            writer.execute("INSERT INTO requests (job) VALUES ('t')")
+            assert reader.execute("SELECT job FROM requests WHERE id = ?", (i + 1,)).fetchone()
+            seen.append((time.perf_counter() - started) * 1000)
+            subprocess.run(["true"], check=True)
+            spawned.append((time.perf_counter() - started) * 1000)
+        writer.close()
+        reader.close()
+    return statistics.median(seen), statistics.median(spawned)
+
+
 def trigger_latency(samples: int) -> None:
-    here = trees()[0]
+    found = {tree.name: one_trigger_latency(tree, samples) for tree in trees()}
+    floors = trigger_floor(samples)
+    what = ("bare sqlite3: a row written, read by a 2nd connection", "the same, then subprocess.run(['true'])")
+    for i, label in enumerate(("trigger -> ledger row, p50", "trigger -> worker running, p50")):
+        before = found.get("main before")
+        beside(label, found["this tree"][i], before and before[i], floors[i], what[i], "< 1000 ms")
+
+
+def one_trigger_latency(here: Tree, samples: int) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as tmp:
         root, home = Path(tmp), Path(tmp) / "home"
         proc = start_serve(here, root, home, "jobs:\n  t:\n    agent: false\n    pre_run: 'true'\n")
@@ -104,9 +138,8 @@ def trigger_latency(samples: int) -> None:
             stop(proc)
     for label, values in (("trigger -> ledger row (serve took it)", picked), ("trigger -> worker running", running)):
         ms = [v * 1000 for v in values]
-        print(
-            f"{label:<44} p50 {pct(ms, 50):7.1f} ms   p99 {pct(ms, 99):7.1f} ms   target < 1000 ms   (main before: no triggers)"
-        )
+        print(f"{here.name}: {label:<44} p50 {pct(ms, 50):7.1f} ms   p99 {pct(ms, 99):7.1f} ms   target < 1000 ms")
+    return pct([v * 1000 for v in picked], 50), pct([v * 1000 for v in running], 50)
 
 
 def cpu_ticks(pid: int) -> int:
@@ -132,6 +165,12 @@ def idle_cpu(seconds: float, rounds: int) -> None:
             per.setdefault(tree.name, []).append(100 * used / seconds)
     shown = "   ".join(f"{name} {statistics.median(v):.2f}% CPU" for name, v in per.items())
     print(f"{'serve idle (one job far from due)':<44} {shown}")
+    before = per.get("main before")
+    beside("serve idle, CPU", statistics.median(per["this tree"]), before and statistics.median(before), 0.0,
+           "a process asleep", "", "%")
+
+
+ASK = "import openai\nopenai.OpenAI().chat.completions.create(model='m', messages=[{'role': 'user', 'content': 'hi'}])"
 
 
 def run_job(runs: int) -> None:
@@ -151,7 +190,13 @@ def run_job(runs: int) -> None:
                     OPENAI_API_KEY="sk-bench-0123456789abcdef",
                 )
                 argv[tree.name] = [tree.python, "-m", "runner", "run-job", "one"]
-            side_by_side("one-turn run-job (cancel watch per run)", time_argv(argv, envs, root, runs))
+            argv["floor"] = [sys.executable, "-c", ASK]
+            envs["floor"] = clean_env(OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="sk-bench-0123456789abcdef")
+            timed = time_argv(argv, envs, root, runs)
+            side_by_side("one-turn run-job (cancel watch per run)", {k: v for k, v in timed.items() if k != "floor"})
+            before = timed.get("main before")
+            beside("one-turn run-job", timed["this tree"].wall, before and before.wall, timed["floor"].wall,
+                   "python -c: import openai, the same request", "", "s")
     finally:
         fake.stop()
 
