@@ -6,6 +6,11 @@ given by RUNNER_BENCH_BASE (default /work/base) and RUNNER_BENCH_BASE_PYTHON (de
 /tmp/venv-base/bin/python); without them only this tree's figures are printed.
 
 Targets: run-job one turn, cold process <= 1.5 s and <= 90 MB; streaming overhead <= 5 ms per turn.
+
+Floors, the same work with runner out of the way: for the cold run, a bare ``python -c`` that
+imports openai and makes the same request (issue 36's floor, measured the same way); for the
+streaming overhead, bare httpx reading the same answer's SSE lines and ``json.loads`` of each,
+less the same answer unstreamed (client CPU).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import REPO, clean_env, row
+from _common import REPO, beside, clean_env, row
 
 from runner.testing import FakeOpenAI, Reply, final
 
@@ -41,13 +46,19 @@ print(code, time.perf_counter() - start, usage.ru_utime + usage.ru_stime, usage.
 """
 
 
-def cold_run_job(python: str, repo: Path, fake: FakeOpenAI, root: Path) -> tuple[float, float, float]:
+ASK = "import openai\nopenai.OpenAI().chat.completions.create(model='m', messages=[{'role': 'user', 'content': 'Say ok'}])"
+
+
+def cold_run_job(
+    python: str, repo: Path, fake: FakeOpenAI, root: Path, floor: bool = False
+) -> tuple[float, float, float]:
     """Median wall and CPU seconds and peak RSS (MB) of a one-turn `run-job`, fresh process each
-    (each measured by its own small parent, so one tree's peak never shows in the other's)."""
+    (each measured by its own small parent, so one tree's peak never shows in the other's); with
+    ``floor``, of the bare ``python -c`` that imports openai and makes the same request."""
     (root / "jobs.yaml").write_text("jobs:\n  one:\n    prompt: Say ok\n    toolsets: [terminal, files]\n")
     env = clean_env(RUNNER_HOME=str(root / "home"), OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="sk-bench")
     env["PYTHONPATH"] = str(repo)
-    args = [python, "-m", "runner", "run-job", "one"]
+    args = [python, "-c", ASK] if floor else [python, "-m", "runner", "run-job", "one"]
     subprocess.run(args, env=env, cwd=root, capture_output=True, check=True)  # bytecode caches, migrations
     walls, cpus, rss = [], [], 0.0
     for _ in range(RUNS):
@@ -107,12 +118,43 @@ print(json.dumps(out))
 """
 
 
-def per_turn(python: str, repo: Path, server: FakeOpenAI, modes: list[bool]) -> dict[str, list[float]]:
+FLOOR_TURN = """
+import json, statistics, sys, time, httpx
+client = httpx.Client(base_url=sys.argv[1], headers={"Authorization": "Bearer sk-bench"})
+body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+def once(stream):
+    if not stream:
+        return client.post("/chat/completions", json=body).json()["choices"][0]["message"]["content"]
+    text = []
+    with client.stream("POST", "/chat/completions", json=body | {"stream": True}) as answer:
+        for line in answer.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                choices = json.loads(line[6:])["choices"]
+                text.append(choices[0]["delta"].get("content") or "" if choices else "")
+    return "".join(text)
+out = {}
+for stream in json.loads(sys.argv[2]):
+    for _ in range(20):
+        once(stream)
+    walls, cpus = [], []
+    for _ in range(80):
+        w, c = time.perf_counter(), time.process_time()
+        once(stream)
+        cpus.append(time.process_time() - c)
+        walls.append(time.perf_counter() - w)
+    out[str(stream)] = [statistics.median(walls), statistics.median(cpus)]
+print(json.dumps(out))
+"""
+
+
+def per_turn(
+    python: str, repo: Path, server: FakeOpenAI, modes: list[bool], code: str = PER_TURN
+) -> dict[str, list[float]]:
     """Median wall and client CPU seconds of one `complete()` of a 2 KB answer from ``server``
-    (run here, so its sending is not in the client's process)."""
+    (run here, so its sending is not in the client's process); ``FLOOR_TURN`` for the bare SDK's."""
     env = clean_env()
     env["PYTHONPATH"] = str(repo)
-    args = [python, "-c", PER_TURN, server.base_url, json.dumps(modes)]
+    args = [python, "-c", code, server.base_url, json.dumps(modes)]
     res = subprocess.run(args, env=env, cwd=repo, capture_output=True, text=True)  # cwd: the tree measured
     if res.returncode != 0:
         raise SystemExit(f"per-turn measure failed ({repo}): {res.stderr[-800:]}")
@@ -156,18 +198,23 @@ def main() -> None:
             (Path(tmp) / "base").mkdir()
             b_wall, b_cpu, b_rss = cold_run_job(BASE_PYTHON, BASE, fake, Path(tmp) / "base")
             was = f"main before: {b_wall:.2f} s wall, {b_cpu:.2f} s CPU, {b_rss:.0f} MB"
+        (Path(tmp) / "floor").mkdir()
+        f_wall, f_cpu, f_rss = cold_run_job(sys.executable, REPO, fake, Path(tmp) / "floor", floor=True)
     fake.stop()
     row("run-job, one turn, cold process: wall (median)", f"{wall:.3f} s", "<= 1.5 s")
     row("  CPU time (user+sys, median)", f"{cpu:.3f} s", "-")
     row("  peak RSS", f"{rss:.1f} MB", "<= 90 MB")
     print(f"  ({was})")
+    what = "python -c: import openai, the same request"
+    beside("run-job, one turn, cold: wall", wall, b_wall if base else None, f_wall, what, "<= 1.5 s", "s")
+    beside("  CPU", cpu, b_cpu if base else None, f_cpu, what, "", "s")
+    beside("  peak RSS", rss, b_rss if base else None, f_rss, what, "<= 90 MB", "MB")
     row("  SDK imports inside one run (-X importtime)", f"{in_run:.3f} s", "-")
     print(f"  (share of that run's wall: {in_run / run_wall:.0%} of {run_wall:.2f} s)")
     took, took_cpu, grew = sdk_import()
     row("  of which `import openai` (median of 5, fresh process)", f"{took:.3f} s", "-")
     print(
-        f"  (import CPU {took_cpu:.3f} s = {took_cpu / cpu:.0%} of the run's CPU time; RSS +{grew:.1f} MB; "
-        "main before: no SDK)"
+        f"  (import CPU {took_cpu:.3f} s = {took_cpu / cpu:.0%} of the run's CPU time; RSS +{grew:.1f} MB)"
     )
     text = ("lorem ipsum dolor sit amet " * 80)[:2048]
     for chunk in (16, 4):
@@ -181,10 +228,16 @@ def main() -> None:
             "<= 5 ms",
         )
         line = f"streamed {streamed[0] * 1000:.2f} ms, not streamed {plain[0] * 1000:.2f} ms"
+        then: float | None = None
         if base:
-            before = per_turn(BASE_PYTHON, BASE, server, [False])["False"]
-            line += f"; main before (httpx, not streamed) {before[0] * 1000:.2f} ms, CPU {before[1] * 1000:.2f} ms"
+            b_plain, b_streamed = per_turn(BASE_PYTHON, BASE, server, [False, True]).values()
+            then = (b_streamed[1] - b_plain[1]) * 1000
+            line += f"; main before streamed {b_streamed[0] * 1000:.2f} ms, not streamed {b_plain[0] * 1000:.2f} ms"
         print(f"  (wall per turn: {line})")
+        bare_plain, bare_streamed = per_turn(sys.executable, REPO, server, [False, True], FLOOR_TURN).values()
+        beside(f"streaming overhead, {events} deltas: CPU", (streamed[1] - plain[1]) * 1000,
+               then, (bare_streamed[1] - bare_plain[1]) * 1000,
+               "httpx: the SSE lines read, json.loads each", "<= 5 ms")
         server.stop()
 
 
