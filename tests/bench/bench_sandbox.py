@@ -16,21 +16,29 @@ itself: ~0.1 s of pydantic that main before's snapshot saved).
 
 Targets (issue 29): p50 per command within 15 ms of main before's; the 20-command job within
 1.3x of main before; the one-turn run within 150 ms of main before.
+
+Main before has the sandbox too now (issue 29 is in it), so its sandboxed figures are measured as
+well. Floors, the same work with runner out of the way: a command, ``subprocess.run(["true"])`` (a
+spawn, what a command in an open sandbox costs too); a sandbox's open+close, one bare ``bwrap``
+(new namespaces, / read-only) running ``true``; the replayed runs, a bare ``python -c`` reading the
+cassette and, for the 20-command job, running its 20 commands with ``subprocess.run``.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _before import Tree, side_by_side, time_argv, trees  # noqa: E402
-from _common import REPO  # noqa: E402
+from _common import REPO, beside, clean_env  # noqa: E402
 
 #: a measurement run by each tree's own Python: per-command p50 of the local backend, and the
 #: open+close of a backend, with or without a sandbox plan (this tree only has one)
@@ -113,15 +121,48 @@ def probe(tree: Tree, runs: int, sandboxed: bool) -> dict[str, float]:
     return dict(json.loads(out.stdout))
 
 
+BWRAP_TRUE = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all", "--share-net",
+              "--die-with-parent", "true"]  # fmt: skip
+
+
+def spawn_floor(argv: list[str], runs: int) -> float:
+    """Median milliseconds of ``subprocess.run(argv)``."""
+    walls = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        subprocess.run(argv, check=True)
+        walls.append((time.perf_counter() - started) * 1000)
+    return statistics.median(walls)
+
+
 def per_command(all_trees: list[Tree], runs: int) -> None:
     rows = [(tree.name + ", host", probe(tree, runs, False)) for tree in all_trees]
     rows.append(("this tree, sandbox", probe(all_trees[0], runs, True)))
+    if len(all_trees) > 1:
+        rows.append(("main before, sandbox", probe(all_trees[1], runs, True)))
     for name, figures in rows:
         print(f"  `true`, {name:<24} p50 {figures['p50']:6.2f} ms   p90 {figures['p90']:6.2f} ms   "
               f"open+close {figures['open']:6.1f} ms")
-    base = rows[-2][1] if len(all_trees) > 1 else rows[0][1]
-    extra = rows[-1][1]["p50"] - base["p50"]
+    found = dict(rows)
+    base = found.get("main before, host", found["this tree, host"])
+    extra = found["this tree, sandbox"]["p50"] - base["p50"]
     print(f"  the sandbox's extra per command (p50): {extra:+.2f} ms   target <= +15 ms")
+    spawn = spawn_floor(["true"], runs)
+    for where in ("host", "sandbox"):
+        before = found.get(f"main before, {where}")
+        beside(f"`true` p50, {where}", found[f"this tree, {where}"]["p50"], before and before["p50"], spawn,
+               "subprocess.run(['true'])", "")
+    before = found.get("main before, sandbox")
+    beside("sandbox open+close", found["this tree, sandbox"]["open"], before and before["open"],
+           spawn_floor(BWRAP_TRUE, 20), "one bare bwrap running true", "")
+
+
+FLOOR_ONE = "import sys\nopen(sys.argv[1], 'rb').read()"
+FLOOR_TWENTY = """import json, subprocess, sys
+for turn in json.load(open(sys.argv[1]))["turns"]:
+    for call in turn.get("tool_calls", []):
+        subprocess.run(json.loads(call["arguments"])["command"], shell=True, capture_output=True)
+"""
 
 
 def runs_end_to_end(all_trees: list[Tree], runs: int) -> None:
@@ -143,7 +184,10 @@ def runs_end_to_end(all_trees: list[Tree], runs: int) -> None:
             here = all_trees[0]
             envs["this tree, sandbox: off"] = envs["this tree"]
             by_tree["this tree, sandbox: off"] = [*by_tree["this tree"][:4], f"{job}-off", *by_tree["this tree"][5:]]
+            floor = FLOOR_ONE if job == "one" else FLOOR_TWENTY
+            by_tree["floor"], envs["floor"] = [sys.executable, "-c", floor, str(project / f"{job}.json")], clean_env()
             timings = time_argv(by_tree, envs, project, runs)
+            floor_timing = timings.pop("floor")
             label = "one-turn replayed run (no command)" if job == "one" else "20-command job, replayed"
             side_by_side(f"  {label}", timings, "+150 ms" if job == "one" else "1.3x")
             sandbox = timings["this tree"].wall - timings["this tree, sandbox: off"].wall
@@ -152,6 +196,9 @@ def runs_end_to_end(all_trees: list[Tree], runs: int) -> None:
             if "main before" in timings:
                 now, before = timings["this tree"].wall, timings["main before"].wall
                 print(f"    this tree - main before: {1000 * (now - before):+.0f} ms, ratio {now / before:.2f}x")
+            then = timings.get("main before")
+            beside(f"  {label}", timings["this tree"].wall, then and then.wall, floor_timing.wall,
+                   "python -c: read the cassette" + (", run its 20 commands" if job != "one" else ""), "", "s")
     finally:
         shutil.rmtree(project, ignore_errors=True)
 
