@@ -8,11 +8,18 @@
    turn through ``run_loop``: the turn's wall time (target <= 300 ms), here and on main before
    (/work/base with /tmp/venv-base), where they run one after another.
 
-Run: python tests/bench/bench_delegate.py
+Main before has ``delegate_task`` and parallel read-only calls too now: 1 and 2 run on its
+``run-job`` as well (its tree and Python), 3 in its ``run_loop``. Floors, the same waiting with
+runner out of the way (a local HTTP server answering after the same delay, requests sent at once
+from threads): three 2 s requests at once; one request with no delay (a child's start); eight
+100 ms requests at once.
+
+Run: python tests/bench/bench_delegate.py [--runs 3]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sqlite3
@@ -22,10 +29,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import REPO, clean_env, row
-
-BASE = Path("/work/base")
-BASE_PYTHON = Path("/tmp/venv-base/bin/python")
+from _before import Tree, trees
+from _common import REPO, beside, clean_env, row
 
 JOBS = """\
 jobs:
@@ -90,7 +95,42 @@ def read_only_wall(python: str, repo: Path) -> float:
     return float(res.stdout.strip().splitlines()[-1])
 
 
-def delegate_runs(n: int) -> tuple[list[float], list[float]]:
+def waiting_floor(requests: int, delay: float, rounds: int = 3) -> float:
+    """Median seconds for ``requests`` GETs sent at once (threads) to a local server that answers
+    each after ``delay`` seconds."""
+    import threading
+    import time
+    import urllib.request
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Slow(BaseHTTPRequestHandler):
+        def log_message(self, *a: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            time.sleep(delay)
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/"
+    walls = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        threads = [threading.Thread(target=lambda: urllib.request.urlopen(url).read()) for _ in range(requests)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        walls.append(time.perf_counter() - started)
+    server.shutdown()
+    return statistics.median(walls)
+
+
+def delegate_runs(n: int, tree: Tree) -> tuple[list[float], list[float]]:
     """``n`` runs of a job whose one delegate_task call starts three 2 s children: the tool's
     wall seconds, and each run's child start (answer sent -> first child request) in seconds."""
     sys.path.insert(0, str(REPO))
@@ -105,7 +145,7 @@ def delegate_runs(n: int) -> tuple[list[float], list[float]]:
         for i in (1, 2, 3):
             fake.add(when(f"job MARK-{i}", Reply(content=f"child {i} done", hang=2.0)))
         fake.add(final("all done"))
-        env = clean_env(
+        env = tree.env(
             HOME=str(root),
             RUNNER_HOME=str(root / "home"),
             RUNNER_JOBS=str(root / "jobs.yaml"),
@@ -113,7 +153,7 @@ def delegate_runs(n: int) -> tuple[list[float], list[float]]:
             OPENAI_API_KEY="sk-bench-0123456789",
         )
         res = subprocess.run(
-            [sys.executable, "-m", "runner", "run-job", "boss"],
+            [tree.python, "-m", "runner", "run-job", "boss"],
             env=env,
             cwd=root,
             capture_output=True,
@@ -139,22 +179,31 @@ def _tool_seconds(db: Path) -> float:
 
 
 def main() -> None:
-    walls, starts = delegate_runs(3)
-    row("3 subagents x 2 s, delegate_task wall (median of 3)", f"{statistics.median(walls):.2f} s", "<= 3 s")
-    row("  main before (no delegate_task: sequential would be)", "6.00 s", "-")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    n = parser.parse_args().runs
+    both = trees()
+    found = {t.name: delegate_runs(n, t) for t in both}
+    walls, starts = found["this tree"]
+    then = found.get("main before")
+    row(f"3 subagents x 2 s, delegate_task wall (median of {n})", f"{statistics.median(walls):.2f} s", "<= 3 s")
+    beside("3 subagents x 2 s, delegate_task wall", statistics.median(walls), then and statistics.median(then[0]),
+           waiting_floor(3, 2.0, 1), "3 requests answered after 2 s, sent at once", "<= 3 s", "s")
     row(
         "child start: answer sent -> child's first request (median)",
         f"{statistics.median(starts) * 1000:.0f} ms",
         "<= 50 ms",
     )
     row("  (slowest of the children)", f"{max(starts) * 1000:.0f} ms", "-")
+    beside("child start, median", statistics.median(starts) * 1000, then and statistics.median(then[1]) * 1000,
+           waiting_floor(1, 0.0) * 1000, "one bare request to a local server", "<= 50 ms")
     here = read_only_wall(sys.executable, REPO)
     row("8 read-only web_fetch calls of 100 ms in one turn (median)", f"{here * 1000:.0f} ms", "<= 300 ms")
-    if BASE_PYTHON.exists() and BASE.is_dir():
-        before = read_only_wall(str(BASE_PYTHON), BASE)
-        row("  main before (one at a time)", f"{before * 1000:.0f} ms", "-")
-    else:
-        print(f"  main before: {BASE_PYTHON} or {BASE} missing, not measured")
+    before = read_only_wall(both[1].python, both[1].repo) if len(both) > 1 else None
+    if before is not None:
+        row("  main before", f"{before * 1000:.0f} ms", "-")
+    beside("8 read-only calls of 100 ms, one turn", here * 1000, before and before * 1000,
+           waiting_floor(8, 0.1) * 1000, "8 requests answered after 100 ms, sent at once", "<= 300 ms")
 
 
 if __name__ == "__main__":
