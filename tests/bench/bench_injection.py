@@ -11,12 +11,17 @@
 "main before" is the scan of ``$RUNNER_BENCH_BASE`` (default /work/base) when that tree exists, else
 ``runner/safety/injection.py`` at ``git merge-base HEAD main`` (``$RUNNER_BENCH_BEFORE_REV``
 overrides). Run: ``python tests/bench/bench_injection.py`` (about 10 s).
+
+Floor of the CPU figures: one ``re.findall`` over the same text with one case-insensitive
+alternation of a few injection phrases (a single regex pass). Recall and false positives are
+policy figures with no floor.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -29,7 +34,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from _common import REPO  # noqa: E402
+from _common import REPO, beside  # noqa: E402
 
 from runner.safety.injection import Context, scan  # noqa: E402
 from tests.safety.corpus import notes  # noqa: E402
@@ -90,6 +95,13 @@ def agents_md(size: int = 10_000) -> str:
     return (block * (size // len(block) + 1))[:size]
 
 
+FLOOR = re.compile(
+    r"ignore (?:all )?(?:previous|prior|above) instructions|disregard|system prompt|you are now|"
+    r"new instructions|do not tell the user|exfiltrate|curl [^|]*\| *(?:ba)?sh",
+    re.IGNORECASE,
+)
+
+
 def row(name: str, value: str, target: str = "") -> None:
     print(f"{name:<44} {value:>26}" + (f"   target {target}" if target else ""))
 
@@ -97,12 +109,15 @@ def row(name: str, value: str, target: str = "") -> None:
 def main() -> None:
     before, where = before_module()
     note = lambda t: scan(t, Context.NOTE)  # noqa: E731
+    # main before with contexts scans as this tree does; one without them, one scan for every text
+    old_context = getattr(before, "Context", None)
+    then_note = (lambda t: before.scan(t, old_context.NOTE)) if old_context else before.scan  # noqa: E731
     print(f"main before: {where}")
     print("hostile flagged / benign flagged, per round")
     for round_ in ROUNDS:
         held_out = round_ == "round4"
         print(f"  {round_}{'  (held out: never tuned on)' if held_out else '  (tuned on)'}")
-        row("    main before", counts(before.scan, round_))
+        row("    main before", counts(then_note, round_))
         target = ">= 9/25, fp <= 1" if held_out else ">= 95% over the tuned rounds, fp <= 2"
         row("    this tree, notes", counts(note, round_), target)
         row("    this tree, files (AGENTS.md, skills)", counts(scan, round_))
@@ -110,12 +125,21 @@ def main() -> None:
     notebook = "\n§\n".join(texts)[:1800]
     doc = agents_md()
     print("CPU per scan")
-    row("  one note, main before", f"{cpu(before.scan, texts) / len(texts) * 1e6:.0f} us")
+    row("  one note, main before", f"{cpu(then_note, texts) / len(texts) * 1e6:.0f} us")
     row("  one note, this tree (notes)", f"{cpu(note, texts) / len(texts) * 1e6:.0f} us")
-    row("  a full notebook (run start), main before", f"{cpu(before.scan, [notebook], 50) * 1e3:.2f} ms")
+    row("  a full notebook (run start), main before", f"{cpu(then_note, [notebook], 50) * 1e3:.2f} ms")
     row("  a full notebook (run start), this tree", f"{cpu(note, [notebook], 50) * 1e3:.2f} ms")
     row("  10 KB AGENTS.md, main before", f"{cpu(before.scan, [doc], 20) * 1e3:.2f} ms")
     row("  10 KB AGENTS.md, this tree (files)", f"{cpu(scan, [doc], 20) * 1e3:.2f} ms")
+    what = "one re.findall of a few injection phrases"
+    beside("one note, CPU", cpu(note, texts) / len(texts) * 1e6, cpu(then_note, texts) / len(texts) * 1e6,
+           cpu(FLOOR.findall, texts) / len(texts) * 1e6, what, "", "µs")
+    beside("a full notebook, CPU", cpu(note, [notebook], 50) * 1e3, cpu(then_note, [notebook], 50) * 1e3,
+           cpu(FLOOR.findall, [notebook], 50) * 1e3, what, "", "ms")
+    beside("10 KB AGENTS.md, CPU", cpu(scan, [doc], 20) * 1e3, cpu(before.scan, [doc], 20) * 1e3,
+           cpu(FLOOR.findall, [doc], 20) * 1e3, what, "", "ms")
+    beside("recall, round4 (held out), notes", counts(note, "round4"), counts(then_note, "round4"),
+           "n/a (a policy figure, not a cost)", "", ">= 9/25, fp <= 1", "")
 
 
 if __name__ == "__main__":
