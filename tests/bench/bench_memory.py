@@ -10,13 +10,22 @@
    notebooks; median and p99. Main before had no memory (n/a).
 3. 8 processes x 100 writes to one shared notebook: writes per second, and nothing lost.
 
-Run: ``python tests/bench/bench_memory.py`` (about 30 s).
+Main before has memory too now (issue 18 is in it): each part runs on its tree as well (the
+request with its own notebook, the write cost through ``_before.each_tree``, the 8 processes with
+its Python). Floors: for the bytes a full notebook adds, the notebook's own text as a JSON string
+(what sending it costs at least); for a write, bare ``sqlite3``: one BEGIN IMMEDIATE reading the
+notebook's JSON row and writing it back with its version bumped. The concurrent figure's count
+(all kept) has no floor.
+
+Run: ``python tests/bench/bench_memory.py [--samples 2000] [--others 1000] [--processes 8] [--per 20]`` (about 30 s).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -27,9 +36,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from _before import trees  # noqa: E402
-
-from tests.bench._common import row  # noqa: E402
+from _before import Tree, each_tree, trees  # noqa: E402
+from _common import beside, row  # noqa: E402
 
 FACT = "The nightly build runs on build-{i:02}.internal; its logs rotate at 02:00 UTC, keep the last 200 lines."
 
@@ -95,15 +103,43 @@ def request_bytes() -> None:
     off = first_request_bytes(here.python, here.repo, "off", None)
     empty = first_request_bytes(here.python, here.repo, "", None)
     full = first_request_bytes(here.python, here.repo, "", entries)
+    added_before: int | None = None
     if before:
-        base = first_request_bytes(before[0].python, before[0].repo, "", None)
-        row("main before (no memory)", f"{base:,} B", "-")
+        base_off = first_request_bytes(before[0].python, before[0].repo, "off", None)
+        base_full = first_request_bytes(before[0].python, before[0].repo, "", entries)
+        added_before = base_full - base_off
+        row("main before, memory: off / full notebook", f"{base_off:,} / {base_full:,} B", "-")
     row("this tree, memory: off", f"{off:,} B", "-")
     row("this tree, memory: job, empty notebook (tool schema)", f"{empty:,} B (+{empty - off:,})", "-")
     row("this tree, memory: job, full notebook", f"{full:,} B (+{full - off:,})", "+<= 2,816 B")
+    beside("bytes a full notebook adds to the request", full - off, added_before,
+           len(json.dumps("\n§\n".join(entries))), "the notebook's text as a JSON string", "<= 2,816 B", "B")
 
 
-def write_cost(samples: int = 2_000, others: int = 1_000) -> None:
+def write_floor(samples: int) -> list[float]:
+    """Seconds per bare sqlite3 read-modify-write of a notebook's JSON row."""
+    with tempfile.TemporaryDirectory() as tmp:
+        conn = sqlite3.connect(Path(tmp) / "floor.db", isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("CREATE TABLE notebooks (scope TEXT PRIMARY KEY, entries TEXT, version INT)")
+        conn.execute("INSERT INTO notebooks VALUES ('shared:bench', '[]', 0)")
+        times = []
+        for i in range(samples):
+            start = time.perf_counter()
+            conn.execute("BEGIN IMMEDIATE")
+            entries = json.loads(conn.execute("SELECT entries FROM notebooks WHERE scope = 'shared:bench'").fetchone()[0])
+            entries = [*entries, f"fact number {i} about the build"] if i % 2 == 0 else entries[:-1]
+            conn.execute(
+                "UPDATE notebooks SET entries = ?, version = version + 1 WHERE scope = 'shared:bench'", (json.dumps(entries),)
+            )
+            conn.execute("COMMIT")
+            times.append(time.perf_counter() - start)
+        conn.close()
+    return times
+
+
+def write_cost(samples: int = 2_000, others: int = 1_000) -> list[float]:
     from runner.events import encode
     from runner.memory.notebook import Action, Notebook, parse_scope
     from runner.memory.notebooks import change
@@ -131,12 +167,19 @@ def write_cost(samples: int = 2_000, others: int = 1_000) -> None:
             )
             times.append(time.perf_counter() - start)
         store.close()
-    times.sort()
+    return sorted(times)
+
+
+def show_write_cost(samples: int, others: int) -> None:
+    found = each_tree("bench_memory", "write_cost", samples, others)
+    times, then = found["this tree"], found.get("main before")
     print(
         f"\nmemory write (scan, redaction, BEGIN IMMEDIATE read-modify-write), {samples:,} samples, {others:,} other notebooks"
     )
-    row("write: median", f"{statistics.median(times) * 1000:.3f} ms", "- (main before: n/a)")
+    row("write: median", f"{statistics.median(times) * 1000:.3f} ms", "-")
     row("write: p99", f"{times[int(len(times) * 0.99)] * 1000:.3f} ms", "-")
+    beside("memory write, median", statistics.median(times) * 1000, then and statistics.median(then) * 1000,
+           statistics.median(write_floor(samples)) * 1000, "bare sqlite3: read the JSON row, write it back", "")
 
 
 WORKER = """
@@ -156,14 +199,21 @@ for k in range({n}):
 
 
 def concurrent(processes: int = 8, per: int = 20) -> None:
+    found = {t.name: one_concurrent(t, processes, per) for t in trees()}
+    then = found.get("main before")
+    beside(f"{processes} processes on one notebook: writes/s", found["this tree"], then, "n/a (process starts dominate; all kept is the check)",
+           "", "", "/s")
+
+
+def one_concurrent(tree: Tree, processes: int, per: int) -> float:
     from runner.store import Store
 
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "runner.db"
         Store.open(db).close()
-        code = WORKER.format(repo=str(Path(__file__).resolve().parents[2]), db=str(db), n=per)
+        code = WORKER.format(repo=str(tree.repo), db=str(db), n=per)
         start = time.perf_counter()
-        procs = [subprocess.Popen([sys.executable, "-c", code, str(p)]) for p in range(processes)]
+        procs = [subprocess.Popen([tree.python, "-c", code, str(p)], env=tree.env()) for p in range(processes)]
         for p in procs:
             assert p.wait() == 0
         took = time.perf_counter() - start
@@ -174,14 +224,21 @@ def concurrent(processes: int = 8, per: int = 20) -> None:
     kept = json.loads(row_["entries"])
     expected = {f"w{p} fact {k}" for p in range(processes) for k in range(per) if k % 2 == 0}
     writes = processes * (per + per // 2)
-    print(f"\n{processes} processes x {per} adds (+ {per // 2} removes) on one shared notebook")
+    print(f"\n{tree.name}: {processes} processes x {per} adds (+ {per // 2} removes) on one shared notebook")
     row("writes per second (process start included)", f"{writes / took:,.0f}/s", "-")
     row("entries kept / expected, versions", f"{len(kept)} / {len(expected)}, {row_['version']}", "all kept")
     assert set(kept) == expected and row_["version"] == writes
+    return writes / took
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=2_000)
+    parser.add_argument("--others", type=int, default=1_000)
+    parser.add_argument("--processes", type=int, default=8)
+    parser.add_argument("--per", type=int, default=20)
+    args = parser.parse_args()
     print("(machine shared with other engineers: figures are noisy)")
     request_bytes()
-    write_cost()
-    concurrent()
+    show_write_cost(args.samples, args.others)
+    concurrent(args.processes, args.per)
