@@ -8,6 +8,11 @@ the first container (the SDK import and the client included) and the next ones (
 that runs several jobs pays per run), and the removal at close. Docker uses ``$RUNNER_TEST_DOCKER_IMAGE``
 (default runner-test:busybox, see .ci/services.sh); SSH uses a private sshd started here,
 as the tests do. An unavailable backend is skipped with the reason.
+
+Each backend's `true` is also printed beside main before (the same ``true_ms`` under its tree,
+``_before.in_tree``) and beside its floor, the same command with runner out of the way: local,
+``subprocess.run(["true"])``; docker exec, the docker SDK's ``exec_run("true")`` on a running
+container; ssh, a bare ``ssh`` over the same master connection.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "backends"), str(ROOT / "tests" / "bench")]
 
-from _before import Tree, side_by_side, time_argv, trees  # noqa: E402
+from _before import Tree, in_tree, or_reason, side_by_side, time_argv, trees  # noqa: E402
+from _common import beside  # noqa: E402
 from backend_helpers import SSHServer, Unavailable, make_ctx, start_sshd  # noqa: E402
 
 from runner.backends import resolve  # noqa: E402
@@ -56,9 +62,27 @@ def true_latency(backend: Backend, runs: int) -> float:
     return median_ms(lambda: backend.run("true", timeout=30), runs)
 
 
+def true_ms(spec: str | dict, root: str, runs: int, extra: dict) -> float:
+    """Median ms of `true` on the backend ``spec`` (run by either tree through ``in_tree``)."""
+    with resolve(spec, ctx=make_ctx(Path(root), **extra)) as backend:
+        return true_latency(backend, runs)
+
+
+def before_true(spec: str | dict, root: Path, runs: int, extra: dict | None = None) -> float | str | None:
+    """Main before's `true` on the same backend, or why it was not measured (None: no main before)."""
+    others = trees()[1:]
+    if not others:
+        return None
+    return or_reason(others[0], lambda: in_tree(others[0], "bench_backends", "true_ms", spec, str(root), runs, extra or {}))
+
+
 def bench_local(root: Path, runs: int) -> None:
     with resolve("local", ctx=make_ctx(root / "local")) as backend:
-        report("local", true_latency(backend, runs))
+        here = true_latency(backend, runs)
+    report("local", here)
+    beside("local: `true`", here, before_true("local", root / "local-before", runs),
+           median_ms(lambda: subprocess.run(["true"], check=True), runs), "subprocess.run(['true'])",
+           f"<= {TARGETS_MS['local']} ms")
 
 
 def bench_docker(root: Path, runs: int) -> None:
@@ -75,9 +99,21 @@ def bench_docker(root: Path, runs: int) -> None:
     except Exception as exc:  # noqa: BLE001 - any failure means "not available here"
         report("docker exec", None, f"({exc})")
         return
-    with resolve({"type": "docker", "image": image, "pull": "never"}, ctx=ctx) as backend:
-        report("docker exec", true_latency(backend, runs))
+    spec = {"type": "docker", "image": image, "pull": "never"}
+    with resolve(spec, ctx=ctx) as backend:
+        here = true_latency(backend, runs)
+    report("docker exec", here)
     report("docker start", statistics.median(starts) * 1000, "(start to first command, median of 3)")
+    import docker
+
+    container = docker.from_env().containers.run(image, "sleep 600", detach=True, remove=True)
+    try:
+        container.exec_run("true")
+        floor = median_ms(lambda: container.exec_run("true"), runs)
+    finally:
+        container.kill()
+    beside("docker exec: `true`", here, before_true(spec, root / "docker-before", runs, {"run_id": "bench-b", "job": "bench"}),
+           floor, "docker SDK exec_run('true') on a running container", f"<= {TARGETS_MS['docker exec']} ms")
 
 
 # runs in each tree's own interpreter: N containers in one process, each timed from resolve() to the
@@ -123,7 +159,11 @@ def bench_docker_start(root: Path) -> None:
     argv = {t.name: [t.python, "-m", "runner", "backend", "run", f"docker:{image}", "--", "true"] for t in both}
     envs = {t.name: t.env(RUNNER_HOME=str(root / "home")) for t in both}
     argv[floor], envs[floor] = ["docker", "run", "--rm", image, "true"], dict(os.environ)
-    side_by_side("runner backend run docker:IMAGE -- true (median 7)", time_argv(argv, envs, root, 7))
+    timed = time_argv(argv, envs, root, 7)
+    side_by_side("runner backend run docker:IMAGE -- true (median 7)", timed)
+    before = timed.get("main before")
+    beside("backend run docker:IMAGE -- true", timed["this tree"].wall, before and before.wall, timed[floor].wall,
+           "docker run --rm IMAGE true", "", "s")
     for tree in both:
         print(f"  in one process, {tree.name}: " + _in_process(tree, image))
 
@@ -154,12 +194,19 @@ def bench_ssh(root: Path, runs: int) -> None:
         server = SSHServer("127.0.0.1", port, getpass.getuser(), key, known_hosts)
         ctx: BackendContext = make_ctx(root / "ssh")
         with resolve(server.spec(workdir=str(ctx.workdir)), ctx=ctx) as backend:
-            report("ssh (master)", true_latency(backend, runs))
+            here = true_latency(backend, runs)
+            report("ssh (master)", here)
             # the first value of an ssh option wins, so these switch multiplexing off
             rest = backend._argv[1:]  # type: ignore[attr-defined]
             argv = ["ssh", "-o", "ControlMaster=no", "-o", "ControlPath=none", *rest, "127.0.0.1", "true"]
             one = lambda: subprocess.run(argv, check=True, capture_output=True)  # noqa: E731
             report("ssh (no master)", median_ms(one, runs), "(a new connection per command, for comparison)")
+            bare = ["ssh", *rest, "127.0.0.1", "true"]
+            floor = median_ms(lambda: subprocess.run(bare, check=True, capture_output=True), runs)
+        (root / "ssh-before").mkdir()
+        then = before_true(server.spec(workdir=str(root / "ssh-before" / "work")), root / "ssh-before", runs)
+        beside("ssh (master): `true`", here, then, floor, "a bare ssh over the same master",
+               f"<= {TARGETS_MS['ssh (master)']} ms")
     finally:
         proc.terminate()
         proc.wait()
