@@ -14,6 +14,10 @@ in a subprocess of its own, side by side:
 - ``runner run-job`` end to end (FakeOpenAI scripting 20 ``terminal`` calls): wall time over ssh
   and with the local backend for reference;
 - how often the remote ``~/.bashrc`` ran per command.
+
+The headline figures are printed once more in the common form (``_common.beside``): this tree,
+main before, the floor (one new ssh connection running ``true`` for the connects; none of the
+profile's runs per command).
 """
 
 from __future__ import annotations
@@ -28,6 +32,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import beside  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = Path(os.environ.get("RUNNER_BENCH_BASE", "/work/base"))
@@ -196,6 +204,17 @@ def show(ours: dict[str, float] | str, before: dict[str, float] | str, floor: fl
     for name, figures in (("this tree", ours), ("main before", before)):
         if isinstance(figures, str):
             print(f"{name}: {figures}")
+    if isinstance(ours, str):
+        return
+    then = (lambda key: before[key]) if isinstance(before, dict) else (lambda key: "not measured (see above)")
+    plain = "one new ssh connection running true"
+    for key, label, target, floor_of, what in (
+        ("connect", "ssh connect + workdir probe", "", floor, plain),
+        ("connect_first_request", "ssh connect to first model request", "<= 400 ms", floor, plain),
+        ("true_p50", "ssh `true` in a run, p50", "<= 15 ms", "see bench_backends.py (a bare ssh over a master)", ""),
+        ("bashrc_per_command", "ssh ~/.bashrc runs per command", "", 0.0, "the profile runs once per connection"),
+    ):
+        beside(label, ours[key], then(key), floor_of, what, target, "ms" if key != "bashrc_per_command" else "")
 
 
 def main() -> None:
