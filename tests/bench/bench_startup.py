@@ -69,6 +69,15 @@ def main() -> None:
         tools_bytes = len(json.dumps(body.get("tools", []), separators=(",", ":")))
         system_bytes = len(body["messages"][0]["content"])
         print(f"  (tools {tools_bytes} B, system prompt {system_bytes} B; anchor 45.7 KB)")
+        before_bytes: int | None = None
+        for tree in trees()[1:]:  # main before's first request of the same job
+            proc = subprocess.run([tree.python, "-m", "runner", "run-job", "one"], capture_output=True, cwd=root / "one",
+                                  env=tree.env(RUNNER_HOME=str(root / "home-before"), OPENAI_BASE_URL=fake.base_url,
+                                               OPENAI_API_KEY="sk-bench"))  # fmt: skip
+            before_bytes = int(fake.requests[-1]["bytes"]) if proc.returncode == 0 else None
+        bare = len(json.dumps({"model": body.get("model"), "messages": [{"role": "user", "content": "Say ok"}]}))
+        beside("first chat request, [terminal, files]", first["bytes"] / 1024, before_bytes and before_bytes / 1024,
+               bare / 1024, "the model and the one-line prompt alone, JSON", "<= 6 KB", "KB")
         sample = root / "sample"
         shutil.copytree(REPO / "jobs", sample / "jobs")
         shutil.copy(REPO / "jobs.yaml", sample / "jobs.yaml")
