@@ -109,3 +109,12 @@ def or_reason(tree: Tree, measure: Callable[[], Any]) -> Any:
         if tree.repo == REPO:
             raise
         return "not measured: " + str(exc).strip().splitlines()[-1].split(": ", 1)[-1]
+
+
+def python_with(tree: Tree, module: str) -> tuple[str, str]:
+    """A Python to run ``tree``'s checkout with when it needs ``module`` (an optional extra):
+    ``tree``'s own when it imports it, else this tree's (the same pinned dependencies, and the
+    extra), with a note saying so to print beside the figure."""
+    if subprocess.run([tree.python, "-c", f"import {module}"], capture_output=True).returncode == 0:
+        return tree.python, ""
+    return sys.executable, f"its code on this tree's Python: its own has no {module}"

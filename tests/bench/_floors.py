@@ -59,6 +59,7 @@ class Pool:
     running: list[float]  # ms from the start (the slot) to each child's row written
     overhead: list[float]  # ms from each child's first moment to its row written
     throughput: float  # children ended per second, from the start to the last end
+    ended: list[float]  # ms from the start to each child's end written
 
 
 def fork_pool(n: int, parallel: int, run_true: bool = True) -> Pool:
@@ -103,6 +104,7 @@ def fork_pool(n: int, parallel: int, run_true: bool = True) -> Pool:
         running=[(r[3] - t0) * 1000 for r in rows],
         overhead=[(r[3] - r[2]) * 1000 for r in rows],
         throughput=len(rows) / (end - t0),
+        ended=[((r[4] or end) - t0) * 1000 for r in rows],
     )
 
 
@@ -147,7 +149,7 @@ def forked_request(samples: int, base_url: str) -> float:
     return sorted(out)[len(out) // 2]
 
 
-APP = r'''
+APP = r"""
 import sqlite3, subprocess, time
 from celery import Celery
 app = Celery("floor", broker=BROKER, set_as_current=False)
@@ -170,13 +172,14 @@ def run(i, sent, work, db, base_url):
         subprocess.run(["true"], check=True)
     conn.execute("UPDATE rows SET ended = ? WHERE i = ?", (time.time(), i))
     conn.close()
-'''
+"""
 
 
 @dataclass(frozen=True)
 class Trips:
     started: list[float]  # ms from each task sent to its row written (after its request, if any)
     throughput: float  # tasks ended per second, from the first sent to the last end
+    ended: list[float]  # ms from each task sent to its end written
 
 
 class CeleryFloor:
@@ -225,7 +228,11 @@ class CeleryFloor:
         wait(lambda: sum(r[4] is not None for r in _rows(self.db)) >= n, 600, f"{n} floor tasks", 0.02)
         rows = _rows(self.db)
         end = max(r[4] or 0.0 for r in rows)
-        return Trips(started=[(r[3] - r[1]) * 1000 for r in rows], throughput=len(rows) / (end - t0))
+        return Trips(
+            started=[(r[3] - r[1]) * 1000 for r in rows],
+            throughput=len(rows) / (end - t0),
+            ended=[((r[4] or end) - r[1]) * 1000 for r in rows],
+        )
 
     def __enter__(self) -> CeleryFloor:
         return self

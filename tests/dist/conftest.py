@@ -133,6 +133,7 @@ class Machine:
     env: dict[str, str]
     proc: subprocess.Popen[str] | None = None
     log_path: Path | None = None
+    python: str = sys.executable  # a benchmark runs main before's checkout with its Python
 
     @property
     def jobs_path(self) -> Path:
@@ -142,7 +143,7 @@ class Machine:
         self.log_path = self.home.parent / f"{self.name}.log"
         log = open(self.log_path, "a")  # noqa: SIM115 - the child holds it; closed when it is
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "runner", *args],
+            [self.python, "-m", "runner", *args],
             env=self.env,
             cwd=self.root,
             stdout=log,
@@ -159,7 +160,7 @@ class Machine:
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         """``python -m runner ARGS`` on this machine (its environment and project folder)."""
         return subprocess.run(
-            [sys.executable, "-m", "runner", *args],
+            [self.python, "-m", "runner", *args],
             env=self.env,
             cwd=self.root,
             capture_output=True,
@@ -199,6 +200,8 @@ class Cluster:
     machines: list[Machine] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)
     _pg: Any = None  # the test's own connection to a PostgreSQL store
+    repo: Path = REPO  # the checkout the machines run (a benchmark's main before: another one)
+    python: str = sys.executable
 
     @property
     def source(self) -> Path:
@@ -232,10 +235,10 @@ class Cluster:
             RUNNER_DATABASE_URL=self.store_url,
             OPENAI_BASE_URL=self.fake.base_url,
             OPENAI_API_KEY="sk-test-key-0123456789abcdef",
-            PYTHONPATH=str(REPO),
+            PYTHONPATH=str(self.repo),
         )
         assert_throwaway_home(env)
-        m = Machine(name, root, home, env)
+        m = Machine(name, root, home, env, python=self.python)
         self.machines.append(m)
         return m
 
