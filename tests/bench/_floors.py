@@ -7,7 +7,7 @@ out of the way.
 - ``ledger_rows``: bare ``sqlite3`` inserting N rows, a transaction each (serve writing the
   ledger rows of N fires).
 - ``forked_request``: a warm Python with an openai client built before the fork; a forked child
-  makes one request and exits.
+  makes one request and exits (``fork_pool`` with ``base_url``: N such children, P alive).
 - ``CeleryFloor``: a bare Celery worker (threads pool, the options ``runner worker`` passes) on the
   same Redis; each task records when it started in a bare ``sqlite3`` row (and runs ``true``, or
   makes one openai request, when asked). Sent -> started is the broker's round trip.
@@ -25,6 +25,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from _common import wait
 
@@ -62,8 +63,11 @@ class Pool:
     ended: list[float]  # ms from the start to each child's end written
 
 
-def fork_pool(n: int, parallel: int, run_true: bool = True) -> Pool:
-    """A warm Python forking ``n`` children, ``parallel`` at most alive at once (see the module doc)."""
+def fork_pool(n: int, parallel: int, run_true: bool = True, base_url: str = "") -> Pool:
+    """A warm Python forking ``n`` children, ``parallel`` at most alive at once (see the module doc);
+    with ``base_url``, each child first makes one chat request (an openai client built before the
+    fork), as a one-turn run does."""
+    client = _client(base_url) if base_url else None
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "floor.db"
         _db(db)
@@ -85,6 +89,8 @@ def fork_pool(n: int, parallel: int, run_true: bool = True) -> Pool:
                 code = 1
                 try:
                     first = time.time()
+                    if client is not None:
+                        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "floor"}])
                     conn = connect(db)
                     conn.execute("INSERT INTO rows VALUES (?, ?, ?, ?, NULL)", (i, t0, first, time.time()))
                     if run_true:
@@ -125,13 +131,18 @@ def ledger_rows(n: int) -> list[float]:
     return out
 
 
-def forked_request(samples: int, base_url: str) -> float:
-    """Median ms from ``os.fork()`` to the child's exit, the child making one chat request with an
-    openai client built before the fork."""
+def _client(base_url: str) -> Any:
     import openai
 
     client = openai.OpenAI(base_url=base_url, api_key="sk-bench-floor")
     client.chat.completions.create(model="m", messages=[{"role": "user", "content": "warm"}])
+    return client
+
+
+def forked_request(samples: int, base_url: str) -> list[float]:
+    """Ms from ``os.fork()`` to the child's exit, the child making one chat request with an openai
+    client built before the fork, for each of ``samples``."""
+    client = _client(base_url)
     out = []
     for _ in range(samples):
         started = time.perf_counter()
@@ -146,7 +157,7 @@ def forked_request(samples: int, base_url: str) -> float:
         if os.waitpid(pid, 0)[1] != 0:
             raise SystemExit("a floor child failed")
         out.append((time.perf_counter() - started) * 1000)
-    return sorted(out)[len(out) // 2]
+    return out
 
 
 APP = r"""
