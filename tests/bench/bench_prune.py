@@ -4,10 +4,18 @@
    rows written straight into a migrated store): wall time of the whole command, target <= 10 s;
 2. fire lateness of a real `runner serve` firing an every-second script-only job while its
    retention pass prunes those 100,000 runs, against the same serve once the pass is over, and
-   against main before's serve (no retention) on the same ledger: slot -> ledger row,
+   against main before's serve (it has retention now) on the same ledger: slot -> ledger row,
    slot -> worker running, and the runs' ``waited_s``.
 
-main before had no `runs prune`. Run: python tests/bench/bench_prune.py [--runs 100000]
+main before (``$RUNNER_BENCH_BASE``) has `runs prune` and retention now: its command is timed in
+the same alternation on a ledger its own code migrated, and its serve prunes the same ledger.
+Then the headline figures in the common ``beside`` form with their floors, the same work with
+runner out of the way: the prune, a bare ``python -c`` deleting the same runs' rows with
+``sqlite3`` (events, approvals, runs; 500 runs a transaction, the Pruner's batch), then
+``VACUUM`` and the WAL checkpoint; a fire while pruning, a warm Python forking a child that
+writes its row and runs ``true`` (``_floors.py``), nothing pruning.
+
+Run: python tests/bench/bench_prune.py [--runs 100000]; quick: --runs 10000 --reps 1 --seconds 5
 """
 
 from __future__ import annotations
@@ -27,8 +35,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _before import trees  # noqa: E402
-from _common import REPO, clean_env  # noqa: E402
+from _before import Tree, trees  # noqa: E402
+from _common import beside, clean_env  # noqa: E402
+from _floors import fork_pool, ledger_rows  # noqa: E402
 
 JOBS = "jobs:\n  tick:\n    schedule: every 1s\n    agent: false\n    pre_run: 'true'\n"
 
@@ -78,40 +87,98 @@ def make_ledger(path: Path, runs: int, python: str, repo: Path) -> None:
     db.close()
 
 
+BATCH = 500  # runs per transaction: the Pruner's batch (its most, where it sizes batches by time)
+
+# the floor of `runs prune`: the same rows gone with bare sqlite3 (argv: the db, the batch size)
+FLOOR = """
+import sqlite3, sys
+from datetime import UTC, datetime, timedelta
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("PRAGMA synchronous=NORMAL")
+cutoff = (datetime.now(UTC) - timedelta(days=30)).isoformat()
+kept, ids = {}, []
+for run_id, job in conn.execute("SELECT id, job FROM runs WHERE created_at < ? ORDER BY created_at DESC, id DESC", (cutoff,)):
+    kept[job] = kept.get(job, 0) + 1
+    if kept[job] > 10:
+        ids.append(run_id)
+ids.reverse()
+batch = int(sys.argv[2])
+for at in range(0, len(ids), batch):
+    part = ids[at : at + batch]
+    marks = ", ".join("?" for _ in part)
+    conn.execute("BEGIN IMMEDIATE")
+    for table, column in (("run_events", "run_id"), ("approvals", "run_id"), ("runs", "id")):
+        conn.execute(f"DELETE FROM {table} WHERE {column} IN ({marks})", part)
+    conn.execute("COMMIT")
+conn.execute("VACUUM")
+conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+print(len(ids))
+"""
+
+
 def bench_prune(runs: int, reps: int) -> None:
+    measured = trees()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        master = root / "master.db"
-        started = time.perf_counter()
-        make_ledger(master, runs, sys.executable, REPO)
-        made = time.perf_counter() - started
-        walls, sizes = [], []
+        masters: dict[str, Path] = {}
+        made = 0.0
+        for i, tree in enumerate(measured):  # each tree's own migrations
+            masters[tree.name] = root / f"master{i}.db"
+            started = time.perf_counter()
+            make_ledger(masters[tree.name], runs, tree.python, tree.repo)
+            made = made or time.perf_counter() - started
+        walls: dict[str, list[float]] = {tree.name: [] for tree in measured}
+        walls["floor"] = []
+        sizes = []
         for rep in range(reps):
-            home = root / f"home{rep}"
-            home.mkdir()
-            shutil.copy(master, home / "runner.db")
-            before = (home / "runner.db").stat().st_size
-            env = clean_env(RUNNER_HOME=str(home))
+            for tree in measured:
+                home = root / f"home{rep}-{tree.name.replace(' ', '-')}"
+                home.mkdir()
+                shutil.copy(masters[tree.name], home / "runner.db")
+                before = (home / "runner.db").stat().st_size
+                t0 = time.perf_counter()
+                out = prune(tree, home, root)
+                walls[tree.name].append(time.perf_counter() - t0)
+                if tree is measured[0]:
+                    sizes.append((before, (home / "runner.db").stat().st_size, out["runs"], out["events"]))
+            floor_db = root / f"floor{rep}.db"
+            shutil.copy(masters["this tree"], floor_db)
             t0 = time.perf_counter()
-            res = subprocess.run(
-                [sys.executable, "-m", "runner", "runs", "prune", "--older-than", "30d", "--keep-last", "10", "--json"],
-                env=env,
-                cwd=root,
-                capture_output=True,
-                text=True,
-            )
-            walls.append(time.perf_counter() - t0)
-            if res.returncode != 0:
-                raise SystemExit(res.stderr)
-            out = json.loads(res.stdout)
-            sizes.append((before, (home / "runner.db").stat().st_size, out["runs"], out["events"]))
+            res = subprocess.run([sys.executable, "-c", FLOOR, str(floor_db), str(BATCH)], capture_output=True, text=True)
+            walls["floor"].append(time.perf_counter() - t0)
+            if res.returncode != 0 or int(res.stdout) != sizes[-1][2]:
+                raise SystemExit(f"the floor removed other runs than runs prune: {res.stdout} {res.stderr[-800:]}")
     b, a, n, e = sizes[-1]
+    here = walls["this tree"]
     print(f"runs prune: {runs:,} old runs, {runs * 5:,} events (ledger written in {made:.1f}s)")
     print(
         f"  removed {n:,} runs and {e:,} events; runner.db {b / 1e6:.0f} MB -> {a / 1e6:.1f} MB; "
-        f"wall median {statistics.median(walls):.2f}s (runs: {', '.join(f'{w:.2f}' for w in walls)})   target <= 10 s"
+        f"wall median {statistics.median(here):.2f}s (runs: {', '.join(f'{w:.2f}' for w in here)})   target <= 10 s"
     )
-    print("  main before: no `runner runs prune` (n/a)")
+    then = walls.get("main before")
+    beside(
+        f"runs prune of {runs:,} runs, wall",
+        statistics.median(here),
+        then and statistics.median(then),
+        statistics.median(walls["floor"]),
+        f"python -c: bare sqlite3 DELETEs of the same rows, {BATCH} runs a transaction, VACUUM",
+        "<= 10 s",
+        "s",
+    )
+
+
+def prune(tree: Tree, home: Path, cwd: Path) -> dict[str, int]:
+    """`runner runs prune` by ``tree`` on ``home``'s ledger: its JSON answer."""
+    res = subprocess.run(
+        [tree.python, "-m", "runner", "runs", "prune", "--older-than", "30d", "--keep-last", "10", "--json"],
+        env=tree.env(RUNNER_HOME=str(home)),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+    )
+    if res.returncode != 0:
+        raise SystemExit(f"{tree.name}: {res.stderr}")
+    return dict(json.loads(res.stdout))
 
 
 class Serve:
@@ -176,19 +243,14 @@ def prune_window(log: str) -> datetime | None:
 def bench_lateness(runs: int, seconds: float) -> None:
     config = "serve: {max_parallel: 4, shutdown_grace: 5}\n"
     print(f"serve fire lateness, an every-1s job, {runs:,} old runs in the ledger (machine shared, 2 cores):")
-    ran = seconds * 2
+    during_by: dict[str, list[tuple[str, str, str | None, float | None]]] = {}
     for tree in trees():
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
             (root / "home").mkdir()
             make_ledger(root / "home" / "runner.db", runs, tree.python, tree.repo)
-            here = tree.name == "this tree"
-            if not here:  # as long as this tree's serve ran, on the same ledger, without retention
-                rows, _, _ = Serve(root, tree.python, tree.repo, config).run(ran)
-                show("main before (no retention)", rows)
-                continue
             extra = "retention: {runs_older_than: 30d, keep_last: 10}\n"
-            rows, log, ran = Serve(root, tree.python, tree.repo, config + extra).run(
+            rows, log, _ = Serve(root, tree.python, tree.repo, config + extra).run(
                 seconds, until="retention: removed"
             )
             end = prune_window(log)
@@ -198,9 +260,21 @@ def bench_lateness(runs: int, seconds: float) -> None:
             after = [r for r in rows if end is not None and datetime.fromisoformat(r[0]) > end]
             first = datetime.fromisoformat(rows[0][0]) if rows else None
             span = f" (pass ended {(end - first).total_seconds():.1f}s after the first fire)" if end and first else ""
-            print(f"  this tree{span}:")
+            print(f"  {tree.name}{span}:")
             show("while pruning", during)
             show("after the pass", after)
+            during_by[tree.name] = during
+    floors = {
+        "slot -> ledger row": ([ledger_rows(1)[0] for _ in range(20)], "one bare sqlite3 INSERT, nothing pruning"),
+        "slot -> worker running": (
+            [fork_pool(1, 1).running[0] for _ in range(20)],
+            "a warm python forking a child that writes its row and runs true, nothing pruning",
+        ),
+    }
+    for i, (label, (floor, what)) in enumerate(floors.items()):
+        here, then = (lateness(during_by[n])[i] if n in during_by else None for n in ("this tree", "main before"))
+        here_p99, then_p99 = (pct(v, 99) if v else None for v in (here, then))
+        beside(f"  while pruning, {label} p99", here_p99, then_p99, pct(floor, 99), what)
 
 
 def main() -> None:
