@@ -4,7 +4,18 @@ beside main before (no index) and beside this tree with the index triggers dropp
 
 The big store is generated straight into SQLite (runs and events with executemany in one
 transaction, then ``runner.store.search.rebuild``) and cached at $RUNNER_BENCH_SEARCH_DB (default
-/tmp/runner-bench-search/runner.db); delete it to regenerate. Run: python tests/bench/bench_search.py
+/tmp/runner-bench-search/runner.db; ``--runs N`` other than 100,000: runner-N.db beside it);
+delete it to regenerate.
+
+main before (``$RUNNER_BENCH_BASE``, which has ``session_search`` and the index now) answers the
+same queries on the same store (``_before.in_tree``; printed as not measured when it cannot open
+it) and writes the same events with and without its triggers. The headline figures are printed
+again in the common ``beside`` form with their floors, the same work with runner out of the way:
+the query, a bare FTS5 ``MATCH`` on the same table with the same filters, the newest 5 rows; a
+Recorder event, one bare ``sqlite3`` INSERT of the same event row, a transaction each; the index
+maintenance, what a bare INSERT of the same text into an FTS5 table adds to it.
+
+Run: python tests/bench/bench_search.py [--runs 100000]; quick: --runs 10000
 """
 
 from __future__ import annotations
@@ -20,8 +31,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from _before import trees
-from _common import row
+from _before import in_tree, or_reason, trees
+from _common import beside, row
 
 RUNS, EVENTS_PER_RUN, JOBS = 100_000, 20, 50
 VERSION = "v3"  # bump when the generated data changes
@@ -115,6 +126,9 @@ def generate(path: Path) -> None:
 
 
 def cached() -> Path:
+    global CACHE
+    if RUNS != 100_000:
+        CACHE = CACHE.with_name(f"runner-{RUNS}.db")
     if CACHE.exists():
         import sqlite3
 
@@ -156,7 +170,7 @@ def bench_queries(path: Path) -> None:
     from runner.store import Store
     from runner.store.search import Search, search
 
-    store = Store.open(path)
+    store = Store.open(path, migrate=False)
     now = datetime(2026, 12, 1, tzinfo=UTC)
     every: list[float] = []
     for label, group in queries(random.Random(5)).items():
@@ -174,9 +188,72 @@ def bench_queries(path: Path) -> None:
             f"   ({found}/{len(group)} found)"
         )
     every.sort()
-    row("session_search query p50 (100k runs, 2M events)", f"{statistics.median(every) * 1000:.1f} ms", "<= 50 ms")
+    size = f"{RUNS // 1000}k runs, {RUNS * EVENTS_PER_RUN / 1e6:g}M events"
+    row(f"session_search query p50 ({size})", f"{statistics.median(every) * 1000:.1f} ms", "<= 50 ms")
     row("session_search query p99", f"{every[int(len(every) * 0.99)] * 1000:.1f} ms", "(printed)")
     store.close()
+    measured = trees()
+    before = or_reason(measured[1], lambda: in_tree(measured[1], "bench_search", "query_ms", str(path), RUNS)) if len(measured) > 1 else None  # fmt: skip
+    floor = bare_match_ms(path)
+    for at, label, target in ((50, "p50", "<= 50 ms"), (99, "p99", "")):
+        then = before[label] if isinstance(before, dict) else before
+        beside(f"session_search query {label} ({size})", nearest(every, at), then, nearest(floor, at),
+               "a bare FTS5 MATCH on the same table, same filters, newest 5", target)  # fmt: skip
+
+
+def nearest(ordered: list[float], at: float) -> float:
+    """The ``at``-th percentile of sorted seconds, in ms."""
+    return ordered[min(len(ordered) - 1, int(len(ordered) * at / 100))] * 1000
+
+
+def query_ms(path: str, runs: int) -> dict[str, float]:
+    """p50 and p99 (ms) of every query class, run by the tree under test (``_before.in_tree``)."""
+    global RUNS
+    RUNS = runs
+    from runner.store import Store
+    from runner.store.search import Search, search
+
+    store = Store.open(Path(path), migrate=False)
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    every = []
+    for group in queries(random.Random(5)).values():
+        for text, job, since in group:
+            q = Search(text, job=job, since=since, limit=5)
+            search(store, q, now=now)
+            started = time.perf_counter()
+            search(store, q, now=now)
+            every.append(time.perf_counter() - started)
+    store.close()
+    every.sort()
+    return {"p50": nearest(every, 50), "p99": nearest(every, 99)}
+
+
+def bare_match_ms(path: Path) -> list[float]:
+    """Seconds of each query as a bare FTS5 MATCH (see the module doc), sorted."""
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    out = []
+    for group in queries(random.Random(5)).values():
+        for text, job, since in group:
+            expr = " ".join('"' + w.rstrip("*") + '"' + ("*" if w.endswith("*") else "") for w in text.split())
+            where, params = ["search_fts MATCH ?"], [expr]
+            if job:
+                where.append("d.job = ?")
+                params.append(job)
+            if since:
+                where.append("d.ts >= ?")
+                params.append(since.isoformat())
+            sql = (
+                "SELECT d.run_id FROM search_fts JOIN search_docs d ON d.id = search_fts.rowid "
+                f"WHERE {' AND '.join(where)} ORDER BY search_fts.rowid DESC LIMIT 5"
+            )
+            conn.execute(sql, params).fetchall()
+            started = time.perf_counter()
+            conn.execute(sql, params).fetchall()
+            out.append(time.perf_counter() - started)
+    conn.close()
+    return sorted(out)
 
 
 # runs in the tree under test (this one or main before): no import of this folder's helpers
@@ -231,7 +308,7 @@ def bench_writes(big: Path) -> None:
     """Microseconds per Recorder event, medians of alternating rounds (the first round dropped)."""
     measured = trees()
     here = measured[0]
-    variants = [(t.name, t, "keep") for t in measured] + [("this tree, index triggers dropped", here, "drop")]
+    variants = [(t.name, t, "keep") for t in measured] + [(f"{t.name}, index triggers dropped", t, "drop") for t in measured]  # fmt: skip
     per: dict[str, list[float]] = {name: [] for name, _, _ in variants}
     with tempfile.TemporaryDirectory() as tmp:
         for round_ in range(6):
@@ -242,7 +319,8 @@ def bench_writes(big: Path) -> None:
     med = {name: statistics.median(values) for name, values in per.items()}
     for name, value in med.items():
         row(f"Recorder event, fresh store: {name}", f"{value:.0f} us", "(printed)")
-    row("index maintenance per event (fresh store)", f"{med['this tree'] - med[variants[-1][0]]:.0f} us", "<= 1000 us")
+    dropped = "this tree, index triggers dropped"
+    row("index maintenance per event (fresh store)", f"{med['this tree'] - med[dropped]:.0f} us", "<= 1000 us")
     if "main before" in med:
         row("this tree minus main before, per event", f"{med['this tree'] - med['main before']:.0f} us", "<= 1000 us")
     big_per: dict[str, list[float]] = {"keep-restore": [], "drop-restore": []}
@@ -250,12 +328,54 @@ def bench_writes(big: Path) -> None:
         for mode in big_per:
             big_per[mode].append(write_cost(here.python, here.env(), big, mode))
     with_index, without = (statistics.median(v) for v in big_per.values())
-    row("Recorder event, 2M-event store, with the index", f"{with_index:.0f} us", "(printed)")
-    row("Recorder event, 2M-event store, triggers dropped", f"{without:.0f} us", "(printed)")
-    row("index maintenance per event (2M-event store)", f"{with_index - without:.0f} us", "<= 1000 us")
+    big_events = f"{RUNS * EVENTS_PER_RUN / 1e6:g}M-event"
+    row(f"Recorder event, {big_events} store, with the index", f"{with_index:.0f} us", "(printed)")
+    row(f"Recorder event, {big_events} store, triggers dropped", f"{without:.0f} us", "(printed)")
+    row(f"index maintenance per event ({big_events} store)", f"{with_index - without:.0f} us", "<= 1000 us")
+    plain, indexed = bare_insert_us()
+    before = "main before" in med
+    beside("Recorder event, fresh store", med["this tree"], med["main before"] if before else None, plain,
+           "one bare sqlite3 INSERT of the event row, a transaction each", "", "µs")  # fmt: skip
+    beside("index maintenance per event, fresh store", med["this tree"] - med[dropped],
+           med["main before"] - med["main before, index triggers dropped"] if before else None, indexed - plain,
+           "what a bare FTS5 INSERT of the same texts adds to it", "<= 1000 µs", "µs")  # fmt: skip
+
+
+def bare_insert_us() -> tuple[float, float]:
+    """Microseconds per event row inserted with bare sqlite3, a transaction each: alone, and with its
+    text also inserted into an FTS5 table when the index keeps its kind (medians of 3 rounds of WRITES)."""
+    import sqlite3
+
+    text = " ".join(f"word{i % 97} line {i}" for i in range(120))
+    rounds: dict[bool, list[float]] = {False: [], True: []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in range(3):
+            for fts in (False, True):
+                conn = sqlite3.connect(Path(tmp) / f"{n}-{fts}.db", isolation_level=None)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.execute("CREATE TABLE events (run_id TEXT, seq INT, kind TEXT, payload TEXT)")
+                conn.execute("CREATE VIRTUAL TABLE fts USING fts5(body)")
+                started = time.perf_counter()
+                for i in range(WRITES):  # the WRITER's events: a request (not indexed), a response, a call, a result
+                    body = ("", text[:300], f"grep -r w{i}", text[: 200 + (i * 37) % 1800])[i % 4]
+                    conn.execute("BEGIN")
+                    conn.execute("INSERT INTO events VALUES ('r', ?, 'event', ?)", (i, body))
+                    if fts and body:
+                        conn.execute("INSERT INTO fts (rowid, body) VALUES (?, ?)", (i, body))
+                    conn.execute("COMMIT")
+                rounds[fts].append((time.perf_counter() - started) / WRITES * 1e6)
+                conn.close()
+    return statistics.median(rounds[False]), statistics.median(rounds[True])
 
 
 def main() -> None:
+    global RUNS
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=RUNS, help="runs in the generated store (20 events each)")
+    RUNS = parser.parse_args().runs
     print("machine shared with other work: figures are medians of alternating rounds")
     big = cached()
     bench_queries(big)
