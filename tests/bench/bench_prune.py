@@ -144,7 +144,9 @@ def bench_prune(runs: int, reps: int) -> None:
             floor_db = root / f"floor{rep}.db"
             shutil.copy(masters["this tree"], floor_db)
             t0 = time.perf_counter()
-            res = subprocess.run([sys.executable, "-c", FLOOR, str(floor_db), str(BATCH)], capture_output=True, text=True)
+            res = subprocess.run(
+                [sys.executable, "-c", FLOOR, str(floor_db), str(BATCH)], capture_output=True, text=True
+            )
             walls["floor"].append(time.perf_counter() - t0)
             if res.returncode != 0 or int(res.stdout) != sizes[-1][2]:
                 raise SystemExit(f"the floor removed other runs than runs prune: {res.stdout} {res.stderr[-800:]}")
@@ -250,9 +252,7 @@ def bench_lateness(runs: int, seconds: float) -> None:
             (root / "home").mkdir()
             make_ledger(root / "home" / "runner.db", runs, tree.python, tree.repo)
             extra = "retention: {runs_older_than: 30d, keep_last: 10}\n"
-            rows, log, _ = Serve(root, tree.python, tree.repo, config + extra).run(
-                seconds, until="retention: removed"
-            )
+            rows, log, _ = Serve(root, tree.python, tree.repo, config + extra).run(seconds, until="retention: removed")
             end = prune_window(log)
             if end is None:
                 print("  (the retention pass did not finish in time; all fires counted as during)")

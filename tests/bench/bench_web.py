@@ -7,7 +7,16 @@
 - An event written by a worker (another process's connection) -> received over SSE (p50 <= 500 ms).
 - `runner web` idle RSS (<= 80 MB); `runner serve --web` RSS over `runner serve` alone (<= +60 MB).
 
-Main before had no dashboard, so there is no "before" figure for these.
+Main before (``$RUNNER_BENCH_BASE``, which has the dashboard now) is measured in the same run: its
+``runner web`` on the same store (the same pages, SSE), its idle RSS and its ``serve --web``. Then
+the headline figures in the common ``beside`` form with their floors, the same work with runner
+out of the way: a page, a bare ``SELECT`` of the same rows through ``sqlite3`` plus the round trip
+of the same page's bytes from a bare Starlette app on uvicorn (the same server stack); SSE, the
+event's row written by one bare ``sqlite3`` connection and read by another; ``runner web``'s RSS,
+that bare server's (``serve --web`` over ``serve`` has none: an increment over what serve holds).
+
+Run: python tests/bench/bench_web.py [--runs 100000]; quick: --runs 10000 (its own cache,
+/tmp/runner-bench-web-10000)
 """
 
 from __future__ import annotations
@@ -20,14 +29,19 @@ import sqlite3
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.bench._common import clean_env, row  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tests.bench._common import beside, clean_env, row  # noqa: E402
+
+FOUND: dict[str, Any] = {}  # what the measuring functions found, by the server's URL: for the beside lines
 
 CACHE = Path("/tmp/runner-bench-web")
 RUNS, EVENTS_PER_RUN, JOBS = 100_000, 20, 20
@@ -178,6 +192,7 @@ def time_pages(url: str, ids: list[str]) -> None:
                 times.append((time.perf_counter() - t0) * 1000)
                 assert res.status_code == 200, res.text[:300]
             row(f"{name}: p50 / p99 ms", f"{statistics.median(times):.1f} / {pct(times, 99):.1f}", "50 / 200")
+            FOUND.setdefault(url, {})[name] = times
 
 
 def sse_latency(url: str, db: Path) -> None:
@@ -229,6 +244,7 @@ def sse_latency(url: str, db: Path) -> None:
         f"{statistics.median(latencies):.0f} / {pct(latencies, 99):.0f}",
         "p50 500",
     )
+    FOUND.setdefault(url, {})["sse"] = latencies
 
 
 def memory(cwd: Path) -> None:
@@ -265,9 +281,17 @@ def memory(cwd: Path) -> None:
         f"{statistics.median(both):.1f} (+{statistics.median(both) - statistics.median(alone):.1f})",
         "+60",
     )
+    FOUND["memory"] = (web_rss, statistics.median(both) - statistics.median(alone))
 
 
 def main() -> None:
+    global CACHE, RUNS
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=RUNS, help="runs in the generated store (20 events each)")
+    if (runs := parser.parse_args().runs) != RUNS:
+        CACHE, RUNS = Path(f"{CACHE}-{runs}"), runs
     home = CACHE / "home"
     t0 = time.perf_counter()
     ids = build_store(home)
@@ -287,7 +311,192 @@ def main() -> None:
     finally:
         stop(web)
     memory(cwd)
-    print("main before: no dashboard (no figure to compare)")
+    compare(home, ids, env, cwd, f"http://127.0.0.1:{port}")
+
+
+# -- main before and the floors (issue 36) ------------------------------------------------------------
+# the same rows as each page, as bare SQL (a page's first query; ? is a run id)
+PAGE_SQL = {
+    "runs page, newest": ["SELECT * FROM runs ORDER BY rowid DESC LIMIT 51"],
+    "runs page, deep (keyset cursor)": [
+        "SELECT * FROM runs WHERE rowid < (SELECT rowid FROM runs WHERE id = ?) ORDER BY rowid DESC LIMIT 51"
+    ],
+    "runs page, status=failed": ["SELECT * FROM runs WHERE status = 'failed' ORDER BY rowid DESC LIMIT 51"],
+    "runs page, job filter + deep": [
+        "SELECT * FROM runs WHERE job = 'job-7' AND rowid < (SELECT rowid FROM runs WHERE id = ?) "
+        "ORDER BY rowid DESC LIMIT 51"
+    ],
+    "run detail (20 events)": [
+        "SELECT * FROM runs WHERE id = ?",
+        "SELECT * FROM run_events WHERE run_id = ? ORDER BY seq",
+    ],
+}
+PAGE_PATH = {
+    "runs page, newest": "/runs",
+    "runs page, deep (keyset cursor)": "/runs?before={id}",
+    "runs page, status=failed": "/runs?status=failed",
+    "runs page, job filter + deep": "/runs?job=job-7&before={id}",
+    "run detail (20 events)": "/runs/{id}",
+}
+# a bare Starlette app on uvicorn answering each file of a folder at /NAME with its bytes
+STATIC = """
+import sys
+from pathlib import Path
+import uvicorn
+from starlette.applications import Starlette
+from starlette.responses import Response
+from starlette.routing import Route
+pages = {p.name: p.read_bytes() for p in Path(sys.argv[1]).iterdir()}
+async def page(request):
+    return Response(pages[request.path_params["name"]], media_type="text/html; charset=utf-8")
+uvicorn.run(Starlette(routes=[Route("/{name}", page)]), host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
+"""
+
+
+def launch(python: str, argv: list[str], env: dict[str, str], cwd: Path, port: int | None) -> subprocess.Popen[bytes]:
+    """``python ARGV`` (started and listening on ``port``, when given), stderr kept."""
+    proc = subprocess.Popen([python, *argv], env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    while port is not None:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.time() > deadline:
+                stop(proc)
+                raise SystemExit(f"{' '.join(argv)} never listened: {proc.stderr.read().decode()[-800:]}") from None  # type: ignore[union-attr]
+            time.sleep(0.1)
+    return proc
+
+
+def compare(home: Path, ids: list[str], env: dict[str, str], cwd: Path, here: str) -> None:
+    """Main before's figures on the same store and the floors, then the ``beside`` lines."""
+    import httpx
+    from _before import python_with, trees
+
+    measured = trees()
+    before, then = (measured[1] if len(measured) > 1 else None), ""
+    if before is not None:
+        port = free_port()
+        then = f"http://127.0.0.1:{port}"
+        tree_env = {**env, "PYTHONPATH": str(before.repo)}
+        python, note = python_with(before, "prometheus_client, markdown_it")  # the web extra
+        print(f"main before, its runner web on the same store{f' ({note})' if note else ''}:")
+        try:  # its code may not open a store migrated further: then say so
+            web = launch(python, ["-m", "runner", "web", "--bind", f"127.0.0.1:{port}"], tree_env, cwd, port)
+            try:
+                time_pages(then, ids)
+                sse_latency(then, home / "runner.db")
+            finally:
+                stop(web)
+        except SystemExit as exc:
+            print(f"  not measured: {str(exc).strip().splitlines()[-1]}")
+        FOUND["memory before"] = before_memory(python, {**clean_env(), "PYTHONPATH": str(before.repo)}, cwd)
+    rnd = random.Random(3)
+    run_id = ids[len(ids) // 2]
+    port = free_port()
+    web = start(["web", "--bind", f"127.0.0.1:{port}"], env, cwd, port)
+    pages = cwd / "floor-pages"
+    pages.mkdir(exist_ok=True)
+    try:
+        for i, path in enumerate(PAGE_PATH.values()):
+            (pages / str(i)).write_bytes(httpx.get(f"http://127.0.0.1:{port}{path.format(id=run_id)}").content)
+    finally:
+        stop(web)
+    port = free_port()
+    bare = launch(sys.executable, ["-c", STATIC, str(pages), str(port)], clean_env(), cwd, port)
+    http: dict[str, list[float]] = {}
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:
+            for i, name in enumerate(PAGE_PATH):
+                for _ in range(10):
+                    client.get(f"/{i}")
+                http[name] = []
+                for _ in range(SAMPLES):
+                    t0 = time.perf_counter()
+                    client.get(f"/{i}").raise_for_status()
+                    http[name].append((time.perf_counter() - t0) * 1000)
+        time.sleep(1)
+        bare_rss = rss_mb(bare.pid)
+    finally:
+        stop(bare)
+    conn = sqlite3.connect(home / "runner.db")
+    sql: dict[str, list[float]] = {}
+    for name, statements in PAGE_SQL.items():
+        sql[name] = []
+        for n in range(SAMPLES + 10):
+            one = rnd.choice(ids)
+            t0 = time.perf_counter()
+            for statement in statements:
+                conn.execute(statement, (one,) if "?" in statement else ()).fetchall()
+            if n >= 10:
+                sql[name].append((time.perf_counter() - t0) * 1000)
+    conn.close()
+    what = "a bare SELECT of the same rows + the same bytes from bare Starlette/uvicorn"
+    for name in PAGE_PATH:
+        for at, target in ((50, "<= 50 ms"), (99, "<= 200 ms")):
+            was = FOUND.get(then, {}).get(name)
+            floor = [a + b for a, b in zip(sql[name], http[name], strict=True)]  # a SELECT and a round trip each
+            beside(f"{name} p{at}", pct(FOUND[here][name], at), was and pct(was, at), pct(floor, at), what, target)
+    was = FOUND.get(then, {}).get("sse")
+    beside("event written -> received over SSE p50", statistics.median(FOUND[here]["sse"]),
+           was and statistics.median(was), statistics.median(row_seen()),
+           "bare sqlite3: the row written, read by a second connection", "<= 500 ms")  # fmt: skip
+    web_rss, added = FOUND["memory"]
+    before_rss, before_added = FOUND.get("memory before", (None, None))
+    beside("runner web idle RSS", web_rss, before_rss, bare_rss, "bare Starlette/uvicorn serving the same bytes",
+           "<= 80 MB", "MB")  # fmt: skip
+    beside("serve --web over serve, RSS", added, before_added,
+           "n/a (an increment: serve holds much of the stack already; the server's own is above)", "",
+           "<= +60 MB", "MB")  # fmt: skip
+
+
+def before_memory(python: str, env: dict[str, str], cwd: Path) -> tuple[float, float]:
+    """Main before's ``runner web`` idle RSS and ``serve --web`` over ``serve`` (one round each)."""
+    import httpx
+
+    home = cwd / "mem-home-before"
+    home.mkdir(exist_ok=True)
+    env = {**env, "RUNNER_HOME": str(home), "RUNNER_JOBS": str(cwd / "jobs.yaml"), "HOME": str(cwd)}
+    port = free_port()
+    web = launch(python, ["-m", "runner", "web", "--bind", f"127.0.0.1:{port}"], env, cwd, port)
+    for path in ("/", "/jobs", "/runs", "/board", "/metrics", "/charts", "/skills", "/credentials", "/approvals"):
+        httpx.get(f"http://127.0.0.1:{port}{path}")
+    time.sleep(1)
+    web_rss = rss_mb(web.pid)
+    stop(web)
+    serve = launch(python, ["-m", "runner", "serve"], env, cwd, None)
+    time.sleep(4)
+    alone = rss_mb(serve.pid)
+    stop(serve)
+    port = free_port()
+    serve = launch(python, ["-m", "runner", "serve", "--web", f"127.0.0.1:{port}"], env, cwd, port)
+    for path in ("/", "/jobs", "/runs", "/metrics"):
+        httpx.get(f"http://127.0.0.1:{port}{path}")
+    time.sleep(3)
+    both = rss_mb(serve.pid)
+    stop(serve)
+    return web_rss, both - alone
+
+
+def row_seen() -> list[float]:
+    """Ms from a row written by one bare sqlite3 connection to its read by another, 40 times."""
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "floor.db"
+        writer = sqlite3.connect(path, isolation_level=None)
+        writer.execute("PRAGMA journal_mode=WAL")
+        writer.execute("PRAGMA synchronous=NORMAL")  # the store's
+        writer.execute("CREATE TABLE run_events (seq INTEGER PRIMARY KEY, payload TEXT)")
+        reader = sqlite3.connect(path, isolation_level=None)
+        for seq in range(40):
+            t0 = time.perf_counter()
+            writer.execute("INSERT INTO run_events VALUES (?, ?)", (seq, json.dumps({"n": seq})))
+            reader.execute("SELECT * FROM run_events WHERE seq > ?", (seq - 1,)).fetchall()
+            out.append((time.perf_counter() - t0) * 1000)
+        writer.close()
+        reader.close()
+    return out
 
 
 if __name__ == "__main__":
