@@ -375,7 +375,7 @@ class Serve:
         watcher = JobsWatcher(
             jobs.path, default_timezone=config.timezone, current=jobs, wake=self.wake, settings=s
         ).start()
-        host = ServeHost(s, store, self.clock, log, self.wake, forks=launcher.forks)
+        host = ServeHost(s, store, self.clock, log, self.wake, forks=launcher.forks, jobs=schedule.all_jobs)
         leader = LeaseTicker(lease, config.serve.lease_s, log, self._lost_lease)
         beat = HeartbeatTicker(store, pool, config.serve.heartbeat_s)
         tickers: list[Ticker] = [

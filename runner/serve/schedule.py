@@ -102,6 +102,10 @@ class ScheduleTicker:
     def jobs(self) -> dict[str, Job]:
         return {name: e.job for name, e in self._entries.items()}
 
+    def all_jobs(self) -> Mapping[str, Job]:
+        """Every job loaded now, scheduled or not."""
+        return self._all
+
     # -- jobs in, jobs out ---------------------------------------------------------------------
     def set_jobs(self, jobs: Mapping[str, Job], now: datetime) -> JobsChange:
         """Install a (re)loaded set of jobs: new ones are seen for the first time, removed ones
