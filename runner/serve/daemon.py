@@ -20,7 +20,9 @@ from __future__ import annotations
 import fcntl
 import logging
 import logging.handlers
+import math
 import os
+import select
 import signal
 import sqlite3
 import sys
@@ -69,7 +71,8 @@ LOG_BACKUPS = 3
 
 
 def _warm_once() -> None:
-    """What a later term waits for instead of the forkserver's warm-up (done by the first)."""
+    """What a term waits for instead of the forkserver's warm-up: done by the first term, or not
+    started at all (``serve.forkserver_idle_s``: it starts when a run is near)."""
 
 
 # -- one instance per RUNNER_HOME ----------------------------------------------------------
@@ -291,8 +294,10 @@ class Serve:
         old_wakeup = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
         log = setup_logging(s.home, self.log_level, self.log_format)
         config = s.config
-        launcher = ForkLauncher(config_path=s.config_path, max_runs=config.serve.worker_max_runs)
-        warmed = launcher.warm()  # the forkserver imports the worker while we load jobs
+        idle = config.serve.forkserver_idle_s
+        launcher = ForkLauncher(config_path=s.config_path, max_runs=config.serve.worker_max_runs, idle_s=idle)
+        # kept warm: the forkserver imports the worker while we load jobs; else it starts when a run is near
+        warmed = launcher.warm() if idle is None else _warm_once
         try:
             jobs = load_jobs(s.jobs_path, default_timezone=config.timezone, own_tools=s.own_tool_names)
         except BaseException:
@@ -474,12 +479,22 @@ class Serve:
                 timeout = outage.retry_s  # what was due is still due: not sooner than the retry
             elif wakes:
                 timeout = min(timeout, max(0.0, (min(wakes) - self.clock.now()).total_seconds()))
-            wait([self._wake_r, *pool.sentinels()], timeout)
+            _sleep([self._wake_r, *pool.sentinels()], timeout)
             try:
                 while os.read(self._wake_r, 4096):
                     pass
             except BlockingIOError:
                 pass  # drained
+
+
+def _sleep(fds: list[int], timeout: float) -> None:
+    """Until one of ``fds`` is readable (a wake, a signal, a worker's news) or ``timeout`` seconds
+    pass. ``select.poll`` itself: serve's idle loop comes here 20 times a second, and
+    ``multiprocessing.connection.wait`` builds a selector each time (a fifth of an idle round)."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    poller.poll(math.ceil(timeout * 1000))
 
 
 def _enforce(pool: Pool, path: Path) -> None:
