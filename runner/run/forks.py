@@ -235,8 +235,9 @@ class WarmForks:
         with self._lock:
             if self._sock is None or self._proc is None or self._proc.poll() is not None:
                 self._restart()
-            # no wait for ``ready``: the helper reads this request once its imports are done, so a
-            # parent that had to start it (serve's forkserver was stopped) goes on meanwhile
+            # a child is asked for once the helper is ready: a run's timeout, which serve starts
+            # when this returns, does not count a stopped forkserver's imports
+            self.ready()
             self._seq += 1
             self._used = time.monotonic()
             try:

@@ -71,8 +71,7 @@ LOG_BACKUPS = 3
 
 
 def _warm_once() -> None:
-    """What a term waits for instead of the forkserver's warm-up: done by the first term, or not
-    started at all (``serve.forkserver_idle_s``: it starts when a run is near)."""
+    """What a later term waits for instead of the forkserver's warm-up (done by the first)."""
 
 
 # -- one instance per RUNNER_HOME ----------------------------------------------------------
@@ -296,8 +295,9 @@ class Serve:
         config = s.config
         idle = config.serve.forkserver_idle_s
         launcher = ForkLauncher(config_path=s.config_path, max_runs=config.serve.worker_max_runs, idle_s=idle)
-        # kept warm: the forkserver imports the worker while we load jobs; else it starts when a run is near
-        warmed = launcher.warm() if idle is None else _warm_once
+        # the forkserver imports the worker while we load jobs (runs due at the start, catch-ups and
+        # adopted rows, find it ready); with ``idle`` it stops once nothing is near, and starts again ahead
+        warmed = launcher.warm()
         try:
             jobs = load_jobs(s.jobs_path, default_timezone=config.timezone, own_tools=s.own_tool_names)
         except BaseException:

@@ -1,8 +1,8 @@
 """Worker processes forked from a warm forkserver: an agent run's is its own; script-only runs go
 to reusable workers (``runner.serve.reuse``) when ``serve.worker_max_runs`` > 1.
 
-serve starts the warm forkserver (``runner.run.forks``) when a run is near and stops it when it has
-been idle (``serve.forkserver_idle_s``; null: once, for serve's life); it imports ``runner.serve.prefork`` (the
+serve starts the warm forkserver (``runner.run.forks``) with itself and again when a run is near,
+and stops it when it has been idle (``serve.forkserver_idle_s``; null: it runs for serve's life); it imports ``runner.serve.prefork`` (the
 heavy modules and one-time setup every worker needs) a single time, and each run is a ``fork()``
 of it running ``worker_main``: no interpreter start, no import, no ``multiprocessing`` bootstrap.
 The forkserver is a fresh interpreter that never held serve's lock, its SQLite connection or its

@@ -1,6 +1,7 @@
-"""serve's warm forkserver runs only while a run is near (``serve.forkserver_idle_s``): an idle serve
-has none, a slot due within 30 s starts it ahead so the run still starts at its slot, it stops
-after the idle period and comes back for the next run, also after a kill -9. A real serve each;
+"""serve's warm forkserver runs only while a run is near (``serve.forkserver_idle_s``): the one
+started with serve stops after the idle period and an idle serve then has none, a run starts it
+again, a slot due within 30 s keeps it (or starts it) so the run still starts at its slot, and a
+kill -9 of it is survived. A real serve each;
 a run's pre_run writes its worker's pid (the shell's parent) to a file."""
 
 from __future__ import annotations
@@ -74,11 +75,14 @@ def succeeded(project, job: str, count: int = 1):
     return done if len(done) >= count else None
 
 
-def test_an_idle_serve_has_no_forkserver_and_a_trigger_starts_one_that_stops_again(project, serve) -> None:
+def test_an_idle_serve_stops_its_forkserver_and_a_trigger_starts_one_that_stops_again(project, serve) -> None:
     lazy_config(project)
     jobs_due(project, {"far": datetime.now(UTC) + timedelta(hours=1)})
     daemon = serve().started()
-    time.sleep(1.0)  # a few rounds of serve's loop
+    (first,) = forkservers(daemon.pid)  # started with serve (a run due at the start finds it ready)
+    wait_for(lambda: not forkservers(daemon.pid), timeout=IDLE_S + 10, what="the forkserver to stop when idle")
+    assert not pid_alive(first)
+    time.sleep(1.0)  # a few rounds of serve's loop: nothing is near, nothing starts it
     assert forkservers(daemon.pid) == []
     assert project.run("jobs", "trigger", "far").returncode == 0
     (row,) = wait_for(lambda: succeeded(project, "far"), timeout=30, what="the triggered run")
@@ -88,16 +92,25 @@ def test_an_idle_serve_has_no_forkserver_and_a_trigger_starts_one_that_stops_aga
     assert daemon.stop() == 0
 
 
-def test_a_slot_due_soon_starts_the_forkserver_ahead_and_its_run_starts_on_time(project, serve) -> None:
+def test_a_stopped_forkserver_starts_30_s_before_a_slot_and_is_kept_until_its_run(project, serve) -> None:
+    """The slot is 36 s after the start: the forkserver started with serve stops when idle, starts
+    again once the slot is within 30 s, is kept although idle for longer than IDLE_S, and the run
+    finds it ready."""
     lazy_config(project)
-    t0 = (datetime.now(UTC) + timedelta(seconds=12)).replace(microsecond=0)
+    t0 = (datetime.now(UTC) + timedelta(seconds=36)).replace(microsecond=0)
     jobs_due(project, {"soon": t0, "far": datetime.now(UTC) + timedelta(hours=1)})
     daemon = serve().started()
-    ahead = wait_for(lambda: forkservers(daemon.pid), timeout=10, what="the forkserver to start ahead of the slot")
-    assert datetime.now(UTC) < t0  # started before the slot (it is due within 30 s)
+    wait_for(lambda: not forkservers(daemon.pid), timeout=IDLE_S + 10, what="the forkserver to stop when idle")
+    assert datetime.now(UTC) < t0 - timedelta(seconds=30)  # stopped while the slot was more than 30 s away
+    ahead = wait_for(lambda: forkservers(daemon.pid), timeout=40, what="the forkserver to start ahead of the slot")
+    started = datetime.now(UTC)
+    assert t0 - timedelta(seconds=31) < started < t0 - timedelta(seconds=20)
+    while datetime.now(UTC) < t0 - timedelta(seconds=0.5):
+        assert forkservers(daemon.pid) == ahead  # idle for longer than IDLE_S, but the run is near: kept
+        time.sleep(0.2)
     (row,) = wait_for(lambda: succeeded(project, "soon"), timeout=30, what="the run at its slot")
     assert ts(row["slot"]) == t0
-    assert (ts(row["started_at"]) - t0).total_seconds() < 5  # no import on the way: seconds would show
+    assert (ts(row["started_at"]) - t0).total_seconds() < 5
     assert forkservers(daemon.pid) in ([], ahead)  # the same one (or already stopped again)
     wait_for(lambda: not forkservers(daemon.pid), timeout=IDLE_S + 10, what="the forkserver to stop when idle")
     assert daemon.stop() == 0
