@@ -490,7 +490,7 @@ class Serve:
 def _sleep(fds: list[int], timeout: float) -> None:
     """Until one of ``fds`` is readable (a wake, a signal, a worker's news) or ``timeout`` seconds
     pass. ``select.poll`` itself: serve's idle loop comes here 20 times a second, and
-    ``multiprocessing.connection.wait`` builds a selector each time (a fifth of an idle round)."""
+    ``multiprocessing.connection.wait`` builds a Python selector object each time."""
     poller = select.poll()
     for fd in fds:
         poller.register(fd, select.POLLIN)
