@@ -81,7 +81,7 @@ def test_an_idle_serve_stops_its_forkserver_and_a_trigger_starts_one_that_stops_
     daemon = serve().started()
     (first,) = forkservers(daemon.pid)  # started with serve (a run due at the start finds it ready)
     wait_for(lambda: not forkservers(daemon.pid), timeout=IDLE_S + 10, what="the forkserver to stop when idle")
-    assert not pid_alive(first)
+    wait_for(lambda: not pid_alive(first), timeout=15, what="the stopped forkserver to be reaped")
     time.sleep(1.0)  # a few rounds of serve's loop: nothing is near, nothing starts it
     assert forkservers(daemon.pid) == []
     assert project.run("jobs", "trigger", "far").returncode == 0
