@@ -346,6 +346,20 @@ class JobSpec(Strict):
         return backend.model_copy(update={"workdir": workdir})
 
 
+_SHARED: dict[str, Any] = {}  # field name -> the default value every job that leaves the field out holds
+
+
+def _share_defaults(spec: JobSpec) -> JobSpec:
+    """Every field the job leaves out holds one shared default value instead of a copy of its own
+    (the sub-models and lists of ~45 unset fields: ~4 KB a job, 40 MB for serve with 10,000 jobs).
+    The models are frozen and nothing mutates a job's lists, so sharing is safe."""
+    values, given = spec.__dict__, spec.model_fields_set
+    for name in JobSpec.model_fields:
+        if name not in given:
+            values[name] = _SHARED.setdefault(name, values[name])
+    return spec
+
+
 def _merge(defaults: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
     out = dict(defaults)
     for key, value in job.items():
@@ -403,6 +417,7 @@ def load_jobs(
         raw_jobs = {}
     jobs: dict[str, Job] = {}
     names = [str(n) for n in raw_jobs]
+    base_dir = path.parent.resolve()  # one Path shared by every job
     for name, body in raw_jobs.items():
         name = str(name)
         prefix = f"{path}: job {name}: "
@@ -415,12 +430,12 @@ def load_jobs(
             problems.append(f"{prefix}expected a mapping of job keys")
             continue
         try:
-            spec = JobSpec(**_merge(defaults, body))
+            spec = _share_defaults(JobSpec(**_merge(defaults, body)))
         except ValidationError as exc:
             problems.extend(_errors(prefix, exc))
             continue
         job_problems, job = check_job(
-            name, spec, path.parent.resolve(), default_tz=default_timezone, now=now, own=own, names=names
+            name, spec, base_dir, default_tz=default_timezone, now=now, own=own, names=names
         )
         problems.extend(prefix + p for p in job_problems)
         if job is not None:

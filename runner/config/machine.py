@@ -75,6 +75,9 @@ class ServeConfig(Strict):
     lease_s: float = Field(10.0, gt=0)  # the scheduler lease: a standby takes over this long after the leader died
     # script-only runs (agent: false) one worker process takes before it is replaced; 1: a process per run
     worker_max_runs: int = Field(100, ge=1)
+    # the warm forkserver stops after this long without a worker or a run due within 30 s (and starts
+    # again 30 s before the next); null: it runs as long as serve
+    forkserver_idle_s: float | None = Field(60.0, gt=0)
 
 
 class ExecutorConfig(Strict):

@@ -241,6 +241,9 @@ class CelerySpawner(Broker[str]):
     def tidy(self) -> None:
         """Nothing to retire here: the runs' processes belong to the workers."""
 
+    def near(self) -> None:
+        """Nothing to start here: the runs start on `runner worker`s, already running."""
+
     def prewarm(self, runs: int) -> None:
         """Nothing to start here: the workers have their own processes."""
 

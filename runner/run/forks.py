@@ -17,7 +17,9 @@ Keys the child must hold travel in the pickled arguments (the socket), never in 
 block. A child closes the helper's socket and its signal set-up before it runs its target, so it
 cannot ask for forks. When the parent goes away the helper exits (EOF) and leaves its children
 running; when the helper dies, ``WarmForks`` notices, reports children it can no longer reap by
-watching their pids, and starts a new helper for the next request.
+watching their pids, and starts a new helper for the next request. A parent that keeps the helper only
+while children are near stops it with ``stop_if_idle`` and starts it again ahead with ``ensure``
+(serve: ``serve.forkserver_idle_s``).
 
 The parent's side also holds the seam every supervisor starts its workers through: ``Launcher``
 (spawn, lost) and ``Handle`` (wait, signal); ``WorkerHandle`` is a forked child's. Nothing here
@@ -134,6 +136,8 @@ class WarmForks:
         self._exits: dict[int, int] = {}
         self._orphans: dict[int, str | None] = {}  # children of a helper that died: pid -> start time
         self._children: set[int] = set()
+        self._unanswered: set[int] = set()  # tickets whose fork the helper has not reported yet
+        self._used = time.monotonic()  # the last request, ``ensure`` or child forgotten: ``stop_if_idle``
 
     # -- life of the helper ---------------------------------------------------------------------
     def start(self) -> WarmForks:
@@ -153,6 +157,35 @@ class WarmForks:
             self._sock, self._frames, self._ready = ours, Frames(), False
             send_frame(ours, ("warm", self.warm_spec))
         return self
+
+    @property
+    def running(self) -> bool:
+        """Whether the helper process is alive now."""
+        with self._lock:
+            return self._proc is not None and self._proc.poll() is None
+
+    def ensure(self) -> None:
+        """A child will be asked for soon: have the helper running (a stopped or dead one is
+        started again, importing in the background) and count this as a use (``stop_if_idle``)."""
+        with self._lock:
+            self._used = time.monotonic()
+            if not self.running:
+                self._restart()
+
+    def stop_if_idle(self, idle_s: float) -> bool:
+        """Stop the helper when it has no child, no fork in flight and nothing asked of it for
+        ``idle_s`` seconds (``ensure``, a request, a child forgotten); True when it was stopped.
+        The next request (or ``ensure``) starts it again."""
+        with self._lock:
+            if self._proc is None:
+                return False
+            if self._sock is not None:
+                self._read(0.0)  # exits and answers already sent
+            if self._children or self._unanswered or time.monotonic() - self._used < idle_s:
+                return False
+            self.close()
+            self._ready = False
+            return True
 
     def ready(self, timeout: float = 120.0) -> None:
         """Wait until the helper has done its imports and set-up (raises ForkError if it died)."""
@@ -202,8 +235,11 @@ class WarmForks:
         with self._lock:
             if self._sock is None or self._proc is None or self._proc.poll() is not None:
                 self._restart()
+            # a child is asked for once the helper is ready: a run's timeout, which serve starts
+            # when this returns, does not count a stopped forkserver's imports
             self.ready()
             self._seq += 1
+            self._used = time.monotonic()
             try:
                 assert self._sock is not None
                 fd = channel.fileno() if channel is not None else None
@@ -211,6 +247,7 @@ class WarmForks:
             except OSError as exc:
                 self._lost()
                 raise ForkError(f"the warm forkserver is gone: {exc}") from None
+            self._unanswered.add(self._seq)
             return self._seq
 
     def pid(self, ticket: int, *, wait: bool = True, timeout: float = 30.0) -> int | None:
@@ -228,6 +265,7 @@ class WarmForks:
                 if not wait and ticket not in self._replies:
                     return None
             reply = self._replies.pop(ticket)
+            self._unanswered.discard(ticket)
             if reply[0] == "refused":
                 raise ForkError(f"the warm forkserver could not fork: {reply[2]}")
             pid = int(reply[2])
@@ -260,6 +298,7 @@ class WarmForks:
             self._exits.pop(pid, None)
             self._orphans.pop(pid, None)
             self._children.discard(pid)
+            self._used = time.monotonic()  # the idle time of ``stop_if_idle`` counts from the last child
 
     # -- internals --------------------------------------------------------------------------------
     def _restart(self) -> None:
@@ -280,6 +319,7 @@ class WarmForks:
         for pid in self._children:
             if pid not in self._exits:
                 self._orphans[pid] = start_time(pid)
+        self._unanswered.clear()  # their ``pid()`` raises ForkError: the helper died while forking
         self._ready = False
 
     def _read(self, timeout: float) -> None:

@@ -20,7 +20,9 @@ from __future__ import annotations
 import fcntl
 import logging
 import logging.handlers
+import math
 import os
+import select
 import signal
 import sqlite3
 import sys
@@ -291,8 +293,11 @@ class Serve:
         old_wakeup = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
         log = setup_logging(s.home, self.log_level, self.log_format)
         config = s.config
-        launcher = ForkLauncher(config_path=s.config_path, max_runs=config.serve.worker_max_runs)
-        warmed = launcher.warm()  # the forkserver imports the worker while we load jobs
+        idle = config.serve.forkserver_idle_s
+        launcher = ForkLauncher(config_path=s.config_path, max_runs=config.serve.worker_max_runs, idle_s=idle)
+        # the forkserver imports the worker while we load jobs (runs due at the start, catch-ups and
+        # adopted rows, find it ready); with ``idle`` it stops once nothing is near, and starts again ahead
+        warmed = launcher.warm()
         try:
             jobs = load_jobs(s.jobs_path, default_timezone=config.timezone, own_tools=s.own_tool_names)
         except BaseException:
@@ -375,7 +380,7 @@ class Serve:
         watcher = JobsWatcher(
             jobs.path, default_timezone=config.timezone, current=jobs, wake=self.wake, settings=s
         ).start()
-        host = ServeHost(s, store, self.clock, log, self.wake, forks=launcher.forks)
+        host = ServeHost(s, store, self.clock, log, self.wake, forks=launcher.forks, jobs=schedule.all_jobs)
         leader = LeaseTicker(lease, config.serve.lease_s, log, self._lost_lease)
         beat = HeartbeatTicker(store, pool, config.serve.heartbeat_s)
         tickers: list[Ticker] = [
@@ -474,12 +479,22 @@ class Serve:
                 timeout = outage.retry_s  # what was due is still due: not sooner than the retry
             elif wakes:
                 timeout = min(timeout, max(0.0, (min(wakes) - self.clock.now()).total_seconds()))
-            wait([self._wake_r, *pool.sentinels()], timeout)
+            _sleep([self._wake_r, *pool.sentinels()], timeout)
             try:
                 while os.read(self._wake_r, 4096):
                     pass
             except BlockingIOError:
                 pass  # drained
+
+
+def _sleep(fds: list[int], timeout: float) -> None:
+    """Until one of ``fds`` is readable (a wake, a signal, a worker's news) or ``timeout`` seconds
+    pass. ``select.poll`` itself: serve's idle loop comes here 20 times a second, and
+    ``multiprocessing.connection.wait`` builds a Python selector object each time."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    poller.poll(math.ceil(timeout * 1000))
 
 
 def _enforce(pool: Pool, path: Path) -> None:

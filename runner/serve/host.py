@@ -52,6 +52,8 @@ class ServeHost:
     log: logging.Logger
     wake: Callable[[], None] = field(repr=False)
     forks: WarmForks | None = field(default=None, repr=False)  # serve's warm forkserver (kanban workers fork from it)
+    # the jobs serve has loaded now (not ``settings.jobs``: a second parse of jobs.yaml, held for good)
+    jobs: Callable[[], Mapping[str, Job]] = field(default=dict, repr=False)
 
 
 TickerFactory = Callable[[ServeHost], Ticker]

@@ -1,7 +1,8 @@
 """Worker processes forked from a warm forkserver: an agent run's is its own; script-only runs go
 to reusable workers (``runner.serve.reuse``) when ``serve.worker_max_runs`` > 1.
 
-serve starts the warm forkserver (``runner.run.forks``) once; it imports ``runner.serve.prefork`` (the
+serve starts the warm forkserver (``runner.run.forks``) with itself and again when a run is near,
+and stops it when it has been idle (``serve.forkserver_idle_s``; null: it runs for serve's life); it imports ``runner.serve.prefork`` (the
 heavy modules and one-time setup every worker needs) a single time, and each run is a ``fork()``
 of it running ``worker_main``: no interpreter start, no import, no ``multiprocessing`` bootstrap.
 The forkserver is a fresh interpreter that never held serve's lock, its SQLite connection or its
@@ -137,6 +138,9 @@ class Spawner(Launcher[WorkerSpec], Protocol):
     def prewarm(self, runs: int) -> None:
         """``runs`` script-only runs are due within seconds: have workers ready for them."""
 
+    def near(self) -> None:
+        """A run is due within ``NEAR`` (or waits to start): have what starts workers ready by then."""
+
 
 class ForkLauncher:
     """Starts workers from the warm forkserver (``forks``; serve's own unless given one)."""
@@ -148,10 +152,14 @@ class ForkLauncher:
         config_path: Path | None = None,
         forks: WarmForks | None = None,
         max_runs: int = 1,
+        idle_s: float | None = None,
     ):
         """``preload``: modules the forkserver imports first (default ``runner.serve.prefork``);
         ``config_path``: the config.yaml it parses once for every worker; ``max_runs``: how many
-        script-only runs one worker process takes (``serve.worker_max_runs``; 1: a process per run)."""
+        script-only runs one worker process takes (``serve.worker_max_runs``; 1: a process per run);
+        ``idle_s``: stop the forkserver once it has had no worker and no run near for this long
+        (``serve.forkserver_idle_s``; started again by ``near`` or the next spawn); None: it runs
+        until ``close``."""
         from runner.serve.reuse import Shelf
 
         setup: tuple[tuple[str, tuple[Any, ...]], ...] = (
@@ -163,6 +171,7 @@ class ForkLauncher:
             setup += (("runner.serve.reuse:prepare_warm_up", ()),)
         self.forks = forks or WarmForks(Warm(modules=tuple(preload), setup=setup))
         self.shelf = Shelf(self.forks, max_runs) if max_runs > 1 else None
+        self.idle_s = idle_s
 
     def warm(self) -> Callable[[], None]:
         """Start the forkserver now; return a function that waits until it has imported everything."""
@@ -185,10 +194,17 @@ class ForkLauncher:
     def tidy(self) -> None:
         if self.shelf is not None:
             self.shelf.tidy()
+        if self.idle_s is not None:
+            self.forks.stop_if_idle(self.idle_s)
 
     def prewarm(self, runs: int) -> None:
         if self.shelf is not None:
             self.shelf.prewarm(runs, secrets.held())
+
+    def near(self) -> None:
+        """A run is near: the forkserver is started now if it was stopped (its imports take about
+        a second, done in the background), and not stopped while the run is still to come."""
+        self.forks.ensure()
 
     def close(self) -> None:
         if self.shelf is not None:

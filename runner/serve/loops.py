@@ -91,11 +91,7 @@ class ContainerCleanup:
         self._started = False
 
     def _uses_docker(self) -> bool:
-        try:
-            jobs = self.host.settings.jobs.jobs.values()
-        except Exception:  # noqa: BLE001 - serve already reported jobs.yaml problems
-            return False
-        return any(job.spec.backend.type == "docker" for job in jobs)
+        return any(job.spec.backend.type == "docker" for job in self.host.jobs().values())
 
     def tick(self, now: datetime) -> None:
         if self._started:

@@ -54,6 +54,9 @@ RETRIED = (*SCHEDULED, Trigger.MANUAL)  # `runner jobs trigger` runs get the job
 ADOPTED = (*RETRIED, Trigger.WEBHOOK, Trigger.CHAIN)
 # unknown: only a run of a lost remote worker ends so here (a local one is made `failed` first)
 RETRY_STATUSES = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.UNKNOWN)
+# a run due this soon has the forkserver started (if it was stopped: serve.forkserver_idle_s) and
+# kept: its imports take about a second, well before the slot
+NEAR = timedelta(seconds=30)
 
 
 class Alerts(Protocol):
@@ -298,11 +301,21 @@ class Pool:
         except OSError as exc:  # the forkserver cannot fork now: the runs start cold (or fail) at their slot
             self.log.warning("cannot start workers ahead of the next slot: %s", exc)
 
+    def near(self) -> None:
+        """A run is due within ``NEAR``: the spawner gets ready for it (serve's forkserver is
+        started if it was stopped)."""
+        try:
+            self.spawner.near()
+        except OSError as exc:  # the forkserver cannot start now: the run starts it at its slot (or fails)
+            self.log.warning("cannot start the forkserver ahead of the next run: %s", exc)
+
     # -- the loop ----------------------------------------------------------------------------
     def tick(self, now: datetime) -> None:
         self.enforce()
         self.flush()
         self.reap()
+        if self._waiting and self._waiting[0].key[0] <= now + NEAR:
+            self.near()  # a run waiting for room, or a retry whose backoff ends soon
         self.spawner.tidy()
         if self.bridges is not None:
             self.bridges.refresh()

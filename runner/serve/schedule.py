@@ -46,7 +46,7 @@ from runner.serve.planner import (
     first_slot,
     plan,
 )
-from runner.serve.pool import Fire, Pool
+from runner.serve.pool import NEAR, Fire, Pool
 from runner.serve.state import load_states, paused_jobs, save_sight, set_last_slot
 from runner.statuses import RunStatus, Trigger
 from runner.store import Store, followups, ledger
@@ -91,6 +91,8 @@ class ScheduleTicker:
         self.store, self.pool, self.log = store, pool, log
         self.check = timedelta(seconds=check) if check is not None else None
         self._all: dict[str, Job] = {}  # every job, scheduled or not (a trigger may name any)
+        self._chained: tuple[Job, ...] = ()  # the jobs with ``after:`` (looked at every second)
+        self._paused: set[str] = set()  # scheduled jobs whose state says paused
         self._seen_version = -1
         self._entries: dict[str, _Entry] = {}
         self._heap: list[tuple[datetime, int, str]] = []
@@ -102,12 +104,17 @@ class ScheduleTicker:
     def jobs(self) -> dict[str, Job]:
         return {name: e.job for name, e in self._entries.items()}
 
+    def all_jobs(self) -> Mapping[str, Job]:
+        """Every job loaded now, scheduled or not."""
+        return self._all
+
     # -- jobs in, jobs out ---------------------------------------------------------------------
     def set_jobs(self, jobs: Mapping[str, Job], now: datetime) -> JobsChange:
         """Install a (re)loaded set of jobs: new ones are seen for the first time, removed ones
         stop firing, changed ones are rescheduled (a changed schedule starts afresh)."""
         self.pool.control_inputs = tuple(str(p) for p in inputs_of(jobs))  # what each run protects
         self._all = dict(jobs)
+        self._chained = tuple(job for job in jobs.values() if job.spec.after_spec is not None)
         see_edges(self.store, [(n, up) for n, j in sorted(jobs.items()) for up in j.spec.after_jobs], now=now)
         states = load_states(self.store)
         scheduled = {n: j for n, j in jobs.items() if j.schedule_obj is not None}
@@ -136,10 +143,15 @@ class ScheduleTicker:
         entry = self._entries.get(name)
         if entry is not None:
             entry.state = replace(entry.state, paused=True, paused_reason=reason)
+            self._paused.add(name)
 
     def _schedule(self, entry: _Entry, fire_at: datetime | None) -> None:
         entry.fire_at = fire_at
         self._entries[entry.job.name] = entry
+        if entry.state.paused:
+            self._paused.add(entry.job.name)
+        else:
+            self._paused.discard(entry.job.name)
         if fire_at is not None:
             heapq.heappush(self._heap, (fire_at, entry.version, entry.job.name))
 
@@ -178,6 +190,8 @@ class ScheduleTicker:
                 due.append(entry)
         if due:
             self._fire(due, now)
+        if self._heap and self._heap[0][0] <= now + NEAR:
+            self.pool.near()
         self._expect(now)
 
     def close(self) -> None:
@@ -238,10 +252,9 @@ class ScheduleTicker:
 
     def _chains(self, now: datetime) -> None:
         """Start the downstream runs of upstream runs that ended (``after:``), each once."""
-        for job in self._all.values():
+        for job in self._chained:
             after = job.spec.after_spec
-            if after is None:
-                continue
+            assert after is not None
             for upstream_run, upstream in due_chains(self.store, job.name, after.jobs, after.when, now=now):
                 run_id = open_chained(self.store, job=job.name, upstream_run_id=upstream_run, now=self.pool.clock.now())
                 if run_id is None:
@@ -279,12 +292,22 @@ class ScheduleTicker:
             self.pool.submit(Fire(run_id, job, None, Trigger.FOLLOWUP), job.spec.overlap)
 
     def _poll_pauses(self) -> None:
+        """Pause flags set or lifted since the last look (only the jobs paused now or before are
+        looked at: a second's look costs nothing per job)."""
         flags = paused_jobs(self.store)
-        for name, entry in self._entries.items():
+        for name in sorted(flags.keys() | self._paused):
+            entry = self._entries.get(name)
+            if entry is None:
+                self._paused.discard(name)
+                continue
             paused = name in flags
             if paused != entry.state.paused:
                 entry.state = replace(entry.state, paused=paused, paused_reason=flags.get(name))
                 self.log.info("%s %s", name, f"paused ({flags.get(name)})" if paused else "resumed")
+            if paused:
+                self._paused.add(name)
+            else:
+                self._paused.discard(name)
 
     def _fire(self, due: list[_Entry], now: datetime) -> None:
         """Every job due at this moment: the decisions of all of them are written in one

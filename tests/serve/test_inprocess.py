@@ -98,6 +98,7 @@ class FakeSpawner:
         self.most_at_once = 0
         self.fail: OSError | None = None
         self.prewarmed: list[int] = []  # what the pool asked to have ready, in order
+        self.nears = 0  # how often the pool said a run is near
 
     def spawn(self, spec: WorkerSpec) -> FakeWorker:
         if self.fail is not None:
@@ -113,6 +114,9 @@ class FakeSpawner:
 
     def prewarm(self, runs: int) -> None:
         self.prewarmed.append(runs)
+
+    def near(self) -> None:
+        self.nears += 1
 
     def running(self, job: str | None = None) -> list[FakeWorker]:
         return [w for w in self.workers if w.code is None and job in (None, w.spec.job.name)]
