@@ -11,7 +11,7 @@ Both are the ``runner.run.forks.Launcher`` seam serve's pool starts its runs thr
 
 ``runner serve`` ticks the dispatcher from its loop and ``runner kanban dispatch`` runs ``run(stop)``;
 both use ``Changes``: a tick every ``kanban.poll_seconds``, and as soon as another process
-commits to runner.db (``PRAGMA data_version``, looked at every 50 ms) or a worker exits, so a
+commits to runner.db (``PRAGMA data_version``, looked at every 50 ms; 100 ms in serve) or a worker exits, so a
 new task starts within a fraction of a second. serve's workers fork from serve's own forkserver.
 Workers run in their own sessions and outlive the dispatcher; a restarted dispatcher counts
 them from the board.

@@ -40,7 +40,7 @@ from runner.delivery.background import BackgroundAlerts
 from runner.errors import AlreadyRunning, RunnerError
 from runner.host import secrets
 from runner.safety.control import hold_path
-from runner.serve.host import Clock, ExecutorFactory, ServeHost, SystemClock, Ticker, TickerFactory
+from runner.serve.host import COMMIT_CHECK_S, Clock, ExecutorFactory, ServeHost, SystemClock, Ticker, TickerFactory
 from runner.serve.leader import LeaseTicker
 from runner.serve.logs import JsonFormatter, LogFile, LogFormat, stream_formatter, text_formatter
 from runner.serve.notify import WatchdogTicker, sd_notify, watchdog_interval
@@ -64,7 +64,6 @@ if TYPE_CHECKING:
     from runner.serve.watch import JobsWatcher
     from runner.store.lease import Lease
 
-CONTROL_CHECK_S = 0.05  # how often the schedule ticker looks (data_version) for trigger and cancel requests
 MAX_SLEEP_S = 1.0  # the loop looks at the wall clock at least this often (clock jumps, sleep)
 LOG_BYTES = 5_000_000
 LOG_BACKUPS = 3
@@ -367,7 +366,7 @@ class Serve:
             alerts=alerts,
             bridges=Bridges(s.home, s.config_path, secrets.getenv, log),
         )
-        schedule = ScheduleTicker(store=store, pool=pool, log=log, check=CONTROL_CHECK_S)
+        schedule = ScheduleTicker(store=store, pool=pool, log=log, check=COMMIT_CHECK_S)
         warmed()
         now = self.clock.now()
         register_serve(store, jobs_path=str(jobs.path), heartbeat_s=config.serve.heartbeat_s, now=now)
@@ -489,7 +488,7 @@ class Serve:
 
 def _sleep(fds: list[int], timeout: float) -> None:
     """Until one of ``fds`` is readable (a wake, a signal, a worker's news) or ``timeout`` seconds
-    pass. ``select.poll`` itself: serve's idle loop comes here 20 times a second, and
+    pass. ``select.poll`` itself: serve's idle loop comes here 10 times a second, and
     ``multiprocessing.connection.wait`` builds a Python selector object each time."""
     poller = select.poll()
     for fd in fds:

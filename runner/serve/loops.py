@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from runner.backends.docker import cleanup_stale
 from runner.errors import BackendError
 from runner.run.model_choice import side_model
-from runner.serve.host import ServeHost, Ticker, TickerFactory
+from runner.serve.host import COMMIT_CHECK_S, ServeHost, Ticker, TickerFactory
 from runner.skills.curator import run_pass
 from runner.skills.idle import CuratorTicker
 from runner.store import Store, ledger, queries
@@ -36,7 +36,7 @@ class KanbanTicker:
     worker exited; workers fork from serve's warm forkserver."""
 
     name = "kanban"
-    CHECK = timedelta(seconds=0.05)
+    CHECK = timedelta(seconds=COMMIT_CHECK_S)
 
     def __init__(
         self,
