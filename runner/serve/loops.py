@@ -159,8 +159,8 @@ class CuratorLoop:
 
 class RetentionLoop:
     """config.yaml's ``retention:`` applied every ``retention.every`` (daily), first at start: a
-    thread with its own connection prunes in batches of ``retention.batch`` runs, one short
-    transaction each with a pause between them, so serve's own writes (a fire's ledger row) wait at
+    thread with its own connection prunes in batches of at most ``retention.batch`` runs, one
+    short transaction each (sized to ~40 ms by the ``Pruner``) with a pause between them, so serve's own writes (a fire's ledger row) wait at
     most one batch and fires stay on time. Does nothing when no ``runs_older_than`` /
     ``logs_older_than`` is configured."""
 
@@ -200,7 +200,7 @@ class RetentionLoop:
             policy = Policy(conf.runs_older_than, conf.keep_last, conf.outputs, conf.transcripts)
             pruner = Pruner(store, home, policy, now, batch=conf.batch)
             while not self._stop.is_set() and pruner.step():
-                self._stop.wait(self.PAUSE_S)
+                self._stop.wait(max(self.PAUSE_S, pruner.last_s))  # as long as the batch held the lock
             while not self._stop.is_set() and pruner.vacuum_step(self.VACUUM_PAGES):
                 self._stop.wait(self.PAUSE_S)
             result = pruner.result()

@@ -1,0 +1,433 @@
+"""A year of a busy fleet (issue 36 item 2): 1,000,000 runs and 20,000,000 events in the store.
+
+Figures, each beside main before (``$RUNNER_BENCH_BASE`` on the same store file) and its target:
+
+- ``runner runs list`` (default, ``--job``, ``--status failed``) and ``runner runs show RUN``: the
+  whole CLI process's wall time p50/p95 (target p95 <= 150 ms), with the in-process query time
+  beside it, so the CLI's start-up floor shows;
+- the dashboard (a running ``runner web``): ``/``, ``/runs?job=X``, ``/runs?status=failed``,
+  ``/runs/ID`` p50/p95 (target p95 <= 300 ms);
+- ``runner runs search WORD`` p50/p95 (target p95 <= 500 ms), in-process beside it;
+- on a copy of the store, with ``runner serve`` firing an every-second job on it: ``runner db
+  backup`` of the whole store (its time, and serve's fire lateness meanwhile), then ``runner runs
+  prune`` of the oldest 500,000 runs: its time, serve's fire lateness p99 while it runs (target
+  <= 250 ms) and the longest wait of a probe process doing a tiny write transaction every ~10 ms
+  (target: no write lock held longer than 100 ms).
+
+The store is built once through the store's own bulk API (``runner.store.runs.insert_runs`` /
+``insert_events``; the search index's triggers index the events as they go) on main before's
+schema, and cached under /tmp/runner-bench-scale (delete it to rebuild). Main before is measured
+on it first (its figures kept in ``before.json`` there: later runs print those, since this tree's
+migrations add indexes to the cached file that main before's queries would then use too); then
+this tree opens it, which applies its migrations.
+
+Run: python tests/bench/bench_ledger_scale.py [--only cli,web,search,ops] [--samples 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _before import Tree, trees  # noqa: E402
+from _common import REPO, pct  # noqa: E402
+from bench_prune import JOBS as TICK_JOBS  # noqa: E402
+from bench_prune import lateness  # noqa: E402
+from bench_search import SHAPE, payload, vocabulary  # noqa: E402
+from bench_web import free_port, start, stop  # noqa: E402
+
+CACHE = Path(os.environ.get("RUNNER_BENCH_SCALE", "/tmp/runner-bench-scale"))
+RUNS, EVENTS_PER_RUN, JOBS = int(os.environ.get("RUNNER_BENCH_SCALE_RUNS", 1_000_000)), len(SHAPE), 50
+VERSION = "v1"  # bump when the generated data changes
+STATUSES = ["succeeded"] * 90 + ["failed"] * 6 + ["timed_out"] * 2 + ["skipped"] * 2
+SPAN = timedelta(days=365)
+BEFORE = CACHE / "before.json"
+
+
+# -- the store ------------------------------------------------------------------------------------
+def build(home: Path, base: Tree | None) -> tuple[datetime, float]:
+    """The store under ``home`` (made once): main before's schema, then the runs and their events
+    through this tree's bulk API. Returns the newest run's time and seconds spent (0 when cached)."""
+    db, marker = home / "runner.db", home / f"built-{VERSION}"
+    if marker.exists():
+        return datetime.fromisoformat(marker.read_text().strip()), 0.0
+    shutil.rmtree(home, ignore_errors=True)
+    (home / "outputs").mkdir(parents=True)
+    (home / "logs").mkdir()
+    started = time.perf_counter()
+    schema_by = base or trees()[0]  # main before's migrations: its figures are taken on its own schema
+    subprocess.run(
+        [schema_by.python, "-c", f"from pathlib import Path; from runner.store import Store; Store.open(Path({str(db)!r})).close()"],
+        env=schema_by.env(),
+        check=True,
+    )
+    from runner.store import Store
+    from runner.store.runs import EventRecord, RunRecord, insert_events, insert_runs
+
+    store = Store.open(db, migrate=False)
+    rng = random.Random(36)
+    words = vocabulary()
+    weights = [1 / (i + 1) for i in range(len(words))]
+    pool = [" ".join(rng.choices(words, weights, k=rng.choice((4, 8, 16)))) for _ in range(20_000)]
+    newest = datetime.now(UTC).replace(microsecond=0)
+    first = newest - SPAN
+    step = SPAN / RUNS
+    chunk = min(20_000, RUNS)
+    for lo in range(0, RUNS, chunk):
+        runs, events = [], []
+        for i in range(lo, lo + chunk):
+            at = first + step * i
+            run_id = f"{at:%Y%m%d-%H%M%S}-{i:06x}"
+            stamp = at.isoformat(timespec="milliseconds")
+            end = (at + timedelta(seconds=rng.uniform(1, 120))).isoformat(timespec="milliseconds")
+            status = STATUSES[rng.randrange(len(STATUSES))]
+            runs.append(
+                RunRecord(
+                    run_id, f"job-{i % JOBS}", "schedule", status, stamp, stamp, end, "gpt-test", 4, 3600, 400, 0.0021,
+                    error="exit code 1" if status == "failed" else None,
+                )
+            )
+            for seq, kind in enumerate(SHAPE, 1):
+                events.append(EventRecord(run_id, seq, stamp, kind, payload(kind, pool[rng.randrange(20_000)], i, seq)))
+        insert_runs(store, runs)
+        insert_events(store, events)
+        if lo % 100_000 == 0:
+            print(f"  {lo + chunk:,} runs written ({time.perf_counter() - started:.0f} s)", flush=True)
+    store.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    store.close()
+    marker.write_text(newest.isoformat() + "\n")
+    return newest, time.perf_counter() - started
+
+
+def sample_ids(db: Path, n: int, seed: int) -> list[str]:
+    conn = sqlite3.connect(db)
+    rng = random.Random(seed)
+    ids = [conn.execute("SELECT id FROM runs WHERE rowid = ?", (rng.randrange(1, RUNS + 1),)).fetchone()[0] for _ in range(n)]
+    conn.close()
+    return ids
+
+
+# -- printing -------------------------------------------------------------------------------------
+def p50_95(values: list[float]) -> str:
+    return f"{statistics.median(values):7.1f} / {pct(values, 95):7.1f}"
+
+
+def line(label: str, mine: str, before: str, target: str) -> None:
+    print(f"  {label:<34} {mine:>19}   {before:>19}   {target}")
+
+
+def header(title: str) -> None:
+    print(f"\n{title}")
+    line("", "this tree p50/p95", "main before p50/p95", "target")
+
+
+# -- CLI --------------------------------------------------------------------------------------------
+# runs in the tree under test: the same store calls the commands make, timed in one process
+INPROC = r"""
+import json, sys, time
+from pathlib import Path
+from runner.store import Store
+from runner.store.runs import list_runs, events, children, run_with_id
+db, run_ids, words, samples = Path(sys.argv[1]), sys.argv[2].split(","), sys.argv[3].split(","), int(sys.argv[4])
+store = Store.open(db, migrate=False)
+cases = {
+    "runs list": lambda i: list_runs(store, limit=20),
+    "runs list --job": lambda i: list_runs(store, job="job-7", limit=20),
+    "runs list --status failed": lambda i: list_runs(store, status="failed", limit=20),
+    "runs show": lambda i: (run_with_id(store, run_ids[i]), events(store, run_ids[i]), children(store, run_ids[i])),
+}
+try:
+    from runner.store.search import Search, search
+    cases["runs search"] = lambda i: search(store, Search(words[i], limit=10))
+except ImportError:
+    pass
+out = {}
+for name, call in cases.items():
+    call(0)
+    times = []
+    for i in range(samples):
+        t0 = time.perf_counter()
+        call(i % len(run_ids))
+        times.append((time.perf_counter() - t0) * 1000)
+    out[name] = times
+print(json.dumps(out))
+"""
+
+
+def cli_argv(name: str, i: int, run_ids: list[str], words: list[str]) -> list[str]:
+    return {
+        "runs list": ["runs", "list"],
+        "runs list --job": ["runs", "list", "--job", "job-7"],
+        "runs list --status failed": ["runs", "list", "--status", "failed"],
+        "runs show": ["runs", "show", run_ids[i % len(run_ids)]],
+        "runs search": ["runs", "search", words[i % len(words)]],
+    }[name]
+
+
+CLI_CASES = ("runs list", "runs list --job", "runs list --status failed", "runs show", "runs search")
+TARGETS = {"runs search": "p95 <= 500 ms"}
+
+
+def measure_cli(tree: Tree, home: Path, cwd: Path, samples: int, run_ids: list[str], words: list[str]) -> dict[str, dict[str, list[float]]]:
+    env = tree.env(RUNNER_HOME=str(home), RUNNER_JOBS=str(cwd / "jobs.yaml"), HOME=str(cwd))
+    res = subprocess.run(
+        [tree.python, "-c", INPROC, str(home / "runner.db"), ",".join(run_ids), ",".join(words), str(samples)],
+        env=env, cwd=cwd, capture_output=True, text=True,
+    )
+    if res.returncode != 0:
+        raise SystemExit(f"{tree.name}: in-process timing failed: {res.stderr[-800:]}")
+    inproc = json.loads(res.stdout.strip().splitlines()[-1])
+    walls: dict[str, list[float]] = {}
+    for name in CLI_CASES:
+        subprocess.run([tree.python, "-m", "runner", *cli_argv(name, 0, run_ids, words)], env=env, cwd=cwd, capture_output=True)
+        times = []
+        for i in range(samples):
+            t0 = time.perf_counter()
+            out = subprocess.run([tree.python, "-m", "runner", *cli_argv(name, i, run_ids, words)], env=env, cwd=cwd, capture_output=True)
+            times.append((time.perf_counter() - t0) * 1000)
+            if out.returncode != 0:
+                raise SystemExit(f"{tree.name}: runner {' '.join(cli_argv(name, i, run_ids, words))}: {out.stderr.decode()[-500:]}")
+        walls[name] = times
+    return {"wall": walls, "inproc": inproc}
+
+
+# -- web --------------------------------------------------------------------------------------------
+WEB_CASES = ("/", "/runs?job=job-7", "/runs?status=failed", "/runs/ID")
+
+
+def measure_web(tree: Tree, home: Path, cwd: Path, samples: int, run_ids: list[str]) -> dict[str, list[float]]:
+    import httpx
+
+    env = tree.env(RUNNER_HOME=str(home), RUNNER_JOBS=str(cwd / "jobs.yaml"), HOME=str(cwd))
+    python = tree.python
+    if subprocess.run([python, "-c", "import prometheus_client, markdown_it"], capture_output=True).returncode:
+        python = sys.executable  # its checkout on PYTHONPATH comes first: the same code, this venv's web extra
+        print(f"({tree.name}: {tree.python} lacks the web extra; its dashboard runs on {python})")
+    port = free_port()
+    web = start(["web", "--bind", f"127.0.0.1:{port}"], env, cwd, port, python=python)
+    out: dict[str, list[float]] = {}
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
+            for case in WEB_CASES:
+                times = []
+                for i in range(samples + 3):
+                    path = case.replace("ID", run_ids[i % len(run_ids)])
+                    t0 = time.perf_counter()
+                    res = client.get(path)
+                    if i >= 3:
+                        times.append((time.perf_counter() - t0) * 1000)
+                    if res.status_code != 200:
+                        raise SystemExit(f"{tree.name}: GET {path}: {res.status_code} {res.text[:300]}")
+                out[case] = times
+    finally:
+        stop(web)
+    return out
+
+
+# -- backup and prune under serve -------------------------------------------------------------------
+PROBE = r"""
+import sqlite3, sys, time, json
+conn = sqlite3.connect(sys.argv[1], timeout=60, isolation_level=None)
+conn.execute("PRAGMA synchronous=NORMAL")  # as the store's connections
+conn.execute("CREATE TABLE IF NOT EXISTS bench_probe (n INTEGER)")
+stop_at = sys.argv[2]
+waits = []
+import os
+while not os.path.exists(stop_at):
+    t0 = time.perf_counter()
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("INSERT INTO bench_probe VALUES (1)")
+    conn.execute("COMMIT")
+    waits.append((time.perf_counter() - t0) * 1000)
+    time.sleep(0.01)
+print(json.dumps(waits))
+"""
+
+
+def serve_fires(db: Path, since: str, until: str) -> list[tuple[str, str, str | None, float | None]]:
+    conn = sqlite3.connect(db, timeout=60)
+    rows = conn.execute(
+        "SELECT slot, created_at, started_at, waited_s FROM runs WHERE job='tick' AND slot >= ? AND slot <= ? ORDER BY slot",
+        (since, until),
+    ).fetchall()
+    conn.close()
+    return rows
+
+
+def measure_ops(tree: Tree, home: Path, newest: datetime, scratch: Path) -> dict[str, object]:
+    """On a copy of the store: serve firing every second; db backup, then runs prune of the oldest
+    half with the write probe beside it."""
+    work = scratch / tree.name.replace(" ", "-")
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "home").mkdir(parents=True)
+    t0 = time.perf_counter()
+    for name in ("runner.db", "runner.db-wal"):
+        if (home / name).exists():
+            shutil.copy(home / name, work / "home" / name)
+    copied = time.perf_counter() - t0
+    (work / "jobs.yaml").write_text(TICK_JOBS)
+    (work / "home" / "config.yaml").write_text("serve: {max_parallel: 4, shutdown_grace: 5}\n")
+    env = tree.env(RUNNER_HOME=str(work / "home"), RUNNER_JOBS=str(work / "jobs.yaml"), HOME=str(work))
+    db = work / "home" / "runner.db"
+    if tree.name == "this tree":  # this tree's migrations first (serve would apply them on start)
+        subprocess.run([tree.python, "-m", "runner", "runs", "list", "--limit", "1"], env=env, cwd=work, check=True, capture_output=True)
+    out: dict[str, object] = {"copy_s": copied}
+    with open(work / "serve.stderr", "w") as err:
+        serve = subprocess.Popen([tree.python, "-m", "runner", "serve"], env=env, cwd=work, stderr=err, stdout=subprocess.DEVNULL)
+        try:
+            ops(tree, env, work, db, newest, out)
+        finally:
+            serve.send_signal(signal.SIGTERM)
+            try:
+                serve.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                serve.kill()
+    shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+def ops(tree: Tree, env: dict[str, str], work: Path, db: Path, newest: datetime, out: dict[str, object]) -> None:
+    time.sleep(8)
+    stamp = lambda: datetime.now(UTC).isoformat(timespec="milliseconds")  # noqa: E731
+    # backup
+    b0, t0 = stamp(), time.perf_counter()
+    res = subprocess.run([tree.python, "-m", "runner", "db", "backup", str(work / "backup.db")], env=env, cwd=work, capture_output=True, text=True)
+    out["backup_s"] = time.perf_counter() - t0
+    out["backup_ok"] = res.returncode == 0
+    out["backup_err"] = res.stderr[-300:]
+    time.sleep(2)
+    out["backup_fires"] = serve_fires(db, b0, stamp())
+    (work / "backup.db").unlink(missing_ok=True)
+    # prune with the probe
+    hours = int((datetime.now(UTC) - (newest - SPAN / 2)).total_seconds() // 3600)
+    flag = work / "probe.stop"
+    probe = subprocess.Popen([sys.executable, "-c", PROBE, str(db), str(flag)], stdout=subprocess.PIPE, text=True)
+    time.sleep(1)
+    p0, t0 = stamp(), time.perf_counter()
+    res = subprocess.run(
+        [tree.python, "-m", "runner", "runs", "prune", "--older-than", f"{hours}h", "--keep-last", "10", "--json"],
+        env=env, cwd=work, capture_output=True, text=True,
+    )
+    out["prune_s"] = time.perf_counter() - t0
+    p1 = stamp()
+    flag.write_text("")
+    waits = json.loads(probe.communicate(timeout=120)[0])
+    out["probe_waits"] = waits
+    out["prune_out"] = res.stdout.strip()[-400:] if res.returncode == 0 else f"FAILED: {res.stderr[-400:]}"
+    time.sleep(2)
+    out["prune_fires"] = serve_fires(db, p0, p1)
+
+
+def show_ops(name: str, ops: dict[str, object]) -> None:
+    b_late = lateness(ops["backup_fires"])[0]  # type: ignore[arg-type]
+    p_late = lateness(ops["prune_fires"])[0]  # type: ignore[arg-type]
+    waits: list[float] = ops["probe_waits"]  # type: ignore[assignment]
+    print(f"  {name}: (store copied in {ops['copy_s']:.0f} s)")
+    ok = "" if ops["backup_ok"] else f"  FAILED: {ops['backup_err']}"
+    print(f"    db backup of the whole store        {ops['backup_s']:7.1f} s{ok}")
+    if b_late:
+        print(f"    serve fires during backup: {len(b_late)}   slot->row p50 {pct(b_late, 50):.0f} p99 {pct(b_late, 99):.0f} ms   target p99 <= 250 ms")
+    print(f"    runs prune (oldest 500,000)         {ops['prune_s']:7.1f} s   {ops['prune_out']}")
+    if p_late:
+        print(f"    serve fires during prune: {len(p_late)}   slot->row p50 {pct(p_late, 50):.0f} p99 {pct(p_late, 99):.0f} ms   target p99 <= 250 ms")
+    else:
+        print("    serve fires during prune: none recorded")
+    if waits:
+        print(
+            f"    write probe ({len(waits)} tiny transactions): wait p50 {pct(waits, 50):.1f} p99 {pct(waits, 99):.1f} "
+            f"max {max(waits):.1f} ms   target max <= 100 ms"
+        )
+
+
+# -- main -------------------------------------------------------------------------------------------
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--only", default="cli,web,search,ops")
+    parser.add_argument("--samples", type=int, default=40)
+    parser.add_argument("--before-ops", action="store_true", help="also backup+prune with main before (a second copy)")
+    parser.add_argument("--fresh-before", action="store_true", help="measure main before again (the store must be unmigrated)")
+    args = parser.parse_args()
+    only = set(args.only.split(","))
+    os.environ.pop("RUNNER_HOME", None)
+    measured = trees()
+    here, base = measured[0], (measured[1] if len(measured) > 1 else None)
+    home = CACHE / "home"
+    print("a year of a busy fleet: 1,000,000 runs, 20,000,000 events (machine shared, 2 cores)")
+    newest, took = build(home, base)
+    db = home / "runner.db"
+    size = sum(p.stat().st_size for p in home.glob("runner.db*")) / 1e9
+    print(f"store: {db} {size:.1f} GB" + (f", built in {took / 60:.1f} min through insert_runs/insert_events" if took else " (cached)"))
+    cwd = CACHE / "proj"
+    cwd.mkdir(exist_ok=True)
+    (cwd / "jobs.yaml").write_text("jobs:\n" + "".join(f"  job-{i}:\n    prompt: hi\n" for i in range(JOBS)))
+    run_ids = sample_ids(db, 50, 1)
+    words = vocabulary()[200:250]  # middle-frequency words (bench_search's "middle word")
+
+    conn = sqlite3.connect(db)
+    migrated = {r[0] for r in conn.execute("SELECT name FROM _migrations")}
+    conn.close()
+    mine_names = {p.stem for p in (REPO / "runner" / "store" / "migrations").glob("m0*.py")}
+    base_names = {p.stem for p in (base.repo / "runner" / "store" / "migrations").glob("m0*.py")} if base else set()
+    before: dict[str, object] = json.loads(BEFORE.read_text()) if BEFORE.exists() else {}
+    if base is not None and (args.fresh_before or not before):
+        if migrated - base_names:
+            print(f"(main before: the cached store has this tree's migrations {sorted(migrated - base_names)}; its figures would use them: not measured)")
+        else:
+            print("measuring main before on its own schema ...", flush=True)
+            before = {"when": datetime.now(UTC).isoformat(timespec="seconds")}
+            if only & {"cli", "search"}:
+                before["cli"] = measure_cli(base, home, cwd, args.samples, run_ids, words)
+            if "web" in only:
+                before["web"] = measure_web(base, home, cwd, args.samples, run_ids)
+            BEFORE.write_text(json.dumps(before))
+    elif before:
+        print(f"(main before: figures measured {before['when']} on this store before this tree's migrations; {BEFORE})")
+    if mine_names - migrated:
+        t0 = time.perf_counter()
+        from runner.store import Store
+
+        Store.open(db).close()
+        print(f"this tree's migrations {sorted(mine_names - migrated)} applied in {time.perf_counter() - t0:.1f} s")
+
+    b_cli: dict[str, dict[str, list[float]]] = before.get("cli", {})  # type: ignore[assignment]
+    if only & {"cli", "search"}:
+        cli = measure_cli(here, home, cwd, args.samples, run_ids, words)
+        header(f"CLI, whole process wall ms ({args.samples} samples; in-process query ms below each)")
+        for name in CLI_CASES:
+            if name == "runs search" and "search" not in only or name != "runs search" and "cli" not in only:
+                continue
+            bw = b_cli.get("wall", {}).get(name)
+            bi = b_cli.get("inproc", {}).get(name)
+            line(name, p50_95(cli["wall"][name]), p50_95(bw) if bw else "-", TARGETS.get(name, "p95 <= 150 ms"))
+            line("  (in-process query)", p50_95(cli["inproc"][name]), p50_95(bi) if bi else "-", "")
+    if "web" in only:
+        web = measure_web(here, home, cwd, args.samples, run_ids)
+        b_web: dict[str, list[float]] = before.get("web", {})  # type: ignore[assignment]
+        header(f"dashboard (runner web), ms per page ({args.samples} samples)")
+        for case in WEB_CASES:
+            line(case, p50_95(web[case]), p50_95(b_web[case]) if case in b_web else "-", "p95 <= 300 ms")
+    if "ops" in only:
+        print("\nbackup and prune on a copy of the store, with runner serve firing an every-1s job on it")
+        scratch = CACHE / "scratch"
+        show_ops("this tree", measure_ops(here, home, newest, scratch))
+        if base is not None and args.before_ops:
+            show_ops("main before", measure_ops(base, home, newest, scratch))
+        elif base is not None:
+            print("  main before: not measured (pass --before-ops; it takes another copy and prune)")
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
