@@ -6,9 +6,9 @@ file system (``PRAGMA incremental_vacuum``).
 ``RetentionLoop`` (runner/serve/loops.py) one small batch at a time, so fires stay on time. A
 batch is sized by time, not only by count: a run's events, search-index texts and audit go with
 it, so 500 runs can hold the write lock for a second on a big ledger. Each transaction aims at
-``BATCH_SECONDS`` (the next batch grows or shrinks to fit, up to ``batch`` runs), and ``run()``
-pauses as long as the last transaction took before the next, so another writer (serve's fire,
-a worker's event) waits one short transaction at most, whatever the ledger's size.
+``BATCH_SECONDS`` (the next batch grows or shrinks to fit, up to ``batch`` runs), and a pause of
+``PAUSE_S`` follows each, so another writer (serve's fire, a worker's event) waits one short
+transaction at most, whatever the ledger's size.
 The candidates are chosen once (a run older than the cut-off and not among the newest
 ``keep_last`` of its job); every batch's ``DELETE`` checks again that a run is safe to remove
 (``SAFE``), so a run that became referenced meanwhile is kept.
@@ -32,9 +32,12 @@ from runner.store.dialect import Dialect
 FINISHED_TASKS = (TaskStatus.DONE, TaskStatus.FAILED, TaskStatus.ARCHIVED)
 _LIVE = ", ".join(f"'{s}'" for s in sorted(ACTIVE))  # queued, running, waiting
 VACUUM_PAGES = 2000  # pages given back per incremental_vacuum step (8 MB at 4 KiB pages)
-BATCH_SECONDS = 0.04  # what one batch's transaction aims to hold the write lock for
+BATCH_SECONDS = 0.025  # what one batch's transaction aims to hold the write lock for
 FIRST_BATCH = 20  # runs in the first batch; the next ones are sized by how long it took
-MIN_PAUSE_S = 0.01  # run(): the least pause between two transactions
+#: between two transactions: longer than SQLite's busy handler sleeps between its tries while a
+#: writer has waited less than ~80 ms (1, 2, 5, 10, 15, 20, 25 ms), so a writer that meets a batch
+#: (a fire, a worker's event) gets the lock at its next try after it, not the batch after that
+PAUSE_S = 0.05
 FULL_VACUUM_BYTES = 64 * 1024 * 1024  # live data up to this: one VACUUM instead of incremental steps
 
 #: a run may go only if nothing live still needs it: not queued/running/waiting, no open budget
@@ -186,13 +189,13 @@ class Pruner:
         pages = min(VACUUM_PAGES, 200)
         while self.vacuum_step(pages):
             pages = fit(pages, self.last_s, self.budget_s, VACUUM_PAGES * 8)
-            time.sleep(max(MIN_PAUSE_S, self.last_s))
+            time.sleep(PAUSE_S)
 
     def run(self) -> PruneResult:
-        """Everything at once (the CLI): every batch, then the vacuum; after each transaction a
-        pause as long as it took, so other writers meet the lock free between two of them."""
+        """Everything at once (the CLI): every batch, then the vacuum, with ``PAUSE_S`` between
+        two transactions, so other writers meet the lock free between them."""
         while self.step():
-            time.sleep(max(MIN_PAUSE_S, self.last_s))
+            time.sleep(PAUSE_S)
         self.vacuum()
         with self.store.guard():  # in WAL mode the file shrinks at a checkpoint
             self.store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()

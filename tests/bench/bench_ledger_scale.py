@@ -39,6 +39,7 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _before import Tree, trees  # noqa: E402
@@ -168,6 +169,7 @@ print(json.dumps(out))
 
 def cli_argv(name: str, i: int, run_ids: list[str], words: list[str]) -> list[str]:
     return {
+        "runner --version (start floor)": ["--version"],
         "runs list": ["runs", "list"],
         "runs list --job": ["runs", "list", "--job", "job-7"],
         "runs list --status failed": ["runs", "list", "--status", "failed"],
@@ -176,8 +178,9 @@ def cli_argv(name: str, i: int, run_ids: list[str], words: list[str]) -> list[st
     }[name]
 
 
-CLI_CASES = ("runs list", "runs list --job", "runs list --status failed", "runs show", "runs search")
-TARGETS = {"runs search": "p95 <= 500 ms"}
+FLOOR = "runner --version (start floor)"
+CLI_CASES = (FLOOR, "runs list", "runs list --job", "runs list --status failed", "runs show", "runs search")
+TARGETS = {"runs search": "p95 <= 500 ms", "runner --version (start floor)": "(the floor)"}
 
 
 def measure_cli(tree: Tree, home: Path, cwd: Path, samples: int, run_ids: list[str], words: list[str]) -> dict[str, dict[str, list[float]]]:
@@ -189,18 +192,23 @@ def measure_cli(tree: Tree, home: Path, cwd: Path, samples: int, run_ids: list[s
     if res.returncode != 0:
         raise SystemExit(f"{tree.name}: in-process timing failed: {res.stderr[-800:]}")
     inproc = json.loads(res.stdout.strip().splitlines()[-1])
-    walls: dict[str, list[float]] = {}
-    for name in CLI_CASES:
-        subprocess.run([tree.python, "-m", "runner", *cli_argv(name, 0, run_ids, words)], env=env, cwd=cwd, capture_output=True)
-        times = []
-        for i in range(samples):
-            t0 = time.perf_counter()
-            out = subprocess.run([tree.python, "-m", "runner", *cli_argv(name, i, run_ids, words)], env=env, cwd=cwd, capture_output=True)
-            times.append((time.perf_counter() - t0) * 1000)
-            if out.returncode != 0:
-                raise SystemExit(f"{tree.name}: runner {' '.join(cli_argv(name, i, run_ids, words))}: {out.stderr.decode()[-500:]}")
-        walls[name] = times
+    walls = {name: wall_times(tree, [], cwd, samples, lambda i, n=name: cli_argv(n, i, run_ids, words), env) for name in CLI_CASES}  # type: ignore[misc]
     return {"wall": walls, "inproc": inproc}
+
+
+def wall_times(tree: Tree, argv: list[str], cwd: Path, samples: int, vary: Any = None, env: dict[str, str] | None = None) -> list[float]:
+    """Milliseconds of ``runner ARGV`` as whole processes (``vary(i)``: the i-th sample's argv), after one warm-up."""
+    env = env or tree.env(HOME=str(cwd))
+    times = []
+    for i in range(-1, samples):
+        args = vary(max(i, 0)) if vary else argv
+        t0 = time.perf_counter()
+        out = subprocess.run([tree.python, "-m", "runner", *args], env=env, cwd=cwd, capture_output=True)
+        if i >= 0:
+            times.append((time.perf_counter() - t0) * 1000)
+        if out.returncode != 0:
+            raise SystemExit(f"{tree.name}: runner {' '.join(args)}: {out.stderr.decode()[-500:]}")
+    return times
 
 
 # -- web --------------------------------------------------------------------------------------------
@@ -404,6 +412,8 @@ def main() -> None:
     b_cli: dict[str, dict[str, list[float]]] = before.get("cli", {})  # type: ignore[assignment]
     if only & {"cli", "search"}:
         cli = measure_cli(here, home, cwd, args.samples, run_ids, words)
+        if base is not None and FLOOR not in b_cli.get("wall", {}):  # it reads no store: measured now
+            b_cli = {"wall": {**b_cli.get("wall", {}), FLOOR: wall_times(base, ["--version"], cwd, args.samples)}, "inproc": b_cli.get("inproc", {})}
         header(f"CLI, whole process wall ms ({args.samples} samples; in-process query ms below each)")
         for name in CLI_CASES:
             if name == "runs search" and "search" not in only or name != "runs search" and "cli" not in only:
@@ -411,7 +421,8 @@ def main() -> None:
             bw = b_cli.get("wall", {}).get(name)
             bi = b_cli.get("inproc", {}).get(name)
             line(name, p50_95(cli["wall"][name]), p50_95(bw) if bw else "-", TARGETS.get(name, "p95 <= 150 ms"))
-            line("  (in-process query)", p50_95(cli["inproc"][name]), p50_95(bi) if bi else "-", "")
+            if name in cli["inproc"]:
+                line("  (in-process query)", p50_95(cli["inproc"][name]), p50_95(bi) if bi else "-", "")
     if "web" in only:
         web = measure_web(here, home, cwd, args.samples, run_ids)
         b_web: dict[str, list[float]] = before.get("web", {})  # type: ignore[assignment]
