@@ -198,6 +198,9 @@ class Pruner:
             time.sleep(PAUSE_S)
         self.vacuum()
         with self.store.guard():  # in WAL mode the file shrinks at a checkpoint
+            # PASSIVE first, beside other writers; TRUNCATE (which holds them off while it copies)
+            # then finds little or nothing left to copy
+            self.store.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
             self.store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         return self.result()
 

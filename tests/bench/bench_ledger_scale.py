@@ -75,9 +75,20 @@ def build(home: Path, base: Tree | None) -> tuple[datetime, float]:
         check=True,
     )
     from runner.store import Store
-    from runner.store.runs import EventRecord, RunRecord, insert_events, insert_runs
 
     store = Store.open(db, migrate=False)
+    newest = fill(store, started)
+    store.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    store.close()
+    marker.write_text(newest.isoformat() + "\n")
+    return newest, time.perf_counter() - started
+
+
+def fill(store: Any, started: float) -> datetime:
+    """RUNS runs a year long, up to now, each with EVENTS_PER_RUN events, through the bulk API;
+    returns the newest run's time."""
+    from runner.store.runs import EventRecord, RunRecord, insert_events, insert_runs
+
     rng = random.Random(36)
     words = vocabulary()
     weights = [1 / (i + 1) for i in range(len(words))]
@@ -106,18 +117,14 @@ def build(home: Path, base: Tree | None) -> tuple[datetime, float]:
         insert_events(store, events)
         if lo % 100_000 == 0:
             print(f"  {lo + chunk:,} runs written ({time.perf_counter() - started:.0f} s)", flush=True)
-    store.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    store.close()
-    marker.write_text(newest.isoformat() + "\n")
-    return newest, time.perf_counter() - started
+    return newest
 
 
-def sample_ids(db: Path, n: int, seed: int) -> list[str]:
-    conn = sqlite3.connect(db)
+def sample_ids(newest: datetime, n: int, seed: int) -> list[str]:
+    """``n`` run ids of the store ``fill`` wrote (its ids follow from the newest run's time)."""
     rng = random.Random(seed)
-    ids = [conn.execute("SELECT id FROM runs WHERE rowid = ?", (rng.randrange(1, RUNS + 1),)).fetchone()[0] for _ in range(n)]
-    conn.close()
-    return ids
+    first, step = newest - SPAN, SPAN / RUNS
+    return [f"{first + step * i:%Y%m%d-%H%M%S}-{i:06x}" for i in (rng.randrange(RUNS) for _ in range(n))]
 
 
 # -- printing -------------------------------------------------------------------------------------
@@ -141,8 +148,9 @@ import json, sys, time
 from pathlib import Path
 from runner.store import Store
 from runner.store.runs import list_runs, events, children, run_with_id
-db, run_ids, words, samples = Path(sys.argv[1]), sys.argv[2].split(","), sys.argv[3].split(","), int(sys.argv[4])
-store = Store.open(db, migrate=False)
+from runner.store.dialect import PgURL
+target, run_ids, words, samples = sys.argv[1], sys.argv[2].split(","), sys.argv[3].split(","), int(sys.argv[4])
+store = Store.open(PgURL(target) if target.startswith("postgresql") else Path(target), migrate=False)
 cases = {
     "runs list": lambda i: list_runs(store, limit=20),
     "runs list --job": lambda i: list_runs(store, job="job-7", limit=20),
@@ -175,18 +183,27 @@ def cli_argv(name: str, i: int, run_ids: list[str], words: list[str]) -> list[st
         "runs list --status failed": ["runs", "list", "--status", "failed"],
         "runs show": ["runs", "show", run_ids[i % len(run_ids)]],
         "runs search": ["runs", "search", words[i % len(words)]],
+        "jobs list": ["jobs", "list"],
     }[name]
 
 
 FLOOR = "runner --version (start floor)"
-CLI_CASES = (FLOOR, "runs list", "runs list --job", "runs list --status failed", "runs show", "runs search")
-TARGETS = {"runs search": "p95 <= 500 ms", "runner --version (start floor)": "(the floor)"}
+CLI_CASES = (FLOOR, "runs list", "runs list --job", "runs list --status failed", "runs show", "runs search", "jobs list")
+LIVE_BEFORE = (FLOOR, "jobs list")  # main before's measured on the store as it is now (added after before.json)
+TARGETS = {"runs search": "p95 <= 500 ms", FLOOR: "(the floor)", "jobs list": "(each job's newest run)"}
 
 
-def measure_cli(tree: Tree, home: Path, cwd: Path, samples: int, run_ids: list[str], words: list[str]) -> dict[str, dict[str, list[float]]]:
-    env = tree.env(RUNNER_HOME=str(home), RUNNER_JOBS=str(cwd / "jobs.yaml"), HOME=str(cwd))
+def store_env(tree: Tree, home: Path, cwd: Path, url: str | None) -> dict[str, str]:
+    extra = {"RUNNER_DATABASE_URL": url} if url else {}
+    return tree.env(RUNNER_HOME=str(home), RUNNER_JOBS=str(cwd / "jobs.yaml"), HOME=str(cwd), **extra)
+
+
+def measure_cli(
+    tree: Tree, home: Path, cwd: Path, samples: int, run_ids: list[str], words: list[str], url: str | None = None
+) -> dict[str, dict[str, list[float]]]:
+    env = store_env(tree, home, cwd, url)
     res = subprocess.run(
-        [tree.python, "-c", INPROC, str(home / "runner.db"), ",".join(run_ids), ",".join(words), str(samples)],
+        [tree.python, "-c", INPROC, url or str(home / "runner.db"), ",".join(run_ids), ",".join(words), str(samples)],
         env=env, cwd=cwd, capture_output=True, text=True,
     )
     if res.returncode != 0:
@@ -215,10 +232,12 @@ def wall_times(tree: Tree, argv: list[str], cwd: Path, samples: int, vary: Any =
 WEB_CASES = ("/", "/runs?job=job-7", "/runs?status=failed", "/runs/ID")
 
 
-def measure_web(tree: Tree, home: Path, cwd: Path, samples: int, run_ids: list[str]) -> dict[str, list[float]]:
+def measure_web(
+    tree: Tree, home: Path, cwd: Path, samples: int, run_ids: list[str], url: str | None = None
+) -> dict[str, list[float]]:
     import httpx
 
-    env = tree.env(RUNNER_HOME=str(home), RUNNER_JOBS=str(cwd / "jobs.yaml"), HOME=str(cwd))
+    env = store_env(tree, home, cwd, url)
     python = tree.python
     if subprocess.run([python, "-c", "import prometheus_client, markdown_it"], capture_output=True).returncode:
         python = sys.executable  # its checkout on PYTHONPATH comes first: the same code, this venv's web extra
@@ -258,37 +277,59 @@ while not os.path.exists(stop_at):
     conn.execute("BEGIN IMMEDIATE")
     conn.execute("INSERT INTO bench_probe VALUES (1)")
     conn.execute("COMMIT")
-    waits.append((time.perf_counter() - t0) * 1000)
+    waits.append((time.time(), (time.perf_counter() - t0) * 1000))
     time.sleep(0.01)
 print(json.dumps(waits))
 """
 
 
-def serve_fires(db: Path, since: str, until: str) -> list[tuple[str, str, str | None, float | None]]:
+# PostgreSQL: a tiny transaction under the store-wide lock every writer of runner takes there
+PG_PROBE = r"""
+import json, os, sys, time
+import psycopg
+conn = psycopg.connect(sys.argv[1], autocommit=True)
+conn.execute("CREATE TABLE IF NOT EXISTS bench_probe (n BIGINT)")
+waits = []
+while not os.path.exists(sys.argv[2]):
+    t0 = time.perf_counter()
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (int(sys.argv[3]),))
+        conn.execute("INSERT INTO bench_probe VALUES (1)")
+    waits.append((time.time(), (time.perf_counter() - t0) * 1000))
+    time.sleep(0.01)
+print(json.dumps(waits))
+"""
+FIRES = "SELECT slot, created_at, started_at, waited_s FROM runs WHERE job='tick' AND slot >= {p} AND slot <= {p} ORDER BY slot"
+
+
+def serve_fires(db: Path | str, since: str, until: str) -> list[tuple[str, str, str | None, float | None]]:
+    if isinstance(db, str):  # a PostgreSQL URL
+        import psycopg
+
+        with psycopg.connect(db) as pg:
+            return [tuple(r) for r in pg.execute(FIRES.format(p="%s"), (since, until)).fetchall()]  # type: ignore[misc]
     conn = sqlite3.connect(db, timeout=60)
-    rows = conn.execute(
-        "SELECT slot, created_at, started_at, waited_s FROM runs WHERE job='tick' AND slot >= ? AND slot <= ? ORDER BY slot",
-        (since, until),
-    ).fetchall()
+    rows = conn.execute(FIRES.format(p="?"), (since, until)).fetchall()
     conn.close()
     return rows
 
 
-def measure_ops(tree: Tree, home: Path, newest: datetime, scratch: Path) -> dict[str, object]:
-    """On a copy of the store: serve firing every second; db backup, then runs prune of the oldest
-    half with the write probe beside it."""
+def measure_ops(tree: Tree, home: Path, newest: datetime, scratch: Path, url: str | None = None) -> dict[str, object]:
+    """On a copy of the store (PostgreSQL: on the store itself): serve firing every second; db
+    backup (SQLite), then runs prune of the oldest half with the write probe beside it."""
     work = scratch / tree.name.replace(" ", "-")
     shutil.rmtree(work, ignore_errors=True)
     (work / "home").mkdir(parents=True)
     t0 = time.perf_counter()
-    for name in ("runner.db", "runner.db-wal"):
+    for name in ("runner.db", "runner.db-wal") if url is None else ():
         if (home / name).exists():
             shutil.copy(home / name, work / "home" / name)
     copied = time.perf_counter() - t0
     (work / "jobs.yaml").write_text(TICK_JOBS)
     (work / "home" / "config.yaml").write_text("serve: {max_parallel: 4, shutdown_grace: 5}\n")
-    env = tree.env(RUNNER_HOME=str(work / "home"), RUNNER_JOBS=str(work / "jobs.yaml"), HOME=str(work))
-    db = work / "home" / "runner.db"
+    env = store_env(tree, work / "home", work, url)
+    env["RUNNER_JOBS"] = str(work / "jobs.yaml")
+    db: Path | str = url or work / "home" / "runner.db"
     if tree.name == "this tree":  # this tree's migrations first (serve would apply them on start)
         subprocess.run([tree.python, "-m", "runner", "runs", "list", "--limit", "1"], env=env, cwd=work, check=True, capture_output=True)
     out: dict[str, object] = {"copy_s": copied}
@@ -306,24 +347,27 @@ def measure_ops(tree: Tree, home: Path, newest: datetime, scratch: Path) -> dict
     return out
 
 
-def ops(tree: Tree, env: dict[str, str], work: Path, db: Path, newest: datetime, out: dict[str, object]) -> None:
+def ops(tree: Tree, env: dict[str, str], work: Path, db: Path | str, newest: datetime, out: dict[str, object]) -> None:
     time.sleep(8)
     stamp = lambda: datetime.now(UTC).isoformat(timespec="milliseconds")  # noqa: E731
-    # backup
-    b0, t0 = stamp(), time.perf_counter()
-    res = subprocess.run([tree.python, "-m", "runner", "db", "backup", str(work / "backup.db")], env=env, cwd=work, capture_output=True, text=True)
-    out["backup_s"] = time.perf_counter() - t0
-    out["backup_ok"] = res.returncode == 0
-    out["backup_err"] = res.stderr[-300:]
-    time.sleep(2)
-    out["backup_fires"] = serve_fires(db, b0, stamp())
-    (work / "backup.db").unlink(missing_ok=True)
+    if isinstance(db, Path):  # backup (PostgreSQL's is pg_dump)
+        b0, t0 = stamp(), time.perf_counter()
+        res = subprocess.run([tree.python, "-m", "runner", "db", "backup", str(work / "backup.db")], env=env, cwd=work, capture_output=True, text=True)
+        out["backup_s"] = time.perf_counter() - t0
+        out["backup_ok"] = res.returncode == 0
+        out["backup_err"] = res.stderr[-300:]
+        time.sleep(2)
+        out["backup_fires"] = serve_fires(db, b0, stamp())
+        (work / "backup.db").unlink(missing_ok=True)
     # prune with the probe
     hours = int((datetime.now(UTC) - (newest - SPAN / 2)).total_seconds() // 3600)
     flag = work / "probe.stop"
-    probe = subprocess.Popen([sys.executable, "-c", PROBE, str(db), str(flag)], stdout=subprocess.PIPE, text=True)
+    from runner.store.dialect import STORE_LOCK
+
+    probe_argv = ["-c", PROBE, str(db), str(flag)] if isinstance(db, Path) else ["-c", PG_PROBE, db, str(flag), str(STORE_LOCK)]
+    probe = subprocess.Popen([sys.executable, *probe_argv], stdout=subprocess.PIPE, text=True)
     time.sleep(1)
-    p0, t0 = stamp(), time.perf_counter()
+    p0, t0, began = stamp(), time.perf_counter(), time.time()
     res = subprocess.run(
         [tree.python, "-m", "runner", "runs", "prune", "--older-than", f"{hours}h", "--keep-last", "10", "--json"],
         env=env, cwd=work, capture_output=True, text=True,
@@ -331,20 +375,22 @@ def ops(tree: Tree, env: dict[str, str], work: Path, db: Path, newest: datetime,
     out["prune_s"] = time.perf_counter() - t0
     p1 = stamp()
     flag.write_text("")
-    waits = json.loads(probe.communicate(timeout=120)[0])
-    out["probe_waits"] = waits
+    timed = json.loads(probe.communicate(timeout=120)[0])
+    out["probe_waits"] = [w for _, w in timed]
+    out["probe_worst"] = sorted(((w, at - began) for at, w in timed), reverse=True)[:5]  # (ms, s into the prune)
     out["prune_out"] = res.stdout.strip()[-400:] if res.returncode == 0 else f"FAILED: {res.stderr[-400:]}"
     time.sleep(2)
     out["prune_fires"] = serve_fires(db, p0, p1)
 
 
 def show_ops(name: str, ops: dict[str, object]) -> None:
-    b_late = lateness(ops["backup_fires"])[0]  # type: ignore[arg-type]
+    b_late = lateness(ops.get("backup_fires", []))[0]  # type: ignore[arg-type]
     p_late = lateness(ops["prune_fires"])[0]  # type: ignore[arg-type]
     waits: list[float] = ops["probe_waits"]  # type: ignore[assignment]
     print(f"  {name}: (store copied in {ops['copy_s']:.0f} s)")
-    ok = "" if ops["backup_ok"] else f"  FAILED: {ops['backup_err']}"
-    print(f"    db backup of the whole store        {ops['backup_s']:7.1f} s{ok}")
+    if "backup_s" in ops:
+        ok = "" if ops["backup_ok"] else f"  FAILED: {ops['backup_err']}"
+        print(f"    db backup of the whole store        {ops['backup_s']:7.1f} s{ok}")
     if b_late:
         print(f"    serve fires during backup: {len(b_late)}   slot->row p50 {pct(b_late, 50):.0f} p99 {pct(b_late, 99):.0f} ms   target p99 <= 250 ms")
     print(f"    runs prune (oldest 500,000)         {ops['prune_s']:7.1f} s   {ops['prune_out']}")
@@ -357,6 +403,8 @@ def show_ops(name: str, ops: dict[str, object]) -> None:
             f"    write probe ({len(waits)} tiny transactions): wait p50 {pct(waits, 50):.1f} p99 {pct(waits, 99):.1f} "
             f"max {max(waits):.1f} ms   target max <= 100 ms"
         )
+        worst = ", ".join(f"{w:.0f} ms at {at:.0f} s" for w, at in ops["probe_worst"])  # type: ignore[attr-defined]
+        print(f"    longest probe waits (seconds into the prune): {worst}; {sum(w > 100 for w in waits)} over 100 ms")
 
 
 # -- main -------------------------------------------------------------------------------------------
@@ -366,13 +414,17 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=40)
     parser.add_argument("--before-ops", action="store_true", help="also backup+prune with main before (a second copy)")
     parser.add_argument("--fresh-before", action="store_true", help="measure main before again (the store must be unmigrated)")
+    parser.add_argument("--store", choices=("sqlite", "postgresql"), default="sqlite")
     args = parser.parse_args()
     only = set(args.only.split(","))
     os.environ.pop("RUNNER_HOME", None)
+    if args.store == "postgresql":
+        postgresql(only, args.samples)
+        return
     measured = trees()
     here, base = measured[0], (measured[1] if len(measured) > 1 else None)
     home = CACHE / "home"
-    print("a year of a busy fleet: 1,000,000 runs, 20,000,000 events (machine shared, 2 cores)")
+    print(f"a year of a busy fleet: {RUNS:,} runs, {RUNS * EVENTS_PER_RUN:,} events (machine shared, 2 cores)")
     newest, took = build(home, base)
     db = home / "runner.db"
     size = sum(p.stat().st_size for p in home.glob("runner.db*")) / 1e9
@@ -380,7 +432,7 @@ def main() -> None:
     cwd = CACHE / "proj"
     cwd.mkdir(exist_ok=True)
     (cwd / "jobs.yaml").write_text("jobs:\n" + "".join(f"  job-{i}:\n    prompt: hi\n" for i in range(JOBS)))
-    run_ids = sample_ids(db, 50, 1)
+    run_ids = sample_ids(newest, 50, 1)
     words = vocabulary()[200:250]  # middle-frequency words (bench_search's "middle word")
 
     conn = sqlite3.connect(db)
@@ -412,8 +464,12 @@ def main() -> None:
     b_cli: dict[str, dict[str, list[float]]] = before.get("cli", {})  # type: ignore[assignment]
     if only & {"cli", "search"}:
         cli = measure_cli(here, home, cwd, args.samples, run_ids, words)
-        if base is not None and FLOOR not in b_cli.get("wall", {}):  # it reads no store: measured now
-            b_cli = {"wall": {**b_cli.get("wall", {}), FLOOR: wall_times(base, ["--version"], cwd, args.samples)}, "inproc": b_cli.get("inproc", {})}
+        if base is not None:  # what before.json lacks, measured now (the start floor reads no store)
+            env = store_env(base, home, cwd, None)
+            live = {n: wall_times(base, cli_argv(n, 0, run_ids, words), cwd, args.samples, env=env) for n in LIVE_BEFORE if n not in b_cli.get("wall", {})}
+            b_cli = {"wall": {**b_cli.get("wall", {}), **live}, "inproc": b_cli.get("inproc", {})}
+            if "jobs list" in live:
+                print("(main before's `jobs list`: measured now, on the store with this tree's indexes)")
         header(f"CLI, whole process wall ms ({args.samples} samples; in-process query ms below each)")
         for name in CLI_CASES:
             if name == "runs search" and "search" not in only or name != "runs search" and "cli" not in only:
@@ -438,6 +494,52 @@ def main() -> None:
         elif base is not None:
             print("  main before: not measured (pass --before-ops; it takes another copy and prune)")
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def postgresql(only: set[str], samples: int) -> None:
+    """The same figures on PostgreSQL: a server of the benchmark's own (tests/pgserver.py), the
+    store built into it through the same bulk API (not cached: the server goes at the end)."""
+    from runner.store import Store
+    from runner.store.dialect import PgURL
+    from tests import pgserver
+
+    why = pgserver.available()
+    if why:
+        print(f"PostgreSQL: skipped ({why})")
+        return
+    here = trees()[0]
+    print(f"a year of a busy fleet on PostgreSQL: {RUNS:,} runs, {RUNS * EVENTS_PER_RUN:,} events (a server of its own)")
+    server = pgserver.PgServer.start()
+    try:
+        url = server.fresh()
+        started = time.perf_counter()
+        store = Store.open(PgURL(url))
+        newest = fill(store, started)
+        store.close()
+        print(f"store built in {(time.perf_counter() - started) / 60:.1f} min through insert_runs/insert_events")
+        print("main before: not measured on PostgreSQL (the store is built by this tree)")
+        home, cwd = CACHE / "pg-home", CACHE / "pg-proj"
+        for folder in (home / "outputs", home / "logs", cwd):
+            folder.mkdir(parents=True, exist_ok=True)
+        (cwd / "jobs.yaml").write_text("jobs:\n" + "".join(f"  job-{i}:\n    prompt: hi\n" for i in range(JOBS)))
+        run_ids, words = sample_ids(newest, 50, 1), vocabulary()[200:250]
+        if only & {"cli", "search"}:
+            cli = measure_cli(here, home, cwd, samples, run_ids, words, url)
+            header(f"PostgreSQL: CLI, whole process wall ms ({samples} samples; in-process query ms below each)")
+            for name in CLI_CASES:
+                line(name, p50_95(cli["wall"][name]), "-", TARGETS.get(name, "p95 <= 150 ms"))
+                if name in cli["inproc"]:
+                    line("  (in-process query)", p50_95(cli["inproc"][name]), "-", "")
+        if "web" in only:
+            web = measure_web(here, home, cwd, samples, run_ids, url)
+            header(f"PostgreSQL: dashboard (runner web), ms per page ({samples} samples)")
+            for case in WEB_CASES:
+                line(case, p50_95(web[case]), "-", "p95 <= 300 ms")
+        if "ops" in only:
+            print("\nPostgreSQL: prune with runner serve firing an every-1s job on the same database")
+            show_ops("this tree", measure_ops(here, home, newest, CACHE / "scratch", url))
+    finally:
+        server.stop()
 
 
 if __name__ == "__main__":

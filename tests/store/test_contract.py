@@ -327,3 +327,27 @@ def test_run_pages_are_newest_first_by_time_with_keyset_cursors(any_store: Store
     assert [r["id"] for r in back.rows] == ["r6", "r5", "r4"]
     assert [r["id"] for r in runs_page(any_store, RunFilter(job="j0"), before="r6", limit=5).rows] == ["r4", "r2", "r0"]
     assert [r["id"] for r in runs_page(any_store, RunFilter(status="failed")).rows] == ["r6", "r3", "r0"]
+
+
+def test_each_jobs_newest_run(any_store: Store):
+    from runner.store.queries import last_runs
+    from runner.store.runs import RunRecord, insert_runs
+
+    assert last_runs(any_store) == {}
+    stamps = [(T0 + timedelta(minutes=i)).isoformat() for i in range(4)]
+    insert_runs(
+        any_store,
+        [
+            RunRecord("a1", "a", "schedule", "succeeded", stamps[2]),
+            RunRecord("a0", "a", "schedule", "failed", stamps[0]),
+            RunRecord("b0", "b", "schedule", "timed_out", stamps[1]),
+            RunRecord("c0", "c", "schedule", "succeeded", stamps[3]),
+            RunRecord("c1", "c", "schedule", "failed", stamps[3]),  # a tie: the greater id
+        ],
+    )
+    last = last_runs(any_store)
+    assert {job: (r.status, r.created_at) for job, r in last.items()} == {
+        "a": (RunStatus.SUCCEEDED, stamps[2]),
+        "b": (RunStatus.TIMED_OUT, stamps[1]),
+        "c": (RunStatus.FAILED, stamps[3]),
+    }
