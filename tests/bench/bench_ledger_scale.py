@@ -21,7 +21,13 @@ on it first (its figures kept in ``before.json`` there: later runs print those, 
 migrations add indexes to the cached file that main before's queries would then use too); then
 this tree opens it, which applies its migrations.
 
+``--store postgresql``: the same figures (no backup: PostgreSQL's is pg_dump) on a PostgreSQL
+server of the benchmark's own (tests/pgserver.py), the store built into it through the same API
+each time (not cached); main before is not measured there. ``$RUNNER_BENCH_SCALE_RUNS`` makes a
+smaller store (a smoke run).
+
 Run: python tests/bench/bench_ledger_scale.py [--only cli,web,search,ops] [--samples 40]
+     [--before-ops] [--store postgresql]
 """
 
 from __future__ import annotations
@@ -393,7 +399,7 @@ def show_ops(name: str, ops: dict[str, object]) -> None:
         print(f"    db backup of the whole store        {ops['backup_s']:7.1f} s{ok}")
     if b_late:
         print(f"    serve fires during backup: {len(b_late)}   slot->row p50 {pct(b_late, 50):.0f} p99 {pct(b_late, 99):.0f} ms   target p99 <= 250 ms")
-    print(f"    runs prune (oldest 500,000)         {ops['prune_s']:7.1f} s   {ops['prune_out']}")
+    print(f"    runs prune (oldest {RUNS // 2:,})         {ops['prune_s']:7.1f} s   {ops['prune_out']}")
     if p_late:
         print(f"    serve fires during prune: {len(p_late)}   slot->row p50 {pct(p_late, 50):.0f} p99 {pct(p_late, 99):.0f} ms   target p99 <= 250 ms")
     else:
