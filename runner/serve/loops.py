@@ -21,7 +21,7 @@ from runner.serve.host import COMMIT_CHECK_S, ServeHost, Ticker, TickerFactory
 from runner.skills.curator import run_pass
 from runner.skills.idle import CuratorTicker
 from runner.store import Store, ledger, queries
-from runner.store.retention import Policy, Pruner, old_logs
+from runner.store.retention import PAUSE_S, Policy, Pruner, old_logs
 
 if TYPE_CHECKING:
     from runner.kanban.dispatch import Capacity
@@ -155,13 +155,12 @@ class CuratorLoop:
 
 class RetentionLoop:
     """config.yaml's ``retention:`` applied every ``retention.every`` (daily), first at start: a
-    thread with its own connection prunes in batches of ``retention.batch`` runs, one short
-    transaction each with a pause between them, so serve's own writes (a fire's ledger row) wait at
+    thread with its own connection prunes in batches of at most ``retention.batch`` runs, one
+    short transaction each (sized to ~25 ms by the ``Pruner``) with a pause between them, so serve's own writes (a fire's ledger row) wait at
     most one batch and fires stay on time. Does nothing when no ``runs_older_than`` /
     ``logs_older_than`` is configured."""
 
     name = "retention"
-    PAUSE_S = 0.02  # between batches: serve's writes get the lock
     VACUUM_PAGES = 500  # pages given back per step (a step holds the write lock ~25 ms)
 
     def __init__(self, host: ServeHost):
@@ -196,9 +195,9 @@ class RetentionLoop:
             policy = Policy(conf.runs_older_than, conf.keep_last, conf.outputs, conf.transcripts)
             pruner = Pruner(store, home, policy, now, batch=conf.batch)
             while not self._stop.is_set() and pruner.step():
-                self._stop.wait(self.PAUSE_S)
+                self._stop.wait(PAUSE_S)
             while not self._stop.is_set() and pruner.vacuum_step(self.VACUUM_PAGES):
-                self._stop.wait(self.PAUSE_S)
+                self._stop.wait(PAUSE_S)
             result = pruner.result()
             if result.runs:
                 self._forget_checkpoints(store)

@@ -3,9 +3,10 @@ run's detail, approvals, charts) and ``/metrics``: reads only (a run's own rows 
 every write the ledger's). Each text is the same on SQLite and PostgreSQL (``julianday`` is a
 function of runner's schema there).
 
-Run lists page by ``rowid`` (insertion order, newest first; PostgreSQL: ``(created_at, id)``) with
-the last shown run's id as the cursor, never ``OFFSET``, so page 1,000 of 100,000 runs costs what
-page 1 costs."""
+Run lists page by ``(created_at, id)``, newest first, with the last shown run's id as the cursor,
+never ``OFFSET``; every filter of a listing (none, a job, a status) has an index in that order
+(migration m0030), so page 1,000 of a million runs costs what page 1 costs, and a page stops
+after its rows."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
 
-from runner.config.database import Dialect
 from runner.events import STEP_KINDS, Recorded
 from runner.statuses import ACTIVE, ApprovalState, RunStatus
 from runner.store import Store
@@ -32,12 +32,16 @@ class LastRun:
 
 
 def last_runs(store: Store) -> dict[str, LastRun]:
-    """Each job's newest run."""
+    """Each job's newest run: the jobs found by skipping through ``runs_job_recent`` (a seek per
+    job, the PostgreSQL wiki's loose index scan), then each one's newest run by a seek, so a
+    million runs cost what a hundred cost."""
     return {
         r["job"]: LastRun(RunStatus(r["status"]), r["created_at"], bool(r["delivery_failed"]))
         for r in store.query(
-            "SELECT job, status, created_at, delivery_failed FROM runs r WHERE created_at = "
-            "(SELECT MAX(created_at) FROM runs WHERE job = r.job)"
+            "WITH RECURSIVE jobs(job) AS (SELECT MIN(job) FROM runs UNION ALL "
+            "SELECT (SELECT MIN(job) FROM runs WHERE job > jobs.job) FROM jobs WHERE jobs.job IS NOT NULL) "
+            "SELECT r.job, r.status, r.created_at, r.delivery_failed FROM jobs JOIN runs r ON r.id = "
+            "(SELECT id FROM runs WHERE job = jobs.job ORDER BY created_at DESC, id DESC LIMIT 1)"
         )
     }
 
@@ -184,6 +188,9 @@ RUN_COLUMNS = (
     "id, job, trigger, status, reason, created_at, started_at, ended_at, iterations, prompt_tokens, "
     "completion_tokens, cost_usd, parent_run_id, delivery_failed, waited_s"
 )
+#: what run pages are ordered and cut by (``created_at`` is written when the row is: insertion
+#: order), on both dialects: the indexes of m0030 hold runs in this order per job and status
+PAGE_KEY = "(created_at, id)"
 MAX_EVENTS = 5000  # of one run's timeline on its page; `runner runs show` has them all
 
 
@@ -228,16 +235,15 @@ def runs_page(
 ) -> RunsPage:
     where, params = flt.where()
     order = "DESC"
-    key = _page_key(store)
     if before:
-        where.append(f"{key} < (SELECT {key} FROM runs WHERE id = ?)")
+        where.append(f"{PAGE_KEY} < (SELECT {PAGE_KEY.strip('()')} FROM runs WHERE id = ?)")
         params.append(before)
     elif after:
-        where.append(f"{key} > (SELECT {key} FROM runs WHERE id = ?)")
+        where.append(f"{PAGE_KEY} > (SELECT {PAGE_KEY.strip('()')} FROM runs WHERE id = ?)")
         params.append(after)
         order = "ASC"
     clause = f"WHERE {' AND '.join(where)}" if where else ""
-    by = ", ".join(f"{part} {order}" for part in key.strip("()").split(", "))
+    by = ", ".join(f"{part} {order}" for part in PAGE_KEY.strip("()").split(", "))
     rows = store.query(f"SELECT {RUN_COLUMNS} FROM runs {clause} ORDER BY {by} LIMIT ?", (*params, limit + 1))
     more = len(rows) > limit
     rows = rows[:limit]
@@ -249,12 +255,6 @@ def runs_page(
         older = rows[-1]["id"] if more and rows else None
         newer = rows[0]["id"] if (before and rows) else None
     return RunsPage(rows=rows, older=older, newer=newer)
-
-
-def _page_key(store: Store) -> str:
-    """What run pages are ordered and cut by: SQLite's ``rowid`` (insertion order); PostgreSQL has
-    no rowid: the insert time, then the id (``created_at`` is written when the row is)."""
-    return "rowid" if store.dialect is Dialect.SQLITE else "(created_at, id)"
 
 
 def duration_s(row: dict[str, Any]) -> float | None:

@@ -3,7 +3,12 @@ CASCADE``), their output files and transcripts leave RUNNER_HOME, and the space 
 file system (``PRAGMA incremental_vacuum``).
 
 ``Pruner`` is the one implementation: `runner runs prune` drives it to the end at once, serve's
-``RetentionTicker`` (runner/serve/loops.py) one small batch at a time, so fires stay on time.
+``RetentionLoop`` (runner/serve/loops.py) one small batch at a time, so fires stay on time. A
+batch is sized by time, not only by count: a run's events, search-index texts and audit go with
+it, so 500 runs can hold the write lock for a second on a big ledger. Each transaction aims at
+``BATCH_SECONDS`` (the next batch grows or shrinks to fit, up to ``batch`` runs), and a pause of
+``PAUSE_S`` follows each, so another writer (serve's fire, a worker's event) waits one short
+transaction at most, whatever the ledger's size.
 The candidates are chosen once (a run older than the cut-off and not among the newest
 ``keep_last`` of its job); every batch's ``DELETE`` checks again that a run is safe to remove
 (``SAFE``), so a run that became referenced meanwhile is kept.
@@ -13,7 +18,9 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -25,6 +32,13 @@ from runner.store.dialect import Dialect
 FINISHED_TASKS = (TaskStatus.DONE, TaskStatus.FAILED, TaskStatus.ARCHIVED)
 _LIVE = ", ".join(f"'{s}'" for s in sorted(ACTIVE))  # queued, running, waiting
 VACUUM_PAGES = 2000  # pages given back per incremental_vacuum step (8 MB at 4 KiB pages)
+BATCH_SECONDS = 0.025  # what one batch's transaction aims to hold the write lock for
+FIRST_BATCH = 20  # runs in the first batch; the next ones are sized by how long it took
+#: between two transactions: longer than SQLite's busy handler sleeps between its tries while a
+#: writer has waited less than ~80 ms (1, 2, 5, 10, 15, 20, 25 ms), so a writer that meets a batch
+#: (a fire, a worker's event) gets the lock at its next try after it, not the batch after that
+PAUSE_S = 0.05
+VACUUM_STEP_MOST = 1000  # pages per incremental_vacuum step of run(): ~65 ms at worst
 FULL_VACUUM_BYTES = 64 * 1024 * 1024  # live data up to this: one VACUUM instead of incremental steps
 
 #: a run may go only if nothing live still needs it: not queued/running/waiting, no open budget
@@ -73,14 +87,19 @@ class PruneResult:
 
 @dataclass
 class Pruner:
-    """Prunes ``store`` by ``policy``, ``batch`` runs per transaction. ``step()`` does one batch
-    and says whether more is left; ``vacuum_step()`` gives back up to ``VACUUM_PAGES`` pages."""
+    """Prunes ``store`` by ``policy``, at most ``batch`` runs per transaction, each aiming at
+    ``budget_s`` seconds (see the module doc). ``step()`` does one batch and says whether more is
+    left; ``vacuum_step()`` gives back up to ``VACUUM_PAGES`` pages; ``last_s``: how long the last
+    transaction held the write lock."""
 
     store: Store
     home: Path
     policy: Policy
     now: datetime
     batch: int = 500
+    budget_s: float = BATCH_SECONDS
+    last_s: float = field(default=0.0, init=False)
+    _size: int = field(default=0, init=False)
     _ids: list[str] = field(default_factory=list, init=False, repr=False)
     _pos: int = field(default=0, init=False)
     _counts: dict[str, int] = field(default_factory=lambda: dict(runs=0, events=0, approvals=0, files=0, fbytes=0))
@@ -95,15 +114,17 @@ class Pruner:
 
     def step(self) -> bool:
         """Delete the next batch of candidates (re-checked against ``SAFE``); True while more are left."""
-        ids = self._ids[self._pos : self._pos + self.batch]
+        size = self._size or min(self.batch, FIRST_BATCH)
+        ids = self._ids[self._pos : self._pos + size]
         self._pos += len(ids)
         if ids:
             self._delete(ids)
+            self._size = fit(size, self.last_s, self.budget_s, self.batch)
         return self._pos < len(self._ids)
 
     def _delete(self, ids: list[str]) -> None:
         marks = ", ".join("?" for _ in ids)
-        with self.store.transaction() as conn:
+        with self._timed() as conn:
             rows = conn.execute(
                 f"SELECT id, output_path FROM runs WHERE id IN ({marks}) AND {_safe(self.store)}", ids
             ).fetchall()
@@ -122,6 +143,14 @@ class Pruner:
         for path in run_files(self.home, self.policy, [(r["id"], r["output_path"]) for r in rows]):
             self._remove(path)
 
+    @contextmanager
+    def _timed(self) -> Iterator[sqlite3.Connection]:
+        """The store's transaction, its time from the lock taken to the commit kept in ``last_s``."""
+        with self.store.transaction() as conn:
+            started = time.monotonic()
+            yield conn
+        self.last_s = time.monotonic() - started
+
     def _remove(self, path: Path) -> None:
         try:
             size = path.stat().st_size
@@ -136,8 +165,10 @@ class Pruner:
         if self.store.dialect is Dialect.POSTGRESQL:
             return False  # the server's autovacuum returns space
         with self.store.guard():
+            started = time.monotonic()
             # executescript steps the pragma to its end (execute() steps once: one page per call)
             self.store.conn.executescript(f"PRAGMA incremental_vacuum({int(pages)});")
+            self.last_s = time.monotonic() - started
             left = self.store.conn.execute("PRAGMA freelist_count").fetchone()[0]
         return bool(left) and _auto_vacuum(self.store) == 2
 
@@ -156,15 +187,23 @@ class Pruner:
             with self.store.guard():
                 self.store.conn.execute("VACUUM")
             return
-        while self.vacuum_step():
-            pass
+        pages = min(VACUUM_PAGES, 200)
+        while self.vacuum_step(pages):
+            # at most VACUUM_STEP_MOST pages: a step's time per page varies 3x (measured on a 7 GB
+            # ledger: ~20 us median, ~65 us at worst), so a step sized to the budget can overshoot
+            pages = fit(pages, self.last_s, self.budget_s, VACUUM_STEP_MOST)
+            time.sleep(PAUSE_S)
 
     def run(self) -> PruneResult:
-        """Everything at once (the CLI): every batch, then the vacuum."""
+        """Everything at once (the CLI): every batch, then the vacuum, with ``PAUSE_S`` between
+        two transactions, so other writers meet the lock free between them."""
         while self.step():
-            pass
+            time.sleep(PAUSE_S)
         self.vacuum()
         with self.store.guard():  # in WAL mode the file shrinks at a checkpoint
+            # PASSIVE first, beside other writers; TRUNCATE (which holds them off while it copies)
+            # then finds little or nothing left to copy
+            self.store.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
             self.store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         return self.result()
 
@@ -172,6 +211,16 @@ class Pruner:
         c = self._counts
         freed = max(0, self._size_before - _db_bytes(self.store)) + c["fbytes"]
         return PruneResult(c["runs"], c["events"], c["approvals"], c["files"], freed, dry_run=False)
+
+
+def fit(size: int, took: float, budget: float, most: int) -> int:
+    """The next batch's size after one of ``size`` took ``took`` seconds: scaled down to fit
+    ``budget`` when over it, doubled when under half of it, at least 1 and at most ``most``."""
+    if took > budget:
+        size = int(size * budget / took * 0.8)
+    elif took < budget / 2:
+        size *= 2
+    return max(1, min(most, size))
 
 
 def candidates(store: Store, policy: Policy, now: datetime) -> list[str]:

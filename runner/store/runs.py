@@ -6,8 +6,10 @@ Every change of a run's status is runner/store/ledger.py's.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from itertools import islice
+from typing import Any, NamedTuple
 
 from runner.clock import iso, utcnow
 from runner.events import Emit, Event, Payload, Recorded, decode, encode
@@ -117,3 +119,66 @@ class Recorder:
                 self.store.execute(INSERT_EVENT, row)
         if self.listener is not None:
             self.listener(kind, decode(kind, clean)[1])
+
+
+# -- bulk import -------------------------------------------------------------------------------
+class RunRecord(NamedTuple):
+    """A finished run as ``insert_runs`` writes it (a tuple: a million of them stay cheap)."""
+
+    id: str
+    job: str
+    trigger: str
+    status: str
+    created_at: str
+    started_at: str | None = None
+    ended_at: str | None = None
+    model: str | None = None
+    iterations: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    reason: str | None = None
+    error: str | None = None
+    parent_run_id: str | None = None
+    output_path: str | None = None
+
+
+class EventRecord(NamedTuple):
+    """One ``run_events`` row as ``insert_events`` writes it: ``payload`` is JSON text, redacted
+    by the caller (the ``Recorder`` redacts live events; an import brings them redacted)."""
+
+    run_id: str
+    seq: int
+    ts: str
+    kind: str
+    payload: str
+
+
+INSERT_RUN = f"INSERT INTO runs ({', '.join(RunRecord._fields)}) VALUES ({', '.join('?' for _ in RunRecord._fields)})"
+BULK_BATCH = 20_000  # rows per transaction: short write locks while serve runs beside an import
+
+
+def insert_runs(store: Store, runs: Iterable[RunRecord], *, batch: int = BULK_BATCH) -> int:
+    """Write finished runs in bulk (a ledger imported or made for a benchmark), ``batch`` rows per
+    transaction; returns how many. Runs go in before their events (``insert_events``)."""
+    return _bulk(store, INSERT_RUN, runs, batch)
+
+
+def insert_events(store: Store, rows: Iterable[EventRecord], *, batch: int = BULK_BATCH) -> int:
+    """Write events of runs already in the ledger in bulk, ``batch`` rows per transaction (the
+    search index's triggers index them as they go); returns how many."""
+    return _bulk(store, INSERT_EVENT, rows, batch)
+
+
+def _bulk(store: Store, sql: str, rows: Iterable[tuple[Any, ...]], batch: int) -> int:
+    total = 0
+    for chunk in _chunks(iter(rows), batch):
+        with store.transaction() as conn:
+            conn.executemany(sql, chunk)
+        total += len(chunk)
+    return total
+
+
+def _chunks(rows: Iterator[tuple[Any, ...]], size: int) -> Iterator[list[tuple[Any, ...]]]:
+    while chunk := list(islice(rows, size)):
+        yield chunk

@@ -131,9 +131,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start(args: list[str], env: dict[str, str], cwd: Path, port: int | None) -> subprocess.Popen[bytes]:
+def start(
+    args: list[str], env: dict[str, str], cwd: Path, port: int | None, python: str = sys.executable
+) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runner", *args], env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        [python, "-m", "runner", *args], env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     deadline = time.time() + 60
     while port is not None and time.time() < deadline:

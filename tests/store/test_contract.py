@@ -289,3 +289,65 @@ def test_what_runs_show_reads(any_store: Store, tmp_path: Path):
     assert [c["id"] for c in children(any_store, parent)] == [child]
     row = any_store.one("SELECT COUNT(*) AS n, SUM(iterations) AS total FROM runs")
     assert row == {"n": 2, "total": 0} and isinstance(row["total"], int)
+
+
+def test_bulk_insert_writes_runs_and_events_in_batches_and_indexes_them(any_store: Store):
+    from runner.store.runs import EventRecord, RunRecord, children, insert_events, insert_runs
+
+    stamps = [(T0 + timedelta(minutes=i)).isoformat() for i in range(5)]
+    runs = [RunRecord(f"r{i}", f"job-{i % 2}", "schedule", "succeeded", stamps[i], stamps[i], stamps[i]) for i in range(5)]
+    runs.append(RunRecord("kid", "job-0", "delegate", "failed", stamps[4], error="boom", parent_run_id="r4"))
+    assert insert_runs(any_store, iter(runs), batch=2) == 6
+    payload = '{"id": "c1", "name": "shell", "result": "the nightly rsync finished", "chars": 26, "truncated": false, "seconds": 0.1}'
+    rows = (EventRecord(r.id, seq, r.created_at, "tool_result", payload) for r in runs[:5] for seq in (1, 2))
+    assert insert_events(any_store, rows, batch=3) == 10
+    assert [r["id"] for r in list_runs(any_store, job="job-0")] == ["r4", "kid", "r2", "r0"]  # a tie: id DESC
+    assert [r["id"] for r in list_runs(any_store, status="failed")] == ["kid"]
+    assert [c["id"] for c in children(any_store, "r4")] == ["kid"]
+    assert [e.seq for e in events(any_store, "r3")] == [1, 2]
+    assert {h.run_id for h in search(any_store, Search("rsync", limit=10))} == {f"r{i}" for i in range(5)}
+    with pytest.raises(sqlite3.IntegrityError):  # a batch is one transaction: all of it or none
+        insert_runs(any_store, [RunRecord("r9", "job-0", "schedule", "succeeded", stamps[0]), runs[0]])
+    assert get_run(any_store, "r9") is None
+
+
+def test_run_pages_are_newest_first_by_time_with_keyset_cursors(any_store: Store):
+    from runner.store.queries import RunFilter, runs_page
+    from runner.store.runs import RunRecord, insert_runs
+
+    stamps = [(T0 + timedelta(minutes=i)).isoformat() for i in range(7)]
+    # written out of time order: a page follows created_at (then id), not the order of the writes
+    order = [3, 0, 6, 1, 5, 2, 4]
+    insert_runs(any_store, [RunRecord(f"r{i}", f"j{i % 2}", "schedule", "failed" if i % 3 == 0 else "succeeded", stamps[i]) for i in order])
+    first = runs_page(any_store, RunFilter(), limit=3)
+    assert [r["id"] for r in first.rows] == ["r6", "r5", "r4"] and first.older == "r4" and first.newer is None
+    second = runs_page(any_store, RunFilter(), before=first.older, limit=3)
+    assert [r["id"] for r in second.rows] == ["r3", "r2", "r1"] and second.newer == "r3"
+    back = runs_page(any_store, RunFilter(), after=second.newer, limit=3)
+    assert [r["id"] for r in back.rows] == ["r6", "r5", "r4"]
+    assert [r["id"] for r in runs_page(any_store, RunFilter(job="j0"), before="r6", limit=5).rows] == ["r4", "r2", "r0"]
+    assert [r["id"] for r in runs_page(any_store, RunFilter(status="failed")).rows] == ["r6", "r3", "r0"]
+
+
+def test_each_jobs_newest_run(any_store: Store):
+    from runner.store.queries import last_runs
+    from runner.store.runs import RunRecord, insert_runs
+
+    assert last_runs(any_store) == {}
+    stamps = [(T0 + timedelta(minutes=i)).isoformat() for i in range(4)]
+    insert_runs(
+        any_store,
+        [
+            RunRecord("a1", "a", "schedule", "succeeded", stamps[2]),
+            RunRecord("a0", "a", "schedule", "failed", stamps[0]),
+            RunRecord("b0", "b", "schedule", "timed_out", stamps[1]),
+            RunRecord("c0", "c", "schedule", "succeeded", stamps[3]),
+            RunRecord("c1", "c", "schedule", "failed", stamps[3]),  # a tie: the greater id
+        ],
+    )
+    last = last_runs(any_store)
+    assert {job: (r.status, r.created_at) for job, r in last.items()} == {
+        "a": (RunStatus.SUCCEEDED, stamps[2]),
+        "b": (RunStatus.TIMED_OUT, stamps[1]),
+        "c": (RunStatus.FAILED, stamps[3]),
+    }

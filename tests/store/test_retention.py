@@ -184,3 +184,13 @@ def test_old_kanban_logs_of_finished_tasks_go(project, ledger):
     assert res.returncode == 0, res.stderr
     assert sorted(Path(p).name for p in json.loads(res.stdout)["logs"]) == ["1.log", "3.log"]
     assert sorted(p.name for p in logs.iterdir()) == ["2.log", "4.log"]
+
+
+def test_batches_are_sized_to_the_time_budget():
+    from runner.store.retention import fit
+
+    assert fit(20, 0.005, 0.04, 2000) == 40  # well under: double
+    assert fit(1600, 0.01, 0.04, 2000) == 2000  # never past the most
+    assert fit(400, 0.2, 0.04, 2000) == 64  # over: scaled to fit, with a margin
+    assert fit(3, 5.0, 0.04, 2000) == 1  # never below one run
+    assert fit(100, 0.03, 0.04, 2000) == 100  # near the budget: kept
