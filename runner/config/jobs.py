@@ -346,17 +346,15 @@ class JobSpec(Strict):
         return backend.model_copy(update={"workdir": workdir})
 
 
-_SHARED: dict[str, Any] = {}  # field name -> the default value every job that leaves the field out holds
-
-
-def _share_defaults(spec: JobSpec) -> JobSpec:
-    """Every field the job leaves out holds one shared default value instead of a copy of its own
-    (the sub-models and lists of ~45 unset fields: ~4 KB a job, 40 MB for serve with 10,000 jobs).
-    The models are frozen and nothing mutates a job's lists, so sharing is safe."""
+def _share_defaults(spec: JobSpec, shared: dict[str, Any]) -> JobSpec:
+    """Every field the job leaves out holds one default value shared by the jobs of one file
+    (``shared``: field name -> that value) instead of a copy of its own (the sub-models and lists of
+    ~45 unset fields: ~4 KB a job, 40 MB for serve with 10,000 jobs). The models are frozen and
+    nothing mutates a job's lists, so sharing is safe."""
     values, given = spec.__dict__, spec.model_fields_set
     for name in JobSpec.model_fields:
         if name not in given:
-            values[name] = _SHARED.setdefault(name, values[name])
+            values[name] = shared.setdefault(name, values[name])
     return spec
 
 
@@ -418,6 +416,7 @@ def load_jobs(
     jobs: dict[str, Job] = {}
     names = [str(n) for n in raw_jobs]
     base_dir = path.parent.resolve()  # one Path shared by every job
+    shared: dict[str, Any] = {}  # the default values the jobs of this file share
     for name, body in raw_jobs.items():
         name = str(name)
         prefix = f"{path}: job {name}: "
@@ -430,7 +429,7 @@ def load_jobs(
             problems.append(f"{prefix}expected a mapping of job keys")
             continue
         try:
-            spec = _share_defaults(JobSpec(**_merge(defaults, body)))
+            spec = _share_defaults(JobSpec(**_merge(defaults, body)), shared)
         except ValidationError as exc:
             problems.extend(_errors(prefix, exc))
             continue
