@@ -219,7 +219,7 @@ class RetentionConfig(Strict):
     transcripts: bool = True  # and its transcript (RUNNER_HOME/logs/runs/RUN.json)
     logs_older_than: Duration | None = None  # kanban attempt logs of finished tasks (RUNNER_HOME/logs/kanban)
     every: Duration = Field(86400.0, gt=0)  # how often serve applies it
-    batch: int = Field(200, ge=1, le=10000)  # the most runs deleted per transaction by serve (the CLI: 2,000); each sized to ~25 ms below it
+    batch: int = Field(200, ge=1, le=10000)  # the most runs deleted per transaction by serve (the CLI: 2,000); one stops sooner at ~25 ms
 
 
 class WebConfig(Strict):

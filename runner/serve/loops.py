@@ -161,7 +161,6 @@ class RetentionLoop:
     ``logs_older_than`` is configured."""
 
     name = "retention"
-    VACUUM_PAGES = 500  # pages given back per step (a step holds the write lock ~25 ms)
 
     def __init__(self, host: ServeHost):
         self.host = host
@@ -194,20 +193,19 @@ class RetentionLoop:
                 return
             policy = Policy(conf.runs_older_than, conf.keep_last, conf.outputs, conf.transcripts)
             pruner = Pruner(store, home, policy, now, batch=conf.batch)
-            while not self._stop.is_set() and pruner.step():
-                self._stop.wait(PAUSE_S)
-            while not self._stop.is_set() and pruner.vacuum_step(self.VACUUM_PAGES):
+            while not self._stop.is_set() and pruner.step():  # a batch, or the space it freed given back
                 self._stop.wait(PAUSE_S)
             result = pruner.result()
             if result.runs:
                 self._forget_checkpoints(store)
             if result.runs or logs:
                 self.host.log.info(
-                    "retention: removed %d runs (%d events), %d files, %d kanban logs",
+                    "retention: removed %d runs (%d events), %d files, %d kanban logs; longest write lock %.0f ms",
                     result.runs,
                     result.events,
                     result.files,
                     len(logs),
+                    result.longest_hold_ms,
                 )
         except sqlite3.Error as exc:
             self.host.log.warning("retention pass failed (tried again next time): %s", exc)

@@ -1,16 +1,24 @@
-"""Retention: old runs leave the ledger (with their events and approval audit, by ``ON DELETE
-CASCADE``), their output files and transcripts leave RUNNER_HOME, and the space goes back to the
-file system (``PRAGMA incremental_vacuum``).
+"""Retention: old runs leave the ledger (with their events and approval audit), their output files
+and transcripts leave RUNNER_HOME, and the space goes back to the file system (``PRAGMA
+incremental_vacuum``).
 
 ``Pruner`` is the one implementation: `runner runs prune` drives it to the end at once, serve's
-``RetentionLoop`` (runner/serve/loops.py) one small batch at a time, so fires stay on time. A
-batch is sized by time, not only by count: a run's events, search-index texts and audit go with
-it, so 500 runs can hold the write lock for a second on a big ledger. Each transaction aims at
-``BATCH_SECONDS`` (the next batch grows or shrinks to fit, up to ``batch`` runs), and a pause of
-``PAUSE_S`` follows each, so another writer (serve's fire, a worker's event) waits one short
-transaction at most, whatever the ledger's size.
+``RetentionLoop`` (runner/serve/loops.py) one step at a time, so fires stay on time. A step is one
+transaction that stops once it has held the write lock for ``BATCH_SECONDS``: runs are deleted
+one at a time (their events, search-index texts and audit with them: what a run costs varies with
+the ledger's size and layout, so no batch size fits every ledger), free pages given back one at a
+time. A pause of ``PAUSE_S`` follows each step, so another writer (serve's fire, a worker's event)
+waits one short transaction at most, whatever the ledger's size.
+
+The space a step frees goes back before the next run is deleted: SQLite finds each free page it
+gives back by walking the whole free list, so with the half million pages a big prune frees on
+the list a page can cost a millisecond (measured on a 7 GB ledger), where a list of one step's
+pages costs nothing to walk. The pruner's connection checkpoints the WAL itself between its
+transactions (its automatic checkpoint, which runs inside the COMMIT that crosses 1,000 pages, is
+off meanwhile), so a step's time is its hold of the lock.
+
 The candidates are chosen once (a run older than the cut-off and not among the newest
-``keep_last`` of its job); every batch's ``DELETE`` checks again that a run is safe to remove
+``keep_last`` of its job); each run's ``DELETE`` checks again that it is safe to remove
 (``SAFE``), so a run that became referenced meanwhile is kept.
 """
 
@@ -19,7 +27,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -31,15 +39,11 @@ from runner.store.dialect import Dialect
 
 FINISHED_TASKS = (TaskStatus.DONE, TaskStatus.FAILED, TaskStatus.ARCHIVED)
 _LIVE = ", ".join(f"'{s}'" for s in sorted(ACTIVE))  # queued, running, waiting
-VACUUM_PAGES = 2000  # pages given back per incremental_vacuum step (8 MB at 4 KiB pages)
-BATCH_SECONDS = 0.025  # what one batch's transaction aims to hold the write lock for
-FIRST_BATCH = 20  # runs in the first batch; the next ones are sized by how long it took
+BATCH_SECONDS = 0.025  # how long one step's transaction holds the write lock (one run or page more at most)
 #: between two transactions: longer than SQLite's busy handler sleeps between its tries while a
 #: writer has waited less than ~80 ms (1, 2, 5, 10, 15, 20, 25 ms), so a writer that meets a batch
 #: (a fire, a worker's event) gets the lock at its next try after it, not the batch after that
 PAUSE_S = 0.05
-VACUUM_STEP_MOST = 1000  # pages per incremental_vacuum step of run(): ~65 ms at worst
-FULL_VACUUM_BYTES = 64 * 1024 * 1024  # live data up to this: one VACUUM instead of incremental steps
 
 #: a run may go only if nothing live still needs it: not queued/running/waiting, no open budget
 #: reservation, no pending approval, no unfinished kanban task, no active child run
@@ -83,14 +87,15 @@ class PruneResult:
     dry_run: bool
     oldest: str | None = None
     newest: str | None = None
+    longest_hold_ms: float = 0.0  # the longest a transaction of the prune held the write lock
 
 
 @dataclass
 class Pruner:
-    """Prunes ``store`` by ``policy``, at most ``batch`` runs per transaction, each aiming at
-    ``budget_s`` seconds (see the module doc). ``step()`` does one batch and says whether more is
-    left; ``vacuum_step()`` gives back up to ``VACUUM_PAGES`` pages; ``last_s``: how long the last
-    transaction held the write lock."""
+    """Prunes ``store`` by ``policy``, one transaction per ``step()`` that stops once it has held the
+    write lock for ``budget_s`` (see the module doc): free pages given back while the last step left
+    some, else runs deleted, at most ``batch``. ``last_s``: how long the last transaction held the
+    write lock; ``longest_s``: the longest any did."""
 
     store: Store
     home: Path
@@ -99,7 +104,7 @@ class Pruner:
     batch: int = 500
     budget_s: float = BATCH_SECONDS
     last_s: float = field(default=0.0, init=False)
-    _size: int = field(default=0, init=False)
+    longest_s: float = field(default=0.0, init=False)
     _ids: list[str] = field(default_factory=list, init=False, repr=False)
     _pos: int = field(default=0, init=False)
     _counts: dict[str, int] = field(default_factory=lambda: dict(runs=0, events=0, approvals=0, files=0, fbytes=0))
@@ -107,49 +112,73 @@ class Pruner:
     def __post_init__(self) -> None:
         self._ids = candidates(self.store, self.policy, self.now)
         self._size_before = _db_bytes(self.store)
+        self._sqlite = self.store.dialect is Dialect.SQLITE
+        self._shrinks = self._sqlite and _auto_vacuum(self.store) == 2
+        self._safe = f"SELECT output_path FROM runs WHERE id = ? AND {_safe(self.store)}"
+        if self._sqlite:  # checkpoints between the transactions, by step() (module doc)
+            with self.store.guard():
+                self._autocheckpoint = int(self.store.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
+                self.store.conn.execute("PRAGMA wal_autocheckpoint=0")
 
     @property
     def pending(self) -> int:
         return len(self._ids) - self._pos
 
     def step(self) -> bool:
-        """Delete the next batch of candidates (re-checked against ``SAFE``); True while more are left."""
-        size = self._size or min(self.batch, FIRST_BATCH)
-        ids = self._ids[self._pos : self._pos + size]
-        self._pos += len(ids)
-        if ids:
-            self._delete(ids)
-            self._size = fit(size, self.last_s, self.budget_s, self.batch)
-        return self._pos < len(self._ids)
+        """One transaction: give back free pages while the last step left some, else delete
+        candidates (each re-checked against ``SAFE``). True while work is left."""
+        free = self._free()
+        if free:
+            self._give_back(free)
+        elif self.pending:
+            self._delete()
+        if self._sqlite:
+            with self.store.guard():  # PASSIVE: beside other writers, never holding them off
+                self.store.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        more = bool(self.pending) or bool(self._free())
+        if not more:
+            self._finish()
+        return more
 
-    def _delete(self, ids: list[str]) -> None:
-        marks = ", ".join("?" for _ in ids)
-        with self._timed() as conn:
-            rows = conn.execute(
-                f"SELECT id, output_path FROM runs WHERE id IN ({marks}) AND {_safe(self.store)}", ids
-            ).fetchall()
-            gone = [r["id"] for r in rows]
-            if not gone:
-                return
-            gmarks = ", ".join("?" for _ in gone)
-            # the children first, explicitly (counted as they go; the cascade then finds nothing)
-            self._counts["events"] += conn.execute(f"DELETE FROM run_events WHERE run_id IN ({gmarks})", gone).rowcount
-            self._counts["approvals"] += conn.execute(
-                f"DELETE FROM approvals WHERE run_id IN ({gmarks})", gone
-            ).rowcount
-            conn.execute(f"DELETE FROM budget_runs WHERE run_id IN ({gmarks}) AND state = 'settled'", gone)
-            conn.execute(f"DELETE FROM runs WHERE id IN ({gmarks})", gone)
+    def _delete(self) -> None:
+        """Candidates one by one until the budget is spent or ``batch`` went (at least one); then their files."""
+        gone: list[tuple[str, str | None]] = []
+        with self._timed() as (conn, spent):
+            while self.pending and len(gone) < self.batch and (not gone or spent() < self.budget_s):
+                run_id = self._ids[self._pos]
+                self._pos += 1
+                row = conn.execute(self._safe, (run_id,)).fetchone()
+                if row is None:  # live, referenced, or gone meanwhile: kept
+                    continue
+                # the children first, explicitly (counted as they go; the cascade then finds nothing)
+                self._counts["events"] += conn.execute("DELETE FROM run_events WHERE run_id = ?", (run_id,)).rowcount
+                self._counts["approvals"] += conn.execute("DELETE FROM approvals WHERE run_id = ?", (run_id,)).rowcount
+                conn.execute("DELETE FROM budget_runs WHERE run_id = ? AND state = 'settled'", (run_id,))
+                conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+                gone.append((run_id, row["output_path"]))
         self._counts["runs"] += len(gone)
-        for path in run_files(self.home, self.policy, [(r["id"], r["output_path"]) for r in rows]):
+        for path in run_files(self.home, self.policy, gone):
             self._remove(path)
 
+    def _give_back(self, free: int) -> None:
+        """Free pages back to the file system one by one, until none is left or the budget is spent."""
+        with self._timed() as (conn, spent):
+            # each execute() steps the pragma once, which gives back one page (executescript would
+            # step it to its end, but it commits the transaction it is called in first)
+            for _ in range(free):
+                conn.execute("PRAGMA incremental_vacuum")
+                if spent() >= self.budget_s:
+                    break
+
     @contextmanager
-    def _timed(self) -> Iterator[sqlite3.Connection]:
-        """The store's transaction, its time from the lock taken to the commit kept in ``last_s``."""
+    def _timed(self) -> Iterator[tuple[sqlite3.Connection, Callable[[], float]]]:
+        """The store's transaction and a clock of the seconds since it took the lock; the time from
+        the lock taken to the commit is kept in ``last_s``."""
         with self.store.transaction() as conn:
             started = time.monotonic()
-            yield conn
+            yield conn, lambda: time.monotonic() - started
         self.last_s = time.monotonic() - started
+        self.longest_s = max(self.longest_s, self.last_s)
 
     def _remove(self, path: Path) -> None:
         try:
@@ -160,67 +189,44 @@ class Pruner:
         self._counts["files"] += 1
         self._counts["fbytes"] += size
 
-    def vacuum_step(self, pages: int = VACUUM_PAGES) -> bool:
-        """Give back up to ``pages`` free pages to the file system; True while free pages are left."""
-        if self.store.dialect is Dialect.POSTGRESQL:
-            return False  # the server's autovacuum returns space
+    def _free(self) -> int:
+        """Free pages this prune can give back (0 on PostgreSQL, whose autovacuum does it, and on
+        a SQLite file made without incremental auto-vacuum)."""
+        if not self._shrinks:
+            return 0
         with self.store.guard():
-            started = time.monotonic()
-            # executescript steps the pragma to its end (execute() steps once: one page per call)
-            self.store.conn.executescript(f"PRAGMA incremental_vacuum({int(pages)});")
-            self.last_s = time.monotonic() - started
-            left = self.store.conn.execute("PRAGMA freelist_count").fetchone()[0]
-        return bool(left) and _auto_vacuum(self.store) == 2
+            return int(self.store.conn.execute("PRAGMA freelist_count").fetchone()[0])
 
-    def vacuum(self) -> None:
-        """Give back every free page: a whole ``VACUUM`` when most of the file is free and what is
-        left is small (it copies only the live pages, far cheaper than moving them one by one),
-        else incremental steps."""
-        if self.store.dialect is Dialect.POSTGRESQL:
-            return
-        with self.store.guard():
-            free = self.store.conn.execute("PRAGMA freelist_count").fetchone()[0]
-            total = self.store.conn.execute("PRAGMA page_count").fetchone()[0]
-            size = self.store.conn.execute("PRAGMA page_size").fetchone()[0]
-        live = total - free
-        if free > live and live * size <= FULL_VACUUM_BYTES:
+    def _finish(self) -> None:
+        """The connection's automatic checkpoint back as it was."""
+        if self._sqlite:
             with self.store.guard():
-                self.store.conn.execute("VACUUM")
-            return
-        pages = min(VACUUM_PAGES, 200)
-        while self.vacuum_step(pages):
-            # at most VACUUM_STEP_MOST pages: a step's time per page varies 3x (measured on a 7 GB
-            # ledger: ~20 us median, ~65 us at worst), so a step sized to the budget can overshoot
-            pages = fit(pages, self.last_s, self.budget_s, VACUUM_STEP_MOST)
-            time.sleep(PAUSE_S)
+                self.store.conn.execute(f"PRAGMA wal_autocheckpoint={self._autocheckpoint}")
 
     def run(self) -> PruneResult:
-        """Everything at once (the CLI): every batch, then the vacuum, with ``PAUSE_S`` between
-        two transactions, so other writers meet the lock free between them."""
+        """Everything at once (the CLI): every step, with ``PAUSE_S`` between two transactions, so
+        other writers meet the lock free between them."""
         while self.step():
             time.sleep(PAUSE_S)
-        self.vacuum()
-        with self.store.guard():  # in WAL mode the file shrinks at a checkpoint
-            # PASSIVE first, beside other writers; TRUNCATE (which holds them off while it copies)
-            # then finds little or nothing left to copy
-            self.store.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-            self.store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        if self._sqlite:
+            with self.store.guard():  # in WAL mode the file shrinks at a checkpoint
+                # TRUNCATE holds other writers off while it copies: the steps' PASSIVE checkpoints
+                # left it nothing or little to copy
+                self.store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         return self.result()
 
     def result(self) -> PruneResult:
         c = self._counts
         freed = max(0, self._size_before - _db_bytes(self.store)) + c["fbytes"]
-        return PruneResult(c["runs"], c["events"], c["approvals"], c["files"], freed, dry_run=False)
-
-
-def fit(size: int, took: float, budget: float, most: int) -> int:
-    """The next batch's size after one of ``size`` took ``took`` seconds: scaled down to fit
-    ``budget`` when over it, doubled when under half of it, at least 1 and at most ``most``."""
-    if took > budget:
-        size = int(size * budget / took * 0.8)
-    elif took < budget / 2:
-        size *= 2
-    return max(1, min(most, size))
+        return PruneResult(
+            c["runs"],
+            c["events"],
+            c["approvals"],
+            c["files"],
+            freed,
+            dry_run=False,
+            longest_hold_ms=round(self.longest_s * 1000, 1),
+        )
 
 
 def candidates(store: Store, policy: Policy, now: datetime) -> list[str]:

@@ -219,6 +219,24 @@ def measure_cli(
     return {"wall": walls, "inproc": inproc}
 
 
+# PostgreSQL's floor: a bare Python importing the driver, connecting and running `runs list`'s query
+PG_FLOOR = (
+    "import sys, psycopg; psycopg.connect(sys.argv[1]).execute("
+    "'SELECT * FROM runs ORDER BY created_at DESC, id DESC LIMIT 20').fetchall()"
+)
+
+
+def floor_times(python: str, url: str, cwd: Path, samples: int) -> list[float]:
+    """Milliseconds of ``PG_FLOOR`` as whole processes, after one warm-up."""
+    times = []
+    for i in range(-1, samples):
+        t0 = time.perf_counter()
+        subprocess.run([python, "-c", PG_FLOOR, url], cwd=cwd, check=True, capture_output=True)
+        if i >= 0:
+            times.append((time.perf_counter() - t0) * 1000)
+    return times
+
+
 def wall_times(tree: Tree, argv: list[str], cwd: Path, samples: int, vary: Any = None, env: dict[str, str] | None = None) -> list[float]:
     """Milliseconds of ``runner ARGV`` as whole processes (``vary(i)``: the i-th sample's argv), after one warm-up."""
     env = env or tree.env(HOME=str(cwd))
@@ -532,6 +550,7 @@ def postgresql(only: set[str], samples: int) -> None:
         if only & {"cli", "search"}:
             cli = measure_cli(here, home, cwd, samples, run_ids, words, url)
             header(f"PostgreSQL: CLI, whole process wall ms ({samples} samples; in-process query ms below each)")
+            line("bare psycopg: import, connect, query", p50_95(floor_times(here.python, url, cwd, samples)), "-", "(the driver's floor)")
             for name in CLI_CASES:
                 line(name, p50_95(cli["wall"][name]), "-", TARGETS.get(name, "p95 <= 150 ms"))
                 if name in cli["inproc"]:

@@ -137,9 +137,46 @@ def test_prune_gives_space_back(project, ledger):
     size = (project.home / "runner.db").stat().st_size
     res = project.run("runs", "prune", "--keep-last", "0", "--json")
     assert res.returncode == 0, res.stderr
-    assert json.loads(res.stdout)["runs"] == 300  # keep-last 0 and no success to keep: all of them
+    out = json.loads(res.stdout)
+    assert out["runs"] == 300  # keep-last 0 and no success to keep: all of them
+    assert 0 < out["longest_hold_ms"] < 5000  # the longest any of its transactions held the write lock
     after = (project.home / "runner.db").stat().st_size
     assert after < size / 4, (size, after)
+
+
+@pytest.mark.sqlite_only("SQLite's free list (PostgreSQL: autovacuum)")
+def test_space_goes_back_batch_by_batch(project, ledger):
+    """The pages a batch frees go back before the next batch is deleted, so the free list never
+    grows past one batch's pages (SQLite walks the whole free list for each page it gives back:
+    a long one made steps of a few hundred pages hold the lock for half a second), and the
+    connection's automatic checkpoint is as it was afterwards."""
+    from runner.store.retention import Policy, Pruner
+
+    big = json.dumps({"text": "z" * 3000})
+    for i in range(120):
+        rid = run_ledger.open_run(ledger, job="a", trigger="manual", status="failed", now=OLD - timedelta(minutes=i))
+        for seq in range(1, 9):
+            ledger.execute("INSERT INTO run_events VALUES (?, ?, 'now', 'big', ?)", (rid, seq, big))
+    free = lambda: ledger.one("PRAGMA freelist_count")["freelist_count"]  # noqa: E731
+    pruner = Pruner(ledger, project.home, Policy(older_than=86400, keep_last=0), utcnow(), batch=10)
+    most, deletes, give_backs = 0, 0, 0
+    while True:
+        free_before, pending_before = free(), pruner.pending
+        more = pruner.step()
+        if free_before:  # space first: no run deleted in this step
+            assert pruner.pending == pending_before
+            give_backs += 1
+        else:
+            deletes += pruner.pending < pending_before
+        most = max(most, free())
+        if not more:
+            break
+    assert deletes >= 10 and give_backs >= deletes  # every batch's pages went back before the next
+    assert free() == 0 and pruner.pending == 0
+    assert most < 2 * 10 * 8  # about one batch's pages (10 runs x 8 events of 3 KB: a page each)
+    result = pruner.result()
+    assert result.runs == 120 and 0 < result.longest_hold_ms < 5000
+    assert ledger.one("PRAGMA wal_autocheckpoint")["wal_autocheckpoint"] == 1000
 
 
 def test_bad_older_than_is_one_line(project):
@@ -186,11 +223,18 @@ def test_old_kanban_logs_of_finished_tasks_go(project, ledger):
     assert sorted(p.name for p in logs.iterdir()) == ["2.log", "4.log"]
 
 
-def test_batches_are_sized_to_the_time_budget():
-    from runner.store.retention import fit
+@pytest.mark.parametrize(("budget_s", "batch", "per_step"), [(0.0, 50, 1), (60.0, 4, 4)])
+def test_a_step_stops_at_its_time_budget_or_batch(project, ledger, budget_s, batch, per_step):
+    """A step deletes runs one by one until it has held the lock for its budget (at least one run,
+    so a slow ledger still moves) or ``batch`` runs went, whichever comes first."""
+    from runner.store.retention import Policy, Pruner
 
-    assert fit(20, 0.005, 0.04, 2000) == 40  # well under: double
-    assert fit(1600, 0.01, 0.04, 2000) == 2000  # never past the most
-    assert fit(400, 0.2, 0.04, 2000) == 64  # over: scaled to fit, with a margin
-    assert fit(3, 5.0, 0.04, 2000) == 1  # never below one run
-    assert fit(100, 0.03, 0.04, 2000) == 100  # near the budget: kept
+    for i in range(12):
+        _run(ledger, project.home, "a", days_ago=40 + i, status="failed")
+    policy = Policy(older_than=86400, keep_last=0)
+    pruner = Pruner(ledger, project.home, policy, utcnow(), batch=batch, budget_s=budget_s)
+    taken = []
+    while pruner.step():
+        taken.append(pruner.result().runs - sum(taken))  # 0 while a step gives space back
+    taken.append(pruner.result().runs - sum(taken))
+    assert {n for n in taken if n} == {per_step} and sum(taken) == 12
