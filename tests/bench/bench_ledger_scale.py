@@ -23,7 +23,8 @@ this tree opens it, which applies its migrations.
 
 ``--store postgresql``: the same figures (no backup: PostgreSQL's is pg_dump) on a PostgreSQL
 server of the benchmark's own (tests/pgserver.py), the store built into it through the same API
-each time (not cached); main before is not measured there. ``$RUNNER_BENCH_SCALE_RUNS`` makes a
+each time (not cached); main before is not measured there; the CLI's floor there is a bare Python
+importing psycopg, connecting and running `runs list`'s query. ``$RUNNER_BENCH_SCALE_RUNS`` makes a
 smaller store (a smoke run).
 
 Run: python tests/bench/bench_ledger_scale.py [--only cli,web,search,ops] [--samples 40]

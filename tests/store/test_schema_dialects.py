@@ -126,3 +126,16 @@ def test_the_same_tables_columns_keys_and_unique_indexes(tmp_path, pg_empty_url)
     assert lite.applied_migrations() == pg.applied_migrations()
     lite.close()
     pg.close()
+
+
+def test_search_removal_triggers_plan_once_on_postgresql(pg_empty_url):
+    """m0031: the search index's removal triggers keep one generic plan on PostgreSQL (planned per
+    value, a pruned run's id made every row's plan walk the index's deleted entries)."""
+    from runner.store.migrations import m0031_search_removal_plans as m0031
+
+    pg = Store.open(PgURL(pg_empty_url))
+    rows = pg.conn.execute(
+        "SELECT proname, proconfig FROM pg_proc WHERE proname IN (?, ?)", m0031.FUNCTIONS
+    ).fetchall()
+    pg.close()
+    assert {r[0]: r[1] for r in rows} == {name: ["plan_cache_mode=force_generic_plan"] for name in m0031.FUNCTIONS}
