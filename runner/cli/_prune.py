@@ -27,8 +27,8 @@ CLI_BATCH = 2000  # the most runs per transaction here (each sized to ~25 ms by 
 @click.option("--json", "as_json", is_flag=True)
 def runs_prune(older_than: str | None, keep_last: int | None, dry_run: bool, as_json: bool) -> None:
     """Remove old runs with their events, approval audit, output files (under RUNNER_HOME/outputs)
-    and transcripts, in short transactions, giving the space each one frees back to the file
-    system before the next (incremental vacuum). Never removes a queued or
+    and transcripts, in short transactions, giving the space they free back to the file system as
+    they go (incremental vacuum). Never removes a queued or
     running run, one with an open budget reservation or a pending approval, an attempt of an
     unfinished kanban task, or a job's newest succeeded run (its output is the next run's
     last_output). Also removes kanban attempt logs older than retention.logs_older_than."""

@@ -5,17 +5,17 @@ incremental_vacuum``).
 ``Pruner`` is the one implementation: `runner runs prune` drives it to the end at once, serve's
 ``RetentionLoop`` (runner/serve/loops.py) one step at a time, so fires stay on time. A step is one
 transaction that stops once it has held the write lock for ``BATCH_SECONDS``: runs are deleted
-one at a time (their events, search-index texts and audit with them: what a run costs varies with
-the ledger's size and layout, so no batch size fits every ledger), free pages given back one at a
-time. A pause of ``PAUSE_S`` follows each step, so another writer (serve's fire, a worker's event)
-waits one short transaction at most, whatever the ledger's size.
+``CHUNK`` at a time (their events, search-index texts and audit with them: what a run costs varies
+with the ledger's size and layout, so no batch size fits every ledger). A pause of ``PAUSE_S``
+follows each step, so another writer (serve's fire, a worker's event) waits one short transaction
+at most, whatever the ledger's size.
 
-The space a step frees goes back before the next run is deleted: SQLite finds each free page it
-gives back by walking the whole free list, so with the half million pages a big prune frees on
-the list a page can cost a millisecond (measured on a 7 GB ledger), where a list of one step's
-pages costs nothing to walk. The pruner's connection checkpoints the WAL itself between its
-transactions (its automatic checkpoint, which runs inside the COMMIT that crosses 1,000 pages, is
-off meanwhile), so a step's time is its hold of the lock.
+The space each chunk frees goes back to the file system in the same transaction, page by page:
+SQLite finds each free page it gives back by walking the whole free list, so with the half million
+pages a big prune frees on the list a page can cost a millisecond (measured on a 7 GB ledger),
+where a list of one chunk's pages costs nothing to walk. The pruner's connection checkpoints the
+WAL itself between its transactions (its automatic checkpoint, which runs inside the COMMIT that
+crosses 1,000 pages, is off meanwhile), so a step's time is its hold of the lock.
 
 The candidates are chosen once (a run older than the cut-off and not among the newest
 ``keep_last`` of its job); each run's ``DELETE`` checks again that it is safe to remove
@@ -39,7 +39,8 @@ from runner.store.dialect import Dialect
 
 FINISHED_TASKS = (TaskStatus.DONE, TaskStatus.FAILED, TaskStatus.ARCHIVED)
 _LIVE = ", ".join(f"'{s}'" for s in sorted(ACTIVE))  # queued, running, waiting
-BATCH_SECONDS = 0.025  # how long one step's transaction holds the write lock (one run or page more at most)
+BATCH_SECONDS = 0.025  # how long one step's transaction holds the write lock (one chunk or page more at most)
+CHUNK = 16  # runs per statement within a step (one statement per run cost ~9x more a run)
 #: between two transactions: longer than SQLite's busy handler sleeps between its tries while a
 #: writer has waited less than ~80 ms (1, 2, 5, 10, 15, 20, 25 ms), so a writer that meets a batch
 #: (a fire, a worker's event) gets the lock at its next try after it, not the batch after that
@@ -93,8 +94,9 @@ class PruneResult:
 @dataclass
 class Pruner:
     """Prunes ``store`` by ``policy``, one transaction per ``step()`` that stops once it has held the
-    write lock for ``budget_s`` (see the module doc): free pages given back while the last step left
-    some, else runs deleted, at most ``batch``. ``last_s``: how long the last transaction held the
+    write lock for ``budget_s`` (see the module doc): runs deleted a chunk at a time, at most
+    ``batch``, the space they free given back with them (a step that finds free pages left over
+    gives them back alone). ``last_s``: how long the last transaction held the
     write lock; ``longest_s``: the longest any did."""
 
     store: Store
@@ -114,7 +116,7 @@ class Pruner:
         self._size_before = _db_bytes(self.store)
         self._sqlite = self.store.dialect is Dialect.SQLITE
         self._shrinks = self._sqlite and _auto_vacuum(self.store) == 2
-        self._safe = f"SELECT output_path FROM runs WHERE id = ? AND {_safe(self.store)}"
+        self._safe = _safe(self.store)
         if self._sqlite:  # checkpoints between the transactions, by step() (module doc)
             with self.store.guard():
                 self._autocheckpoint = int(self.store.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
@@ -127,9 +129,8 @@ class Pruner:
     def step(self) -> bool:
         """One transaction: give back free pages while the last step left some, else delete
         candidates (each re-checked against ``SAFE``). True while work is left."""
-        free = self._free()
-        if free:
-            self._give_back(free)
+        if self._free():
+            self._give_back()
         elif self.pending:
             self._delete()
         if self._sqlite:
@@ -141,34 +142,55 @@ class Pruner:
         return more
 
     def _delete(self) -> None:
-        """Candidates one by one until the budget is spent or ``batch`` went (at least one); then their files."""
+        """Candidates ``CHUNK`` at a time (at least one chunk), the space each chunk frees given
+        back at once, until the budget is spent or ``batch`` runs went; then their files."""
         gone: list[tuple[str, str | None]] = []
         with self._timed() as (conn, spent):
-            while self.pending and len(gone) < self.batch and (not gone or spent() < self.budget_s):
-                run_id = self._ids[self._pos]
-                self._pos += 1
-                row = conn.execute(self._safe, (run_id,)).fetchone()
-                if row is None:  # live, referenced, or gone meanwhile: kept
+            first = True
+            while self.pending and len(gone) < self.batch and (first or spent() < self.budget_s):
+                first = False
+                ids = self._ids[self._pos : self._pos + min(CHUNK, self.batch - len(gone))]
+                self._pos += len(ids)
+                marks = ", ".join("?" for _ in ids)
+                rows = conn.execute(
+                    f"SELECT id, output_path FROM runs WHERE id IN ({marks}) AND {self._safe}", ids
+                ).fetchall()
+                if not rows:  # live, referenced, or gone meanwhile: kept
                     continue
+                safe = [r["id"] for r in rows]
+                marks = ", ".join("?" for _ in safe)
                 # the children first, explicitly (counted as they go; the cascade then finds nothing)
-                self._counts["events"] += conn.execute("DELETE FROM run_events WHERE run_id = ?", (run_id,)).rowcount
-                self._counts["approvals"] += conn.execute("DELETE FROM approvals WHERE run_id = ?", (run_id,)).rowcount
-                conn.execute("DELETE FROM budget_runs WHERE run_id = ? AND state = 'settled'", (run_id,))
-                conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
-                gone.append((run_id, row["output_path"]))
+                self._counts["events"] += conn.execute(
+                    f"DELETE FROM run_events WHERE run_id IN ({marks})", safe
+                ).rowcount
+                self._counts["approvals"] += conn.execute(
+                    f"DELETE FROM approvals WHERE run_id IN ({marks})", safe
+                ).rowcount
+                conn.execute(f"DELETE FROM budget_runs WHERE run_id IN ({marks}) AND state = 'settled'", safe)
+                conn.execute(f"DELETE FROM runs WHERE id IN ({marks})", safe)
+                gone.extend((r["id"], r["output_path"]) for r in rows)
+                self._vacuum(conn)  # one chunk's pages: a few hundred at most, microseconds each
         self._counts["runs"] += len(gone)
         for path in run_files(self.home, self.policy, gone):
             self._remove(path)
 
-    def _give_back(self, free: int) -> None:
-        """Free pages back to the file system one by one, until none is left or the budget is spent."""
+    def _give_back(self) -> None:
+        """A step of giving back free pages alone (what the last step left), until the budget."""
         with self._timed() as (conn, spent):
-            # each execute() steps the pragma once, which gives back one page (executescript would
-            # step it to its end, but it commits the transaction it is called in first)
-            for _ in range(free):
-                conn.execute("PRAGMA incremental_vacuum")
-                if spent() >= self.budget_s:
-                    break
+            self._vacuum(conn, spent)
+
+    def _vacuum(self, conn: sqlite3.Connection, spent: Callable[[], float] | None = None) -> None:
+        """Free pages back to the file system one by one, in the open transaction, until none is
+        left or (given ``spent``) the budget is spent."""
+        if not self._shrinks:
+            return
+        free = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+        # each execute() steps the pragma once, which gives back one page (executescript would step
+        # it to its end, but it commits the transaction it is called in first)
+        for _ in range(free):
+            conn.execute("PRAGMA incremental_vacuum")
+            if spent is not None and spent() >= self.budget_s:
+                return
 
     @contextmanager
     def _timed(self) -> Iterator[tuple[sqlite3.Connection, Callable[[], float]]]:

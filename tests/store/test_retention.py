@@ -145,35 +145,35 @@ def test_prune_gives_space_back(project, ledger):
 
 
 @pytest.mark.sqlite_only("SQLite's free list (PostgreSQL: autovacuum)")
-def test_space_goes_back_batch_by_batch(project, ledger):
-    """The pages a batch frees go back before the next batch is deleted, so the free list never
-    grows past one batch's pages (SQLite walks the whole free list for each page it gives back:
-    a long one made steps of a few hundred pages hold the lock for half a second), and the
-    connection's automatic checkpoint is as it was afterwards."""
-    from runner.store.retention import Policy, Pruner
+def test_space_goes_back_as_runs_go(project, ledger):
+    """The pages each chunk of runs frees go back in the same transaction, so the free list never
+    grows past one chunk's pages (SQLite walks the whole free list for each page it gives back: a
+    long one made a step of a few hundred pages hold the lock for half a second); a step that
+    finds free pages left over gives them back before any run is deleted; the connection's
+    automatic checkpoint is as it was afterwards."""
+    from runner.store.retention import CHUNK, Policy, Pruner
 
     big = json.dumps({"text": "z" * 3000})
     for i in range(120):
         rid = run_ledger.open_run(ledger, job="a", trigger="manual", status="failed", now=OLD - timedelta(minutes=i))
         for seq in range(1, 9):
             ledger.execute("INSERT INTO run_events VALUES (?, ?, 'now', 'big', ?)", (rid, seq, big))
+    ledger.execute("DELETE FROM run_events WHERE run_id = ?", (rid,))  # pages free before the prune
     free = lambda: ledger.one("PRAGMA freelist_count")["freelist_count"]  # noqa: E731
-    pruner = Pruner(ledger, project.home, Policy(older_than=86400, keep_last=0), utcnow(), batch=10)
-    most, deletes, give_backs = 0, 0, 0
+    assert free() > 0
+    pruner = Pruner(ledger, project.home, Policy(older_than=86400, keep_last=0), utcnow(), batch=CHUNK)
+    steps, most = 0, 0
     while True:
         free_before, pending_before = free(), pruner.pending
         more = pruner.step()
+        steps += 1
         if free_before:  # space first: no run deleted in this step
             assert pruner.pending == pending_before
-            give_backs += 1
-        else:
-            deletes += pruner.pending < pending_before
         most = max(most, free())
         if not more:
             break
-    assert deletes >= 10 and give_backs >= deletes  # every batch's pages went back before the next
-    assert free() == 0 and pruner.pending == 0
-    assert most < 2 * 10 * 8  # about one batch's pages (10 runs x 8 events of 3 KB: a page each)
+    assert steps >= 120 // CHUNK + 1 and free() == 0 and pruner.pending == 0
+    assert most == 0  # each chunk's pages went back with it
     result = pruner.result()
     assert result.runs == 120 and 0 < result.longest_hold_ms < 5000
     assert ledger.one("PRAGMA wal_autocheckpoint")["wal_autocheckpoint"] == 1000
@@ -223,18 +223,19 @@ def test_old_kanban_logs_of_finished_tasks_go(project, ledger):
     assert sorted(p.name for p in logs.iterdir()) == ["2.log", "4.log"]
 
 
-@pytest.mark.parametrize(("budget_s", "batch", "per_step"), [(0.0, 50, 1), (60.0, 4, 4)])
-def test_a_step_stops_at_its_time_budget_or_batch(project, ledger, budget_s, batch, per_step):
-    """A step deletes runs one by one until it has held the lock for its budget (at least one run,
-    so a slow ledger still moves) or ``batch`` runs went, whichever comes first."""
-    from runner.store.retention import Policy, Pruner
+@pytest.mark.parametrize(("budget_s", "batch"), [(0.0, 50), (60.0, 4)])
+def test_a_step_stops_at_its_time_budget_or_batch(project, ledger, budget_s, batch):
+    """A step deletes runs a chunk at a time until it has held the lock for its budget (at least
+    one chunk, so a slow ledger still moves) or ``batch`` runs went, whichever comes first."""
+    from runner.store.retention import CHUNK, Policy, Pruner
 
-    for i in range(12):
+    for i in range(40):
         _run(ledger, project.home, "a", days_ago=40 + i, status="failed")
     policy = Policy(older_than=86400, keep_last=0)
     pruner = Pruner(ledger, project.home, policy, utcnow(), batch=batch, budget_s=budget_s)
     taken = []
     while pruner.step():
-        taken.append(pruner.result().runs - sum(taken))  # 0 while a step gives space back
+        taken.append(pruner.result().runs - sum(taken))
     taken.append(pruner.result().runs - sum(taken))
-    assert {n for n in taken if n} == {per_step} and sum(taken) == 12
+    per_step = min(CHUNK, batch)  # budget 0: one chunk a step; a large budget: batch runs a step
+    assert [n for n in taken if n] == [per_step] * (40 // per_step) + ([40 % per_step] if 40 % per_step else [])
