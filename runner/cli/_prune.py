@@ -10,7 +10,7 @@ from runner.cli._util import echo_json, settings
 from runner.settings import Settings
 
 DEFAULT_OLDER_THAN = "30d"
-CLI_BATCH = 2000  # the most runs per transaction here (each sized to ~25 ms by the Pruner, as under serve)
+CLI_BATCH = 2000  # the most runs per transaction here (each stops sooner at ~25 ms of lock, as under serve)
 
 
 @click.command("prune")

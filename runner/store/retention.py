@@ -18,7 +18,7 @@ WAL itself between its transactions (its automatic checkpoint, which runs inside
 crosses 1,000 pages, is off meanwhile), so a step's time is its hold of the lock.
 
 The candidates are chosen once (a run older than the cut-off and not among the newest
-``keep_last`` of its job); each run's ``DELETE`` checks again that it is safe to remove
+``keep_last`` of its job); each chunk's ``DELETE`` checks again that a run is safe to remove
 (``SAFE``), so a run that became referenced meanwhile is kept.
 """
 
