@@ -193,7 +193,8 @@ class RetentionLoop:
                 return
             policy = Policy(conf.runs_older_than, conf.keep_last, conf.outputs, conf.transcripts)
             pruner = Pruner(store, home, policy, now, batch=conf.batch)
-            while not self._stop.is_set() and pruner.step():  # runs deleted with the space they free, or free pages left over
+            # each step: runs deleted with the space they free, or free pages left over given back
+            while not self._stop.is_set() and pruner.step():
                 self._stop.wait(PAUSE_S)
             result = pruner.result()
             if result.runs:
