@@ -143,14 +143,15 @@ class KanbanAttempts:
     def _fail(
         self, board: Board, attempt: Attempt, run_id: str, error: str, *, reason: Refusal = Refusal.JOBS_MISMATCH
     ) -> None:
-        """The attempt fails before it ran (``reason``); the task's retry policy applies."""
+        """The attempt fails before it ran (``reason``); the task's retry policy applies. The task
+        first, then the run row: whoever sees the run ended sees the task's attempt ended too."""
         log.error("kanban task %s: %s", attempt.task_id, error)
-        ledger.finish(self.runtime.store, run_id, RunStatus.FAILED, reason=reason, error=error)
         backoff = self.runtime.settings.config.kanban.retry_backoff
         try:
             board.fail_attempt(attempt.task_id, attempt.fence, error, now=utcnow(), backoff=backoff)
         except FenceError as exc:
             log.info("kanban task %s: %s", attempt.task_id, exc)  # reclaimed meanwhile: nothing to fail
+        ledger.finish(self.runtime.store, run_id, RunStatus.FAILED, reason=reason, error=error)
 
     def _fork(self, attempt: Attempt, run_id: str) -> int:
         """Fork ``runner kanban work``'s body for the attempt and wait for its exit code."""
