@@ -21,7 +21,7 @@ from runner.serve.host import COMMIT_CHECK_S, ServeHost, Ticker, TickerFactory
 from runner.skills.curator import run_pass
 from runner.skills.idle import CuratorTicker
 from runner.store import Store, ledger, queries
-from runner.store.retention import PAUSE_S, Policy, Pruner, old_logs
+from runner.store.retention import Policy, Pruner, old_logs
 
 if TYPE_CHECKING:
     from runner.kanban.dispatch import Capacity
@@ -195,7 +195,7 @@ class RetentionLoop:
             pruner = Pruner(store, home, policy, now, batch=conf.batch)
             # each step: runs deleted with the space they free, or free pages left over given back
             while not self._stop.is_set() and pruner.step():
-                self._stop.wait(PAUSE_S)
+                self._stop.wait(pruner.pause)
             result = pruner.result()
             if result.runs:
                 self._forget_checkpoints(store)

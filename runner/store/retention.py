@@ -6,9 +6,10 @@ incremental_vacuum``).
 ``RetentionLoop`` (runner/serve/loops.py) one step at a time, so fires stay on time. A step is one
 transaction that stops once it has held the write lock for ``BATCH_SECONDS``: runs are deleted
 ``CHUNK`` at a time (their events, search-index texts and audit with them: what a run costs varies
-with the ledger's size and layout, so no batch size fits every ledger). A pause of ``PAUSE_S``
-follows each step, so another writer (serve's fire, a worker's event) waits one short transaction
-at most, whatever the ledger's size.
+with the ledger's size and layout, so no batch size fits every ledger). On SQLite a pause of
+``PAUSE_S`` follows each step, so another writer (serve's fire, a worker's event) waits one short
+transaction at most, whatever the ledger's size. PostgreSQL needs none: a writer waiting for the
+store's lock is granted it at the step's COMMIT, and the next step's request queues behind it.
 
 The space each chunk frees goes back to the file system in the same transaction, page by page:
 SQLite finds each free page it gives back by walking the whole free list, so with the half million
@@ -219,6 +220,12 @@ class Pruner:
         with self.store.guard():
             return int(self.store.conn.execute("PRAGMA freelist_count").fetchone()[0])
 
+    @property
+    def pause(self) -> float:
+        """Seconds to wait between two steps (module doc): SQLite's busy handler only tries again
+        after a sleep, PostgreSQL's lock queue hands the lock over at COMMIT."""
+        return PAUSE_S if self._sqlite else 0.0
+
     def _finish(self) -> None:
         """The connection's automatic checkpoint back as it was."""
         if self._sqlite:
@@ -226,10 +233,10 @@ class Pruner:
                 self.store.conn.execute(f"PRAGMA wal_autocheckpoint={self._autocheckpoint}")
 
     def run(self) -> PruneResult:
-        """Everything at once (the CLI): every step, with ``PAUSE_S`` between two transactions, so
+        """Everything at once (the CLI): every step, with ``pause`` between two transactions, so
         other writers meet the lock free between them."""
         while self.step():
-            time.sleep(PAUSE_S)
+            time.sleep(self.pause)
         if self._sqlite:
             with self.store.guard():  # in WAL mode the file shrinks at a checkpoint
                 # TRUNCATE holds other writers off while it copies: the steps' PASSIVE checkpoints

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -239,3 +241,38 @@ def test_a_step_stops_at_its_time_budget_or_batch(project, ledger, budget_s, bat
     taken.append(pruner.result().runs - sum(taken))
     per_step = min(CHUNK, batch)  # budget 0: one chunk a step; a large budget: batch runs a step
     assert [n for n in taken if n] == [per_step] * (40 // per_step) + ([40 % per_step] if 40 % per_step else [])
+
+
+def test_a_writer_beside_the_prune_gets_in_between_its_steps(project, ledger):
+    """Outcome of the pause (SQLite) and of the lock queue (PostgreSQL): another connection writing
+    while the prune runs step after step gets its transactions in between the steps, not after
+    the prune."""
+    from runner.store.retention import Policy, Pruner
+
+    for i in range(320):
+        _run(ledger, project.home, "a", days_ago=40 + i / 10, status="failed")
+    pruner = Pruner(ledger, project.home, Policy(older_than=86400, keep_last=0), utcnow(), budget_s=0.0)
+    stop, written, steps = threading.Event(), [], []
+
+    def write() -> None:
+        other = project.open_store()
+        try:
+            while not stop.is_set():
+                run_ledger.open_run(other, job="b", trigger="manual", status="queued")
+                written.append(len(steps))  # how many steps had ended when this write committed
+        finally:
+            other.close()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    wait_for(lambda: written, timeout=10, what="the writer's first write")
+    try:
+        while pruner.step():
+            steps.append(1)
+            time.sleep(pruner.pause)
+    finally:
+        stop.set()
+        writer.join(timeout=30)
+    assert pruner.result().runs == 320 and len(steps) >= 19  # a chunk of 16 a step
+    between = {n for n in written if 0 < n < len(steps)}
+    assert len(between) >= len(steps) // 2, (len(steps), sorted(between))
