@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("starlette", reason="runner web needs the web extra: pip install -e '.[web]'")
 
+from tests.servehelp import wait_for  # noqa: E402
 from tests.web.webhelp import Site, free_port, wait_listening  # noqa: E402
 
 
@@ -29,10 +30,14 @@ def test_serve_with_web(site: Site) -> None:
     try:
         wait_listening(proc, port)
         url = f"http://127.0.0.1:{port}"
-        deadline = time.time() + 20
-        while time.time() < deadline and "runner_serve_up 1.0" not in httpx.get(f"{url}/metrics").text:
-            time.sleep(0.2)
-        assert "runner_serve_up 1.0" in httpx.get(f"{url}/metrics").text
+        # the port is bound before serve starts: a request is answered once its start-up is done
+        # (about a second on an idle machine, more on a loaded one), hence the long first timeout
+        wait_for(
+            lambda: "runner_serve_up 1.0" in httpx.get(f"{url}/metrics", timeout=30).text,
+            timeout=30,
+            interval=0.2,
+            what="runner_serve_up 1.0 in /metrics",
+        )
         overview = httpx.get(url).text
         assert "running</span> pid" in overview and str(proc.pid) in overview
         assert f"Leader: {socket.gethostname()} (pid {proc.pid})" in overview  # the scheduler lease's holder
