@@ -200,7 +200,9 @@ class WorkerRuntime:
         )
         handle = self.launcher.spawn(spec)
         code = self._supervise(claimed.run_id, handle)
-        return self.settle(claimed.run_id, code)
+        with self._lock:
+            why = self._stops.get(claimed.run_id)  # serve asked it to stop (timeout ...): its end says why
+        return self.settle(claimed.run_id, code, why=why, timeout_s=job.spec.timeout)
 
     def _supervise(self, run_id: str, handle: Handle) -> int:
         """Wait for the run's process, passing serve's stop requests on as signals."""
@@ -222,23 +224,24 @@ class WorkerRuntime:
         handle.close()
         return code
 
-    def settle(self, run_id: str, code: int) -> str:
+    def settle(self, run_id: str, code: int, *, why: str | None = None, timeout_s: float | None = None) -> str:
         """``_settle_once``, tried again while the store cannot answer (a PostgreSQL restart) for up
         to ``SETTLE_WAIT_S``; after that the run is left to serve: its heartbeat stops with this
         call, so serve marks it lost (``unknown``) and the retry policy applies."""
         deadline = time.monotonic() + SETTLE_WAIT_S
         while True:
             try:
-                return self._settle_once(run_id, code)
+                return self._settle_once(run_id, code, why, timeout_s)
             except StoreUnavailable as exc:
                 if time.monotonic() >= deadline:
                     log.error("run %s: cannot record how it ended (%s); serve will mark it lost", run_id, exc)
                     return RunStatus.UNKNOWN
                 time.sleep(1.0)
 
-    def _settle_once(self, run_id: str, code: int) -> str:
-        """The row's final status; a process that died before writing one ends ``failed`` (worker_died)."""
-        ledger.worker_died(self.store, run_id, code)
+    def _settle_once(self, run_id: str, code: int, why: str | None, timeout_s: float | None) -> str:
+        """The row's final status. A process that died before writing one ends as serve's stop
+        request ``why`` says (killed after its timeout: ``timed_out``), else ``failed`` (worker_died)."""
+        ledger.supervisor_end(self.store, run_id, code, why=why, timeout_s=timeout_s)
         row = ledger.get(self.store, run_id)
         status = row.status if row else RunStatus.UNKNOWN
         log.info("run %s ended %s (exit %s)", run_id, status, code)

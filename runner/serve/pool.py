@@ -387,12 +387,9 @@ class Pool:
         the row is still active (the ledger refuses to change an end)."""
         fire = run.fire
         reason: str | None
-        if run.stop_reason in ledger.STOP_WHY:
-            status, reason, error = ledger.stop_outcome(run.stop_reason, fire.job.spec.timeout)
-            won = ledger.finish(self.store, fire.run_id, status, reason=reason, error=error)
-        else:
-            status, reason, error = RunStatus.FAILED, ledger.Reason.WORKER_DIED, ledger.describe_exit(code)
-            won = ledger.worker_died(self.store, fire.run_id, code, sweep=not self.remote)
+        won, status, reason, error = ledger.supervisor_end(
+            self.store, fire.run_id, code, why=run.stop_reason, timeout_s=fire.job.spec.timeout, sweep=not self.remote
+        )
         if won:
             self._alert(fire, RunEnd(fire.job.name, fire.run_id, status, reason, error))
         else:

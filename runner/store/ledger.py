@@ -542,6 +542,23 @@ def describe_exit(code: int) -> str:
     return f"the worker exited with code {code} before recording a final status"
 
 
+def supervisor_end(
+    store: Store, run_id: str, code: int, *, why: str | None, timeout_s: float | None, sweep: bool = True
+) -> tuple[bool, RunStatus, Reason, str]:
+    """A run's process exited (``code``) without recording its end; its supervisor (serve's pool,
+    a ``runner worker``) records it: what stopping it for ``why`` means (``stop_outcome``: a run
+    killed after its timeout ends ``timed_out``) when it asked the run to stop, else ``failed``
+    (``worker_died``). Returns whether this call ended the row (False: it had ended already) and
+    the end it meant to record."""
+    if why in STOP_WHY:
+        status, reason, error = stop_outcome(why, timeout_s)
+        won = finish(store, run_id, status, reason=reason, error=error)
+        if won and sweep:
+            kill_leftovers(run_id)
+        return won, status, reason, error
+    return worker_died(store, run_id, code, sweep=sweep), RunStatus.FAILED, Reason.WORKER_DIED, describe_exit(code)
+
+
 def worker_died(store: Store, run_id: str, code: int, *, sweep: bool = True) -> bool:
     """A worker exited (``code``) without recording its run's end: the run ends ``failed``
     (``worker_died``) if it is still active, and (``sweep``: its commands ran on this machine) what

@@ -93,10 +93,11 @@ def test_timeout_stops_a_remote_run(cluster: Cluster) -> None:
     cluster.write_jobs(
         "jobs:\n  slow:\n    schedule: in 1s\n    agent: false\n    timeout: 2s\n    pre_run: sleep 60\n"
     )
-    worker = cluster.worker("w0", concurrency=1)
-    wait_ready_all(cluster, [worker])
     # a grace long enough for the SIGTERM's round trip (serve -> store -> worker -> run -> store ->
-    # serve) on a loaded machine: this test is about the term reaching the remote run
+    # serve) on a loaded machine, for both who escalate to SIGKILL (the worker, on its own grace,
+    # and serve): this test is about the term reaching the remote run
+    worker = cluster.worker("w0", concurrency=1, kill_grace=20)
+    wait_ready_all(cluster, [worker])
     serve = cluster.serve(kill_grace=20)
     # the worker's run ends `interrupted` by the signal; serve's pool then records why: its timeout
     # (60 s: serve's start, the slot, the hand-off through Redis and the 2 s timeout all come first;
@@ -108,6 +109,23 @@ def test_timeout_stops_a_remote_run(cluster: Cluster) -> None:
         raise AssertionError(f"{exc}\nrows: {rows}\nserve:\n{serve.log()[-3000:]}\nworker:\n{worker.log()[-3000:]}") from None
     assert row["reason"] == "timeout" and row["stop_request"] == "timeout"  # the stop request says why (a term)
     assert row["worker"].startswith("w0@test")
+
+
+def test_a_remote_run_killed_after_its_timeout_ends_timed_out(cluster: Cluster) -> None:
+    """A run that cannot answer serve's SIGTERM (its pre_run stops the run's own process) is killed
+    by its worker after the worker's kill grace: the row still says why it was stopped,
+    ``timed_out`` (timeout), as on serve's own machine, not ``failed`` (worker_died)."""
+    cluster.write_jobs(
+        "jobs:\n  frozen:\n    schedule: in 1s\n    agent: false\n    timeout: 2s\n"
+        "    pre_run: kill -STOP $PPID; sleep 60\n"
+    )
+    worker = cluster.worker("w0", concurrency=1, kill_grace=1)
+    wait_ready_all(cluster, [worker])
+    cluster.serve(kill_grace=60)  # serve's own escalation stays out of the way: the worker kills it
+    row = wait_for(lambda: [r for r in cluster.rows() if r["status"] not in ("queued", "running")], timeout=60)[0]
+    assert (row["status"], row["reason"], row["stop_request"]) == ("timed_out", "timeout", "timeout"), row
+    assert "after the job's timeout of 2s" in row["error"], row["error"]
+    assert f"run {row['id']} ended timed_out (exit -9)" in worker.log()  # SIGKILLed: the row was the worker's to write
 
 
 def test_worker_lost_mid_run_is_unknown_then_retried(cluster: Cluster) -> None:
