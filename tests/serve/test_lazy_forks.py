@@ -78,8 +78,11 @@ def succeeded(project, job: str, count: int = 1):
 def test_an_idle_serve_stops_its_forkserver_and_a_trigger_starts_one_that_stops_again(project, serve) -> None:
     lazy_config(project)
     jobs_due(project, {"far": datetime.now(UTC) + timedelta(hours=1)})
-    daemon = serve().started()
-    (first,) = forkservers(daemon.pid)  # started with serve (a run due at the start finds it ready)
+    daemon = serve()
+    # started with serve, before its start-up (a run due at the start finds it ready); its idle time
+    # counts from then, so on a loaded machine it may stop before "serve started" is logged
+    (first,) = wait_for(lambda: forkservers(daemon.pid), timeout=20, interval=0.02, what="serve's forkserver")
+    daemon.started()
     wait_for(lambda: not forkservers(daemon.pid), timeout=IDLE_S + 10, what="the forkserver to stop when idle")
     wait_for(lambda: not pid_alive(first), timeout=15, what="the stopped forkserver to be reaped")
     time.sleep(1.0)  # a few rounds of serve's loop: nothing is near, nothing starts it
