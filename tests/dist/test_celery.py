@@ -125,7 +125,8 @@ def test_a_remote_run_killed_after_its_timeout_ends_timed_out(cluster: Cluster) 
     row = wait_for(lambda: [r for r in cluster.rows() if r["status"] not in ("queued", "running")], timeout=60)[0]
     assert (row["status"], row["reason"], row["stop_request"]) == ("timed_out", "timeout", "timeout"), row
     assert "after the job's timeout of 2s" in row["error"], row["error"]
-    assert f"run {row['id']} ended timed_out (exit -9)" in worker.log()  # SIGKILLed: the row was the worker's to write
+    # SIGKILLed: the row was the worker's to write (its log line comes just after the row)
+    wait_for(lambda: f"run {row['id']} ended timed_out (exit -9)" in worker.log(), timeout=10, what="the worker's log line")
 
 
 def test_worker_lost_mid_run_is_unknown_then_retried(cluster: Cluster) -> None:
